@@ -1,0 +1,53 @@
+"""The `kafkube` command line."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from broker.config import BrokerConfig, ConfigError
+
+
+def _broker(args: argparse.Namespace) -> int:
+    from broker.app import run
+
+    try:
+        config = BrokerConfig.from_sources(args.config, args.override)
+    except ConfigError as e:
+        print(f"kafkube broker: invalid configuration: {e}", file=sys.stderr)
+        return 2
+    try:
+        run(config)
+    except ConfigError as e:
+        print(f"kafkube broker: invalid configuration: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"kafkube broker: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="kafkube", description=__doc__)
+    parser.add_argument("--log-level", default="INFO", help="Python logging level (INFO)")
+    sub = parser.add_subparsers(dest="command", required=True)
+    broker = sub.add_parser("broker", help="run one Kafka-protocol broker")
+    broker.add_argument("--config", type=Path, help="server.properties file")
+    broker.add_argument(
+        "--override", action="append", default=[], metavar="KEY=VALUE",
+        help="set a config key, overriding the file (repeatable)",
+    )
+    broker.set_defaults(func=_broker)
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,340 @@
+"""Broker and topic configuration, declared once with Kafka's names, types and defaults.
+
+Like Kafka's LogConfig/KafkaConfig, every key is declared in one table with its type,
+default, validator and doc; parsing, `server.properties` loading, DescribeConfigs and topic
+overrides all read that table. A topic-level key (``segment.bytes``) names the broker key
+that supplies its default (``log.segment.bytes``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+INT_MAX = 2**31 - 1
+LONG_MAX = 2**63 - 1
+
+
+class ConfigError(ValueError):
+    """A configuration value was refused; the message names the key."""
+
+
+def _parse_int(key: str, raw: str) -> int:
+    try:
+        return int(raw.strip())
+    except ValueError:
+        raise ConfigError(f"{key}: expected an integer, got {raw!r}") from None
+
+
+def _parse_bool(key: str, raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in ("true", "false"):
+        return value == "true"
+    raise ConfigError(f"{key}: expected true or false, got {raw!r}")
+
+
+def _parse_list(_key: str, raw: str) -> list[str]:
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def _parse_str(_key: str, raw: str) -> str:
+    return raw.strip()
+
+
+_PARSERS: dict[str, Callable[[str, str], Any]] = {
+    "int": _parse_int,
+    "long": _parse_int,
+    "bool": _parse_bool,
+    "list": _parse_list,
+    "string": _parse_str,
+}
+
+
+def at_least(minimum: int) -> Callable[[str, Any], None]:
+    def check(key: str, value: Any) -> None:
+        if value is not None and value < minimum:
+            raise ConfigError(f"{key}: {value} is below the minimum {minimum}")
+
+    return check
+
+
+def between(minimum: int, maximum: int) -> Callable[[str, Any], None]:
+    def check(key: str, value: Any) -> None:
+        if value is not None and not minimum <= value <= maximum:
+            raise ConfigError(f"{key}: {value} is outside [{minimum}, {maximum}]")
+
+    return check
+
+
+def one_of(*allowed: str) -> Callable[[str, Any], None]:
+    def check(key: str, value: Any) -> None:
+        values = value if isinstance(value, list) else [value]
+        for v in values:
+            if v is not None and v not in allowed:
+                raise ConfigError(f"{key}: {v!r} is not one of {', '.join(allowed)}")
+
+    return check
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigKey:
+    name: str
+    type: str
+    default: Any
+    doc: str
+    validator: Callable[[str, Any], None] | None = None
+
+    def parse(self, raw: str | None) -> Any:
+        if raw is None:
+            return None
+        value = _PARSERS[self.type](self.name, raw)
+        if self.validator:
+            self.validator(self.name, value)
+        return value
+
+    def render(self, value: Any) -> str | None:
+        if value is None:
+            return None
+        if isinstance(value, bool):
+            return str(value).lower()
+        if isinstance(value, list):
+            return ",".join(value)
+        return str(value)
+
+
+def _keys(*keys: ConfigKey) -> dict[str, ConfigKey]:
+    return {k.name: k for k in keys}
+
+
+BROKER_KEYS = _keys(
+    ConfigKey("node.id", "int", 0, "The id of this broker in the cluster.", at_least(0)),
+    ConfigKey("listeners", "list", ["PLAINTEXT://:9092"],
+              "Listener URIs to bind, e.g. PLAINTEXT://127.0.0.1:9092."),
+    ConfigKey("advertised.listeners", "list", None,
+              "Listener URIs given to clients in Metadata; defaults to listeners."),
+    ConfigKey("log.dirs", "list", None, "Directories holding partition logs; log.dir if unset."),
+    ConfigKey("log.dir", "string", "/tmp/kafka-logs", "The log directory when log.dirs is unset."),
+    ConfigKey("broker.rack", "string", None, "Rack of this broker, for rack-aware placement."),
+    ConfigKey("num.partitions", "int", 1, "Partitions of an auto-created topic.", at_least(1)),
+    ConfigKey("default.replication.factor", "int", 1,
+              "Replication factor of auto-created topics.", at_least(1)),
+    ConfigKey("auto.create.topics.enable", "bool", True,
+              "Create a topic when a client asks Metadata for it."),
+    ConfigKey("delete.topic.enable", "bool", True, "Allow DeleteTopics."),
+    ConfigKey("message.max.bytes", "int", 1048588,
+              "Largest record batch a topic accepts, after compression.", at_least(0)),
+    ConfigKey("socket.request.max.bytes", "int", 104857600,
+              "Largest request frame accepted.", at_least(1)),
+    ConfigKey("log.segment.bytes", "int", 1073741824, "Segment size before rolling.",
+              at_least(14)),
+    ConfigKey("log.roll.ms", "long", None, "Segment age before rolling; log.roll.hours if unset.",
+              at_least(1)),
+    ConfigKey("log.roll.hours", "int", 168, "Segment age in hours before rolling.", at_least(1)),
+    ConfigKey("log.retention.ms", "long", None,
+              "Time to keep a segment; -1 for no limit. Falls back to minutes, then hours.",
+              at_least(-1)),
+    ConfigKey("log.retention.minutes", "int", None, "Retention in minutes if .ms is unset."),
+    ConfigKey("log.retention.hours", "int", 168, "Retention in hours if .ms and .minutes unset."),
+    ConfigKey("log.retention.bytes", "long", -1, "Size a partition may reach; -1 for no limit.",
+              at_least(-1)),
+    ConfigKey("log.retention.check.interval.ms", "long", 300000,
+              "How often retention is enforced.", at_least(1)),
+    ConfigKey("log.index.interval.bytes", "int", 4096,
+              "Bytes between two offset index entries.", at_least(0)),
+    ConfigKey("log.index.size.max.bytes", "int", 10485760,
+              "Largest offset index; a full index rolls the segment.", at_least(4)),
+    ConfigKey("log.segment.delete.delay.ms", "long", 60000,
+              "Delay before a deleted segment's files are removed.", at_least(0)),
+    ConfigKey("log.cleanup.policy", "list", ["delete"], "delete and/or compact.",
+              one_of("delete", "compact")),
+    ConfigKey("log.message.timestamp.type", "string", "CreateTime",
+              "CreateTime keeps the producer's timestamp; LogAppendTime stamps the broker's.",
+              one_of("CreateTime", "LogAppendTime")),
+    ConfigKey("log.flush.interval.messages", "long", LONG_MAX,
+              "Messages appended before an fsync.", at_least(1)),
+    ConfigKey("log.flush.interval.ms", "long", None, "Time before an fsync.", at_least(0)),
+    ConfigKey("compression.type", "string", "producer",
+              "Only 'producer' (store batches as sent) is supported.", one_of("producer")),
+    ConfigKey("min.insync.replicas", "int", 1, "Replicas that must ack an acks=all write.",
+              at_least(1)),
+    ConfigKey("unclean.leader.election.enable", "bool", False,
+              "Never elect a replica outside the ISR while false."),
+    ConfigKey("replica.fetch.max.bytes", "int", 1048576, "Per-partition follower fetch size."),
+    ConfigKey("fetch.max.bytes", "int", 57671680, "Largest Fetch response the broker builds.",
+              at_least(0)),
+    ConfigKey("kafkube.metrics.port", "int", 9404,
+              "Port of the Prometheus /metrics endpoint; -1 disables it, 0 picks a free port.",
+              between(-1, 65535)),
+)
+
+# Keys Kafka knows that do not apply to kafkube: accepted with a note, not a warning.
+IGNORED_KAFKA_KEYS = frozenset({
+    "num.network.threads", "num.io.threads", "num.recovery.threads.per.data.dir",
+    "socket.send.buffer.bytes", "socket.receive.buffer.bytes", "process.roles",
+    "controller.quorum.voters", "controller.quorum.bootstrap.servers", "controller.listener.names",
+    "inter.broker.listener.name", "listener.security.protocol.map", "broker.id",
+    "zookeeper.connect", "zookeeper.connection.timeout.ms", "group.initial.rebalance.delay.ms",
+    "offsets.topic.replication.factor", "transaction.state.log.replication.factor",
+    "transaction.state.log.min.isr", "share.coordinator.state.topic.replication.factor",
+    "share.coordinator.state.topic.min.isr", "log.flush.scheduler.interval.ms",
+})
+
+# topic key -> broker key that gives its default (LogConfig's "server default property").
+TOPIC_KEYS: dict[str, tuple[ConfigKey, str]] = {}
+
+
+def _topic(name: str, broker_key: str, doc: str = "") -> None:
+    base = BROKER_KEYS[broker_key]
+    TOPIC_KEYS[name] = (
+        ConfigKey(name, base.type, None, doc or base.doc, base.validator),
+        broker_key,
+    )
+
+
+_topic("segment.bytes", "log.segment.bytes")
+_topic("segment.ms", "log.roll.ms")
+_topic("retention.ms", "log.retention.ms")
+_topic("retention.bytes", "log.retention.bytes")
+_topic("index.interval.bytes", "log.index.interval.bytes")
+_topic("segment.index.bytes", "log.index.size.max.bytes")
+_topic("file.delete.delay.ms", "log.segment.delete.delay.ms")
+_topic("cleanup.policy", "log.cleanup.policy")
+_topic("message.timestamp.type", "log.message.timestamp.type")
+_topic("max.message.bytes", "message.max.bytes")
+_topic("flush.messages", "log.flush.interval.messages")
+_topic("flush.ms", "log.flush.interval.ms")
+_topic("compression.type", "compression.type")
+_topic("min.insync.replicas", "min.insync.replicas")
+_topic("unclean.leader.election.enable", "unclean.leader.election.enable")
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Parse java.util.Properties text: key=value or key: value, # and ! comments."""
+    props: dict[str, str] = {}
+    lines = iter(text.splitlines())
+    for raw_line in lines:
+        line = raw_line.strip()
+        if not line or line[0] in "#!":
+            continue
+        while line.endswith("\\"):
+            line = line[:-1] + next(lines, "").strip()
+        sep = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
+        if sep < 0:
+            key, value = line, ""
+        else:
+            key, value = line[:sep].strip(), line[sep + 1 :].strip()
+        props[key] = value
+    return props
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    """The broker's effective configuration: parsed values for every declared key."""
+
+    values: Mapping[str, Any]
+    originals: Mapping[str, str]
+
+    @classmethod
+    def from_sources(
+        cls, file: Path | None = None, overrides: Iterable[str] = ()
+    ) -> BrokerConfig:
+        raw: dict[str, str] = {}
+        if file is not None:
+            try:
+                raw.update(parse_properties(Path(file).read_text()))
+            except OSError as e:
+                raise ConfigError(f"cannot read config file {file}: {e.strerror}") from None
+        for item in overrides:
+            key, sep, value = item.partition("=")
+            if not sep or not key.strip():
+                raise ConfigError(f"--override expects key=value, got {item!r}")
+            raw[key.strip()] = value.strip()
+        return cls.from_dict(raw)
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, str]) -> BrokerConfig:
+        values = {k: key.default for k, key in BROKER_KEYS.items()}
+        for name, text in raw.items():
+            key = BROKER_KEYS.get(name)
+            if key is None:
+                if name in IGNORED_KAFKA_KEYS:
+                    log.info("config %s has no effect in kafkube; ignored", name)
+                else:
+                    log.warning("unknown config %s=%s; ignored", name, text)
+                continue
+            values[name] = key.parse(text)
+        config = cls(values, dict(raw))
+        config._check()
+        return config
+
+    def _check(self) -> None:
+        for listener in self.listeners + (self.values["advertised.listeners"] or []):
+            parse_listener(listener)
+        if not self.log_dirs:
+            raise ConfigError("log.dirs: no log directory given")
+
+    def __getitem__(self, name: str) -> Any:
+        return self.values[name]
+
+    @property
+    def node_id(self) -> int:
+        return self.values["node.id"]
+
+    @property
+    def listeners(self) -> list[str]:
+        return self.values["listeners"]
+
+    @property
+    def advertised_listeners(self) -> list[str]:
+        return self.values["advertised.listeners"] or self.listeners
+
+    @property
+    def log_dirs(self) -> list[str]:
+        return self.values["log.dirs"] or [self.values["log.dir"]]
+
+    def topic_defaults(self) -> dict[str, Any]:
+        """Each topic-level key's value when a topic sets no override."""
+        v = self.values
+        defaults = {name: v[broker_key] for name, (_, broker_key) in TOPIC_KEYS.items()}
+        defaults["segment.ms"] = v["log.roll.ms"] or v["log.roll.hours"] * 3_600_000
+        if v["log.retention.ms"] is not None:
+            retention = v["log.retention.ms"]
+        elif v["log.retention.minutes"] is not None:
+            retention = v["log.retention.minutes"] * 60_000
+        else:
+            retention = v["log.retention.hours"] * 3_600_000
+        defaults["retention.ms"] = retention
+        return defaults
+
+
+def parse_listener(uri: str) -> tuple[str, str, int]:
+    """Split ``NAME://host:port``; an empty host means all interfaces, as in Kafka."""
+    name, sep, rest = uri.partition("://")
+    if not sep:
+        raise ConfigError(f"listeners: {uri!r} is not of the form NAME://host:port")
+    host, colon, port_text = rest.rpartition(":")
+    if not colon:
+        raise ConfigError(f"listeners: {uri!r} has no port")
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise ConfigError(f"listeners: port {port_text!r} in {uri!r} is not a number") from None
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"listeners: port {port} in {uri!r} is out of range")
+    return name, host.strip("[]"), port
+
+
+def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, Any]:
+    """Parse topic-level overrides; raises ConfigError for unknown keys or bad values."""
+    parsed = {}
+    for name, raw in configs.items():
+        entry = TOPIC_KEYS.get(name)
+        if entry is None:
+            raise ConfigError(f"unknown topic config {name}")
+        parsed[name] = entry[0].parse(raw)
+    return parsed

@@ -1,0 +1,62 @@
+"""ListOffsets: earliest, latest, max-timestamp, or the first offset at a timestamp."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.handlers import handles
+from broker.handlers.context import RequestContext
+from broker.protocol.messages import build_response
+from broker.server.partition import Partition
+
+LATEST = -1
+EARLIEST = -2
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL = -4
+LATEST_TIERED = -5
+
+
+def _lookup(partition: Partition, timestamp: int) -> dict[str, Any]:
+    log = partition.log
+    epoch = partition.leader_epoch
+    if timestamp == LATEST:
+        return {"offset": partition.high_watermark, "timestamp": -1, "leader_epoch": epoch}
+    if timestamp in (EARLIEST, EARLIEST_LOCAL):
+        return {"offset": log.log_start_offset, "timestamp": -1, "leader_epoch": epoch}
+    if timestamp == LATEST_TIERED:
+        return {"offset": -1, "timestamp": -1, "leader_epoch": -1}
+    if timestamp == MAX_TIMESTAMP:
+        found = log.max_timestamp_offset()
+    elif timestamp < 0:
+        return {"error_code": ErrorCode.invalid_request}
+    else:
+        found = log.offset_for_timestamp(timestamp)
+    if found is None or found[0] >= partition.high_watermark:
+        return {"offset": -1, "timestamp": -1, "leader_epoch": -1}
+    offset, ts, batch_epoch = found
+    return {"offset": offset, "timestamp": ts, "leader_epoch": batch_epoch}
+
+
+@handles(2, 1, 7)
+async def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
+    topics = []
+    for topic in request.topics:
+        partitions = []
+        for p in topic.partitions:
+            partition = ctx.services.replicas.get(topic.name, p.partition_index)
+            result: dict[str, Any] = {"partition_index": p.partition_index}
+            if partition is None:
+                result["error_code"] = ErrorCode.unknown_topic_or_partition
+            else:
+                error = partition.check_leader_epoch(getattr(p, "current_leader_epoch", -1))
+                if error != ErrorCode.none:
+                    result["error_code"] = error
+                else:
+                    result["error_code"] = ErrorCode.none
+                    result.update(_lookup(partition, p.timestamp))
+            partitions.append(result)
+        topics.append({"name": topic.name, "partitions": partitions})
+    return build_response(request, {"throttle_time": timedelta(0), "topics": topics})

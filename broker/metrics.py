@@ -1,0 +1,113 @@
+"""Prometheus metrics of one broker, named after Kafka's JMX metrics where one exists.
+
+Counters on the hot path are bound per topic once (``TopicCounters``), so a produce or fetch
+pays one ``inc`` per partition, never a label lookup. Per-partition log size and end offset
+are read at scrape time by a collector instead of being updated on every append.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+_LATENCY_BUCKETS = (
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionSample:
+    topic: str
+    partition: int
+    size_bytes: int
+    log_start_offset: int
+    log_end_offset: int
+    high_watermark: int
+    segments: int
+
+
+class _LogCollector(Collector):
+    def __init__(self, sample: Callable[[], Iterable[PartitionSample]]) -> None:
+        self._sample = sample
+
+    def collect(self):
+        labels = ["topic", "partition"]
+        def gauge(name: str, doc: str) -> GaugeMetricFamily:
+            return GaugeMetricFamily(name, doc, labels=labels)
+
+        families = {
+            "size": gauge("kafka_log_size_bytes", "Bytes of a partition's log"),
+            "start": gauge("kafka_log_start_offset", "Log start offset"),
+            "end": gauge("kafka_log_end_offset", "Log end offset"),
+            "hw": gauge("kafka_partition_high_watermark", "High watermark"),
+            "segments": gauge("kafka_log_segments", "Segments in the log"),
+        }
+        for s in self._sample():
+            values = [s.topic, str(s.partition)]
+            families["size"].add_metric(values, s.size_bytes)
+            families["start"].add_metric(values, s.log_start_offset)
+            families["end"].add_metric(values, s.log_end_offset)
+            families["hw"].add_metric(values, s.high_watermark)
+            families["segments"].add_metric(values, s.segments)
+        yield from families.values()
+
+
+class TopicCounters:
+    __slots__ = ("bytes_in", "bytes_out", "messages_in", "messages_out")
+
+    def __init__(self, metrics: BrokerMetrics, topic: str) -> None:
+        self.bytes_in = metrics.bytes_in.labels(topic)
+        self.bytes_out = metrics.bytes_out.labels(topic)
+        self.messages_in = metrics.messages_in.labels(topic)
+        self.messages_out = metrics.messages_out.labels(topic)
+
+
+class BrokerMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.bytes_in = Counter(
+            "kafka_server_bytes_in", "Bytes produced to a topic", ["topic"], registry=r
+        )
+        self.bytes_out = Counter(
+            "kafka_server_bytes_out", "Bytes fetched from a topic", ["topic"], registry=r
+        )
+        self.messages_in = Counter(
+            "kafka_server_messages_in", "Records produced to a topic", ["topic"], registry=r
+        )
+        self.messages_out = Counter(
+            "kafka_server_messages_out", "Records fetched from a topic", ["topic"], registry=r
+        )
+        self.requests = Counter(
+            "kafka_network_requests", "Requests handled", ["api", "version"], registry=r
+        )
+        self.request_latency = Histogram(
+            "kafka_network_request_latency_seconds", "Time from request decoded to response ready",
+            ["api"], buckets=_LATENCY_BUCKETS, registry=r,
+        )
+        self.request_errors = Counter(
+            "kafka_network_request_errors", "Requests refused or connections closed for bad input",
+            ["reason"], registry=r,
+        )
+        self.connections = Gauge(
+            "kafka_network_connections", "Open client connections", registry=r
+        )
+        self._topics: dict[str, TopicCounters] = {}
+
+    def topic(self, name: str) -> TopicCounters:
+        counters = self._topics.get(name)
+        if counters is None:
+            counters = self._topics[name] = TopicCounters(self, name)
+        return counters
+
+    def forget_topic(self, name: str) -> None:
+        if self._topics.pop(name, None) is not None:
+            for family in (self.bytes_in, self.bytes_out, self.messages_in, self.messages_out):
+                family.remove(name)
+
+    def watch_logs(self, sample: Callable[[], Iterable[PartitionSample]]) -> None:
+        self.registry.register(_LogCollector(sample))

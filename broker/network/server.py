@@ -1,0 +1,265 @@
+"""The socket side: accept connections, read frames, run handlers, write responses in order.
+
+Each connection is a pipeline. A reader decodes frames and starts one handler task per
+request, in arrival order (so appends happen in request order); a writer awaits those tasks
+in the same order and sends each response, so responses leave in request order while slow
+requests (long-poll fetches) do not stop the reader. At most ``MAX_IN_FLIGHT`` requests wait
+per connection; beyond that the reader stops reading and TCP pushes back on the client.
+
+Raw non-blocking sockets with the loop's ``sock_*`` calls work on both asyncio and uvloop,
+and leave the file descriptor free for ``os.sendfile``: file regions of a fetch response go
+from the page cache to the socket without passing through Python.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable
+from typing import Any
+
+from broker.handlers import REGISTRY
+from broker.handlers.api_versions import unsupported_version_response
+from broker.handlers.context import BrokerServices, RequestContext
+from broker.protocol.codec import (
+    API_VERSIONS_KEY,
+    FrameReader,
+    ProtocolError,
+    Request,
+    UnsupportedRequest,
+    decode_request,
+    encode_response,
+)
+from broker.protocol.fetch_response import EncodedResponse
+from broker.storage.segment import FileRegion
+
+log = logging.getLogger(__name__)
+
+MAX_IN_FLIGHT = 16
+RECV_SIZE = 1 << 20
+_CLOSE = object()
+
+
+class KafkaServer:
+    def __init__(self, services: BrokerServices, host: str, port: int) -> None:
+        self.services = services
+        self.host = host
+        self.port = port
+        self._sock: socket.socket | None = None
+        self._accept_task: asyncio.Task[None] | None = None
+        self._connections: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((self.host, self.port))
+        sock.listen(512)
+        sock.setblocking(False)
+        self._sock = sock
+        self.port = sock.getsockname()[1]
+        self._accept_task = asyncio.create_task(self._accept_loop())
+
+    async def _accept_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        assert self._sock is not None
+        while True:
+            try:
+                conn, addr = await loop.sock_accept(self._sock)
+            except OSError as e:
+                if e.errno in (errno.EMFILE, errno.ENFILE):
+                    log.error("out of file descriptors; pausing accepts for 100 ms")
+                    await asyncio.sleep(0.1)
+                    continue
+                raise
+            conn.setblocking(False)
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            task = asyncio.create_task(Connection(self.services, conn, addr).run())
+            self._connections.add(task)
+            task.add_done_callback(self._connections.discard)
+
+    async def stop(self) -> None:
+        if self._accept_task:
+            self._accept_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._accept_task
+        if self._sock:
+            self._sock.close()
+        for task in list(self._connections):
+            task.cancel()
+        await asyncio.gather(*self._connections, return_exceptions=True)
+
+
+class Connection:
+    def __init__(self, services: BrokerServices, sock: socket.socket, addr: Any) -> None:
+        self.services = services
+        self.sock = sock
+        self.peer = f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) else str(addr)
+        self.client_host = addr[0] if isinstance(addr, tuple) else ""
+        self.local_host = sock.getsockname()[0]
+        self.loop = asyncio.get_running_loop()
+        self.frames = FrameReader(services.config["socket.request.max.bytes"])
+        self.queue: asyncio.Queue[Any] = asyncio.Queue(MAX_IN_FLIGHT)
+        self.metrics = services.metrics
+
+    async def run(self) -> None:
+        self.metrics.connections.inc()
+        writer = asyncio.create_task(self._write_loop())
+        try:
+            await self._read_loop()
+        except (ConnectionError, OSError) as e:
+            log.debug("%s: connection lost: %s", self.peer, e)
+        except asyncio.CancelledError:
+            writer.cancel()
+            raise
+        finally:
+            if not writer.done():
+                await self.queue.put(_CLOSE)
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await writer
+            self.sock.close()
+            self.metrics.connections.dec()
+
+    # -- reading -------------------------------------------------------------------------
+
+    async def _read_loop(self) -> None:
+        while True:
+            data = await self.loop.sock_recv(self.sock, RECV_SIZE)
+            if not data:
+                return
+            try:
+                frames = self.frames.feed(data)
+            except ProtocolError as e:
+                self._refuse("frame", e)
+                return
+            for frame in frames:
+                if not await self._dispatch(frame):
+                    return
+
+    def _refuse(self, reason: str, error: Exception) -> None:
+        self.metrics.request_errors.labels(reason).inc()
+        log.info("%s: closing connection: %s", self.peer, error)
+
+    async def _dispatch(self, frame: bytes) -> bool:
+        """Start handling one frame; False when the connection must close after it."""
+        started = time.perf_counter()
+        try:
+            request = decode_request(frame)
+        except UnsupportedRequest as e:
+            if e.api_key == API_VERSIONS_KEY:
+                # KIP-511: answer in v0 with UNSUPPORTED_VERSION and our ranges; the client
+                # retries with a version we know.
+                await self.queue.put(self._ready(
+                    encode_response(e.correlation_id, unsupported_version_response())
+                ))
+                return True
+            self._refuse("unsupported_api", e)
+            return False
+        except ProtocolError as e:
+            self._refuse("malformed", e)
+            return False
+        spec = REGISTRY.get(request.header.api_key)
+        version = request.header.api_version
+        if spec is None or not spec.accepts_from <= version <= spec.max_version:
+            self._refuse(
+                "unsupported_api",
+                ProtocolError(f"API {request.header.api_key} v{version} is not supported"),
+            )
+            return False
+        ctx = RequestContext(self.services, request.header, self.client_host, self.local_host)
+        task = asyncio.create_task(self._handle(spec.handler, ctx, request, started))
+        await self.queue.put(task)
+        return True
+
+    def _ready(self, response: bytes) -> asyncio.Future[Any]:
+        fut = self.loop.create_future()
+        fut.set_result(response)
+        return fut
+
+    async def _handle(
+        self, handler: Callable[..., Any], ctx: RequestContext, request: Request, started: float
+    ) -> bytes | EncodedResponse | None:
+        response = await handler(ctx, request.body)
+        api = type(request.body).__name__.removesuffix("Request")
+        self.metrics.requests.labels(api, str(request.header.api_version)).inc()
+        self.metrics.request_latency.labels(api).observe(time.perf_counter() - started)
+        if response is None:  # Produce with acks=0 gets no response
+            return None
+        if isinstance(response, EncodedResponse):
+            return response
+        return encode_response(request.header.correlation_id, response)
+
+    # -- writing -------------------------------------------------------------------------
+
+    async def _write_loop(self) -> None:
+        try:
+            while True:
+                item = await self.queue.get()
+                if item is _CLOSE:
+                    return
+                try:
+                    response = await item
+                except Exception:
+                    log.exception("%s: handler failed; closing the connection", self.peer)
+                    self.metrics.request_errors.labels("handler").inc()
+                    self.sock.shutdown(socket.SHUT_RDWR)
+                    return
+                if response is None:
+                    continue
+                if isinstance(response, EncodedResponse):
+                    await self._send_chunks(response)
+                else:
+                    await self.loop.sock_sendall(self.sock, response)
+        except (ConnectionError, OSError) as e:
+            log.debug("%s: write failed: %s", self.peer, e)
+            with contextlib.suppress(OSError):
+                self.sock.shutdown(socket.SHUT_RDWR)
+        finally:
+            while not self.queue.empty():
+                item = self.queue.get_nowait()
+                if isinstance(item, asyncio.Task):
+                    item.cancel()
+
+    async def _send_chunks(self, response: EncodedResponse) -> None:
+        pending = bytearray()
+        for chunk in response.chunks:
+            if isinstance(chunk, FileRegion):
+                if chunk.length == 0:
+                    continue
+                if pending:
+                    await self.loop.sock_sendall(self.sock, pending)
+                    pending = bytearray()
+                await self._sendfile(chunk)
+            else:
+                pending += chunk
+        if pending:
+            await self.loop.sock_sendall(self.sock, pending)
+
+    async def _sendfile(self, region: FileRegion) -> None:
+        out = self.sock.fileno()
+        offset, remaining = region.position, region.length
+        while remaining:
+            try:
+                sent = os.sendfile(out, region.fd, offset, remaining)
+            except BlockingIOError:
+                await self._writable()
+                continue
+            if sent == 0:
+                # The file shrank under us: the frame can no longer be completed.
+                raise ConnectionError("segment file truncated during a fetch")
+            offset += sent
+            remaining -= sent
+
+    async def _writable(self) -> None:
+        fut = self.loop.create_future()
+        fd = self.sock.fileno()
+        self.loop.add_writer(fd, lambda: fut.done() or fut.set_result(None))
+        try:
+            await fut
+        finally:
+            self.loop.remove_writer(fd)

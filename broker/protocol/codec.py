@@ -1,0 +1,222 @@
+"""The Kafka wire codec: bytes in, typed requests out; typed responses in, bytes out.
+
+Sans-IO: nothing here touches a socket or an event loop. Message bodies are kio's frozen
+dataclasses, generated from Kafka's JSON schemas; this module adds what kio leaves to its
+caller: length-prefixed framing, request header parsing, and the choice of response header
+version (v1 for flexible versions, but always v0 for ApiVersions, as Kafka pins it).
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema, load_response_schema
+from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
+from kio.serial import entity_reader, entity_writer
+from kio.serial.errors import DecodeError
+
+_FRAME_SIZE = struct.Struct(">i")
+_HEADER_PREFIX = struct.Struct(">hhi")
+_I16 = struct.Struct(">h")
+API_VERSIONS_KEY = 18
+
+
+class ProtocolError(Exception):
+    """The peer sent bytes that do not form a valid request; the connection must close."""
+
+
+class FrameTooLarge(ProtocolError):
+    pass
+
+
+class UnsupportedRequest(ProtocolError):
+    """A well-framed request for an API key or version we cannot decode.
+
+    Carries the parsed header prefix so the caller can still answer ApiVersions (KIP-511
+    fallback) before closing.
+    """
+
+    def __init__(self, api_key: int, api_version: int, correlation_id: int, why: str) -> None:
+        super().__init__(why)
+        self.api_key = api_key
+        self.api_version = api_version
+        self.correlation_id = correlation_id
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHeader:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    header: RequestHeader
+    body: Any  # a kio request dataclass
+    size: int  # bytes on the wire, for metrics and limits
+
+
+class FrameReader:
+    """Splits a byte stream into Kafka frames (a 4-byte big-endian size, then the frame).
+
+    Rejects a size above ``max_frame_bytes`` (Kafka's socket.request.max.bytes) or below
+    zero as soon as the 4 size bytes arrive, before buffering the body.
+    """
+
+    def __init__(self, max_frame_bytes: int) -> None:
+        self._max = max_frame_bytes
+        self._buf = bytearray()
+        self._need: int | None = None
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[bytes]:
+        self._buf += data
+        frames = []
+        while True:
+            if self._need is None:
+                if len(self._buf) < 4:
+                    break
+                (size,) = _FRAME_SIZE.unpack_from(self._buf, 0)
+                if size < 0 or size > self._max:
+                    raise FrameTooLarge(
+                        f"frame size {size} outside [0, {self._max}] (socket.request.max.bytes)"
+                    )
+                self._need = size
+                del self._buf[:4]
+            if len(self._buf) < self._need:
+                break
+            frames.append(bytes(self._buf[: self._need]))
+            del self._buf[: self._need]
+            self._need = None
+        return frames
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buf)
+
+
+@cache
+def request_schema(api_key: int, api_version: int) -> tuple[type, Callable]:
+    schema = load_request_schema(api_key, api_version)
+    return schema, entity_reader(schema)
+
+
+@cache
+def response_writer(schema: type) -> tuple[Callable, bool]:
+    flexible_header = schema.__header_schema__ is ResponseHeaderV1
+    return entity_writer(schema), flexible_header
+
+
+def response_schema(api_key: int, api_version: int) -> type:
+    return load_response_schema(api_key, api_version)
+
+
+def _read_uvarint(buf: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= len(buf):
+            raise ProtocolError("truncated varint")
+        b = buf[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return value, pos
+        shift += 7
+        if shift > 28:
+            raise ProtocolError("varint too long")
+
+
+def _skip_tagged_fields(buf: bytes, pos: int) -> int:
+    count, pos = _read_uvarint(buf, pos)
+    for _ in range(count):
+        _tag, pos = _read_uvarint(buf, pos)
+        size, pos = _read_uvarint(buf, pos)
+        pos += size
+        if pos > len(buf):
+            raise ProtocolError("truncated tagged field")
+    return pos
+
+
+def decode_request(frame: bytes) -> Request:
+    """Decode one frame (without its size prefix) into a header and a kio request body."""
+    if len(frame) < _HEADER_PREFIX.size + 2:
+        raise ProtocolError(f"frame of {len(frame)} bytes is too short for a request header")
+    api_key, api_version, correlation_id = _HEADER_PREFIX.unpack_from(frame, 0)
+    try:
+        schema, reader = request_schema(api_key, api_version)
+    except (UnknownAPIKey, UnknownEntity) as e:
+        raise UnsupportedRequest(
+            api_key, api_version, correlation_id, f"unknown API {api_key} v{api_version}"
+        ) from e
+    # Request header: the client id keeps its int16 length even in header v2.
+    pos = _HEADER_PREFIX.size
+    (id_len,) = _I16.unpack_from(frame, pos)
+    pos += 2
+    client_id = None
+    if id_len >= 0:
+        if pos + id_len > len(frame):
+            raise ProtocolError("truncated client id")
+        client_id = frame[pos : pos + id_len].decode("utf-8", "replace")
+        pos += id_len
+    if schema.__flexible__:
+        pos = _skip_tagged_fields(frame, pos)
+    try:
+        body, size = reader(frame, pos)
+    except (DecodeError, ValueError, IndexError, TypeError, UnicodeDecodeError) as e:
+        raise ProtocolError(f"cannot decode {schema.__name__} v{api_version}: {e}") from e
+    except Exception as e:  # the native reader raises its own types for malformed input
+        raise ProtocolError(f"cannot decode {schema.__name__} v{api_version}: {e!r}") from e
+    if pos + size != len(frame):
+        raise ProtocolError(
+            f"{schema.__name__} v{api_version}: {len(frame) - pos - size} trailing bytes"
+        )
+    return Request(RequestHeader(api_key, api_version, correlation_id, client_id), body, len(frame))
+
+
+def encode_response(correlation_id: int, response: Any) -> bytes:
+    """Encode a kio response with its header and the 4-byte size prefix."""
+    write, flexible_header = response_writer(type(response))
+    out = io.BytesIO()
+    out.write(b"\0\0\0\0")
+    out.write(_FRAME_SIZE.pack(correlation_id))
+    if flexible_header:
+        out.write(b"\0")  # no tagged fields in the response header
+    write(out, response)
+    data = out.getbuffer()
+    _FRAME_SIZE.pack_into(data, 0, len(data) - 4)
+    del data
+    return out.getvalue()
+
+
+def encode_request(header: RequestHeader, body: Any) -> bytes:
+    """Encode a request with its size prefix: the client side, used by tests and benchmarks."""
+    schema = type(body)
+    out = io.BytesIO()
+    out.write(_HEADER_PREFIX.pack(header.api_key, header.api_version, header.correlation_id))
+    if header.client_id is None:
+        out.write(_I16.pack(-1))
+    else:
+        raw = header.client_id.encode()
+        out.write(_I16.pack(len(raw)) + raw)
+    if schema.__flexible__:
+        out.write(b"\0")
+    entity_writer(schema)(out, body)
+    data = out.getvalue()
+    return _FRAME_SIZE.pack(len(data)) + data
+
+
+def decode_response(frame: bytes, api_key: int, api_version: int) -> tuple[int, Any]:
+    """Decode a response frame (without size prefix): the client side, for tests."""
+    schema = response_schema(api_key, api_version)
+    (correlation_id,) = _FRAME_SIZE.unpack_from(frame, 0)
+    pos = 4
+    if schema.__header_schema__ is ResponseHeaderV1:
+        pos = _skip_tagged_fields(frame, pos)
+    body, _ = entity_reader(schema)(frame, pos)
+    return correlation_id, body

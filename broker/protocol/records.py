@@ -1,0 +1,160 @@
+"""Record batch v2 headers: read, validate and patch without touching the records.
+
+A batch travels through the broker as opaque bytes. Only its 61-byte header is parsed,
+and only the fields that the broker owns (base offset, partition leader epoch, and for
+LogAppendTime the max timestamp) are rewritten. The CRC-32C covers bytes 21.. so the
+first two rewrites never require recomputing it (DefaultRecordBatch.java).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+import crc32c
+
+HEADER_SIZE = 61
+LOG_OVERHEAD = 12  # baseOffset (8) + batchLength (4): the bytes not counted in batchLength
+MAGIC_V2 = 2
+MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
+
+ATTR_COMPRESSION_MASK = 0x07
+ATTR_TIMESTAMP_TYPE = 0x08
+ATTR_TRANSACTIONAL = 0x10
+ATTR_CONTROL = 0x20
+
+NO_PRODUCER_ID = -1
+NO_SEQUENCE = -1
+
+# baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta,
+# baseTimestamp, maxTimestamp, producerId, producerEpoch, baseSequence, recordCount
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+_OFFSET_AND_LENGTH = struct.Struct(">qi")
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+_U32 = struct.Struct(">I")
+_I16 = struct.Struct(">h")
+
+
+class InvalidRecordError(ValueError):
+    """The bytes are not a valid v2 record batch; the message says which check failed."""
+
+
+@dataclass(frozen=True, slots=True)
+class BatchHeader:
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+
+    @property
+    def size(self) -> int:
+        """Bytes the batch occupies in a log, header included."""
+        return self.batch_length + LOG_OVERHEAD
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta + 1
+
+    @property
+    def compression(self) -> int:
+        return self.attributes & ATTR_COMPRESSION_MASK
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & ATTR_TRANSACTIONAL)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & ATTR_CONTROL)
+
+    @property
+    def last_sequence(self) -> int:
+        if self.base_sequence == NO_SEQUENCE:
+            return NO_SEQUENCE
+        # Sequences wrap at Int32.MAX_VALUE, as in DefaultRecordBatch.incrementSequence.
+        return (self.base_sequence + self.last_offset_delta) % (2**31)
+
+
+def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
+    """Parse the header at ``pos``; the caller makes sure HEADER_SIZE bytes are there."""
+    return BatchHeader(*_HEADER.unpack_from(buf, pos))
+
+
+def peek_offset_and_length(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
+    """Base offset and total size of the batch at ``pos`` (needs LOG_OVERHEAD bytes)."""
+    base_offset, batch_length = _OFFSET_AND_LENGTH.unpack_from(buf, pos)
+    return base_offset, batch_length + LOG_OVERHEAD
+
+
+def validate_batch(buf: bytes | bytearray | memoryview, pos: int, end: int) -> BatchHeader:
+    """Check one batch starting at ``pos`` and ending at or before ``end``.
+
+    Checks what Kafka checks before appending a v2 batch (LogValidator / ensureValid):
+    a whole batch is present, magic 2, at least one record, and the CRC-32C matches.
+    Raises InvalidRecordError naming the check that failed.
+    """
+    if end - pos < HEADER_SIZE:
+        raise InvalidRecordError(f"truncated batch: {end - pos} bytes, header needs {HEADER_SIZE}")
+    header = parse_header(buf, pos)
+    if header.magic != MAGIC_V2:
+        raise InvalidRecordError(f"unsupported record batch magic {header.magic}")
+    if header.batch_length < MIN_BATCH_LENGTH:
+        raise InvalidRecordError(f"batch length {header.batch_length} is below the header size")
+    if pos + header.size > end:
+        raise InvalidRecordError(
+            f"truncated batch: length says {header.size} bytes, {end - pos} present"
+        )
+    if header.record_count <= 0 or header.last_offset_delta < 0:
+        raise InvalidRecordError(
+            f"batch with {header.record_count} records and lastOffsetDelta "
+            f"{header.last_offset_delta}"
+        )
+    actual = crc32c.crc32c(memoryview(buf)[pos + 21 : pos + header.size])
+    if actual != header.crc:
+        raise InvalidRecordError(
+            f"CRC mismatch: header {header.crc:#010x}, computed {actual:#010x}"
+        )
+    return header
+
+
+def split_batches(buf: bytes | bytearray | memoryview) -> list[BatchHeader]:
+    """Validate every batch of a produce payload; return their headers in order."""
+    headers = []
+    pos, end = 0, len(buf)
+    while pos < end:
+        header = validate_batch(buf, pos, end)
+        headers.append(header)
+        pos += header.size
+    if not headers:
+        raise InvalidRecordError("empty record set")
+    return headers
+
+
+def assign_offsets(
+    batch: bytearray, pos: int, base_offset: int, leader_epoch: int
+) -> None:
+    """Rewrite base offset and partition leader epoch in place (outside the CRC)."""
+    _I64.pack_into(batch, pos, base_offset)
+    _I32.pack_into(batch, pos + 12, leader_epoch)
+
+
+def set_log_append_time(batch: bytearray, pos: int, size: int, now_ms: int) -> None:
+    """Stamp LogAppendTime: set the timestamp-type bit and maxTimestamp, then redo the CRC."""
+    (attributes,) = _I16.unpack_from(batch, pos + 21)
+    _I16.pack_into(batch, pos + 21, attributes | ATTR_TIMESTAMP_TYPE)
+    _I64.pack_into(batch, pos + 35, now_ms)
+    _U32.pack_into(batch, pos + 17, crc32c.crc32c(memoryview(batch)[pos + 21 : pos + size]))

@@ -1,0 +1,77 @@
+"""Leader epoch cache of one partition and its `leader-epoch-checkpoint` file (KIP-101).
+
+Each entry says "epoch E started at offset O". Followers use it (through
+OffsetForLeaderEpoch) to find where their log diverged from the leader's. The file format
+is Kafka's: a version line ``0``, the entry count, then ``epoch startOffset`` lines.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+CHECKPOINT_FILE = "leader-epoch-checkpoint"
+UNDEFINED_EPOCH = -1
+UNDEFINED_OFFSET = -1
+
+
+class LeaderEpochCache:
+    def __init__(self, directory: Path) -> None:
+        self.path = directory / CHECKPOINT_FILE
+        self.entries: list[tuple[int, int]] = self._read()
+
+    def _read(self) -> list[tuple[int, int]]:
+        try:
+            lines = self.path.read_text().split("\n")
+        except FileNotFoundError:
+            return []
+        try:
+            count = int(lines[1])
+            entries = [tuple(map(int, line.split())) for line in lines[2 : 2 + count]]
+        except (IndexError, ValueError):
+            return []  # a torn checkpoint is rebuilt from the batches' epochs
+        return [(e, o) for e, o in entries]
+
+    def _write(self) -> None:
+        tmp = self.path.with_suffix(".tmp")
+        body = "".join(f"{e} {o}\n" for e, o in self.entries)
+        tmp.write_text(f"0\n{len(self.entries)}\n{body}")
+        os.replace(tmp, self.path)
+
+    @property
+    def latest_epoch(self) -> int:
+        return self.entries[-1][0] if self.entries else UNDEFINED_EPOCH
+
+    def assign(self, epoch: int, start_offset: int) -> None:
+        """Note that ``epoch`` starts at ``start_offset``, if it is new."""
+        if epoch < 0 or (self.entries and epoch <= self.entries[-1][0]):
+            return
+        self.entries.append((epoch, start_offset))
+        self._write()
+
+    def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
+        """(largest epoch <= ``epoch``, its end offset), as LeaderEpochFileCache.endOffsetFor."""
+        if not self.entries or epoch < self.entries[0][0]:
+            return UNDEFINED_EPOCH, UNDEFINED_OFFSET
+        if epoch >= self.entries[-1][0]:
+            return self.entries[-1][0], log_end_offset
+        for i in range(len(self.entries) - 1, -1, -1):
+            found_epoch, _ = self.entries[i]
+            if found_epoch <= epoch:
+                return found_epoch, self.entries[i + 1][1]
+        return UNDEFINED_EPOCH, UNDEFINED_OFFSET
+
+    def truncate_from_end(self, end_offset: int) -> None:
+        """Drop epochs that start at or after ``end_offset`` (log truncated there)."""
+        kept = [(e, o) for e, o in self.entries if o < end_offset]
+        if kept != self.entries:
+            self.entries = kept
+            self._write()
+
+    def truncate_from_start(self, start_offset: int) -> None:
+        """Drop epochs wholly before ``start_offset`` (segments deleted by retention)."""
+        while len(self.entries) > 1 and self.entries[1][1] <= start_offset:
+            self.entries.pop(0)
+        if self.entries and self.entries[0][1] < start_offset:
+            self.entries[0] = (self.entries[0][0], start_offset)
+        self._write()

@@ -1,0 +1,414 @@
+"""The log of one partition: an ordered series of segments with offsets, epochs and producers.
+
+Plays the part of Kafka's UnifiedLog + LocalLog for local storage: assigns offsets on
+append, rolls segments by size, age or full index, reads by offset or timestamp, enforces
+retention, and recovers after an unclean shutdown (scan from the recovery point, truncate
+at the first invalid batch, rebuild indexes). It knows nothing of leaders, ISR or requests;
+the partition above it decides the leader epoch and the high watermark.
+Not thread-safe: every call runs on the broker's event loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from bisect import bisect_right
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from broker.protocol.records import (
+    BatchHeader,
+    assign_offsets,
+    set_log_append_time,
+)
+from broker.storage.leader_epoch import LeaderEpochCache
+from broker.storage.producer_state import BatchMetadata, ProducerStateManager
+from broker.storage.segment import LOG_SUFFIX, FileRegion, LogSegment
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    """The topic-level settings the log obeys (Kafka's topic config names)."""
+
+    segment_bytes: int = 1073741824
+    segment_ms: int = 7 * 24 * 3_600_000
+    retention_ms: int = 7 * 24 * 3_600_000
+    retention_bytes: int = -1
+    index_interval_bytes: int = 4096
+    segment_index_bytes: int = 10485760
+    file_delete_delay_ms: int = 60000
+    max_message_bytes: int = 1048588
+    message_timestamp_type: str = "CreateTime"
+    flush_messages: int = 2**63 - 1
+    flush_ms: int | None = None
+
+    @classmethod
+    def from_topic_config(cls, values: dict[str, Any]) -> LogConfig:
+        return cls(
+            segment_bytes=values["segment.bytes"],
+            segment_ms=values["segment.ms"],
+            retention_ms=values["retention.ms"],
+            retention_bytes=values["retention.bytes"],
+            index_interval_bytes=values["index.interval.bytes"],
+            segment_index_bytes=values["segment.index.bytes"],
+            file_delete_delay_ms=values["file.delete.delay.ms"],
+            max_message_bytes=values["max.message.bytes"],
+            message_timestamp_type=values["message.timestamp.type"],
+            flush_messages=values["flush.messages"],
+            flush_ms=values["flush.ms"],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    first_offset: int
+    last_offset: int
+    log_append_time: int  # -1 unless the topic uses LogAppendTime
+    duplicate: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ReadResult:
+    region: FileRegion | None  # None: nothing to send
+    first_offset: int  # the base offset of the first batch sent, if any
+    next_offset: int  # one past the last offset sent
+
+
+class OffsetOutOfRange(Exception):
+    pass
+
+
+class Log:
+    def __init__(
+        self,
+        directory: Path,
+        config: LogConfig,
+        recovery_point: int = 0,
+        clean_shutdown: bool = True,
+        scheduler: Callable[[float, Callable[[], None]], Any] | None = None,
+    ) -> None:
+        self.dir = directory
+        self.config = config
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._schedule = scheduler
+        self.segments: list[LogSegment] = []
+        self._bases: list[int] = []
+        self.producer_state = ProducerStateManager()
+        self.epoch_cache = LeaderEpochCache(directory)
+        self.recovery_point = recovery_point
+        self._unflushed_messages = 0
+        self._last_flush_ms = time.monotonic() * 1000
+        self._load(clean_shutdown)
+
+    # -- loading -------------------------------------------------------------------------
+
+    def _new_segment(self, base_offset: int) -> LogSegment:
+        return LogSegment(
+            self.dir, base_offset, self.config.index_interval_bytes, self.config.segment_index_bytes
+        )
+
+    def _load(self, clean_shutdown: bool) -> None:
+        for stale in self.dir.glob("*.deleted"):
+            stale.unlink(missing_ok=True)
+        for tmp in self.dir.glob("*.tmp"):
+            tmp.unlink(missing_ok=True)
+        bases = sorted(int(p.stem) for p in self.dir.glob(f"*{LOG_SUFFIX}") if p.stem.isdigit())
+        for base in bases:
+            self._add_segment(self._new_segment(base))
+        truncated_at = None
+        for i, segment in enumerate(self.segments):
+            complete = i + 1 < len(self.segments) and bases[i + 1] <= self.recovery_point
+            if clean_shutdown or complete:
+                segment.load_from_indexes()
+                continue
+            lost = segment.recover(self.config.max_message_bytes)
+            if lost:
+                log.warning(
+                    "%s: truncated %d bytes of invalid data at offset %d in %s",
+                    self.dir.name, lost, segment.next_offset, segment.log_path.name,
+                )
+                truncated_at = i
+                break
+        if truncated_at is not None:
+            for segment in self.segments[truncated_at + 1 :]:
+                log.warning("%s: deleting %s after a torn batch", self.dir.name, segment.log_path)
+                segment.close()
+                for path in segment.files():
+                    path.unlink(missing_ok=True)
+            del self.segments[truncated_at + 1 :]
+            del self._bases[truncated_at + 1 :]
+        if not self.segments:
+            self._add_segment(self._new_segment(0))
+        self.epoch_cache.truncate_from_end(self.log_end_offset)
+        self._rebuild_producer_and_epoch_state()
+        self.recovery_point = self.log_end_offset
+
+    def _rebuild_producer_and_epoch_state(self) -> None:
+        epochs_known = bool(self.epoch_cache.entries)
+        for segment in self.segments:
+            for batch in segment.batches_from(0):
+                header = batch.header
+                self.producer_state.update(header)
+                if not epochs_known:
+                    self.epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
+
+    def _add_segment(self, segment: LogSegment) -> None:
+        self.segments.append(segment)
+        self._bases.append(segment.base_offset)
+
+    # -- offsets -------------------------------------------------------------------------
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self.segments[-1]
+
+    @property
+    def log_start_offset(self) -> int:
+        return self.segments[0].base_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.active_segment.next_offset
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self.segments)
+
+    def _segment_for(self, offset: int) -> int:
+        return max(0, bisect_right(self._bases, offset) - 1)
+
+    # -- appending -----------------------------------------------------------------------
+
+    def append_as_leader(
+        self, data: bytearray, headers: list[BatchHeader], leader_epoch: int
+    ) -> AppendResult:
+        """Assign offsets to already-validated batches and write them.
+
+        ``headers`` come from validating ``data``; idempotence checks (duplicates, sequence
+        and epoch errors) are done by the caller through ``producer_state`` first.
+        """
+        now_ms = int(time.time() * 1000)
+        log_append_time = self.config.message_timestamp_type == "LogAppendTime"
+        next_offset = self.log_end_offset
+        first_offset = next_offset
+        assigned = []
+        position = 0
+        for header in headers:
+            assign_offsets(data, position, next_offset, leader_epoch)
+            if log_append_time:
+                set_log_append_time(data, position, header.size, now_ms)
+            assigned.append(
+                BatchHeader(
+                    next_offset, header.batch_length, leader_epoch, header.magic, header.crc,
+                    header.attributes, header.last_offset_delta, header.base_timestamp,
+                    now_ms if log_append_time else header.max_timestamp, header.producer_id,
+                    header.producer_epoch, header.base_sequence, header.record_count,
+                )
+            )
+            next_offset += header.last_offset_delta + 1
+            position += header.size
+        self._maybe_roll(len(data), assigned[0])
+        self.active_segment.append(data, assigned)
+        self.epoch_cache.assign(leader_epoch, first_offset)
+        for header in assigned:
+            self.producer_state.update(header)
+        self._unflushed_messages += sum(h.record_count for h in assigned)
+        self._maybe_flush()
+        return AppendResult(first_offset, next_offset - 1, now_ms if log_append_time else -1)
+
+    def _maybe_roll(self, incoming: int, first: BatchHeader) -> None:
+        segment = self.active_segment
+        if segment.size == 0:
+            return
+        now_ms = time.time() * 1000
+        if (
+            segment.size + incoming > self.config.segment_bytes
+            or now_ms - segment.created_ms >= self.config.segment_ms
+            or segment.is_full
+            or first.last_offset - segment.base_offset > 2**31 - 1
+        ):
+            self.roll()
+
+    def roll(self) -> LogSegment:
+        """Start a new active segment at the log end offset (no-op if the active one is empty)."""
+        if self.active_segment.size == 0:
+            return self.active_segment
+        old = self.active_segment
+        segment = self._new_segment(self.log_end_offset)
+        segment.next_offset = old.next_offset
+        self._add_segment(segment)
+        # A rolled segment is complete: it becomes the recovery point, as Kafka flushes it.
+        self.recovery_point = segment.base_offset
+        return segment
+
+    def _maybe_flush(self) -> None:
+        cfg = self.config
+        due_by_count = self._unflushed_messages >= cfg.flush_messages
+        due_by_time = (
+            cfg.flush_ms is not None
+            and time.monotonic() * 1000 - self._last_flush_ms >= cfg.flush_ms
+        )
+        if due_by_count or due_by_time:
+            self.flush()
+
+    def flush(self) -> None:
+        self.active_segment.flush()
+        self._unflushed_messages = 0
+        self._last_flush_ms = time.monotonic() * 1000
+        self.recovery_point = self.log_end_offset
+
+    # -- reading -------------------------------------------------------------------------
+
+    def read(
+        self, offset: int, max_bytes: int, max_offset: int, min_one_batch: bool
+    ) -> ReadResult:
+        """A file region of whole batches, starting at the batch that holds ``offset``.
+
+        Stops before ``max_offset`` (the high watermark) and within ``max_bytes``; with
+        ``min_one_batch`` the first batch is sent even when larger than ``max_bytes``
+        (KIP-74). Reads stay inside one segment, as Kafka's do.
+        """
+        if offset < self.log_start_offset or offset > self.log_end_offset:
+            raise OffsetOutOfRange(offset)
+        empty = ReadResult(None, offset, offset)
+        if offset >= max_offset:
+            return empty
+        index = self._segment_for(offset)
+        while index < len(self.segments):
+            segment = self.segments[index]
+            found = segment.find(offset)
+            if found is not None:
+                break
+            index += 1
+        else:
+            return empty
+        first = found.header
+        if first.base_offset >= max_offset:
+            return empty
+        if max_offset >= segment.next_offset and found.position + max_bytes >= segment.size:
+            # The common tail read: everything to the end of the segment, no scan needed.
+            return ReadResult(
+                segment.region(found.position, segment.size), first.base_offset,
+                segment.next_offset,
+            )
+        if first.size > max_bytes:
+            if not min_one_batch:
+                return empty
+            end, next_offset = found.position + first.size, first.next_offset
+        else:
+            end, next_offset = segment.whole_batches_end(
+                found.position, found.position + max_bytes, max_offset
+            )
+        return ReadResult(segment.region(found.position, end), first.base_offset, next_offset)
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int, int] | None:
+        """(offset, timestamp, leader epoch) of the first record with ts >= ``timestamp``."""
+        from broker.protocol.record_reader import first_record_at_or_after
+
+        for segment in self.segments:
+            if segment.max_timestamp < timestamp:
+                continue
+            found = segment.find_timestamp(timestamp)
+            if found is None:
+                continue
+            raw = segment.read_bytes(found.position, found.header.size)
+            offset, ts = first_record_at_or_after(raw, timestamp)
+            return offset, ts, found.header.partition_leader_epoch
+        return None
+
+    def max_timestamp_offset(self) -> tuple[int, int, int] | None:
+        """(offset, timestamp, epoch) of the batch with the largest timestamp (KIP-734)."""
+        best = None
+        for segment in self.segments:
+            if best is not None and segment.max_timestamp <= best[1]:
+                continue
+            for batch in segment.batches_from(0):
+                header = batch.header
+                if best is None or header.max_timestamp > best[1]:
+                    best = (header.last_offset, header.max_timestamp, header.partition_leader_epoch)
+        return best
+
+    def find_duplicate(self, header: BatchHeader) -> BatchMetadata | None:
+        return self.producer_state.find_duplicate(header)
+
+    # -- retention -----------------------------------------------------------------------
+
+    def delete_old_segments(self, now_ms: int | None = None) -> int:
+        """Delete whole non-active segments past retention.ms or beyond retention.bytes."""
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        cfg = self.config
+        doomed = 0
+        if cfg.retention_ms >= 0:
+            for segment in self.segments[:-1]:
+                newest = segment.max_timestamp if segment.max_timestamp >= 0 else (
+                    segment.last_modified_ms
+                )
+                if now_ms - newest <= cfg.retention_ms:
+                    break
+                doomed += 1
+        if cfg.retention_bytes >= 0:
+            excess = self.size_bytes - cfg.retention_bytes
+            by_size = 0
+            for segment in self.segments[:-1]:
+                if excess < segment.size:
+                    break
+                excess -= segment.size
+                by_size += 1
+            doomed = max(doomed, by_size)
+        if doomed:
+            self._delete_segments(doomed)
+        return doomed
+
+    def _delete_segments(self, count: int) -> None:
+        doomed = self.segments[:count]
+        del self.segments[:count]
+        del self._bases[:count]
+        self.epoch_cache.truncate_from_start(self.log_start_offset)
+        for segment in doomed:
+            log.info("%s: deleting segment %s", self.dir.name, segment.log_path.name)
+            renamed = segment.mark_deleted()
+            self._later(self.config.file_delete_delay_ms / 1000, segment, renamed)
+
+    def _later(self, delay: float, segment: LogSegment, paths: list[Path]) -> None:
+        def remove() -> None:
+            segment.close()
+            for path in paths:
+                path.unlink(missing_ok=True)
+
+        if self._schedule is None or delay <= 0:
+            remove()
+        else:
+            self._schedule(delay, remove)
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove everything at or after ``offset`` (a diverged follower's tail)."""
+        if offset >= self.log_end_offset:
+            return
+        while len(self.segments) > 1 and self.active_segment.base_offset >= offset:
+            segment = self.segments.pop()
+            self._bases.pop()
+            segment.close()
+            for path in segment.files():
+                path.unlink(missing_ok=True)
+        self.active_segment.truncate_to(offset)
+        self.epoch_cache.truncate_from_end(offset)
+        self.producer_state.truncate_to(offset)
+        self.recovery_point = min(self.recovery_point, offset)
+
+    def close(self) -> None:
+        for segment in self.segments:
+            segment.close()
+
+    def delete(self) -> None:
+        """Close and remove the whole partition directory."""
+        self.close()
+        for path in self.dir.iterdir():
+            path.unlink(missing_ok=True)
+        os.rmdir(self.dir)

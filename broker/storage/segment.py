@@ -1,0 +1,276 @@
+"""One log segment: a `.log` file of record batches plus its two sparse indexes.
+
+Files are named by the 20-digit base offset, as in Kafka (LogFileUtils). A segment appends
+batches it is given with offsets already assigned, finds the batch holding an offset, and
+recovers itself by re-validating every batch. It does not decide when to roll, what offsets
+to assign or which segments exist: that is the log's job. Not thread-safe; the broker runs
+storage on one event loop.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from broker.protocol.records import (
+    HEADER_SIZE,
+    BatchHeader,
+    InvalidRecordError,
+    parse_header,
+    validate_batch,
+)
+from broker.storage.index import OffsetIndex, TimeIndex
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+DELETED_SUFFIX = ".deleted"
+_READ_CHUNK = 1 << 20
+
+
+def segment_name(base_offset: int) -> str:
+    return f"{base_offset:020d}"
+
+
+@dataclass(frozen=True, slots=True)
+class FileRegion:
+    """Bytes [position, position + length) of an open file: what a fetch sends by sendfile."""
+
+    fd: int
+    position: int
+    length: int
+
+
+@dataclass(frozen=True, slots=True)
+class BatchPosition:
+    header: BatchHeader
+    position: int
+
+
+class LogSegment:
+    def __init__(
+        self, directory: Path, base_offset: int, index_interval_bytes: int, index_max_bytes: int
+    ) -> None:
+        self.base_offset = base_offset
+        self.index_interval_bytes = index_interval_bytes
+        stem = directory / segment_name(base_offset)
+        self.log_path = stem.with_suffix(LOG_SUFFIX)
+        self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        self.size = os.fstat(self.fd).st_size
+        self.offset_index = OffsetIndex(
+            stem.with_suffix(INDEX_SUFFIX), base_offset, index_max_bytes
+        )
+        self.time_index = TimeIndex(
+            stem.with_suffix(TIME_INDEX_SUFFIX), base_offset, index_max_bytes
+        )
+        self._bytes_since_index = 0
+        self.max_timestamp = -1
+        self.next_offset = base_offset  # one past the last offset held; set by load/append
+        self.created_ms = int(time.time() * 1000)
+        self.last_modified_ms = int(os.stat(self.log_path).st_mtime * 1000)
+
+    # -- writing -------------------------------------------------------------------------
+
+    def append(self, data: bytes | bytearray, headers: list[BatchHeader]) -> None:
+        """Append validated batches (offsets assigned) in one write, indexing as Kafka does."""
+        position = self.size
+        for header in headers:
+            if self._bytes_since_index > self.index_interval_bytes:
+                self.offset_index.append(header.last_offset, position)
+                if self.max_timestamp > self.time_index.last_timestamp:
+                    self.time_index.append(self.max_timestamp, header.base_offset)
+                self._bytes_since_index = 0
+            if header.max_timestamp > self.max_timestamp:
+                self.max_timestamp = header.max_timestamp
+            self._bytes_since_index += header.size
+            position += header.size
+        written = os.write(self.fd, data)
+        if written != len(data):  # a regular file only writes short when the disk is full
+            os.ftruncate(self.fd, self.size)
+            raise OSError(f"short write to {self.log_path}: {written} of {len(data)} bytes")
+        if self.size == 0:
+            self.created_ms = int(time.time() * 1000)
+        self.size += written
+        self.next_offset = headers[-1].next_offset
+        self.last_modified_ms = int(time.time() * 1000)
+
+    @property
+    def is_full(self) -> bool:
+        return self.offset_index.is_full or self.time_index.is_full
+
+    # -- reading -------------------------------------------------------------------------
+
+    def read_header(self, position: int) -> BatchHeader | None:
+        if position + HEADER_SIZE > self.size:
+            return None
+        return parse_header(os.pread(self.fd, HEADER_SIZE, position))
+
+    def batches_from(self, position: int = 0) -> Iterator[BatchPosition]:
+        """Batch headers from ``position`` on, read one header at a time."""
+        while True:
+            header = self.read_header(position)
+            if header is None or position + header.size > self.size:
+                return
+            yield BatchPosition(header, position)
+            position += header.size
+
+    def find(self, offset: int) -> BatchPosition | None:
+        """The first batch whose last offset is >= ``offset``, or None past the end."""
+        _, position = self.offset_index.lookup(offset)
+        for batch in self.batches_from(position):
+            if batch.header.last_offset >= offset:
+                return batch
+        return None
+
+    def find_timestamp(self, timestamp: int) -> BatchPosition | None:
+        """The first batch whose max timestamp is >= ``timestamp``."""
+        start = self.time_index.lookup(timestamp)
+        found = self.find(start)
+        if found is None:
+            return None
+        for batch in self.batches_from(found.position):
+            if batch.header.max_timestamp >= timestamp:
+                return batch
+        return None
+
+    def whole_batches_end(self, start: int, limit: int, max_offset: int) -> tuple[int, int]:
+        """(end position, next offset) of the run of whole batches from ``start`` that ends
+        at or before position ``limit`` and holds only offsets below ``max_offset``.
+
+        The offset index is sorted by position too, so a bisect finds an indexed batch close
+        to ``limit`` and only the few headers after it are read.
+        """
+        entry_offset, entry_position = self.offset_index.floor_position(limit)
+        position = start
+        if entry_position > start and entry_offset < max_offset:
+            position = entry_position  # every batch before it is whole and below max_offset
+        next_offset = -1
+        for batch in self.batches_from(position):
+            header = batch.header
+            if next_offset < 0:
+                next_offset = header.base_offset
+            if batch.position + header.size > limit or header.last_offset >= max_offset:
+                break
+            position, next_offset = batch.position + header.size, header.next_offset
+        return position, next_offset
+
+    def position_of(self, offset: int) -> int:
+        """File position where ``offset``'s batch starts, or the size if past the end."""
+        found = self.find(offset)
+        return self.size if found is None else found.position
+
+    def region(self, position: int, end: int) -> FileRegion:
+        return FileRegion(self.fd, position, max(0, end - position))
+
+    def read_bytes(self, position: int, length: int) -> bytes:
+        return os.pread(self.fd, length, position)
+
+    # -- recovery and truncation ---------------------------------------------------------
+
+    def recover(self, max_batch_bytes: int) -> int:
+        """Re-validate every batch, rebuild both indexes, truncate at the first bad batch.
+
+        Returns the number of bytes truncated. Mirrors LogSegment.recover in Kafka.
+        """
+        self.offset_index.reset()
+        self.time_index.reset()
+        self._bytes_since_index = 0
+        self.max_timestamp = -1
+        self.next_offset = self.base_offset
+        valid = 0
+        buf = b""
+        buf_start = 0
+        while valid < self.size:
+            need = valid - buf_start + HEADER_SIZE
+            if need > len(buf):
+                buf_start = valid
+                buf = os.pread(self.fd, max(_READ_CHUNK, HEADER_SIZE), valid)
+            rel = valid - buf_start
+            if len(buf) - rel < HEADER_SIZE:
+                break
+            header = parse_header(buf, rel)
+            if header.size > max_batch_bytes + HEADER_SIZE or header.size < HEADER_SIZE:
+                break
+            if rel + header.size > len(buf):
+                buf_start = valid
+                buf = os.pread(self.fd, max(_READ_CHUNK, header.size), valid)
+                rel = 0
+            try:
+                validate_batch(buf, rel, len(buf))
+            except InvalidRecordError:
+                break
+            if header.base_offset < self.next_offset and self.next_offset != self.base_offset:
+                break  # offsets must increase; anything else is garbage from a torn write
+            self._index_batch(header, valid)
+            self.next_offset = header.next_offset
+            valid += header.size
+        truncated = self.size - valid
+        if truncated:
+            os.ftruncate(self.fd, valid)
+            self.size = valid
+        return truncated
+
+    def load_from_indexes(self) -> None:
+        """Restore in-memory state after a clean shutdown, trusting the indexes.
+
+        Only the batches after the last offset-index entry are read.
+        """
+        _, position = self.offset_index.lookup(self.base_offset + 2**31 - 1)
+        self.max_timestamp = self.time_index.last_timestamp
+        self.next_offset = self.base_offset
+        self._bytes_since_index = 0
+        for batch in self.batches_from(position):
+            self._index_batch(batch.header, batch.position)
+            self.next_offset = batch.header.next_offset
+
+    def _index_batch(self, header: BatchHeader, position: int) -> None:
+        if self._bytes_since_index > self.index_interval_bytes:
+            self.offset_index.append(header.last_offset, position)
+            if self.max_timestamp > self.time_index.last_timestamp:
+                self.time_index.append(self.max_timestamp, header.base_offset)
+            self._bytes_since_index = 0
+        if header.max_timestamp > self.max_timestamp:
+            self.max_timestamp = header.max_timestamp
+        self._bytes_since_index += header.size
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove every batch at or after ``offset``; returns bytes removed.
+
+        Rare (follower truncation), so it simply rebuilds the indexes from the kept bytes.
+        """
+        position = self.position_of(offset)
+        removed = self.size - position
+        os.ftruncate(self.fd, position)
+        self.size = position
+        self.recover(max_batch_bytes=2**31)
+        return removed
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def flush(self) -> None:
+        os.fsync(self.fd)
+        self.offset_index.flush()
+        self.time_index.flush()
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        self.offset_index.close()
+        self.time_index.close()
+
+    def files(self) -> list[Path]:
+        return [self.log_path, self.offset_index.path, self.time_index.path]
+
+    def mark_deleted(self) -> list[Path]:
+        """Rename the files to ``*.deleted``; the fd stays open for fetches in flight."""
+        renamed = []
+        for path in self.files():
+            target = path.with_name(path.name + DELETED_SUFFIX)
+            if path.exists():
+                path.rename(target)
+                renamed.append(target)
+        return renamed

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs everything kafkube needs on a fresh Debian machine: Debian packages, a Python
+# virtualenv with the project and its test extras, and the Java client jars from Maven
+# Central. Idempotent; downloads and builds are cached under ~/.cache/kafkube.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+CACHE="${KAFKUBE_CACHE:-$HOME/.cache/kafkube}"
+mkdir -p "$CACHE"
+
+need_apt=()
+command -v kcat >/dev/null || need_apt+=(kcat)
+command -v javac >/dev/null || need_apt+=(default-jdk-headless)
+command -v mvn >/dev/null || need_apt+=(maven)
+python3 -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
+if ((${#need_apt[@]})); then
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv
+fi
+stamp=".venv/.installed-$(sha1sum pyproject.toml | cut -c1-12)"
+if [ ! -f "$stamp" ]; then
+  PIP_CACHE_DIR="$CACHE/pip" .venv/bin/pip install -q --upgrade pip
+  PIP_CACHE_DIR="$CACHE/pip" .venv/bin/pip install -q -e '.[test]'
+  touch "$stamp"
+fi
+
+if [ -f tests/clients/java/setup.sh ]; then
+  bash tests/clients/java/setup.sh
+fi
