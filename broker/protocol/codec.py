@@ -172,10 +172,8 @@ def decode_request(frame: bytes) -> Request:
         raise ProtocolError(f"cannot decode {schema.__name__} v{api_version}: {e}") from e
     except Exception as e:  # the native reader raises its own types for malformed input
         raise ProtocolError(f"cannot decode {schema.__name__} v{api_version}: {e!r}") from e
-    if pos + size != len(frame):
-        raise ProtocolError(
-            f"{schema.__name__} v{api_version}: {len(frame) - pos - size} trailing bytes"
-        )
+    # Trailing bytes are ignored, as Kafka's RequestContext.parseRequest does: librdkafka
+    # 2.x pads a null compact array in Metadata v12 with three extra zero bytes.
     return Request(RequestHeader(api_key, api_version, correlation_id, client_id), body, len(frame))
 
 

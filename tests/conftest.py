@@ -1,0 +1,139 @@
+"""Fixtures that run real broker processes on loopback."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+READY = re.compile(r"listening on PLAINTEXT://([\d.]+):(\d+)(?:, metrics on http://\*:(\d+))?")
+START_TIMEOUT = 30.0
+
+
+class BrokerProcess:
+    """One `kafkube broker` process; restartable on the same log.dirs."""
+
+    def __init__(self, log_dir: Path, overrides: dict[str, str]) -> None:
+        self.log_dir = log_dir
+        self.overrides = overrides
+        self.proc: subprocess.Popen[str] | None = None
+        self.port = 0
+        self.metrics_port = 0
+        self.output: list[str] = []
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> BrokerProcess:
+        # Reuse the port on restart so clients that knew the broker find it again.
+        config = {
+            "listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "log.dirs": str(self.log_dir),
+            "kafkube.metrics.port": "0",
+            **self.overrides,
+        }
+        args = [sys.executable, "-m", "broker", "broker"]
+        for key, value in config.items():
+            args += ["--override", f"{key}={value}"]
+        self.proc = subprocess.Popen(
+            args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        ready = threading.Event()
+        threading.Thread(target=self._pump, args=(self.proc, ready), daemon=True).start()
+        if not ready.wait(START_TIMEOUT) or self.proc.poll() is not None:
+            self.proc.kill()
+            raise RuntimeError("broker did not start:\n" + "".join(self.output[-40:]))
+        return self
+
+    def _pump(self, proc: subprocess.Popen[str], ready: threading.Event) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            self.output.append(line)
+            match = READY.search(line)
+            if match:
+                self.port = int(match.group(2))
+                self.metrics_port = int(match.group(3) or 0)
+                ready.set()
+        ready.set()
+
+    def kill(self) -> None:
+        """SIGKILL: no flush, no clean-shutdown marker."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self, timeout: float = 20) -> int:
+        if self.proc is None:
+            return 0
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+                raise
+        return self.proc.returncode
+
+    def restart(self) -> BrokerProcess:
+        self.stop()
+        return self.start()
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+
+@pytest.fixture
+def broker_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator:
+    started: list[BrokerProcess] = []
+    request.node._kafkube_brokers = started
+
+    def make(**overrides: str) -> BrokerProcess:
+        log_dir = tmp_path / f"broker-{len(started)}"
+        broker = BrokerProcess(log_dir, {k.replace("_", "."): str(v) for k, v in overrides.items()})
+        started.append(broker)
+        return broker.start()
+
+    yield make
+    for broker in started:
+        if broker.alive():
+            code = broker.stop()
+            assert code == 0, "broker exited uncleanly:\n" + "".join(broker.output[-40:])
+
+
+@pytest.fixture
+def broker(broker_factory) -> BrokerProcess:
+    return broker_factory()
+
+
+def wait_until(predicate, timeout: float, what: str, interval: float = 0.05):
+    """Poll ``predicate`` until it returns a truthy value; fail with ``what`` at the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Attach the brokers' own logs to a failing test's report."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed and "broker_factory" in item.fixturenames:
+        factory_brokers = getattr(item, "_kafkube_brokers", [])
+        for i, broker in enumerate(factory_brokers):
+            report.sections.append((f"broker {i} log", "".join(broker.output[-80:])))
