@@ -102,9 +102,9 @@ def kafkacheck(*args: object, ok: bool | None = True) -> Run:
     agree = data.get("ok") is (proc.returncode == 0)
     assert agree, "exit code and 'ok' disagree:\n" + run.describe()
     if ok is True:
-        assert proc.returncode == 0, "KafkaCheck failed:\n" + run.describe()
+        assert run.code == 0, "KafkaCheck failed:\n" + run.describe()
     elif ok is False:
-        assert proc.returncode == 1, "KafkaCheck should have failed:\n" + run.describe()
+        assert run.code == 1, "KafkaCheck should have failed:\n" + run.describe()
     return run
 
 

@@ -16,11 +16,32 @@ import struct
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import crc32c
+from kio.schema.api_versions.v3.request import ApiVersionsRequest
+from kio.schema.fetch.v12.request import (
+    FetchPartition,
+    FetchRequest,
+    FetchTopic,
+)
+from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
+from kio.schema.list_offsets.v7.request import (
+    ListOffsetsPartition,
+    ListOffsetsRequest,
+    ListOffsetsTopic,
+)
+from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+from kio.schema.produce.v9.request import (
+    PartitionProduceData,
+    ProduceRequest,
+    TopicProduceData,
+)
+from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
+from kio.serial import entity_reader
 
-from broker.protocol.codec import RequestHeader, decode_response, encode_request
+from broker.protocol.codec import RequestHeader, encode_request, response_schema
 
 _I32 = struct.Struct(">i")
 # baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta,
@@ -33,6 +54,42 @@ CRC_OFFSET = 17
 
 class ConnectionClosed(Exception):
     """The broker closed (or reset) the connection."""
+
+
+def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    for _ in range(5):
+        if pos >= len(buf):
+            raise ValueError("truncated unsigned varint")
+        b = buf[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return value, pos
+        shift += 7
+    raise ValueError("unsigned varint longer than 5 bytes")
+
+
+def decode_response_exact(frame: bytes, api_key: int, api_version: int) -> tuple[int, Any]:
+    """(correlation id, kio response) of a response frame, which must be consumed exactly.
+
+    Stricter than the codec's client-side decode: trailing bytes are an encoding bug.
+    """
+    schema = response_schema(api_key, api_version)
+    (correlation_id,) = _I32.unpack_from(frame, 0)
+    pos = 4
+    if schema.__header_schema__ is ResponseHeaderV1:
+        count, pos = _uvarint(frame, pos)
+        for _ in range(count):
+            _tag, pos = _uvarint(frame, pos)
+            size, pos = _uvarint(frame, pos)
+            pos += size
+    body, size = entity_reader(schema)(frame, pos)
+    if pos + size != len(frame):
+        raise ValueError(
+            f"{schema.__name__}: {len(frame) - pos - size} bytes left over in the response frame"
+        )
+    return correlation_id, body
 
 
 class WireClient:
@@ -83,7 +140,7 @@ class WireClient:
 
     def receive(self, api_key: int, api_version: int, correlation_id: int) -> Any:
         """Read the next frame and decode it as the response to ``correlation_id``."""
-        got, response = decode_response(self.recv_frame(), api_key, api_version)
+        got, response = decode_response_exact(self.recv_frame(), api_key, api_version)
         if got != correlation_id:
             raise AssertionError(f"correlation id {got} in a response, expected {correlation_id}")
         return response
@@ -355,3 +412,99 @@ def parse_batches(data: bytes | None) -> list[Batch]:
         )
         pos = end
     return batches
+
+
+# -- convenience requests ----------------------------------------------------------------
+# Current versions of the requests the tests use (kio classes fix the version).
+
+LATEST = -1
+EARLIEST = -2
+
+
+def api_versions_request() -> ApiVersionsRequest:
+    return ApiVersionsRequest(client_software_name="wire-test", client_software_version="1")
+
+
+def metadata_request(names: Iterable[str] | None, auto_create: bool = True) -> MetadataRequest:
+    """Metadata for ``names`` (None: every topic)."""
+    topics = None if names is None else tuple(
+        MetadataRequestTopic(topic_id=None, name=n) for n in names
+    )
+    return MetadataRequest(
+        topics=topics, allow_auto_topic_creation=auto_create,
+        include_topic_authorized_operations=False,
+    )
+
+
+def produce_request(
+    topic: str, records: bytes | None, partition: int = 0, acks: int = -1
+) -> ProduceRequest:
+    return ProduceRequest(
+        acks=acks, timeout=timedelta(seconds=10),
+        topic_data=(TopicProduceData(
+            name=topic, partition_data=(PartitionProduceData(index=partition, records=records),),
+        ),),
+    )
+
+
+def fetch_request(
+    topic: str, offset: int, partition: int = 0, max_bytes: int = 1 << 20
+) -> FetchRequest:
+    """A fetch that never waits (max_wait 0, min_bytes 0)."""
+    return FetchRequest(
+        max_wait=timedelta(0), min_bytes=0, max_bytes=max_bytes,
+        topics=(FetchTopic(topic=topic, partitions=(FetchPartition(
+            partition=partition, fetch_offset=offset, partition_max_bytes=max_bytes,
+        ),)),),
+        forgotten_topics_data=(),
+    )
+
+
+def list_offsets_request(topic: str, timestamp: int, partition: int = 0) -> ListOffsetsRequest:
+    return ListOffsetsRequest(
+        replica_id=-1, isolation_level=0,
+        topics=(ListOffsetsTopic(name=topic, partitions=(
+            ListOffsetsPartition(partition_index=partition, timestamp=timestamp),
+        )),),
+    )
+
+
+def create_topic(client: WireClient, name: str) -> None:
+    """Create ``name`` through Metadata auto-creation; fail unless it exists afterwards."""
+    (topic,) = client.request(metadata_request([name])).topics
+    assert topic.error_code == 0 and topic.partitions, f"topic {name} not created: {topic}"
+
+
+def produce(
+    client: WireClient, topic: str, records: bytes | None, partition: int = 0, acks: int = -1
+) -> Any:
+    """The partition response of a one-partition produce."""
+    response = client.request(produce_request(topic, records, partition, acks))
+    (topic_response,) = response.responses
+    (partition_response,) = topic_response.partition_responses
+    return partition_response
+
+
+def fetch(client: WireClient, topic: str, offset: int, partition: int = 0) -> Any:
+    """The partition data of a one-partition fetch."""
+    (topic_response,) = client.request(fetch_request(topic, offset, partition)).responses
+    (data,) = topic_response.partitions
+    return data
+
+
+def list_offset(client: WireClient, topic: str, timestamp: int = LATEST, partition: int = 0) -> int:
+    (topic_response,) = client.request(list_offsets_request(topic, timestamp, partition)).topics
+    (p,) = topic_response.partitions
+    assert p.error_code == 0, f"ListOffsets {topic}-{partition}: {p.error_code!r}"
+    return p.offset
+
+
+def init_producer_id(
+    client: WireClient, producer_id: int = -1, producer_epoch: int = -1
+) -> tuple[int, int]:
+    response = client.request(InitProducerIdRequest(
+        transactional_id=None, transaction_timeout=timedelta(seconds=60),
+        producer_id=producer_id, producer_epoch=producer_epoch,
+    ))
+    assert response.error_code == 0, f"InitProducerId: {response.error_code!r}"
+    return response.producer_id, response.producer_epoch

@@ -1,0 +1,711 @@
+"""Admin APIs: CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs, DescribeCluster.
+
+A single broker is its own controller (controller id = node id), so topic changes are decided
+here, with the checks, their order and the messages of Kafka's KRaft controller
+(ControllerApis and ReplicationControlManager); DescribeConfigs follows the broker's
+ConfigHelper. Clients act on the error codes and show the messages to people, so both are
+Kafka's. No handler awaits: each change is made before the handler returns.
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+import uuid
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.config import (
+    BROKER_KEYS,
+    TOPIC_KEYS,
+    BrokerConfig,
+    ConfigError,
+    ConfigKey,
+    validate_topic_configs,
+)
+from broker.handlers import handles
+from broker.handlers.context import BrokerServices, RequestContext
+from broker.protocol.messages import build_response
+from broker.server.metadata import LocalMetadataStore, TopicMetadata, topic_name_error
+
+NO_THROTTLE = datetime.timedelta(0)
+# ReplicationControlManager.MAX_PARTITIONS_PER_BATCH: one request may not create more.
+MAX_PARTITIONS_PER_BATCH = 10_000
+LIVE_BROKERS = 1
+
+# DescribeConfigsResponse.ConfigSource ids.
+DYNAMIC_TOPIC_CONFIG = 1
+STATIC_BROKER_CONFIG = 4
+DEFAULT_CONFIG = 5
+# DescribeConfigsResponse.ConfigType ids, by ConfigKey.type.
+CONFIG_TYPES = {"bool": 1, "string": 2, "int": 3, "long": 5, "list": 7}
+# ConfigResource.Type ids.
+TOPIC_RESOURCE = 2
+BROKER_RESOURCE = 4
+_RESOURCE_TYPE_NAMES = {2: "TOPIC", 4: "BROKER", 8: "BROKER_LOGGER", 16: "CLIENT_METRICS",
+                        32: "GROUP"}
+# Broker keys that stand in for one another, in precedence order
+# (DynamicBrokerConfig.brokerConfigSynonyms).
+_SYNONYM_GROUPS = (
+    ("log.roll.ms", "log.roll.hours"),
+    ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
+)
+BROKER_SYNONYMS = {name: group for group in _SYNONYM_GROUPS for name in group}
+
+# DescribeCluster v1 endpoint types (KIP-919).
+BROKER_ENDPOINT = 1
+CONTROLLER_ENDPOINT = 2
+_ENDPOINT_NAMES = {BROKER_ENDPOINT: "BROKER", CONTROLLER_ENDPOINT: "CONTROLLER"}
+# Without an authorizer Kafka reports every operation a cluster supports
+# (AclEntry.supportedOperations(CLUSTER)): CREATE, ALTER, DESCRIBE, CLUSTER_ACTION,
+# DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE, as a bit field of AclOperation codes.
+CLUSTER_OPERATIONS = sum(1 << code for code in (5, 7, 8, 9, 10, 11, 12))
+OPERATIONS_NOT_REQUESTED = -(2**31)
+
+UNKNOWN_TOPIC_MESSAGE = "This server does not host this topic-partition."
+UNKNOWN_TOPIC_ID_MESSAGE = "This server does not host this topic ID."
+DELETION_DISABLED_MESSAGE = "Topic deletion is disabled."
+TOO_MANY_PARTITIONS_MESSAGE = "Excessively large number of partitions per request."
+DUPLICATE_NAME_MESSAGE = "Duplicate topic name."
+
+
+class ApiError(Exception):
+    """One request item refused with a Kafka error code (Kafka's ApiException)."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def _distinct_by_name(items: Iterable[Any]) -> list[Any]:
+    """The first item of each name, in request order: a name gets one result."""
+    first: dict[str, Any] = {}
+    for item in items:
+        first.setdefault(item.name, item)
+    return list(first.values())
+
+
+# -- replica assignments ----------------------------------------------------------------
+
+
+def check_manual_replicas(
+    node_id: int, broker_ids: Sequence[int], replication_factor: int | None
+) -> None:
+    """ReplicationControlManager.validateManualPartitionAssignment with ourselves registered.
+
+    Brokers are checked in ascending order, as Kafka does, so a message names the same broker.
+    """
+    if not broker_ids:
+        raise ApiError(
+            ErrorCode.invalid_replica_assignment,
+            "The manual partition assignment includes an empty replica list.",
+        )
+    previous = None
+    for broker_id in sorted(broker_ids):
+        if broker_id != node_id:
+            raise ApiError(
+                ErrorCode.invalid_replica_assignment,
+                f"The manual partition assignment includes broker {broker_id}, but no such "
+                "broker is registered.",
+            )
+        if broker_id == previous:
+            raise ApiError(
+                ErrorCode.invalid_replica_assignment,
+                f"The manual partition assignment includes the broker {broker_id} more than "
+                "once.",
+            )
+        previous = broker_id
+    if replication_factor is not None and len(broker_ids) != replication_factor:
+        raise ApiError(
+            ErrorCode.invalid_replica_assignment,
+            f"The manual partition assignment includes a partition with {len(broker_ids)} "
+            "replica(s), but this is not consistent with previous partitions, which have "
+            f"{replication_factor} replica(s).",
+        )
+
+
+# -- CreateTopics -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class NewTopic:
+    name: str
+    partitions: int
+    replication_factor: int
+    configs: dict[str, str]
+
+
+def _requested_partitions(topics: Iterable[Any], default_partitions: int) -> int:
+    """The partitions a CreateTopics request may create (validateTotalNumberOfPartitions)."""
+    total = 0
+    for topic in topics:
+        if topic.assignments:
+            total += len(topic.assignments)
+        elif topic.num_partitions == -1:
+            total += default_partitions
+        elif topic.num_partitions > 0:
+            total += topic.num_partitions
+    return total
+
+
+def _check_new_name(existing: Mapping[str, TopicMetadata], name: str) -> None:
+    """Topic.validate, then the '.'/'_' collision check: both map to the same metric names."""
+    error = topic_name_error(name)
+    if error is not None:
+        raise ApiError(ErrorCode.invalid_topic_exception, error)
+    if "." not in name and "_" not in name:
+        return
+    unified = name.replace(".", "_")
+    for other in existing:
+        if other.replace(".", "_") == unified:
+            raise ApiError(
+                ErrorCode.invalid_topic_exception,
+                f"Topic '{name}' collides with existing topic: {other}",
+            )
+
+
+def _creation_configs(configs: Iterable[Any]) -> dict[str, str]:
+    """The topic's config overrides, refused whole if any is null, unknown or invalid."""
+    nulls = [config.name for config in configs if config.value is None]
+    if nulls:
+        raise ApiError(
+            ErrorCode.invalid_config,
+            "Null value not supported for topic configs: " + ",".join(nulls),
+        )
+    values = {config.name: config.value for config in configs}
+    try:
+        validate_topic_configs(values)
+    except ConfigError as e:
+        raise ApiError(ErrorCode.invalid_config, str(e)) from None
+    return values
+
+
+def _manual_layout(node_id: int, topic: Any) -> tuple[int, int]:
+    """(partitions, replication factor) of an explicit replica assignment."""
+    if topic.replication_factor != -1:
+        raise ApiError(
+            ErrorCode.invalid_request,
+            "A manual partition assignment was specified, but replication factor was not set "
+            "to -1.",
+        )
+    if topic.num_partitions != -1:
+        raise ApiError(
+            ErrorCode.invalid_request,
+            "A manual partition assignment was specified, but numPartitions was not set to -1.",
+        )
+    replication_factor: int | None = None
+    indexes: set[int] = set()
+    for assignment in topic.assignments:
+        if assignment.partition_index in indexes:
+            raise ApiError(
+                ErrorCode.invalid_replica_assignment,
+                "Found multiple manual partition assignments for partition "
+                f"{assignment.partition_index}",
+            )
+        check_manual_replicas(node_id, assignment.broker_ids, replication_factor)
+        replication_factor = len(assignment.broker_ids)
+        indexes.add(assignment.partition_index)
+    if indexes != set(range(len(indexes))):
+        raise ApiError(
+            ErrorCode.invalid_replica_assignment,
+            "partitions should be a consecutive 0-based integer sequence",
+        )
+    assert replication_factor is not None  # assignments is not empty
+    return len(indexes), replication_factor
+
+
+def _default_layout(config: BrokerConfig, topic: Any) -> tuple[int, int]:
+    """(partitions, replication factor) from the request, -1 meaning the broker default."""
+    if topic.replication_factor < -1 or topic.replication_factor == 0:
+        raise ApiError(
+            ErrorCode.invalid_replication_factor,
+            "Replication factor must be larger than 0, or -1 to use the default value.",
+        )
+    if topic.num_partitions < -1 or topic.num_partitions == 0:
+        raise ApiError(
+            ErrorCode.invalid_partitions,
+            "Number of partitions was set to an invalid non-positive value.",
+        )
+    partitions = topic.num_partitions
+    if partitions == -1:
+        partitions = config["num.partitions"]
+    replication_factor = topic.replication_factor
+    if replication_factor == -1:
+        replication_factor = config["default.replication.factor"]
+    if replication_factor > LIVE_BROKERS:
+        raise ApiError(
+            ErrorCode.invalid_replication_factor,
+            f"Unable to replicate the partition {replication_factor} time(s): The target "
+            f"replication factor of {replication_factor} cannot be reached because only "
+            f"{LIVE_BROKERS} broker(s) are registered.",
+        )
+    return partitions, replication_factor
+
+
+def validate_new_topic(services: BrokerServices, topic: Any) -> NewTopic:
+    """Every check of ReplicationControlManager.createTopics, in its order."""
+    existing = services.store.topics
+    if topic.name in existing:  # Kafka reports this over any name error
+        raise ApiError(ErrorCode.topic_already_exists, f"Topic '{topic.name}' already exists.")
+    _check_new_name(existing, topic.name)
+    configs = _creation_configs(topic.configs)
+    if topic.assignments:
+        partitions, replication_factor = _manual_layout(services.node_id, topic)
+    else:
+        partitions, replication_factor = _default_layout(services.config, topic)
+    return NewTopic(topic.name, partitions, replication_factor, configs)
+
+
+def _creation_source(config: BrokerConfig, name: str, overrides: Mapping[str, str]) -> int:
+    """Where a new topic's value comes from (KafkaConfigSchema.resolveEffectiveTopicConfig)."""
+    if name in overrides:
+        return DYNAMIC_TOPIC_CONFIG
+    broker_key = TOPIC_KEYS[name][1]
+    if any(key in config.originals for key in BROKER_SYNONYMS.get(broker_key, (broker_key,))):
+        return STATIC_BROKER_CONFIG
+    return DEFAULT_CONFIG
+
+
+def effective_topic_values(config: BrokerConfig, overrides: Mapping[str, str]) -> dict[str, Any]:
+    """Each topic key's parsed value: the override, else the broker's default."""
+    values = config.topic_defaults()
+    values.update(validate_topic_configs(overrides))
+    return values
+
+
+def _created_configs(config: BrokerConfig, overrides: Mapping[str, str]) -> list[dict[str, Any]]:
+    """The effective configs CreateTopics v5+ returns, sorted by name as Kafka does."""
+    values = effective_topic_values(config, overrides)
+    return [
+        {
+            "name": name,
+            "value": key.render(values[name]),
+            "read_only": False,
+            "config_source": _creation_source(config, name, overrides),
+            "is_sensitive": False,
+        }
+        for name, (key, _) in sorted(TOPIC_KEYS.items())
+    ]
+
+
+def _creation_error(name: str, error: ApiError) -> dict[str, Any]:
+    return {
+        "name": name,
+        "topic_id": None,
+        "error_code": error.code,
+        "error_message": error.message,
+        "num_partitions": -1,
+        "replication_factor": -1,
+        "configs": [],
+    }
+
+
+def _create_topic(services: BrokerServices, topic: Any, validate_only: bool) -> dict[str, Any]:
+    try:
+        new = validate_new_topic(services, topic)
+    except ApiError as e:
+        return _creation_error(topic.name, e)
+    topic_id = None  # Kafka makes up an id that never exists for validate_only; zero is honest
+    if not validate_only:
+        created = services.replicas.create_topic(new.name, new.partitions, new.configs)
+        topic_id = created.uuid
+    return {
+        "name": new.name,
+        "topic_id": topic_id,
+        "error_code": ErrorCode.none,
+        "error_message": None,
+        "num_partitions": new.partitions,
+        "replication_factor": new.replication_factor,
+        "configs": _created_configs(services.config, new.configs),
+    }
+
+
+@handles(19, 2, 7)
+async def create_topics(ctx: RequestContext, request: Any) -> Any:
+    """CreateTopics: one result per distinct name, in request order.
+
+    A name given twice is refused as a whole (ControllerApis does that before the controller
+    sees the request), and a request adding more than MAX_PARTITIONS_PER_BATCH partitions is
+    refused for every topic, as Kafka fails the whole request then.
+    """
+    services = ctx.services
+    counts = Counter(topic.name for topic in request.topics)
+    topics = _distinct_by_name(request.topics)
+    singles = [topic for topic in topics if counts[topic.name] == 1]
+    if _requested_partitions(singles, services.config["num.partitions"]) > MAX_PARTITIONS_PER_BATCH:
+        refusal = ApiError(ErrorCode.policy_violation, TOO_MANY_PARTITIONS_MESSAGE)
+        results = [_creation_error(topic.name, refusal) for topic in topics]
+    else:
+        duplicate = ApiError(ErrorCode.invalid_request, DUPLICATE_NAME_MESSAGE)
+        results = [
+            _creation_error(topic.name, duplicate)
+            if counts[topic.name] > 1
+            else _create_topic(services, topic, request.validate_only)
+            for topic in topics
+        ]
+    return build_response(request, {"throttle_time": NO_THROTTLE, "topics": results})
+
+
+# -- DeleteTopics -----------------------------------------------------------------------
+
+TopicRef = tuple[str | None, uuid.UUID | None]
+
+
+def _deletion(
+    name: str | None, topic_id: uuid.UUID | None, code: ErrorCode, message: str | None
+) -> dict[str, Any]:
+    return {"name": name, "topic_id": topic_id, "error_code": code, "error_message": message}
+
+
+def _delete_refs(request: Any) -> list[TopicRef]:
+    """(name, id) of each topic named: v1-5 list names, v6 names or ids (zero id = None)."""
+    topics = getattr(request, "topics", None)
+    if topics is None:
+        return [(name, None) for name in request.topic_names]
+    return [(topic.name, topic.topic_id) for topic in topics]
+
+
+def _resolve_deletions(
+    store: LocalMetadataStore, refs: Sequence[TopicRef]
+) -> tuple[list[dict[str, Any]], dict[uuid.UUID, str]]:
+    """The refusals, and the topics to delete by id, as ControllerApis.deleteTopics decides.
+
+    Ids are resolved before names, so a name whose topic was also given by id is refused
+    (and, as in Kafka, that topic is not deleted).
+    """
+    results: list[dict[str, Any]] = []
+    names: Counter[str] = Counter()
+    ids: Counter[uuid.UUID] = Counter()
+    for name, topic_id in refs:
+        if name is None and topic_id is None:
+            results.append(_deletion(None, None, ErrorCode.invalid_request,
+                                     "Neither topic name nor id were specified."))
+        elif name is not None and topic_id is not None:
+            results.append(_deletion(name, topic_id, ErrorCode.invalid_request,
+                                     "You may not specify both topic name and topic id."))
+        elif name is None:
+            ids[topic_id] += 1  # type: ignore[index]
+        else:
+            names[name] += 1
+    targets: dict[uuid.UUID, str] = {}
+    for topic_id, count in ids.items():
+        topic = store.topic_by_id(topic_id)
+        if count > 1:
+            results.append(_deletion(None, topic_id, ErrorCode.invalid_request,
+                                     "Duplicate topic id."))
+        elif topic is None:
+            results.append(_deletion(None, topic_id, ErrorCode.unknown_topic_id,
+                                     UNKNOWN_TOPIC_ID_MESSAGE))
+        else:
+            targets[topic_id] = topic.name
+    for name, count in names.items():
+        topic = store.topics.get(name)
+        if count > 1:
+            results.append(_deletion(name, None, ErrorCode.invalid_request,
+                                     DUPLICATE_NAME_MESSAGE))
+        elif topic is None:
+            results.append(_deletion(name, None, ErrorCode.unknown_topic_or_partition,
+                                     UNKNOWN_TOPIC_MESSAGE))
+        elif topic.uuid in targets:
+            del targets[topic.uuid]
+            results.append(_deletion(name, topic.uuid, ErrorCode.invalid_request,
+                                     "The provided topic name maps to an ID that was already "
+                                     "supplied."))
+        else:
+            targets[topic.uuid] = name
+    return results, targets
+
+
+@handles(20, 1, 6)
+async def delete_topics(ctx: RequestContext, request: Any) -> Any:
+    """DeleteTopics by name (v1-5) or by name or id (v6).
+
+    With delete.topic.enable=false Kafka refuses every topic: INVALID_REQUEST below v3 (those
+    clients do not know TOPIC_DELETION_DISABLED), TOPIC_DELETION_DISABLED from v3.
+    """
+    services = ctx.services
+    refs = _delete_refs(request)
+    if not services.config["delete.topic.enable"]:
+        code = ErrorCode.topic_deletion_disabled if ctx.version >= 3 else ErrorCode.invalid_request
+        results = [_deletion(name, tid, code, DELETION_DISABLED_MESSAGE) for name, tid in refs]
+        return build_response(request, {"throttle_time": NO_THROTTLE, "responses": results})
+    results, targets = _resolve_deletions(services.store, refs)
+    for topic_id, name in targets.items():
+        services.replicas.delete_topic(name)
+        services.metrics.forget_topic(name)
+        results.append(_deletion(name, topic_id, ErrorCode.none, None))
+    return build_response(request, {"throttle_time": NO_THROTTLE, "responses": results})
+
+
+# -- CreatePartitions -------------------------------------------------------------------
+
+
+def _added_partitions(store: LocalMetadataStore, topic: Any) -> int:
+    meta = store.topics.get(topic.name)
+    return max(0, topic.count - meta.partitions) if meta is not None else 0
+
+
+def check_new_partitions(services: BrokerServices, topic: Any) -> None:
+    """ReplicationControlManager.createPartitions' checks for one topic."""
+    meta = services.store.topics.get(topic.name)
+    if meta is None:
+        raise ApiError(ErrorCode.unknown_topic_or_partition, UNKNOWN_TOPIC_MESSAGE)
+    current = meta.partitions
+    if topic.count == current:
+        raise ApiError(ErrorCode.invalid_partitions,
+                       f"Topic already has {current} partition(s).")
+    if topic.count < current:
+        raise ApiError(
+            ErrorCode.invalid_partitions,
+            f"The topic {topic.name} currently has {current} partition(s); {topic.count} "
+            "would not be an increase.",
+        )
+    if topic.assignments is None:
+        return
+    additional = topic.count - current
+    if len(topic.assignments) != additional:
+        raise ApiError(
+            ErrorCode.invalid_replica_assignment,
+            f"Attempted to add {additional} additional partition(s), but only "
+            f"{len(topic.assignments)} assignment(s) were specified.",
+        )
+    first = services.replicas.get(topic.name, 0)
+    replication_factor = len(first.replicas) if first is not None else LIVE_BROKERS
+    for assignment in topic.assignments:
+        check_manual_replicas(services.node_id, assignment.broker_ids, replication_factor)
+
+
+def _partitions_result(name: str, code: ErrorCode, message: str | None) -> dict[str, Any]:
+    return {"name": name, "error_code": code, "error_message": message}
+
+
+def _add_partitions(services: BrokerServices, topic: Any, validate_only: bool) -> dict[str, Any]:
+    try:
+        check_new_partitions(services, topic)
+    except ApiError as e:
+        return _partitions_result(topic.name, e.code, e.message)
+    if not validate_only:
+        services.replicas.create_partitions(topic.name, topic.count)
+    return _partitions_result(topic.name, ErrorCode.none, None)
+
+
+@handles(37, 0, 3)
+async def create_partitions(ctx: RequestContext, request: Any) -> Any:
+    """CreatePartitions: grow topics; a name given twice is refused, as in ControllerApis.
+
+    Kafka has no clean limit here (its record list overflows); we refuse a request adding
+    more than MAX_PARTITIONS_PER_BATCH partitions like CreateTopics, before opening any log.
+    """
+    services = ctx.services
+    counts = Counter(topic.name for topic in request.topics)
+    topics = _distinct_by_name(request.topics)
+    added = sum(_added_partitions(services.store, t) for t in topics if counts[t.name] == 1)
+    results = []
+    for topic in topics:
+        if counts[topic.name] > 1:
+            results.append(_partitions_result(topic.name, ErrorCode.invalid_request,
+                                              DUPLICATE_NAME_MESSAGE))
+        elif added > MAX_PARTITIONS_PER_BATCH:
+            results.append(_partitions_result(topic.name, ErrorCode.policy_violation,
+                                              TOO_MANY_PARTITIONS_MESSAGE))
+        else:
+            results.append(_add_partitions(services, topic, request.validate_only))
+    return build_response(request, {"throttle_time": NO_THROTTLE, "results": results})
+
+
+# -- DescribeConfigs --------------------------------------------------------------------
+
+Synonym = tuple[str, str | None, int]  # name, value, source
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigEntry:
+    key: ConfigKey
+    value: str | None
+    synonyms: list[Synonym]  # highest precedence first; the first gives the source
+    read_only: bool
+
+    @property
+    def source(self) -> int:
+        return self.synonyms[0][2] if self.synonyms else DEFAULT_CONFIG
+
+
+def broker_synonyms(config: BrokerConfig, name: str) -> list[Synonym]:
+    """ConfigHelper.configSynonyms for a broker key: static settings, then defaults.
+
+    Like Kafka, entries before the first one named ``name`` are dropped, so a topic's
+    segment.ms shows log.roll.ms settings but not a lone log.roll.hours.
+    """
+    group = BROKER_SYNONYMS.get(name, (name,))
+    found: list[Synonym] = [
+        (key, config.originals[key], STATIC_BROKER_CONFIG)
+        for key in group
+        if key in config.originals
+    ]
+    for key in group:
+        default = BROKER_KEYS[key].default
+        if default is not None:
+            found.append((key, BROKER_KEYS[key].render(default), DEFAULT_CONFIG))
+    while found and found[0][0] != name:
+        found.pop(0)
+    return found
+
+
+def topic_config_entries(config: BrokerConfig, topic: TopicMetadata) -> list[ConfigEntry]:
+    """Every topic key with its effective value (ConfigHelper.createTopicConfigEntry)."""
+    overrides = validate_topic_configs(topic.configs)
+    values = config.topic_defaults() | overrides
+    entries = []
+    for name, (key, broker_key) in sorted(TOPIC_KEYS.items()):
+        value = key.render(values[name])
+        synonyms = broker_synonyms(config, broker_key)
+        if name in overrides:
+            synonyms.insert(0, (name, value, DYNAMIC_TOPIC_CONFIG))
+        entries.append(ConfigEntry(key, value, synonyms, read_only=False))
+    return entries
+
+
+def broker_config_entries(config: BrokerConfig, resource_name: str) -> list[ConfigEntry]:
+    """Every broker key of this node; read-only, since nothing can be changed at runtime.
+
+    The empty name asks for the cluster-wide dynamic defaults, of which we have none.
+    """
+    if resource_name == "":
+        return []
+    if not re.fullmatch(r"[+-]?[0-9]+", resource_name):
+        raise ApiError(ErrorCode.invalid_request,
+                       f"Broker id must be an integer, but it is: {resource_name}")
+    if int(resource_name) != config.node_id:
+        raise ApiError(
+            ErrorCode.invalid_request,
+            f"Unexpected broker id, expected {config.node_id} or empty string, but received "
+            f"{resource_name}",
+        )
+    return [
+        ConfigEntry(key, key.render(config[name]), broker_synonyms(config, name), read_only=True)
+        for name, key in sorted(BROKER_KEYS.items())
+    ]
+
+
+def _resource_entries(services: BrokerServices, resource: Any) -> list[ConfigEntry]:
+    if resource.resource_type == TOPIC_RESOURCE:
+        error = topic_name_error(resource.resource_name)
+        if error is not None:
+            raise ApiError(ErrorCode.invalid_topic_exception, error)
+        topic = services.store.topics.get(resource.resource_name)
+        if topic is None:
+            raise ApiError(ErrorCode.unknown_topic_or_partition, UNKNOWN_TOPIC_MESSAGE)
+        return topic_config_entries(services.config, topic)
+    if resource.resource_type == BROKER_RESOURCE:
+        return broker_config_entries(services.config, resource.resource_name)
+    type_name = _RESOURCE_TYPE_NAMES.get(resource.resource_type, "UNKNOWN")
+    raise ApiError(ErrorCode.invalid_request, f"Unsupported resource type: {type_name}")
+
+
+def _described(entry: ConfigEntry, synonyms: bool, documentation: bool) -> dict[str, Any]:
+    return {
+        "name": entry.key.name,
+        "value": entry.value,
+        "read_only": entry.read_only,
+        "config_source": entry.source,
+        "is_sensitive": False,
+        "synonyms": [
+            {"name": name, "value": value, "source": source}
+            for name, value, source in (entry.synonyms if synonyms else ())
+        ],
+        "config_type": CONFIG_TYPES[entry.key.type],
+        "documentation": entry.key.doc if documentation else None,
+    }
+
+
+def _describe_resource(
+    services: BrokerServices, resource: Any, synonyms: bool, documentation: bool
+) -> dict[str, Any]:
+    result: dict[str, Any] = {
+        "resource_type": resource.resource_type,
+        "resource_name": resource.resource_name,
+        "error_code": ErrorCode.none,
+        "error_message": None,
+        "configs": [],
+    }
+    try:
+        entries = _resource_entries(services, resource)
+    except ApiError as e:
+        result.update(error_code=e.code, error_message=e.message)
+        return result
+    wanted = set(resource.configuration_keys or ())  # null or empty: every key
+    result["configs"] = [
+        _described(entry, synonyms, documentation)
+        for entry in entries
+        if not wanted or entry.key.name in wanted
+    ]
+    return result
+
+
+@handles(32, 1, 4)
+async def describe_configs(ctx: RequestContext, request: Any) -> Any:
+    """DescribeConfigs of topics and of this broker; other resource types are refused."""
+    documentation = getattr(request, "include_documentation", False)
+    results = [
+        _describe_resource(ctx.services, resource, request.include_synonyms, documentation)
+        for resource in request.resources
+    ]
+    return build_response(request, {"throttle_time": NO_THROTTLE, "results": results})
+
+
+# -- DescribeCluster --------------------------------------------------------------------
+
+
+def _endpoint_type_error(endpoint_type: int, version: int) -> ApiError | None:
+    """AuthHelper.computeDescribeClusterResponse: a broker listener describes brokers only."""
+    if endpoint_type not in _ENDPOINT_NAMES:
+        code = ErrorCode.unsupported_endpoint_type if version else ErrorCode.invalid_request
+        return ApiError(code, f"Unsupported endpoint type {endpoint_type}")
+    if endpoint_type != BROKER_ENDPOINT:
+        code = ErrorCode.mismatched_endpoint_type if version else ErrorCode.invalid_request
+        return ApiError(
+            code,
+            "The request was sent to an endpoint of type BROKER, but we wanted an endpoint of "
+            f"type {_ENDPOINT_NAMES[endpoint_type]}",
+        )
+    return None
+
+
+@handles(60, 0, 1)
+async def describe_cluster(ctx: RequestContext, request: Any) -> Any:
+    """DescribeCluster: this broker is the whole cluster and, to clients, its controller."""
+    endpoint_type = getattr(request, "endpoint_type", BROKER_ENDPOINT)
+    error = _endpoint_type_error(endpoint_type, ctx.version)
+    if error is not None:
+        return build_response(request, {
+            "throttle_time": NO_THROTTLE,
+            "error_code": error.code,
+            "error_message": error.message,
+            "cluster_id": "",
+            "brokers": [],
+        })
+    services = ctx.services
+    endpoint = ctx.advertised_endpoint()
+    operations = OPERATIONS_NOT_REQUESTED
+    if request.include_cluster_authorized_operations:
+        operations = CLUSTER_OPERATIONS
+    return build_response(request, {
+        "throttle_time": NO_THROTTLE,
+        "error_code": ErrorCode.none,
+        "error_message": None,
+        "endpoint_type": endpoint_type,
+        "cluster_id": services.store.cluster_id,
+        "controller_id": services.node_id,
+        "brokers": [{
+            "broker_id": services.node_id,
+            "host": endpoint.host,
+            "port": endpoint.port,
+            "rack": endpoint.rack,
+        }],
+        "cluster_authorized_operations": operations,
+    })

@@ -1,0 +1,58 @@
+"""OffsetForLeaderEpoch: where a leader epoch ended in this partition's log (KIP-101/279).
+
+Consumers send it after a leader change to check that their position was not truncated
+away (KIP-320), followers to find where their log diverges from the leader's. Like Kafka's
+ReplicaManager.lastOffsetForLeaderEpoch, a partition we do not host is
+UNKNOWN_TOPIC_OR_PARTITION, a stale or future current_leader_epoch is fenced, and an epoch
+the cache cannot place is answered with no error and -1/-1.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.handlers import handles
+from broker.handlers.context import RequestContext
+from broker.protocol.messages import build_response
+from broker.server.partition import Partition
+from broker.server.replica_manager import ReplicaManager
+
+NO_THROTTLE = datetime.timedelta(0)
+
+
+def end_offset(partition: Partition | None, index: int, requested: Any) -> dict[str, Any]:
+    """One partition's answer; leader_epoch and end_offset stay -1 on errors."""
+    if partition is None:
+        return {"partition": index, "error_code": ErrorCode.unknown_topic_or_partition}
+    error = partition.check_leader_epoch(requested.current_leader_epoch)
+    if error != ErrorCode.none:
+        return {"partition": index, "error_code": error}
+    log = partition.log
+    epoch, offset = log.epoch_cache.end_offset_for(requested.leader_epoch, log.log_end_offset)
+    return {
+        "partition": index,
+        "error_code": ErrorCode.none,
+        "leader_epoch": epoch,
+        "end_offset": offset,
+    }
+
+
+def _topic_result(replicas: ReplicaManager, topic: Any) -> dict[str, Any]:
+    return {
+        "topic": topic.topic,
+        "partitions": [
+            end_offset(replicas.get(topic.topic, p.partition), p.partition, p)
+            for p in topic.partitions
+        ],
+    }
+
+
+@handles(23, 2, 4)
+async def offset_for_leader_epoch(ctx: RequestContext, request: Any) -> Any:
+    """Answer every partition asked for; replica_id (v3+) changes nothing on a sole leader."""
+    replicas = ctx.services.replicas
+    topics = [_topic_result(replicas, topic) for topic in request.topics]
+    return build_response(request, {"throttle_time": NO_THROTTLE, "topics": topics})

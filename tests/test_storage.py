@@ -1,0 +1,204 @@
+"""The log layer on temporary directories, with no broker: segments, indexes, recovery."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from broker.protocol.record_reader import record_offsets_and_timestamps
+from broker.protocol.records import split_batches
+from broker.storage.leader_epoch import LeaderEpochCache
+from broker.storage.log import Log, LogConfig, OffsetOutOfRange
+from tests.wire import build_batch
+
+TS = 1_700_000_000_000
+
+
+def batch(n: int, ts: int = TS, size: int = 100, pid: int = -1, seq: int = -1) -> bytes:
+    return build_batch(
+        [(None, b"v" * size, (), i) for i in range(n)], ts, producer_id=pid, producer_epoch=0,
+        base_sequence=seq,
+    )
+
+
+def append(log: Log, data: bytes, epoch: int = 0):
+    return log.append_as_leader(bytearray(data), split_batches(data), epoch)
+
+
+def read_all(log: Log, start: int = 0) -> bytes:
+    out = b""
+    offset = start
+    while offset < log.log_end_offset:
+        result = log.read(offset, 1 << 30, log.log_end_offset, True)
+        region = result.region
+        out += os.pread(region.fd, region.length, region.position)
+        offset = result.next_offset
+    return out
+
+
+def small_config(**changes) -> LogConfig:
+    base = {"segment_bytes": 4096, "index_interval_bytes": 256, "file_delete_delay_ms": 0}
+    return LogConfig(**{**base, **changes})
+
+
+def test_offsets_roll_and_segment_names(tmp_path: Path):
+    log = Log(tmp_path / "t-0", small_config())
+    offsets = [append(log, batch(3)).first_offset for _ in range(40)]
+    assert offsets == list(range(0, 120, 3))
+    assert len(log.segments) > 3
+    names = sorted(p.name for p in (tmp_path / "t-0").glob("*.log"))
+    assert names[0] == "00000000000000000000.log"
+    assert all(len(n) == len("00000000000000000000.log") for n in names)
+    assert [s.base_offset for s in log.segments] == [int(n[:20]) for n in names]
+    assert all(s.offset_index.entries > 0 for s in log.segments[:-1])
+    # Every offset is readable and lands in the batch that holds it.
+    for offset in range(120):
+        result = log.read(offset, 10_000, log.log_end_offset, True)
+        assert result.first_offset == offset - offset % 3
+
+
+def test_read_respects_max_bytes_and_high_watermark(tmp_path: Path):
+    log = Log(tmp_path / "t-0", small_config(segment_bytes=1 << 20))
+    sizes = [len(batch(2)) for _ in range(10)]
+    for _ in range(10):
+        append(log, batch(2))
+    one = log.read(0, sizes[0] + 10, log.log_end_offset, True)
+    assert (one.region.length, one.next_offset) == (sizes[0], 2)
+    # Too small for one batch: nothing, unless min_one_batch (KIP-74).
+    assert log.read(0, 10, log.log_end_offset, False).region is None
+    assert log.read(0, 10, log.log_end_offset, True).region.length == sizes[0]
+    # Stops before the high watermark at a batch boundary.
+    capped = log.read(0, 1 << 20, 6, True)
+    assert (capped.region.length, capped.next_offset) == (3 * sizes[0], 6)
+    assert log.read(6, 1 << 20, 6, True).region is None
+    with pytest.raises(OffsetOutOfRange):
+        log.read(21, 100, 20, True)
+
+
+def test_reopen_after_clean_close_keeps_everything(tmp_path: Path):
+    log = Log(tmp_path / "t-0", small_config())
+    for i in range(30):
+        append(log, batch(2, ts=TS + i))
+    before = read_all(log)
+    end = log.log_end_offset
+    log.close()
+    log = Log(tmp_path / "t-0", small_config(), clean_shutdown=True)
+    assert log.log_end_offset == end
+    assert read_all(log) == before
+    assert append(log, batch(1)).first_offset == end
+
+
+def test_recovery_truncates_a_torn_tail_and_rebuilds_indexes(tmp_path: Path):
+    directory = tmp_path / "t-0"
+    log = Log(directory, small_config())
+    for _ in range(30):
+        append(log, batch(2))
+    good = read_all(log)
+    end = log.log_end_offset
+    active = log.active_segment.log_path
+    log.close()
+    with open(active, "ab") as f:
+        f.write(batch(5)[:70])  # a batch cut short, as a crash mid-write leaves it
+    for index in directory.glob("*.index"):
+        index.write_bytes(b"\x00" * 16)  # garbage entries
+    log = Log(directory, small_config(), recovery_point=0, clean_shutdown=False)
+    assert log.log_end_offset == end
+    assert read_all(log) == good
+    for offset in range(0, end, 7):
+        assert log.read(offset, 1 << 20, end, True).first_offset == offset - offset % 2
+
+
+def test_recovery_drops_segments_after_a_corrupt_batch(tmp_path: Path):
+    directory = tmp_path / "t-0"
+    log = Log(directory, small_config())
+    for _ in range(40):
+        append(log, batch(2))
+    second = log.segments[1]
+    keep_end = second.base_offset
+    log.close()
+    with open(second.log_path, "r+b") as f:
+        f.seek(70)
+        f.write(b"\xff\xff")  # flip bytes inside the first batch: CRC mismatch
+    log = Log(directory, small_config(), recovery_point=0, clean_shutdown=False)
+    assert log.log_end_offset == keep_end
+    assert len(log.segments) == 2 and log.segments[1].size == 0
+
+
+def test_retention_by_size_and_time(tmp_path: Path):
+    log = Log(tmp_path / "t-0", small_config(retention_bytes=8192, retention_ms=-1))
+    for i in range(60):
+        append(log, batch(2, ts=TS + i))
+    assert log.delete_old_segments(now_ms=TS) > 0
+    assert log.size_bytes - log.active_segment.size <= 8192
+    start = log.log_start_offset
+    assert start > 0
+    with pytest.raises(OffsetOutOfRange):
+        log.read(start - 1, 100, log.log_end_offset, True)
+    assert not list((tmp_path / "t-0").glob("*.deleted"))  # delay 0: files gone
+
+    timed = Log(tmp_path / "u-0", small_config(retention_ms=60_000))
+    for i in range(60):
+        append(timed, batch(2, ts=TS + i * 1000))
+    segments = len(timed.segments)
+    assert timed.delete_old_segments(now_ms=TS + 59_000) == 0
+    assert timed.delete_old_segments(now_ms=TS + 10**9) == segments - 1
+    assert timed.log_start_offset == timed.active_segment.base_offset
+
+
+def test_offset_for_timestamp_looks_inside_batches(tmp_path: Path):
+    log = Log(tmp_path / "t-0", small_config(segment_bytes=1 << 20))
+    for b in range(20):
+        append(log, batch(5, ts=TS + b * 100))  # records at TS + b*100 + 0..4
+    assert log.offset_for_timestamp(TS)[:2] == (0, TS)
+    assert log.offset_for_timestamp(TS + 702)[:2] == (37, TS + 702)
+    assert log.offset_for_timestamp(TS + 705)[:2] == (40, TS + 800)
+    assert log.offset_for_timestamp(TS + 10**6) is None
+    assert log.max_timestamp_offset()[:2] == (99, TS + 1904)
+    raw = build_batch([(b"k", b"v", (), 7), (None, b"w", (), 3)], TS)
+    assert record_offsets_and_timestamps(raw) == [(0, TS + 7), (1, TS + 3)]
+
+
+def test_producer_state_survives_reopen(tmp_path: Path):
+    directory = tmp_path / "t-0"
+    log = Log(directory, small_config())
+    append(log, batch(3, pid=7, seq=0))
+    append(log, batch(3, pid=7, seq=3))
+    log.close()
+    log = Log(directory, small_config(), clean_shutdown=False)
+    dup = split_batches(batch(3, pid=7, seq=3))[0]
+    assert log.find_duplicate(dup).first_offset == 3
+    gap = split_batches(batch(1, pid=7, seq=9))[0]
+    assert log.producer_state.check(gap) is not None
+    nxt = split_batches(batch(1, pid=7, seq=6))[0]
+    assert log.producer_state.check(nxt) is None
+
+
+def test_leader_epoch_cache(tmp_path: Path):
+    cache = LeaderEpochCache(tmp_path)
+    cache.assign(0, 0)
+    cache.assign(2, 50)
+    cache.assign(1, 40)  # older epochs never go backwards
+    cache.assign(5, 90)
+    assert cache.entries == [(0, 0), (2, 50), (5, 90)]
+    assert cache.end_offset_for(0, 120) == (0, 50)
+    assert cache.end_offset_for(1, 120) == (0, 50)
+    assert cache.end_offset_for(3, 120) == (2, 90)
+    assert cache.end_offset_for(5, 120) == (5, 120)
+    assert LeaderEpochCache(tmp_path).entries == cache.entries  # the checkpoint file
+    cache.truncate_from_end(60)
+    assert cache.entries == [(0, 0), (2, 50)]
+    cache.truncate_from_start(55)
+    assert cache.entries == [(2, 55)]
+
+
+def test_epochs_are_stamped_and_checkpointed(tmp_path: Path):
+    directory = tmp_path / "t-0"
+    log = Log(directory, small_config())
+    append(log, batch(2), epoch=0)
+    append(log, batch(2), epoch=3)
+    assert log.epoch_cache.entries == [(0, 0), (3, 2)]
+    raw = read_all(log)
+    assert [h.partition_leader_epoch for h in split_batches(raw)] == [0, 3]
+    assert (directory / "leader-epoch-checkpoint").read_text() == "0\n2\n0 0\n3 2\n"
