@@ -606,3 +606,22 @@ def test_offset_for_leader_epoch_unknown_topic_and_empty_log(
     answer = only(only(response.topics).partitions)
     assert (answer.error_code, answer.leader_epoch, answer.end_offset) == (
         ErrorCode.none, -1, -1)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "LeaderEpochCache.end_offset_for differs from Kafka's LeaderEpochFileCache.endOffsetFor "
+    "for epochs below the first or above the latest cached epoch"))
+def test_offset_for_leader_epoch_outside_the_cache_matches_kafka(
+    services: BrokerServices,
+) -> None:
+    create(services, 7, new_topic("t", 1))
+    partition = services.replicas.get("t", 0)
+    partition.leader_epoch = 1
+    partition.append(batch(3), 1 << 20)  # epoch 1: 0..2
+    partition.leader_epoch = 3
+    partition.append(batch(2), 1 << 20)  # epoch 3: 3..4
+    response = call(services, epochs_request(4, "t", (0, -1, 0), (0, -1, 5)))
+    answers = [(p.leader_epoch, p.end_offset) for p in only(response.topics).partitions]
+    # Below the first epoch: the requested epoch, ending where the first known one starts.
+    # Above the latest: undefined.
+    assert answers == [(0, 0), (-1, -1)]

@@ -293,19 +293,18 @@ def test_offsets_for_times(broker_factory) -> None:
                    "--timestamp-step", 1000)
     assert sent["acked"] == 10 and sent["last_offset"] == 9, sent
 
-    def lookup(ts: int) -> tuple[Any, Any]:
-        data = kafkacheck("offsets-for-times", broker.bootstrap, "times", ts).data
-        assert set(data["partitions"]) == {"0", "1"}, data
-        found = data["partitions"]["0"]
-        return (None if found is None else (found["offset"], found["timestamp"]),
-                data["partitions"]["1"])
-
-    assert lookup(base - 5000) == ((0, base), None)
-    assert lookup(base) == ((0, base), None)
-    assert lookup(base + 3000) == ((3, base + 3000), None)
-    assert lookup(base + 3500) == ((4, base + 4000), None)
-    assert lookup(base + 9000) == ((9, base + 9000), None)
-    assert lookup(base + 9001) == (None, None)
+    asked = [base - 5000, base, base + 3000, base + 3500, base + 9000, base + 9001]
+    data = kafkacheck("offsets-for-times", broker.bootstrap, "times", *asked).data
+    assert [lookup["timestamp"] for lookup in data["lookups"]] == asked, data
+    found = []
+    for lookup in data["lookups"]:
+        assert set(lookup["partitions"]) == {"0", "1"}, data
+        assert lookup["partitions"]["1"] is None, data  # an empty partition has no answer
+        hit = lookup["partitions"]["0"]
+        found.append(None if hit is None else (hit["offset"], hit["timestamp"]))
+    # The earliest offset whose timestamp is >= the one asked for.
+    assert found == [(0, base), (0, base), (3, base + 3000), (4, base + 4000), (9, base + 9000),
+                     None], data
 
 
 def test_admin_create_list_describe_delete(broker) -> None:

@@ -42,12 +42,10 @@ def handles(
 def load_all() -> dict[int, ApiSpec]:
     """Import every handler module so each registers itself."""
     from broker.handlers import (  # noqa: F401
-
         api_versions,
         fetch,
         list_offsets,
         metadata,
-
         produce,
         producer_id,
     )

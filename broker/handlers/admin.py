@@ -382,16 +382,16 @@ def _resolve_deletions(
     names: Counter[str] = Counter()
     ids: Counter[uuid.UUID] = Counter()
     for name, topic_id in refs:
-        if name is None and topic_id is None:
-            results.append(_deletion(None, None, ErrorCode.invalid_request,
-                                     "Neither topic name nor id were specified."))
-        elif name is not None and topic_id is not None:
+        if name is not None and topic_id is not None:
             results.append(_deletion(name, topic_id, ErrorCode.invalid_request,
                                      "You may not specify both topic name and topic id."))
-        elif name is None:
-            ids[topic_id] += 1  # type: ignore[index]
-        else:
+        elif name is not None:
             names[name] += 1
+        elif topic_id is not None:
+            ids[topic_id] += 1
+        else:
+            results.append(_deletion(None, None, ErrorCode.invalid_request,
+                                     "Neither topic name nor id were specified."))
     targets: dict[uuid.UUID, str] = {}
     for topic_id, count in ids.items():
         topic = store.topic_by_id(topic_id)

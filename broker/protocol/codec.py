@@ -18,7 +18,6 @@ from typing import Any
 from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema, load_response_schema
 from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
 from kio.serial import entity_reader, entity_writer
-from kio.serial.errors import DecodeError
 
 _FRAME_SIZE = struct.Struct(">i")
 _HEADER_PREFIX = struct.Struct(">hhi")
@@ -167,10 +166,8 @@ def decode_request(frame: bytes) -> Request:
     if schema.__flexible__:
         pos = _skip_tagged_fields(frame, pos)
     try:
-        body, size = reader(frame, pos)
-    except (DecodeError, ValueError, IndexError, TypeError, UnicodeDecodeError) as e:
-        raise ProtocolError(f"cannot decode {schema.__name__} v{api_version}: {e}") from e
-    except Exception as e:  # the native reader raises its own types for malformed input
+        body, _ = reader(frame, pos)
+    except Exception as e:  # kio's native reader raises several types for malformed input
         raise ProtocolError(f"cannot decode {schema.__name__} v{api_version}: {e!r}") from e
     # Trailing bytes are ignored, as Kafka's RequestContext.parseRequest does: librdkafka
     # 2.x pads a null compact array in Metadata v12 with three extra zero bytes.

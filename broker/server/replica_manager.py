@@ -66,8 +66,7 @@ class ReplicaManager:
         recovery: dict[TopicPartition, int] = {}
         clean: dict[Path, bool] = {}
         for log_dir in self.log_dirs:
-            marker = log_dir / CLEAN_SHUTDOWN_FILE
-            clean[log_dir] = marker.exists()
+            clean[log_dir] = (log_dir / CLEAN_SHUTDOWN_FILE).exists()
             recovery.update(read_offset_checkpoint(log_dir / RECOVERY_CHECKPOINT))
             for child in log_dir.iterdir():
                 if child.is_dir() and child.name.endswith(DELETE_SUFFIX):
@@ -83,13 +82,13 @@ class ReplicaManager:
                 self._open_partition(topic, index, directory, recovery.get(tp, 0), clean)
         for tp, directory in existing.items():
             log.warning("ignoring %s: no topic %s in the metadata", directory, tp.topic)
+        unclean = [str(d) for d, was_clean in clean.items() if not was_clean and self.partitions]
         for log_dir in self.log_dirs:
             (log_dir / CLEAN_SHUTDOWN_FILE).unlink(missing_ok=True)
         self.write_checkpoints()
-        log.info(
-            "loaded %d partitions in %.2fs (%s shutdown)", len(self.partitions),
-            time.monotonic() - started, "clean" if all(clean.values()) else "unclean",
-        )
+        log.info("loaded %d partitions in %.2fs", len(self.partitions), time.monotonic() - started)
+        if unclean:
+            log.warning("recovered after an unclean shutdown of %s", ", ".join(unclean))
 
     def start_background_tasks(self) -> None:
         self._retention_task = asyncio.create_task(self._retention_loop())

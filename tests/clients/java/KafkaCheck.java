@@ -21,7 +21,8 @@
 //   consume <bootstrap> <topic> <expected-count> [--timeout-ms T] [--value-size N]
 //       [--with-headers] [--key-prefix K] [--null-keys] [--timestamp MS] [--timestamp-step MS]
 //       [--max-print N] [--prop k=v]...
-//   offsets-for-times <bootstrap> <topic> <timestamp> [--timeout-ms T] [--prop k=v]...
+//   offsets-for-times <bootstrap> <topic> <timestamp> [<timestamp>...] [--timeout-ms T]
+//       [--prop k=v]...
 //   admin <bootstrap> create <topic> [--partitions N] [--replication-factor R] [--config k=v]...
 //   admin <bootstrap> delete <topic>...
 //   admin <bootstrap> describe <topic>...
@@ -607,41 +608,52 @@ public final class KafkaCheck {
     // ------------------------------------------------------------------ offsets-for-times
 
     static Map<String, Object> offsetsForTimes(Args a) throws Exception {
-        a.positionals(3, "offsets-for-times <bootstrap> <topic> <timestamp> [options]");
+        a.positionals(3, "offsets-for-times <bootstrap> <topic> <timestamp> [<timestamp>...]");
         String bootstrap = a.pos(0);
         String topic = a.pos(1);
-        long ts = a.posLong(2);
+        List<Long> timestamps = new ArrayList<>();
+        for (int i = 2; i < a.positionalCount(); i++) {
+            timestamps.add(a.posLong(i));
+        }
         int timeoutMs = a.intOpt("--timeout-ms", DEFAULT_TIMEOUT_MS);
         long deadline = System.currentTimeMillis() + timeoutMs;
         Properties p = consumerProps(bootstrap, timeoutMs);
         a.applyProps(p);
 
-        Map<String, Object> partitions = new TreeMap<>();
+        List<Object> lookups = new ArrayList<>();
         try (KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(p)) {
             List<TopicPartition> tps = topicPartitions(consumer, topic, deadline);
-            Map<TopicPartition, Long> query = new HashMap<>();
-            for (TopicPartition tp : tps) {
-                query.put(tp, ts);
-            }
-            Map<TopicPartition, OffsetAndTimestamp> result =
-                    consumer.offsetsForTimes(query, remaining(deadline));
-            for (TopicPartition tp : tps) {
-                OffsetAndTimestamp ot = result.get(tp);
-                Map<String, Object> m = null;
-                if (ot != null) {
-                    m = new LinkedHashMap<>();
-                    m.put("offset", ot.offset());
-                    m.put("timestamp", ot.timestamp());
-                    m.put("leader_epoch", ot.leaderEpoch().orElse(null));
+            for (long ts : timestamps) {
+                Map<TopicPartition, Long> query = new HashMap<>();
+                for (TopicPartition tp : tps) {
+                    query.put(tp, ts);
                 }
-                partitions.put(String.valueOf(tp.partition()), m);
+                Map<TopicPartition, OffsetAndTimestamp> result =
+                        consumer.offsetsForTimes(query, remaining(deadline));
+                Map<String, Object> partitions = new TreeMap<>();
+                for (TopicPartition tp : tps) {
+                    OffsetAndTimestamp ot = result.get(tp);
+                    Map<String, Object> m = null;
+                    if (ot != null) {
+                        m = new LinkedHashMap<>();
+                        m.put("offset", ot.offset());
+                        m.put("timestamp", ot.timestamp());
+                        m.put("leader_epoch", ot.leaderEpoch().orElse(null));
+                    }
+                    partitions.put(String.valueOf(tp.partition()), m);
+                }
+                Map<String, Object> lookup = new LinkedHashMap<>();
+                lookup.put("timestamp", ts);
+                lookup.put("partitions", partitions);
+                lookups.add(lookup);
             }
         }
         Map<String, Object> out = new LinkedHashMap<>();
         out.put("ok", true);
         out.put("topic", topic);
-        out.put("timestamp", ts);
-        out.put("partitions", partitions);
+        // One lookup per timestamp, in the order given; each maps partition -> the earliest
+        // offset whose timestamp is >= the one asked for, or null when there is none.
+        out.put("lookups", lookups);
         return out;
     }
 
@@ -893,6 +905,10 @@ public final class KafkaCheck {
             if (positionals.size() < n) {
                 throw new UsageException("usage: " + usage);
             }
+        }
+
+        int positionalCount() {
+            return positionals.size();
         }
 
         String pos(int i) {

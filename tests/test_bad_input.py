@@ -1,0 +1,609 @@
+"""A live broker against bad input: random frames, truncated and oversize frames, unknown
+APIs and versions, corrupt batches, illegal topic names, out-of-range fetches.
+
+Each test keeps one healthy connection open next to the abuse and checks it in the middle
+and at the end: bad input from one client must cost that client its connection (or get an
+error code), never the broker or its other clients. Error codes are Kafka's; where the
+broker answers differently from Kafka the case is marked xfail(strict=True) with the reason,
+so a fix shows up as an XPASS to remove the marker.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from kio.schema.api_versions.v0.request import ApiVersionsRequest as ApiVersionsRequestV0
+
+from broker.protocol.codec import RequestHeader, encode_request
+from tests.wire import (
+    EARLIEST,
+    LATEST,
+    ConnectionClosed,
+    WireClient,
+    api_versions_request,
+    build_batch,
+    create_topic,
+    decode_response_exact,
+    fetch,
+    fetch_request,
+    init_producer_id,
+    list_offset,
+    list_offsets_request,
+    metadata_request,
+    parse_batches,
+    produce,
+    produce_request,
+    recompute_crc,
+    simple_batch,
+)
+
+_I32 = struct.Struct(">i")
+CLOSE_TIMEOUT = 10.0
+
+# Kafka error codes (org.apache.kafka.common.protocol.Errors)
+NONE = 0
+OFFSET_OUT_OF_RANGE = 1
+CORRUPT_MESSAGE = 2
+UNKNOWN_TOPIC_OR_PARTITION = 3
+MESSAGE_TOO_LARGE = 10
+INVALID_TOPIC_EXCEPTION = 17
+INVALID_REQUIRED_ACKS = 21
+UNSUPPORTED_VERSION = 35
+INVALID_RECORD = 87
+
+
+class Healthy:
+    """A well-behaved client on its own connection, checked while others misbehave."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.bootstrap = bootstrap
+        self.client = WireClient.connect(bootstrap)
+        self.checks = 0
+
+    def check(self) -> None:
+        versions = self.client.request(api_versions_request())
+        assert versions.error_code == NONE
+        assert {a.api_key for a in versions.api_keys} >= {0, 1, 3, 18}
+        meta = self.client.request(metadata_request(None))
+        assert [b.port for b in meta.brokers] == [int(self.bootstrap.rpartition(":")[2])]
+        self.checks += 1
+
+
+@pytest.fixture
+def healthy(broker) -> Iterator[Healthy]:
+    h = Healthy(broker.bootstrap)
+    h.check()
+    yield h
+    h.client.close()
+
+
+def frame(body: bytes) -> bytes:
+    return _I32.pack(len(body)) + body
+
+
+def request_bytes(body, version: int | None = None, correlation_id: int = 7,
+                  client_id: str | None = "bad-input") -> bytes:
+    """A framed request; ``version`` overrides the header's API version."""
+    api_version = body.__version__ if version is None else version
+    return encode_request(
+        RequestHeader(body.__api_key__, api_version, correlation_id, client_id), body
+    )
+
+
+def assert_closed_silently(client: WireClient, what: str) -> None:
+    assert client.closed_by_peer(CLOSE_TIMEOUT), f"{what}: connection still open"
+    assert client.discarded == 0, f"{what}: got {client.discarded} bytes before the close"
+
+
+def broker_errors(broker) -> list[str]:
+    """Log lines that mean a handler or the network layer crashed rather than refused."""
+    return [
+        line for line in broker.output
+        if "Traceback" in line or "handler failed" in line or " ERROR " in line
+    ]
+
+
+def round_trip_with_confluent(bootstrap: str, topic: str, count: int = 5) -> None:
+    """A real client produces and consumes ``count`` messages."""
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
+                         "message.timeout.ms": 20000})
+    reports: list = []
+    for i in range(count):
+        producer.produce(topic, value=b"rt-%d" % i,
+                         on_delivery=lambda err, msg: reports.append((err, msg.offset())))
+    assert producer.flush(30) == 0, "confluent producer did not deliver in time"
+    assert [err for err, _ in reports] == [None] * count
+    first = min(offset for _, offset in reports)
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bad-input-check",
+                         "enable.auto.commit": False})
+    try:
+        consumer.assign([TopicPartition(topic, 0, first)])
+        values = []
+        deadline = time.monotonic() + 30
+        while len(values) < count and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            assert msg.error() is None, msg.error()
+            values.append(msg.value())
+        assert values == [b"rt-%d" % i for i in range(count)]
+    finally:
+        consumer.close()
+
+
+# -- the batch builder itself --------------------------------------------------------------
+
+
+def test_build_batch_matches_kafka_python_bytes():
+    """Our builder writes the same bytes as an independent client implementation."""
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+
+    records = [(b"k", b"v", [("h", b"x"), ("n", None)], 0), (None, b"v2", [], 5),
+               (b"", None, [], 300), (b"key" * 50, b"\0" * 200, [("", b"")], 70000)]
+    builder = DefaultRecordBatchBuilder(
+        magic=2, compression_type=0, is_transactional=0, producer_id=7, producer_epoch=3,
+        base_sequence=11, batch_size=1 << 20,
+    )
+    for offset, (key, value, headers, delta) in enumerate(records):
+        builder.append(offset, 1_700_000_000_000 + delta, key, value, headers)
+    expected = bytes(builder.build())
+    # kafka-python stamps partitionLeaderEpoch 0 where the Java producer writes -1.
+    ours = build_batch(records, 1_700_000_000_000, 7, 3, 11, partition_leader_epoch=0)
+    assert ours == expected
+    (batch,) = parse_batches(ours)
+    assert [(r.offset, r.key, r.value, list(r.headers)) for r in batch.records] == [
+        (i, k, v, list(h)) for i, (k, v, h, _) in enumerate(records)
+    ]
+    assert batch.max_timestamp == 1_700_000_000_000 + 70000
+
+
+# -- (a) random frames -------------------------------------------------------------------
+
+
+def _exemplars() -> list[bytes]:
+    """Valid request frames (without size prefix) for the fuzzer to mutate."""
+    batch = simple_batch([b"fuzz-1", b"fuzz-2"])
+    bodies = [
+        api_versions_request(),
+        ApiVersionsRequestV0(),
+        metadata_request(["fuzz"]),
+        metadata_request(None, auto_create=False),
+        produce_request("fuzz", batch),
+        produce_request("fuzz", batch, acks=0),
+        # A topic that never exists, so a mutated fetch cannot long-poll on data.
+        fetch_request("fuzz-absent", 0),
+        list_offsets_request("fuzz", LATEST),
+    ]
+    out = [request_bytes(b, correlation_id=1000 + i)[4:] for i, b in enumerate(bodies)]
+    out.append(request_bytes(api_versions_request(), version=99)[4:])
+    return out
+
+
+EXEMPLARS = _exemplars()
+API_KEYS = [0, 1, 2, 3, 10, 11, 17, 18, 19, 22, 36, 60, 1000, -1, 32767]
+
+
+@st.composite
+def mutated_frames(draw) -> bytes:
+    data = bytearray(draw(st.sampled_from(EXEMPLARS)))
+    for _ in range(draw(st.integers(1, 4))):
+        if not data:
+            break
+        kind = draw(st.sampled_from(["flip", "set", "delete", "insert", "truncate"]))
+        pos = draw(st.integers(0, len(data) - 1))
+        if kind == "flip":
+            data[pos] ^= 1 << draw(st.integers(0, 7))
+        elif kind == "set":
+            data[pos] = draw(st.sampled_from([0x00, 0x01, 0x7F, 0x80, 0xFF]))
+        elif kind == "delete":
+            del data[pos : pos + draw(st.integers(1, 8))]
+        elif kind == "insert":
+            data[pos:pos] = draw(st.binary(min_size=1, max_size=8))
+        else:
+            del data[pos:]
+    return bytes(data)
+
+
+random_frames = st.one_of(
+    st.binary(max_size=300),
+    st.builds(
+        lambda key, version, cid, tail: struct.pack(">hhi", key, version, cid) + tail,
+        st.sampled_from(API_KEYS) | st.integers(-32768, 32767),
+        st.integers(-1, 20),
+        st.integers(0, 2**31 - 1),
+        st.binary(max_size=300),
+    ),
+    mutated_frames(),
+)
+
+
+def _expected_response_schema(frame_bytes: bytes) -> tuple[int, int]:
+    api_key, version = struct.unpack_from(">hh", frame_bytes)
+    if api_key == 18:
+        from kio.index import UnknownEntity, load_response_schema
+
+        try:
+            load_response_schema(18, version)
+        except UnknownEntity:
+            return 18, 0  # KIP-511: an unknown ApiVersions version is answered in v0
+    return api_key, version
+
+
+def exchange_random_frame(bootstrap: str, body: bytes) -> str:
+    """Send one random frame, then an ApiVersions v0 probe, on a fresh connection.
+
+    Returns "closed" or "answered"; anything else (a malformed or unexpected response, a
+    silent open connection) fails. The probe tells an unanswered request (acks=0) from a
+    hung connection.
+    """
+    frame_cid = _I32.unpack_from(body, 4)[0] if len(body) >= 8 else None
+    probe_cid = ((frame_cid or 0) + 1) & 0x7FFFFFFF
+    probe = request_bytes(ApiVersionsRequestV0(), correlation_id=probe_cid)
+    with WireClient.connect(bootstrap, timeout=CLOSE_TIMEOUT) as client:
+        try:
+            client.send_raw(frame(body) + probe)
+        except ConnectionClosed:
+            return "closed"  # the broker closed while we were still sending
+        answered_frame = False
+        for _ in range(2):
+            try:
+                response = client.recv_frame()
+            except ConnectionClosed:
+                return "closed"
+            (cid,) = _I32.unpack_from(response, 0)
+            if cid == probe_cid:
+                _, versions = decode_response_exact(response, 18, 0)
+                assert versions.error_code == NONE
+                return "answered"
+            assert cid == frame_cid and not answered_frame, (
+                f"unexpected response correlation id {cid} (frame {frame_cid}, probe {probe_cid})"
+            )
+            answered_frame = True
+            api_key, version = _expected_response_schema(body)
+            decode_response_exact(response, api_key, version)
+        raise AssertionError("more responses than requests")
+
+
+def test_random_frames_get_a_response_or_a_close(broker, healthy):
+    outcomes = {"closed": 0, "answered": 0}
+    setup = WireClient.connect(broker.bootstrap)
+    create_topic(setup, "fuzz")
+    setup.close()
+
+    @settings(max_examples=200, deadline=None, database=None,
+              suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+    @given(body=random_frames)
+    def one_frame(body: bytes) -> None:
+        outcomes[exchange_random_frame(broker.bootstrap, body)] += 1
+        if sum(outcomes.values()) % 50 == 0:
+            assert broker.alive()
+            healthy.check()
+
+    one_frame()
+    assert sum(outcomes.values()) >= 200
+    assert outcomes["closed"] > 0 and outcomes["answered"] > 0, outcomes
+    assert broker.alive()
+    assert healthy.checks >= 3, "the healthy connection was not checked during the run"
+    with WireClient.connect(broker.bootstrap) as second:
+        assert second.request(api_versions_request()).error_code == NONE
+        create_topic(second, "after-fuzz")
+    round_trip_with_confluent(broker.bootstrap, "after-fuzz")
+    healthy.check()
+    assert broker_errors(broker) == []
+
+
+# -- (b) truncated frames ----------------------------------------------------------------
+
+
+def test_truncated_requests_close_the_connection(broker, healthy):
+    """A valid request cut short, with a size prefix that matches the cut, is refused."""
+    with WireClient.connect(broker.bootstrap) as setup:
+        create_topic(setup, "trunc")
+    bodies = [
+        api_versions_request(),
+        metadata_request(["trunc"]),
+        produce_request("trunc", simple_batch([b"a", b"b"])),
+        fetch_request("trunc", 0),
+        list_offsets_request("trunc", EARLIEST),
+    ]
+    for body in bodies:
+        full = request_bytes(body)[4:]
+        for cut in range(len(full)):
+            with WireClient.connect(broker.bootstrap, timeout=CLOSE_TIMEOUT) as client:
+                client.send_raw(frame(full[:cut]))
+                assert_closed_silently(client, f"{type(body).__name__} cut at {cut}/{len(full)}")
+        healthy.check()
+    with WireClient.connect(broker.bootstrap) as client:
+        # Nothing of the cut produce requests reached the log.
+        assert list_offset(client, "trunc") == 0
+    assert broker.alive()
+    healthy.check()
+    assert broker_errors(broker) == []
+
+
+# -- (c) frame sizes ---------------------------------------------------------------------
+
+
+def test_frame_size_limit(broker_factory):
+    limit = 1000
+    small = broker_factory(**{"socket.request.max.bytes": str(limit)})
+    healthy = Healthy(small.bootstrap)
+    # The limit is inclusive: a request of exactly `limit` bytes is served.
+    base = len(request_bytes(metadata_request(None), client_id="")) - 4
+    exact = request_bytes(metadata_request(None), client_id="x" * (limit - base))
+    assert len(exact) - 4 == limit
+    with WireClient.connect(small.bootstrap) as client:
+        client.send_raw(exact)
+        _, meta = decode_response_exact(client.recv_frame(), 3, 12)
+        assert meta.brokers[0].port == small.port
+    # One byte over: closed as soon as the size arrives, without the body ever being sent.
+    for size in (limit + 1, 10 * limit, 2**31 - 1):
+        with WireClient.connect(small.bootstrap, timeout=CLOSE_TIMEOUT) as client:
+            client.send_raw(_I32.pack(size))
+            assert_closed_silently(client, f"size prefix {size}")
+        healthy.check()
+    # Oversize with a partial body following: still refused on the size alone.
+    over = request_bytes(metadata_request(None), client_id="x" * (limit - base + 1))
+    with WireClient.connect(small.bootstrap, timeout=CLOSE_TIMEOUT) as client:
+        client.send_raw(over[:100])
+        assert_closed_silently(client, "oversize metadata request")
+    assert small.alive()
+    healthy.check()
+    healthy.client.close()
+    assert broker_errors(small) == []
+
+
+@pytest.mark.parametrize("size", [-1, -4, -(2**31)])
+def test_negative_frame_size_closes(broker, healthy, size):
+    with WireClient.connect(broker.bootstrap, timeout=CLOSE_TIMEOUT) as client:
+        client.send_raw(_I32.pack(size) + b"\0" * 16)
+        assert_closed_silently(client, f"size prefix {size}")
+    assert broker.alive()
+    healthy.check()
+
+
+# -- (d) unknown APIs and versions -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("body", "api_key", "version"),
+    [
+        pytest.param(b"", 1000, 0, id="unknown-api-key-1000"),
+        pytest.param(b"\0\0\0\0", -1, 0, id="negative-api-key"),
+        pytest.param(b"", 17, 1, id="sasl-handshake-not-served"),
+        pytest.param(None, 0, 2, id="produce-v2-advertised-not-served"),
+        pytest.param(None, 0, 12, id="produce-above-max"),
+        pytest.param(None, 3, 13, id="metadata-above-max"),
+        pytest.param(None, 1, 3, id="fetch-below-min"),
+    ],
+)
+def test_unsupported_api_closes(broker, healthy, body, api_key, version):
+    if body is None:
+        # A well-formed body of the nearest version kio knows, under the refused version.
+        body = {0: produce_request("x", None), 3: metadata_request(None),
+                1: fetch_request("x", 0)}[api_key]
+        data = request_bytes(body, version=version)
+    else:
+        data = frame(struct.pack(">hhih", api_key, version, 5, -1) + body)
+    with WireClient.connect(broker.bootstrap, timeout=CLOSE_TIMEOUT) as client:
+        client.send_raw(data)
+        assert_closed_silently(client, f"API {api_key} v{version}")
+    healthy.check()
+    assert broker_errors(broker) == []
+
+
+@pytest.mark.parametrize("garbage_body", [False, True])
+def test_api_versions_unsupported_version_falls_back_to_v0(broker, healthy, garbage_body):
+    expected = healthy.client.request(api_versions_request())
+    ranges = sorted((a.api_key, a.min_version, a.max_version) for a in expected.api_keys)
+    if garbage_body:
+        # KIP-511: the body of an unknown version is not parsed at all.
+        data = frame(struct.pack(">hhih", 18, 99, 4242, 3) + b"abc" + b"\xff\x13\x00garbage")
+    else:
+        data = request_bytes(api_versions_request(), version=99, correlation_id=4242)
+    with WireClient.connect(broker.bootstrap) as client:
+        client.send_raw(data)
+        cid, response = decode_response_exact(client.recv_frame(), 18, 0)
+        assert cid == 4242
+        assert response.error_code == UNSUPPORTED_VERSION
+        assert sorted((a.api_key, a.min_version, a.max_version) for a in response.api_keys) == (
+            ranges
+        )
+        # The connection stays usable: the client retries with a version we serve.
+        assert client.request(api_versions_request()).error_code == NONE
+    healthy.check()
+
+
+# -- (e) produce errors ------------------------------------------------------------------
+
+
+def test_produce_error_codes(broker, healthy):
+    with WireClient.connect(broker.bootstrap) as client:
+        create_topic(client, "errs")
+        good = simple_batch([b"one", b"two", b"three"])
+
+        bad_crc = bytearray(good)
+        bad_crc[-2] ^= 0xFF  # inside the last record's value
+        r = produce(client, "errs", bytes(bad_crc))
+        assert (r.error_code, r.base_offset) == (CORRUPT_MESSAGE, -1)
+
+        wrong_crc_field = bytearray(good)
+        wrong_crc_field[17] ^= 0x01
+        assert produce(client, "errs", bytes(wrong_crc_field)).error_code == CORRUPT_MESSAGE
+
+        # The CRC covers attributes onwards, so a changed header field is caught too.
+        changed_timestamp = bytearray(good)
+        changed_timestamp[30] ^= 0x01
+        assert produce(client, "errs", bytes(changed_timestamp)).error_code == CORRUPT_MESSAGE
+
+        healthy.check()
+
+        big = simple_batch([b"x" * (1024 * 1024)])  # over the default 1048588
+        r = produce(client, "errs", big)
+        assert r.error_code == MESSAGE_TOO_LARGE
+
+        # acks=5: nothing is appended, every partition gets INVALID_REQUIRED_ACKS.
+        assert produce(client, "errs", good, acks=5).error_code == INVALID_REQUIRED_ACKS
+        assert produce(client, "errs", good, acks=-2).error_code == INVALID_REQUIRED_ACKS
+
+        # Produce does not auto-create topics.
+        assert produce(client, "no-such-topic", good).error_code == UNKNOWN_TOPIC_OR_PARTITION
+        assert produce(client, "errs", good, partition=7).error_code == (
+            UNKNOWN_TOPIC_OR_PARTITION
+        )
+        (absent,) = client.request(metadata_request(None)).topics
+        assert absent.name == "errs", "produce created a topic"
+
+        # None of the refusals wrote anything: the first good batch lands at offset 0.
+        assert list_offset(client, "errs") == 0
+        r = produce(client, "errs", good)
+        assert (r.error_code, r.base_offset) == (NONE, 0)
+        data = fetch(client, "errs", 0)
+        (batch,) = parse_batches(data.records)
+        assert [rec.value for rec in batch.records] == [b"one", b"two", b"three"]
+    healthy.check()
+    assert broker_errors(broker) == []
+
+
+def _batch_with(fmt: str, pos: int, value: int, fix_crc: bool = True) -> bytes:
+    out = bytearray(simple_batch([b"a", b"b"]))
+    struct.pack_into(fmt, out, pos, value)
+    return recompute_crc(out) if fix_crc else bytes(out)
+
+
+def _deviates(reason: str):
+    return pytest.mark.xfail(strict=True, reason=f"differs from Kafka: {reason}")
+
+
+TWO = simple_batch([b"a", b"b"])
+
+# (records, Kafka's error code). Kafka's checks: ProduceRequest.validateRecords (exactly one
+# v2 batch per partition for produce v3+), UnifiedLog.analyzeAndValidateRecords (baseOffset 0,
+# ensureValid: CRC) and LogValidator.validateBatch (offset range vs record count, no control
+# batches from clients, a sequence with a producer id).
+INVALID_BATCHES = [
+    pytest.param(b"", INVALID_RECORD, id="empty"),
+    pytest.param(None, INVALID_RECORD, id="null"),
+    pytest.param(_batch_with(">I", 17, 0x12345678, fix_crc=False), CORRUPT_MESSAGE,
+                 id="crc"),
+    pytest.param(TWO[:-3], INVALID_RECORD, id="truncated", marks=_deviates(
+        "a cut batch is no batch at all for Kafka's iterator -> INVALID_RECORD; "
+        "we answer CORRUPT_MESSAGE")),
+    pytest.param(TWO[:30], INVALID_RECORD, id="truncated-header", marks=_deviates(
+        "as above, CORRUPT_MESSAGE instead of INVALID_RECORD")),
+    pytest.param(TWO + TWO, INVALID_RECORD, id="two-batches", marks=_deviates(
+        "produce v3+ allows exactly one batch per partition; we append both")),
+    pytest.param(_batch_with(">b", 16, 1, fix_crc=False), INVALID_RECORD, id="magic-1",
+                 marks=_deviates("CORRUPT_MESSAGE instead of INVALID_RECORD")),
+    pytest.param(_batch_with(">q", 0, 5, fix_crc=False), INVALID_RECORD, id="base-offset-5",
+                 marks=_deviates("a client batch must have baseOffset 0; we accept it")),
+    pytest.param(_batch_with(">i", 23, 5), INVALID_RECORD, id="last-offset-delta-too-big",
+                 marks=_deviates("lastOffsetDelta+1 != recordCount is accepted and burns "
+                                 "offsets that hold no record")),
+    pytest.param(_batch_with(">i", 57, 1), INVALID_RECORD, id="record-count-too-small",
+                 marks=_deviates("recordCount != lastOffsetDelta+1 is accepted")),
+    pytest.param(_batch_with(">i", 57, 0), INVALID_RECORD, id="record-count-zero",
+                 marks=_deviates("CORRUPT_MESSAGE instead of INVALID_RECORD")),
+    pytest.param(_batch_with(">h", 21, 0x20), INVALID_RECORD, id="control-batch",
+                 marks=_deviates("clients may not write control batches; we accept one")),
+]
+
+
+@pytest.mark.parametrize(("records", "expected"), INVALID_BATCHES)
+def test_invalid_batches_are_refused(broker, records, expected):
+    with WireClient.connect(broker.bootstrap) as client:
+        create_topic(client, "inv")
+        r = produce(client, "inv", records)
+        assert r.error_code == expected, r.error_message
+        assert r.base_offset == -1
+        assert list_offset(client, "inv") == 0, "a refused batch changed the log end offset"
+
+
+@_deviates("a batch whose attributes claim gzip but whose records are not gzip data is "
+           "stored; every consumer then fails to decompress it (a poison pill). Kafka "
+           "decompresses and validates compressed batches on append")
+def test_batch_claiming_compression_it_does_not_have_is_refused(broker):
+    with WireClient.connect(broker.bootstrap) as client:
+        create_topic(client, "lying-codec")
+        r = produce(client, "lying-codec", _batch_with(">h", 21, 1))
+        assert r.error_code != NONE
+        assert list_offset(client, "lying-codec") == 0
+
+
+# -- (f) topic names ---------------------------------------------------------------------
+
+
+def test_invalid_topic_names_are_not_created(broker, healthy):
+    bad = ["bad topic!", "", ".", "..", "x" * 250, "a/b", "ü"]
+    with WireClient.connect(broker.bootstrap) as client:
+        response = client.request(metadata_request(bad, auto_create=True))
+        assert [(t.name, t.error_code) for t in response.topics] == [
+            (name, INVALID_TOPIC_EXCEPTION) for name in bad
+        ]
+        assert all(not t.partitions for t in response.topics)
+        healthy.check()
+        # The longest legal name is created, so 250 was refused for its length alone.
+        create_topic(client, "x" * 249)
+        listed = client.request(metadata_request(None)).topics
+        assert [t.name for t in listed] == ["x" * 249]
+    assert {p.name for p in broker.log_dir.iterdir() if p.is_dir()} == {"x" * 249 + "-0"}
+    healthy.check()
+
+
+# -- (g) fetch out of range --------------------------------------------------------------
+
+
+def test_fetch_outside_the_log_is_out_of_range(broker, healthy):
+    with WireClient.connect(broker.bootstrap) as client:
+        create_topic(client, "range")
+        assert produce(client, "range", simple_batch([b"0", b"1", b"2"])).error_code == NONE
+        for offset in (4, 1000, 2**62, -1):
+            data = fetch(client, "range", offset)
+            assert data.error_code == OFFSET_OUT_OF_RANGE, offset
+            assert not data.records
+            assert data.high_watermark == 3
+        healthy.check()
+        # The log end itself is in range, with nothing to return yet.
+        at_end = fetch(client, "range", 3)
+        assert (at_end.error_code, at_end.records or b"") == (NONE, b"")
+        (batch,) = parse_batches(fetch(client, "range", 1).records)
+        assert [r.offset for r in batch.records] == [0, 1, 2]
+    healthy.check()
+
+
+# -- connections around a bad frame -----------------------------------------------------
+
+
+def test_pipelined_requests_before_a_bad_frame_are_answered_in_order(broker, healthy):
+    """Requests ahead of a malformed frame on the same connection still get their responses
+    (the network layer flushes them before closing), in request order."""
+    with WireClient.connect(broker.bootstrap, timeout=CLOSE_TIMEOUT) as client:
+        first_cid, first = client.encode(metadata_request(None))
+        second_cid, second = client.encode(api_versions_request())
+        client.send_raw(first + second + frame(b"\x03\xe8\x00\x00garbage"))
+        cid, meta = decode_response_exact(client.recv_frame(), 3, 12)
+        assert cid == first_cid and meta.brokers
+        cid, versions = decode_response_exact(client.recv_frame(), 18, 3)
+        assert cid == second_cid and versions.error_code == NONE
+        assert client.closed_by_peer(CLOSE_TIMEOUT)
+    healthy.check()
+
+
+def test_producer_id_requests_survive_bad_neighbours(broker, healthy):
+    """InitProducerId on the healthy side keeps allocating unique ids between refusals."""
+    ids = set()
+    for _ in range(3):
+        with WireClient.connect(broker.bootstrap, timeout=CLOSE_TIMEOUT) as bad:
+            bad.send_raw(frame(b"\x00\x16\x00\x04" + b"\x00" * 3))  # InitProducerId v4, cut
+            assert_closed_silently(bad, "cut InitProducerId")
+        pid, epoch = init_producer_id(healthy.client)
+        assert epoch == 0
+        ids.add(pid)
+    assert len(ids) == 3
+    healthy.check()

@@ -1,0 +1,128 @@
+"""The sans-IO codec: framing, header versions, and the hand-written Fetch encoder."""
+
+from __future__ import annotations
+
+import os
+import struct
+from datetime import timedelta
+
+import pytest
+from kio.index import load_response_schema
+from kio.schema.api_versions.v3.request import ApiVersionsRequest
+from kio.schema.errors import ErrorCode
+
+from broker.protocol.codec import (
+    FrameReader,
+    FrameTooLarge,
+    ProtocolError,
+    RequestHeader,
+    UnsupportedRequest,
+    decode_request,
+    decode_response,
+    encode_request,
+    encode_response,
+)
+from broker.protocol.fetch_response import FetchPartition, FetchTopic, encode_fetch_response
+from broker.protocol.messages import build
+from broker.protocol.records import InvalidRecordError, split_batches
+from broker.storage.segment import FileRegion
+from tests.wire import build_batch
+
+
+def test_frame_reader_splits_and_limits():
+    frames = FrameReader(100)
+    data = struct.pack(">i", 3) + b"abc" + struct.pack(">i", 2) + b"de"
+    assert frames.feed(data[:5]) == []
+    assert frames.feed(data[5:]) == [b"abc", b"de"]
+    with pytest.raises(FrameTooLarge):
+        FrameReader(100).feed(struct.pack(">i", 101))
+    with pytest.raises(FrameTooLarge):
+        FrameReader(100).feed(struct.pack(">i", -1))
+
+
+def test_request_round_trip_and_errors():
+    body = ApiVersionsRequest(client_software_name="t", client_software_version="1")
+    frame = encode_request(RequestHeader(18, 3, 42, "me"), body)[4:]
+    request = decode_request(frame)
+    assert request.header == RequestHeader(18, 3, 42, "me")
+    assert request.body == body
+    with pytest.raises(ProtocolError):
+        decode_request(frame[:-3])
+    with pytest.raises(UnsupportedRequest) as info:
+        decode_request(struct.pack(">hhi", 18, 99, 7) + b"\xff\xff")
+    assert (info.value.api_key, info.value.api_version, info.value.correlation_id) == (18, 99, 7)
+
+
+def test_api_versions_response_always_uses_header_v0():
+    schema = load_response_schema(18, 3)
+    response = build(
+        schema, {"error_code": ErrorCode.none, "api_keys": [], "throttle_time": timedelta(0)}
+    )
+    encoded = encode_response(9, response)
+    # size, correlation id, then directly the body: no tagged-field byte after the id.
+    assert encoded[4:8] == struct.pack(">i", 9)
+    assert encoded[8:10] == b"\x00\x00"
+    assert decode_response(encoded[4:], 18, 3) == (9, response)
+
+
+@pytest.mark.parametrize("version", range(4, 13))
+def test_fetch_encoder_matches_kio(tmp_path, version):
+    records = build_batch([(b"k", b"v" * 50, (), 0)], 1_700_000_000_000)
+    path = tmp_path / "seg"
+    path.write_bytes(b"junk" + records + b"tail")
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        topics = [
+            FetchTopic("a", [
+                FetchPartition(0, 0, 10, 10, 0, FileRegion(fd, 4, len(records))),
+                FetchPartition(1, 1, -1, -1, -1, None),
+            ]),
+            FetchTopic("b", [FetchPartition(3, 0, 5, 5, 2, FileRegion(fd, 4, 0))]),
+        ]
+        encoded = encode_fetch_response(version, 77, topics)
+        wire = b"".join(
+            c if isinstance(c, bytes) else os.pread(c.fd, c.length, c.position)
+            for c in encoded.chunks
+        )
+    finally:
+        os.close(fd)
+    assert len(wire) == encoded.size
+    schema = load_response_schema(1, version)
+    expected = build(schema, {
+        "throttle_time": timedelta(0), "error_code": ErrorCode.none, "session_id": 0,
+        "responses": [
+            {"topic": "a", "partitions": [
+                {"partition_index": 0, "error_code": ErrorCode.none, "high_watermark": 10,
+                 "last_stable_offset": 10, "log_start_offset": 0, "aborted_transactions": (),
+                 "records": records},
+                {"partition_index": 1, "error_code": ErrorCode.offset_out_of_range,
+                 "high_watermark": -1,
+                 "last_stable_offset": -1, "log_start_offset": -1, "aborted_transactions": (),
+                 "records": b""},
+            ]},
+            {"topic": "b", "partitions": [
+                {"partition_index": 3, "error_code": ErrorCode.none, "high_watermark": 5,
+                 "last_stable_offset": 5, "log_start_offset": 2, "aborted_transactions": (),
+                 "records": b""},
+            ]},
+        ],
+    })
+    assert wire == encode_response(77, expected)
+
+
+def test_batch_validation():
+    good = build_batch([(None, b"x", (), 0), (b"k", None, (("h", b"1"),), 5)], 1000)
+    [header] = split_batches(good)
+    assert (header.record_count, header.last_offset_delta, header.max_timestamp) == (2, 1, 1005)
+    bad_crc = bytearray(good)
+    bad_crc[-1] ^= 0xFF
+    with pytest.raises(InvalidRecordError, match="CRC"):
+        split_batches(bytes(bad_crc))
+    with pytest.raises(InvalidRecordError, match="truncated"):
+        split_batches(good[:-1])
+    bad_magic = bytearray(good)
+    bad_magic[16] = 1
+    with pytest.raises(InvalidRecordError, match="magic"):
+        split_batches(bytes(bad_magic))
+    with pytest.raises(InvalidRecordError):
+        split_batches(b"")
