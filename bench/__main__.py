@@ -13,7 +13,9 @@ import platform
 import shlex
 import sys
 import time
+import traceback
 from collections.abc import Callable
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -31,10 +33,39 @@ PHASES: dict[str, Callable[..., dict[str, Any]]] = {
 
 def _run_client(fn: Callable[..., dict[str, Any]], args: tuple[Any, ...], timeout: float
                 ) -> dict[str, Any]:
-    """Run ``fn(*args)`` in a fresh process (its own GIL), killing it after ``timeout``."""
+    """Run ``fn(*args)`` in a fresh process (its own GIL), killing it after ``timeout``.
+
+    A bare Process, not a Pool: a Pool silently replaces a worker that dies, which would
+    turn a crash into a wait for the whole timeout.
+    """
     ctx = multiprocessing.get_context("spawn")
-    with ctx.Pool(1) as pool:  # leaving the block terminates a client that overran
-        return pool.apply_async(fn, args).get(timeout)
+    receiver, sender = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_client_main, args=(sender, fn, args), daemon=True)
+    proc.start()
+    sender.close()
+    try:
+        if not receiver.poll(timeout):
+            raise TimeoutError(f"{fn.__name__} client still running after {timeout:.0f}s")
+        ok, value = receiver.recv()
+    except EOFError:
+        proc.join(5)
+        raise RuntimeError(f"{fn.__name__} client died, exit code {proc.exitcode}") from None
+    finally:
+        proc.join(5)
+        if proc.is_alive():
+            proc.kill()
+            proc.join(5)
+    if not ok:
+        raise RuntimeError(f"{fn.__name__} client failed:\n{value}")
+    return value
+
+
+def _client_main(conn: Connection, fn: Callable[..., dict[str, Any]], args: tuple[Any, ...]
+                 ) -> None:
+    try:
+        conn.send((True, fn(*args)))
+    except BaseException as e:
+        conn.send((False, "".join(traceback.format_exception(e))))
 
 
 def _cpu_model() -> str:

@@ -157,7 +157,7 @@ BROKER_KEYS = _keys(
               one_of("CreateTime", "LogAppendTime")),
     ConfigKey("log.flush.interval.messages", "long", LONG_MAX,
               "Messages appended before an fsync.", at_least(1)),
-    ConfigKey("log.flush.interval.ms", "long", None, "Time before an fsync.", at_least(0)),
+    ConfigKey("log.flush.interval.ms", "long", LONG_MAX, "Time before an fsync.", at_least(0)),
     ConfigKey("compression.type", "string", "producer",
               "Only 'producer' (store batches as sent) is supported.", one_of("producer")),
     ConfigKey("min.insync.replicas", "int", 1, "Replicas that must ack an acks=all write.",

@@ -608,9 +608,6 @@ def test_offset_for_leader_epoch_unknown_topic_and_empty_log(
         ErrorCode.none, -1, -1)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "LeaderEpochCache.end_offset_for differs from Kafka's LeaderEpochFileCache.endOffsetFor "
-    "for epochs below the first or above the latest cached epoch"))
 def test_offset_for_leader_epoch_outside_the_cache_matches_kafka(
     services: BrokerServices,
 ) -> None:

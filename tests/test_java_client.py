@@ -307,6 +307,34 @@ def test_offsets_for_times(broker_factory) -> None:
                      None], data
 
 
+def test_consumer_group_commits_and_resumes(broker_factory) -> None:
+    """subscribe() in a group, commitSync(), and a later member resumes from the commit."""
+    broker = broker_factory(**{"num.partitions": "3"})
+    bs = broker.bootstrap
+    produce(bs, "grouped", 100)
+
+    first = consume(bs, "grouped", 100, "--group", "g1")
+    assert_clean_consume(first, 100)
+    assert first["assignment"] == [0, 1, 2], first["assignment"]
+    ends = {part: end for part, (_, end) in first["log_offsets"].items()}
+    assert first["committed"] == ends and sum(ends.values()) == 100, first["committed"]
+
+    # Nothing new: the next member of g1 starts at the committed offsets and reads nothing.
+    idle = consume(bs, "grouped", 0, "--group", "g1")
+    assert idle["count"] == 0 and idle["drained"] is True and idle["ok"] is True, idle
+    assert idle["committed"] == ends, idle["committed"]
+
+    # Ten more records: g1 reads exactly those, a new group reads everything.
+    produce(bs, "grouped", 10, "--key-prefix", "k-")
+    more = consume(bs, "grouped", 10, "--group", "g1")
+    assert more["count"] == 10 and more["drained"] is True and more["ok"] is True, more
+    assert sum(more["committed"].values()) == 110, more["committed"]
+    for part, stats in more["partitions"].items():
+        assert stats["first_offset"] == ends[part], (part, stats, ends)
+    fresh = consume(bs, "grouped", 110, "--group", "g2")
+    assert fresh["count"] == 110 and fresh["drained"] is True, fresh
+
+
 def test_admin_create_list_describe_delete(broker) -> None:
     bs = broker.bootstrap
     created = admin(bs, "create", "alpha", "--partitions", 3).data["created"]["alpha"]

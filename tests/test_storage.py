@@ -186,6 +186,11 @@ def test_leader_epoch_cache(tmp_path: Path):
     assert cache.end_offset_for(1, 120) == (0, 50)
     assert cache.end_offset_for(3, 120) == (2, 90)
     assert cache.end_offset_for(5, 120) == (5, 120)
+    assert cache.end_offset_for(6, 120) == (-1, -1)  # newer than any known epoch
+    (tmp_path / "later").mkdir()
+    later = LeaderEpochCache(tmp_path / "later")
+    later.assign(4, 30)
+    assert later.end_offset_for(2, 50) == (2, 30)  # older than the first: ends where it starts
     assert LeaderEpochCache(tmp_path).entries == cache.entries  # the checkpoint file
     cache.truncate_from_end(60)
     assert cache.entries == [(0, 0), (2, 50)]

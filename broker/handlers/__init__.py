@@ -42,10 +42,12 @@ def handles(
 def load_all() -> dict[int, ApiSpec]:
     """Import every handler module so each registers itself."""
     from broker.handlers import (  # noqa: F401
+        admin,
         api_versions,
         fetch,
         list_offsets,
         metadata,
+        offset_for_leader_epoch,
         produce,
         producer_id,
     )

@@ -50,16 +50,21 @@ class LeaderEpochCache:
         self._write()
 
     def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
-        """(largest epoch <= ``epoch``, its end offset), as LeaderEpochFileCache.endOffsetFor."""
-        if not self.entries or epoch < self.entries[0][0]:
+        """(epoch, end offset) as LeaderEpochFileCache.endOffsetFor answers it.
+
+        The latest epoch ends at the log end; an older one ends where the next epoch starts,
+        reported under the largest known epoch <= the requested one (or the requested one
+        itself if it predates them all); an epoch newer than any we know is undefined.
+        """
+        if epoch == UNDEFINED_EPOCH or not self.entries:
             return UNDEFINED_EPOCH, UNDEFINED_OFFSET
-        if epoch >= self.entries[-1][0]:
-            return self.entries[-1][0], log_end_offset
-        for i in range(len(self.entries) - 1, -1, -1):
-            found_epoch, _ = self.entries[i]
-            if found_epoch <= epoch:
-                return found_epoch, self.entries[i + 1][1]
-        return UNDEFINED_EPOCH, UNDEFINED_OFFSET
+        if epoch == self.entries[-1][0]:
+            return epoch, log_end_offset
+        higher = next((i for i, (e, _) in enumerate(self.entries) if e > epoch), None)
+        if higher is None:
+            return UNDEFINED_EPOCH, UNDEFINED_OFFSET
+        floor_epoch = self.entries[higher - 1][0] if higher > 0 else epoch
+        return floor_epoch, self.entries[higher][1]
 
     def truncate_from_end(self, end_offset: int) -> None:
         """Drop epochs that start at or after ``end_offset`` (log truncated there)."""

@@ -45,7 +45,7 @@ class LogConfig:
     max_message_bytes: int = 1048588
     message_timestamp_type: str = "CreateTime"
     flush_messages: int = 2**63 - 1
-    flush_ms: int | None = None
+    flush_ms: int = 2**63 - 1
 
     @classmethod
     def from_topic_config(cls, values: dict[str, Any]) -> LogConfig:
@@ -249,10 +249,7 @@ class Log:
     def _maybe_flush(self) -> None:
         cfg = self.config
         due_by_count = self._unflushed_messages >= cfg.flush_messages
-        due_by_time = (
-            cfg.flush_ms is not None
-            and time.monotonic() * 1000 - self._last_flush_ms >= cfg.flush_ms
-        )
+        due_by_time = time.monotonic() * 1000 - self._last_flush_ms >= cfg.flush_ms
         if due_by_count or due_by_time:
             self.flush()
 

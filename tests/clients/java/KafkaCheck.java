@@ -20,7 +20,10 @@
 //       [--max-request-size BYTES] [--timeout-ms T] [--max-print N] [--prop k=v]...
 //   consume <bootstrap> <topic> <expected-count> [--timeout-ms T] [--value-size N]
 //       [--with-headers] [--key-prefix K] [--null-keys] [--timestamp MS] [--timestamp-step MS]
-//       [--max-print N] [--prop k=v]...
+//       [--max-print N] [--group G] [--prop k=v]...
+//     Without --group: assign() every partition and read from the beginning. With --group:
+//     subscribe() in group G (auto.offset.reset=earliest), commitSync() at the end and
+//     report the committed offsets.
 //   offsets-for-times <bootstrap> <topic> <timestamp> [<timestamp>...] [--timeout-ms T]
 //       [--prop k=v]...
 //   admin <bootstrap> create <topic> [--partitions N] [--replication-factor R] [--config k=v]...
@@ -63,6 +66,7 @@ import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.clients.consumer.OffsetAndTimestamp;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerConfig;
@@ -389,6 +393,11 @@ public final class KafkaCheck {
         long deadline = System.currentTimeMillis() + timeoutMs;
 
         Properties p = consumerProps(bootstrap, timeoutMs);
+        String group = a.opt("--group", null);
+        if (group != null) {
+            p.put(ConsumerConfig.GROUP_ID_CONFIG, group);
+            p.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
+        }
         a.applyProps(p);
 
         List<Map<String, Object>> printed = new ArrayList<>();
@@ -409,16 +418,24 @@ public final class KafkaCheck {
         Set<String> timestampTypes = new TreeSet<>();
         List<String> mismatchExamples = new ArrayList<>();
         boolean drained = false;
+        Set<Integer> assignment = null;
+        Map<String, Object> committed = null;
         Map<TopicPartition, Long> beginning;
         Map<TopicPartition, Long> end = null;
 
         try (KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(p)) {
             List<TopicPartition> tps = topicPartitions(consumer, topic, deadline);
-            consumer.assign(tps);
-            consumer.seekToBeginning(tps);
+            if (group == null) {
+                consumer.assign(tps);
+                consumer.seekToBeginning(tps);
+            } else {
+                consumer.subscribe(Collections.singletonList(topic));
+            }
             beginning = consumer.beginningOffsets(tps, remaining(deadline));
             while (System.currentTimeMillis() < deadline) {
-                if (count >= expected) {
+                // In a group, positions are known once the group has handed this (only)
+                // member every partition.
+                if (count >= expected && consumer.assignment().size() == tps.size()) {
                     // All expected records are here: read on to the log end offsets as they
                     // are now, so that unexpected extra records (duplicates) are seen too.
                     if (end == null) {
@@ -506,6 +523,22 @@ public final class KafkaCheck {
             if (end == null) {
                 end = consumer.endOffsets(tps, remaining(deadline));
             }
+            if (group != null) {
+                assignment = new TreeSet<>();
+                for (TopicPartition tp : consumer.assignment()) {
+                    assignment.add(tp.partition());
+                }
+                if (!consumer.assignment().isEmpty()) {
+                    consumer.commitSync(remaining(deadline));
+                }
+                committed = new TreeMap<>();
+                Map<TopicPartition, OffsetAndMetadata> offsets =
+                        consumer.committed(new HashSet<>(tps), remaining(deadline));
+                for (TopicPartition tp : tps) {
+                    OffsetAndMetadata om = offsets.get(tp);
+                    committed.put(String.valueOf(tp.partition()), om == null ? null : om.offset());
+                }
+            }
         }
 
         long missing = 0;
@@ -549,6 +582,11 @@ public final class KafkaCheck {
         out.put("timestamp_types", timestampTypes);
         out.put("partitions", partitions);
         out.put("log_offsets", logOffsets);
+        if (group != null) {
+            out.put("group", group);
+            out.put("assignment", assignment);
+            out.put("committed", committed);
+        }
         out.put("records_printed", printed.size());
         out.put("records", printed);
         if (count != expected) {
