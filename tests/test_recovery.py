@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 
@@ -89,9 +90,12 @@ def test_sigkill_during_produce_loses_no_acknowledged_record(broker_factory):
     with open(segments[-1], "ab") as f:
         f.write(head)
     broker.start()
-    log = "".join(broker.output)
-    assert "unclean shutdown" in log
-    assert "truncated 100 bytes" in log
+    warnings = [line for line in broker.output if "WARNING" in line]
+    assert any("unclean shutdown" in line for line in warnings), warnings
+    # At least our 100 bytes; more when SIGKILL itself interrupted a large write() (Linux
+    # may stop a regular-file write between pages), which is exactly what recovery is for.
+    cut = [re.search(rf"{topic}-0: truncated (\d+) bytes", line) for line in warnings]
+    assert any(m and int(m.group(1)) >= 100 for m in cut), warnings
     stored = _consume_all(broker.bootstrap, topic, acked_total)
     for p in range(PARTITIONS):
         offsets = [o for o, _ in stored[p]]
