@@ -7,20 +7,19 @@ fill anything), drives it from a separate client process, and stops it at the en
 from __future__ import annotations
 
 import argparse
-import multiprocessing
+import contextlib
 import os
 import platform
 import shlex
+import statistics
 import sys
 import time
-import traceback
 from collections.abc import Callable
-from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
 from bench import clients
-from bench.broker import BenchBroker
+from bench.broker import BenchBroker, machine_busy_seconds
 from bench.profile import PySpy, summarise
 
 TOPIC = "kafkube-bench"
@@ -29,43 +28,6 @@ FLOOR_MBPS = {"produce": 100.0, "consume": 300.0}
 PHASES: dict[str, Callable[..., dict[str, Any]]] = {
     "produce": clients.produce, "consume": clients.consume,
 }
-
-
-def _run_client(fn: Callable[..., dict[str, Any]], args: tuple[Any, ...], timeout: float
-                ) -> dict[str, Any]:
-    """Run ``fn(*args)`` in a fresh process (its own GIL), killing it after ``timeout``.
-
-    A bare Process, not a Pool: a Pool silently replaces a worker that dies, which would
-    turn a crash into a wait for the whole timeout.
-    """
-    ctx = multiprocessing.get_context("spawn")
-    receiver, sender = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_client_main, args=(sender, fn, args), daemon=True)
-    proc.start()
-    sender.close()
-    try:
-        if not receiver.poll(timeout):
-            raise TimeoutError(f"{fn.__name__} client still running after {timeout:.0f}s")
-        ok, value = receiver.recv()
-    except EOFError:
-        proc.join(5)
-        raise RuntimeError(f"{fn.__name__} client died, exit code {proc.exitcode}") from None
-    finally:
-        proc.join(5)
-        if proc.is_alive():
-            proc.kill()
-            proc.join(5)
-    if not ok:
-        raise RuntimeError(f"{fn.__name__} client failed:\n{value}")
-    return value
-
-
-def _client_main(conn: Connection, fn: Callable[..., dict[str, Any]], args: tuple[Any, ...]
-                 ) -> None:
-    try:
-        conn.send((True, fn(*args)))
-    except BaseException as e:
-        conn.send((False, "".join(traceback.format_exception(e))))
 
 
 def _cpu_model() -> str:
@@ -78,79 +40,138 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown CPU"
 
 
+def _load() -> str:
+    """The 1/5/15-minute load average: benchmarks on a busy machine are not comparable."""
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
 def machine() -> str:
     return (f"{os.cpu_count()} CPUs, {_cpu_model()}, Python {platform.python_version()} "
             f"({platform.python_implementation()}), {platform.system()} {platform.release()}")
 
 
-def report(results: dict[str, dict[str, Any]]) -> str:
-    head = (f"{'phase':<8} {'records':>9} {'MB/s':>8} {'MiB/s':>8} {'records/s':>10} "
-            f"{'seconds':>8} {'broker CPU':>10} {'client CPU':>10}  floor")
-    rows = [head, "-" * len(head)]
-    for phase, r in results.items():
+def report(results: list[tuple[str, int, dict[str, Any]]]) -> str:
+    head = (f"{'phase':<8} {'run':>3} {'records':>9} {'MB/s':>7} {'MiB/s':>7} {'records/s':>9} "
+            f"{'seconds':>7}  {'broker':>6} {'client':>6} {'(py)':>5} {'machine':>7} "
+            f"{'s/GB':>5}  floor")
+    rows = [f"{'':57}|------ CPU, % of one core -----| broker", head, "-" * len(head)]
+    for phase, run, r in results:
         secs = r["seconds"]
         mbps = r["bytes"] / secs / 1e6
         floor = FLOOR_MBPS[phase]
-        verdict = f"{'ok' if mbps >= floor else 'BELOW'} (>= {floor:.0f} MB/s)"
+        cpu = [100 * r[k] / secs for k in ("broker_cpu", "client_cpu", "client_main_cpu")]
         rows.append(
-            f"{phase:<8} {r['records']:>9} {mbps:>8.1f} {r['bytes'] / secs / 2**20:>8.1f} "
-            f"{r['records'] / secs:>10.0f} {secs:>8.2f} {100 * r['broker_cpu'] / secs:>9.0f}% "
-            f"{100 * r['client_cpu'] / secs:>9.0f}%  {verdict}"
+            f"{phase:<8} {run:>3} {r['records']:>9} {mbps:>7.1f} {r['bytes'] / secs / 2**20:>7.1f} "
+            f"{r['records'] / secs:>9.0f} {secs:>7.2f}  {cpu[0]:>5.0f}% {cpu[1]:>5.0f}% "
+            f"{cpu[2]:>4.0f}% {100 * r['machine_busy']:>6.0f}% "
+            f"{r['broker_cpu'] / (r['bytes'] / 1e9):>5.2f}  "
+            f"{'ok' if mbps >= floor else 'BELOW'} (>= {floor:.0f} MB/s)"
         )
+    for phase in FLOOR_MBPS:
+        rates = sorted(r["bytes"] / r["seconds"] / 1e6 for p, _, r in results if p == phase)
+        if len(rates) > 1:
+            rows.append(f"{phase}: best {rates[-1]:.1f} MB/s, median "
+                        f"{statistics.median(rates):.1f} MB/s over {len(rates)} runs")
     return "\n".join(rows)
+
+
+def _run_phase(broker: BenchBroker, phase: str, client_args: tuple[Any, ...],
+               profile: Path | None, timeout: float) -> dict[str, Any]:
+    """One timed client run, with the broker's CPU use over the same span."""
+    cpu0, busy0, wall0 = broker.cpu_seconds(), machine_busy_seconds(), time.monotonic()
+    with PySpy(broker.pid, profile) if profile else contextlib.nullcontext():
+        result = clients.run_in_process(PHASES[phase], client_args, timeout)
+    result["broker_cpu"] = broker.cpu_seconds() - cpu0
+    # Over the whole client process life (start-up included), so as a share of its wall time.
+    result["machine_busy"] = (machine_busy_seconds() - busy0) / (time.monotonic() - wall0)
+    if not broker.alive():
+        raise RuntimeError("the broker died:\n" + broker.stderr_tail())
+    return result
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _props(parser: argparse.ArgumentParser, pairs: list[str]) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            parser.error(f"expected KEY=VALUE, got {pair!r}")
+        out[key] = value
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("name", choices=["produce", "consume", "all"])
-    parser.add_argument("--records", type=int, default=1_000_000, help="records (1000000)")
-    parser.add_argument("--record-size", type=int, default=1024, help="value bytes (1024)")
-    parser.add_argument("--partitions", type=int, default=8, help="topic partitions (8)")
+    parser.add_argument("--records", type=_positive, default=3_000_000, help="records (3000000)")
+    parser.add_argument("--record-size", type=_positive, default=1024, help="value bytes (1024)")
+    parser.add_argument("--partitions", type=_positive, default=8, help="topic partitions (8)")
     parser.add_argument("--timeout", type=float, default=300.0,
                         help="seconds allowed per phase before it counts as failed (300)")
+    parser.add_argument("--repeat", type=_positive, default=1,
+                        help="run the timed phases N times on one broker (1)")
+    parser.add_argument("--producer-prop", action="append", default=[], metavar="KEY=VALUE",
+                        help="librdkafka producer setting, overriding ours (repeatable)")
+    parser.add_argument("--consumer-prop", action="append", default=[], metavar="KEY=VALUE",
+                        help="librdkafka consumer setting, overriding ours (repeatable)")
     parser.add_argument("--profile", type=Path, metavar="DIR",
                         help="sample the broker with py-spy; raw stacks go to DIR")
     args = parser.parse_args(argv)
+    extra = {"produce": _props(parser, args.producer_prop),
+             "consume": _props(parser, args.consumer_prop)}
 
     timed = {"produce": ["produce"], "consume": ["consume"], "all": ["produce", "consume"]}
     timed_phases = timed[args.name]
     if args.profile:
         args.profile.mkdir(parents=True, exist_ok=True)
     print(f"machine: {machine()}")
+    print(f"load average at start: {_load()}" + (
+        "  (other work is running: expect lower, noisier figures)"
+        if os.getloadavg()[0] > 0.5 else ""))
     print(f"workload: {args.records} records x {args.record_size} B = "
           f"{args.records * args.record_size / 1e6:.0f} MB, {args.partitions} partitions, "
           f"acks={clients.PRODUCER_CONFIG['acks']}, linger.ms="
           f"{clients.PRODUCER_CONFIG['linger.ms']}, batch.size="
           f"{clients.PRODUCER_CONFIG['batch.size']}", flush=True)
-    results: dict[str, dict[str, Any]] = {}
-    profiles: dict[str, Path] = {}
+    for phase, props in extra.items():
+        if props:
+            print(f"{phase} client overrides: {props}")
+    results: list[tuple[str, int, dict[str, Any]]] = []
+    profiles: list[Path] = []
     with BenchBroker(args.partitions) as broker:
-        for phase in ["produce", "consume"] if "consume" in timed_phases else ["produce"]:
-            client_args = (broker.bootstrap, TOPIC, args.partitions, args.records,
-                           args.record_size, args.timeout)
-            measured = phase in timed_phases
-            label = phase if measured else f"{phase} (preload, not reported)"
-            print(f"running {label} ...", flush=True)
-            cpu0 = broker.cpu_seconds()
-            if measured and args.profile:
-                profiles[phase] = args.profile / f"broker-{phase}.txt"
-                with PySpy(broker.pid, profiles[phase]):
-                    result = _run_client(PHASES[phase], client_args, args.timeout + 30)
-            else:
-                result = _run_client(PHASES[phase], client_args, args.timeout + 30)
-            result["broker_cpu"] = broker.cpu_seconds() - cpu0
-            if not broker.alive():
-                raise RuntimeError("the broker died:\n" + broker.stderr_tail())
-            if measured:
-                results[phase] = result
+        for run in range(1, args.repeat + 1):
+            for phase in ("produce", "consume"):
+                measured = phase in timed_phases
+                # consume alone still needs data: produce it once, untimed.
+                if not measured and (phase == "consume" or run > 1):
+                    continue
+                print(f"run {run}: {phase}{'' if measured else ' (preload, untimed)'} ...",
+                      flush=True)
+                client_args = (broker.bootstrap, TOPIC, args.partitions, args.records,
+                               args.record_size, args.timeout, extra[phase])
+                raw = args.profile / f"broker-{phase}-{run}.txt" if args.profile else None
+                result = _run_phase(broker, phase, client_args, raw if measured else None,
+                                    args.timeout + 30)
+                if measured:
+                    results.append((phase, run, result))
+                    profiles += [raw] if raw else []
     print()
     print(report(results))
-    print(f"\n{time.strftime('%Y-%m-%d %H:%M %Z')}; CPU % is of one core "
-          f"(200% = both cores of a 2-core machine)")
-    python = os.path.relpath(sys.executable) if not sys.executable.startswith("..") else "python"
+    print(f"\n{time.strftime('%Y-%m-%d %H:%M %Z')}; load average at end: {_load()}")
+    print("client: all its threads (librdkafka's too); (py): its Python thread alone\n"
+          f"machine: all {os.cpu_count()} cores, busy with anything (kernel, other jobs)\n"
+          "s/GB: broker CPU seconds per 10^9 bytes, the figure least disturbed by other work")
+    python = os.path.relpath(sys.executable)
+    python = sys.executable if python.startswith("..") else python
     print("reproduce: " + shlex.join([python, "-m", "bench", *sys.argv[1:]]))
-    for phase, raw in profiles.items():
-        print(f"\nbroker profile, {phase} (py-spy, busy samples only; raw: {raw}):")
+    for raw in profiles:
+        print(f"\nbroker profile, {raw.stem} (py-spy, busy samples only; raw stacks: {raw}):")
         print(summarise(raw))
     return 0
 

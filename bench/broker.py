@@ -80,10 +80,11 @@ class BenchBroker:
         log.close()
         threading.Thread(target=self._pump, daemon=True).start()
         if not self._ready.wait(self.start_timeout) or not self.bootstrap:
-            raise RuntimeError(
-                f"broker did not report ready within {self.start_timeout:.0f}s:\n"
-                + "".join(self._tail[-20:]) + self.stderr_tail()
-            )
+            code = self.proc.poll()
+            why = (f"exited with code {code}" if code is not None
+                   else f"did not report ready within {self.start_timeout:.0f}s")
+            raise RuntimeError(f"broker {why}:\n" + "".join(self._tail[-20:])
+                               + self.stderr_tail())
 
     def _pump(self) -> None:
         """Read stdout to the end so the pipe never blocks; note the ready line."""
@@ -131,3 +132,18 @@ def cpu_seconds(pid: int) -> float:
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds all cores spent busy (not idle or iowait) since boot, from /proc/stat.
+
+    Compared with the broker's and the client's own CPU it shows whether the machine was
+    saturated, or shared with something else, during a phase.
+    """
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except OSError:
+        return 0.0
+    busy = sum(fields[:8]) - fields[3] - fields[4]  # user..steal, less idle and iowait
+    return busy / os.sysconf("SC_CLK_TCK")

@@ -22,8 +22,9 @@ class PySpy:
     """``py-spy record`` attached to ``pid`` for as long as the ``with`` block lasts."""
 
     def __init__(self, pid: int, out: Path, rate: int = 200) -> None:
-        exe = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
-        if not Path(exe).exists():
+        exe = str(Path(sys.executable).with_name("py-spy"))  # the venv's, else any on PATH
+        exe = exe if Path(exe).exists() else shutil.which("py-spy") or ""
+        if not exe:
             raise RuntimeError("py-spy not found: .venv/bin/pip install py-spy")
         self.out = out
         self.args = [exe, "record", "--pid", str(pid), "--rate", str(rate), "--nonblocking",
@@ -31,8 +32,8 @@ class PySpy:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> PySpy:
-        self.proc = subprocess.Popen(self.args, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL)
+        with self.out.with_suffix(".log").open("wb") as log:  # why py-spy failed, if it did
+            self.proc = subprocess.Popen(self.args, stdout=log, stderr=log)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -50,6 +51,8 @@ def summarise(raw: Path, top: int = 15) -> str:
     own: Counter[str] = Counter()
     inclusive: Counter[str] = Counter()
     total = 0
+    if not raw.exists():
+        return f"(py-spy wrote no profile; see {raw.with_suffix('.log')})"
     for line in raw.read_text().splitlines():
         stack, _, count = line.rpartition(" ")
         if not stack or not count.isdigit():

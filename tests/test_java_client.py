@@ -81,31 +81,46 @@ class Run:
                 f"result: {json.dumps(self.data)[:4000]}\nstderr (last lines):\n{err}")
 
 
-def kafkacheck(*args: object, ok: bool | None = True) -> Run:
-    """Run KafkaCheck with ``args``. ``ok=True``: it must succeed; ``False``: it must fail."""
+def start_kafkacheck(*args: object) -> tuple[list[str], subprocess.Popen[str]]:
     argv = [str(a) for a in args]
+    # A UTF-8 locale, or the JVM decodes non-ASCII arguments (--key-prefix) as '?'.
+    proc = subprocess.Popen(java_command() + argv, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+                            env={**os.environ, "LC_ALL": "C.UTF-8"})
+    return argv, proc
+
+
+def finish_kafkacheck(argv: list[str], proc: subprocess.Popen[str],
+                      ok: bool | None = True) -> Run:
+    """Wait for a started KafkaCheck. ``ok=True``: it must succeed; ``False``: it must fail."""
     try:
-        proc = subprocess.run(java_command() + argv, capture_output=True, text=True,
-                              timeout=RUN_TIMEOUT, stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired as e:
+        stdout, stderr = proc.communicate(timeout=RUN_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        stdout, stderr = proc.communicate()
         pytest.fail(f"KafkaCheck {' '.join(argv)} did not finish within {RUN_TIMEOUT}s; "
-                    f"stderr: {e.stderr!r}"[:4000])
-    lines = [line for line in proc.stdout.splitlines() if line.strip()]
+                    f"stderr: {stderr[-4000:]}")
+    lines = [line for line in stdout.splitlines() if line.strip()]
     try:
         data = json.loads(lines[-1])
         assert isinstance(data, dict)
     except (IndexError, ValueError, AssertionError):
         pytest.fail(f"KafkaCheck {' '.join(argv)} printed no JSON object (exit {proc.returncode})"
-                    f"\nstdout: {proc.stdout[-2000:]}\nstderr: {proc.stderr[-4000:]}")
-    run = Run(argv, proc.returncode, data, proc.stderr)
+                    f"\nstdout: {stdout[-2000:]}\nstderr: {stderr[-4000:]}")
+    run = Run(argv, proc.returncode, data, stderr)
     assert len(lines) == 1, "KafkaCheck printed more than one line:\n" + run.describe()
-    agree = data.get("ok") is (proc.returncode == 0)
+    agree = data.get("ok") is (run.code == 0)
     assert agree, "exit code and 'ok' disagree:\n" + run.describe()
     if ok is True:
         assert run.code == 0, "KafkaCheck failed:\n" + run.describe()
     elif ok is False:
         assert run.code == 1, "KafkaCheck should have failed:\n" + run.describe()
     return run
+
+
+def kafkacheck(*args: object, ok: bool | None = True) -> Run:
+    """Run KafkaCheck with ``args`` to completion (see ``finish_kafkacheck`` for ``ok``)."""
+    return finish_kafkacheck(*start_kafkacheck(*args), ok=ok)
 
 
 def produce(bootstrap: str, topic: str, count: int, *opts: object) -> dict[str, Any]:
@@ -126,8 +141,11 @@ def expected_value(i: int, size: int = 0) -> str:
     return head + "".join(chr(ord("a") + (i + j) % 26) for j in range(len(head), size))
 
 
-def assert_clean_consume(data: dict[str, Any], expected: int) -> None:
-    """KafkaCheck's own checks of a consume: everything produced, once, in order, intact."""
+def assert_clean_consume(data: dict[str, Any], expected: int, ordered: bool = True) -> None:
+    """KafkaCheck's own checks of a consume: everything produced, once, in order, intact.
+
+    ``ordered``: one producer wrote the records, so each partition holds them in index order.
+    """
     summary = {k: v for k, v in data.items() if k != "records"}
     assert data["count"] == expected, summary
     assert data["drained"] is True, summary
@@ -136,7 +154,8 @@ def assert_clean_consume(data: dict[str, Any], expected: int) -> None:
         assert data[key] == 0, (key, summary)
     assert data["offsets_increasing"] is True, summary
     assert data["offsets_contiguous"] is True, summary
-    assert data["key_order"] is True, summary
+    if ordered:
+        assert data["key_order"] is True, summary
     # A fresh topic written by one producer: every partition's log starts at 0 and holds
     # exactly the records that were read from it.
     for part, (start, end) in data["log_offsets"].items():
@@ -193,6 +212,15 @@ def test_round_trip_keys_headers_timestamps(broker_factory) -> None:
         # The consumer finds each record where the producer's acknowledgement put it.
         assert [rec["partition"], rec["offset"], rec["timestamp"]] == sent["offsets"][i], rec
     assert seen == set(range(30))
+
+
+def test_non_ascii_keys_and_json_escapes(broker) -> None:
+    prefix = 'k"\\\t\u00fc\u20ac\U0001f600-'
+    sent = produce(broker.bootstrap, "unicode", 5, "--key-prefix", prefix, "--with-headers")
+    assert sent["acked"] == 5, sent
+    got = consume(broker.bootstrap, "unicode", 5, "--key-prefix", prefix, "--with-headers")
+    assert_clean_consume(got, 5)
+    assert [rec["key"] for rec in got["records"]] == [f"{prefix}{i}" for i in range(5)]
 
 
 @pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4", "zstd"])
@@ -262,6 +290,31 @@ def test_idempotent_producer(broker_factory, mode: str) -> None:
         assert stats["first_offset"] == sent["partitions"][part]["last_offset"] + 1, (sent, again)
 
 
+def test_concurrent_idempotent_producers(broker_factory) -> None:
+    """Four producer processes at once into the same partitions: every record lands once."""
+    broker = broker_factory(**{"num.partitions": "3"})
+    n, each = 4, 5000
+    started = [
+        start_kafkacheck("produce", broker.bootstrap, "shared", each, "--first-index", j * each,
+                         "--value-size", 64, "--prop", "batch.size=2048", "--prop", "linger.ms=0")
+        for j in range(n)
+    ]
+    results = [finish_kafkacheck(argv, proc).data for argv, proc in started]
+    ids = set()
+    for sent in results:
+        assert sent["acked"] == each and sent["in_order"] is True, sent
+        ids.add(sent["producer_id"])
+    assert len(ids) == n and None not in ids, f"producer ids should be distinct: {ids}"
+    got = consume(broker.bootstrap, "shared", n * each, "--value-size", 64)
+    # Interleaved producers: indices are not in order within a partition, all else is exact.
+    assert_clean_consume(got, n * each, ordered=False)
+    acked_per_partition = {}
+    for sent in results:
+        for part, stats in sent["partitions"].items():
+            acked_per_partition[part] = acked_per_partition.get(part, 0) + stats["count"]
+    assert {p: s["count"] for p, s in got["partitions"].items()} == acked_per_partition
+
+
 @pytest.mark.parametrize("acks", ["0", "1", "all"])
 def test_non_idempotent_acks(broker, acks: str) -> None:
     topic = f"acks-{acks}"
@@ -285,12 +338,14 @@ def test_null_keys(broker_factory) -> None:
     assert all(rec["key"] is None for rec in got["records"])
 
 
-def test_offsets_for_times(broker_factory) -> None:
+@pytest.mark.parametrize("codec", ["none", "zstd"])
+def test_offsets_for_times(broker_factory, codec: str) -> None:
     broker = broker_factory(**{"num.partitions": "2"})
     base = now_ms() - 600_000
     # Ten records in partition 0 at base, base+1s, ..., base+9s; partition 1 stays empty.
+    # With linger the records usually share a batch, so the broker must look inside it.
     sent = produce(broker.bootstrap, "times", 10, "--partition", 0, "--timestamp", base,
-                   "--timestamp-step", 1000)
+                   "--timestamp-step", 1000, "--compression", codec, "--prop", "linger.ms=50")
     assert sent["acked"] == 10 and sent["last_offset"] == 9, sent
 
     asked = [base - 5000, base, base + 3000, base + 3500, base + 9000, base + 9001]
@@ -325,7 +380,7 @@ def test_consumer_group_commits_and_resumes(broker_factory) -> None:
     assert idle["committed"] == ends, idle["committed"]
 
     # Ten more records: g1 reads exactly those, a new group reads everything.
-    produce(bs, "grouped", 10, "--key-prefix", "k-")
+    produce(bs, "grouped", 10)
     more = consume(bs, "grouped", 10, "--group", "g1")
     assert more["count"] == 10 and more["drained"] is True and more["ok"] is True, more
     assert sum(more["committed"].values()) == 110, more["committed"]
@@ -333,6 +388,22 @@ def test_consumer_group_commits_and_resumes(broker_factory) -> None:
         assert stats["first_offset"] == ends[part], (part, stats, ends)
     fresh = consume(bs, "grouped", 110, "--group", "g2")
     assert fresh["count"] == 110 and fresh["drained"] is True, fresh
+
+
+def test_log_append_time(broker) -> None:
+    admin(broker.bootstrap, "create", "appended",
+          "--config", "message.timestamp.type=LogAppendTime")
+    before = now_ms()
+    sent = produce(broker.bootstrap, "appended", 20, "--timestamp", 1000, "--compression", "lz4")
+    after = now_ms()
+    got = consume(broker.bootstrap, "appended", 20)
+    assert_clean_consume(got, 20)
+    assert got["timestamp_types"] == ["LogAppendTime"], got["timestamp_types"]
+    for rec in got["records"]:
+        # The broker's clock replaced the producer's timestamps (1000 + i) ...
+        assert before <= rec["timestamp"] <= after, (before, rec, after)
+        # ... and the produce response told the producer the same time.
+        assert sent["offsets"][rec["offset"]][2] == rec["timestamp"], (sent["offsets"], rec)
 
 
 def test_admin_create_list_describe_delete(broker) -> None:
@@ -377,6 +448,49 @@ def test_admin_create_list_describe_delete(broker) -> None:
     assert recreated["topic_id"] != created["topic_id"], (created, recreated)
     sent = produce(bs, "alpha", 5)
     assert sent["first_offset"] == 0 and sent["last_offset"] == 4, sent
+
+
+def test_admin_create_partitions(broker) -> None:
+    bs = broker.bootstrap
+    admin(bs, "create", "growing", "--partitions", 1)
+    produce(bs, "growing", 5, "--partition", 0)
+    admin(bs, "create-partitions", "growing", 3)
+    parts = admin(bs, "describe", "growing").data["topics"]["growing"]["partitions"]
+    assert [p["partition"] for p in parts] == [0, 1, 2], parts
+    # The new partitions take writes and start empty; partition 0 keeps its records.
+    sent = produce(bs, "growing", 4, "--partition", 2, "--first-index", 5)
+    assert sent["partitions"] == {
+        "2": {"count": 4, "first_offset": 0, "last_offset": 3, "contiguous": True}}, sent
+    got = consume(bs, "growing", 9)
+    assert_clean_consume(got, 9)
+    assert got["log_offsets"] == {"0": [0, 5], "1": [0, 0], "2": [0, 4]}, got["log_offsets"]
+    # Partitions can only be added.
+    fewer = admin(bs, "create-partitions", "growing", 2, ok=False)
+    assert fewer.data["exception"].endswith(".InvalidPartitionsException"), fewer.describe()
+    missing = admin(bs, "create-partitions", "no-such-topic", 2, ok=False)
+    assert missing.data["exception"].endswith(".UnknownTopicOrPartitionException"), \
+        missing.describe()
+
+
+def test_admin_rejects_invalid_topics(broker) -> None:
+    cases = [
+        (["bad name"], "InvalidTopicException"),
+        (["y" * 250], "InvalidTopicException"),
+        ([".."], "InvalidTopicException"),
+        (["zero", "--partitions", 0], "InvalidPartitionsException"),
+        (["badcfg", "--config", "no.such.config=1"], "InvalidConfigurationException"),
+        (["badval", "--config", "retention.ms=abc"], "InvalidConfigurationException"),
+    ]
+    for args, exception in cases:
+        run = admin(broker.bootstrap, "create", *args, ok=False)
+        assert run.data["exception"] == f"org.apache.kafka.common.errors.{exception}", \
+            run.describe()
+    assert admin(broker.bootstrap, "list").data["topics"] == []
+    # The longest legal name, and the broker defaults for partitions and replication factor.
+    longest = "x" * 249
+    created = admin(broker.bootstrap, "create", longest, "--partitions", -1,
+                    "--replication-factor", -1).data["created"][longest]
+    assert created["num_partitions"] == 1 and created["replication_factor"] == 1, created
 
 
 def test_admin_topic_configs(broker) -> None:

@@ -188,9 +188,10 @@ class WireClient:
         finally:
             self.sock.settimeout(self.timeout)
 
-    def closed_by_peer(self, timeout: float) -> bool:
+    def closed_by_peer(self, timeout: float, until_data: bool = False) -> bool:
         """True when the peer closes or resets within ``timeout`` s (bytes read meanwhile are
-        counted in ``discarded``); False when the connection is still open at the deadline."""
+        counted in ``discarded``); False when the connection is still open at the deadline,
+        or, with ``until_data``, as soon as the peer sends anything instead of closing."""
         deadline = time.monotonic() + timeout
         try:
             while True:
@@ -207,6 +208,8 @@ class WireClient:
                 if not data:
                     return True
                 self.discarded += len(data)
+                if until_data:
+                    return False
         finally:
             self.sock.settimeout(self.timeout)
 

@@ -11,8 +11,6 @@ from broker.handlers import handles
 from broker.handlers.context import RequestContext
 from broker.protocol.messages import build_response
 
-MAX_EPOCH = 32767
-
 
 @handles(22, 0, 4)
 async def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
@@ -25,9 +23,7 @@ async def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
     if request.transactional_id is not None:
         # No transaction coordinator yet: refuse clearly instead of pretending.
         return reply(ErrorCode.transactional_id_authorization_failed)
-    pid = getattr(request, "producer_id", -1)
-    epoch = getattr(request, "producer_epoch", -1)
-    if pid >= 0 and 0 <= epoch < MAX_EPOCH - 1:
-        # KIP-360: an idempotent producer resets its sequences by bumping its epoch.
-        return reply(ErrorCode.none, pid, epoch + 1)
+    # Without a transactional id Kafka always hands out a fresh id with epoch 0, whatever
+    # id and epoch the client names (TransactionCoordinator.handleInitProducerId): naming
+    # another producer's id must not fence it.
     return reply(ErrorCode.none, ctx.services.store.next_producer_id(), 0)

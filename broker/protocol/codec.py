@@ -8,8 +8,11 @@ version (v1 for flexible versions, but always v0 for ApiVersions, as Kafka pins 
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import struct
+import types
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
@@ -142,6 +145,39 @@ def _skip_tagged_fields(buf: bytes, pos: int) -> int:
     return pos
 
 
+@cache
+def _array_fields(cls: type) -> tuple[tuple[str, bool, type | None], ...]:
+    """(name, nullable, element entity type or None) of each array field of a kio class."""
+    hints = typing.get_type_hints(cls)
+    out = []
+    for f in dataclasses.fields(cls):
+        hint = hints[f.name]
+        options = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
+        arrays = [o for o in options if typing.get_origin(o) is tuple]
+        if not arrays:
+            continue
+        element = typing.get_args(arrays[0])[0]
+        nested = element if dataclasses.is_dataclass(element) else None
+        out.append((f.name, type(None) in options, nested))
+    return tuple(out)
+
+
+def _null_array(entity: Any) -> str | None:
+    """The name of the first non-nullable array holding null, searching nested entities."""
+    for name, nullable, nested in _array_fields(type(entity)):
+        value = getattr(entity, name)
+        if value is None:
+            if not nullable:
+                return name
+            continue
+        if nested is not None:
+            for item in value:
+                found = _null_array(item)
+                if found is not None:
+                    return f"{name}.{found}"
+    return None
+
+
 def decode_request(frame: bytes) -> Request:
     """Decode one frame (without its size prefix) into a header and a kio request body."""
     if len(frame) < _HEADER_PREFIX.size + 2:
@@ -169,6 +205,10 @@ def decode_request(frame: bytes) -> Request:
         body, _ = reader(frame, pos)
     except Exception as e:  # kio's native reader raises several types for malformed input
         raise ProtocolError(f"cannot decode {schema.__name__} v{api_version}: {e!r}") from e
+    null_field = _null_array(body)
+    if null_field is not None:
+        # kio decodes a null array even where the schema forbids it; Kafka's parser refuses.
+        raise ProtocolError(f"{schema.__name__} v{api_version}: {null_field} may not be null")
     # Trailing bytes are ignored, as Kafka's RequestContext.parseRequest does: librdkafka
     # 2.x pads a null compact array in Metadata v12 with three extra zero bytes.
     return Request(RequestHeader(api_key, api_version, correlation_id, client_id), body, len(frame))

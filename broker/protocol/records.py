@@ -36,8 +36,22 @@ _U32 = struct.Struct(">I")
 _I16 = struct.Struct(">h")
 
 
+# Kafka's answers to a bad produce payload: CORRUPT_MESSAGE (2) when bytes were damaged
+# (CRC, impossible length), INVALID_RECORD (87) when a producer sent something not allowed.
+CORRUPT_MESSAGE = 2
+INVALID_RECORD = 87
+
+# What a compressed batch's payload starts with, per codec (gzip, lz4 frame, zstd frame).
+# Snappy has no fixed magic in its raw form, so it is not checked.
+_COMPRESSED_MAGIC = {1: b"\x1f\x8b", 3: b"\x04\x22\x4d\x18", 4: b"\x28\xb5\x2f\xfd"}
+
+
 class InvalidRecordError(ValueError):
-    """The bytes are not a valid v2 record batch; the message says which check failed."""
+    """The bytes are not an acceptable v2 record batch; the message says which check failed."""
+
+    def __init__(self, message: str, code: int = INVALID_RECORD) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,12 +122,16 @@ def validate_batch(buf: bytes | bytearray | memoryview, pos: int, end: int) -> B
     Raises InvalidRecordError naming the check that failed.
     """
     if end - pos < HEADER_SIZE:
-        raise InvalidRecordError(f"truncated batch: {end - pos} bytes, header needs {HEADER_SIZE}")
+        raise InvalidRecordError(
+            f"truncated batch: {end - pos} bytes, header needs {HEADER_SIZE}"
+        )
     header = parse_header(buf, pos)
     if header.magic != MAGIC_V2:
         raise InvalidRecordError(f"unsupported record batch magic {header.magic}")
     if header.batch_length < MIN_BATCH_LENGTH:
-        raise InvalidRecordError(f"batch length {header.batch_length} is below the header size")
+        raise InvalidRecordError(
+            f"batch length {header.batch_length} is below the header size", CORRUPT_MESSAGE
+        )
     if pos + header.size > end:
         raise InvalidRecordError(
             f"truncated batch: length says {header.size} bytes, {end - pos} present"
@@ -126,13 +144,13 @@ def validate_batch(buf: bytes | bytearray | memoryview, pos: int, end: int) -> B
     actual = crc32c.crc32c(memoryview(buf)[pos + 21 : pos + header.size])
     if actual != header.crc:
         raise InvalidRecordError(
-            f"CRC mismatch: header {header.crc:#010x}, computed {actual:#010x}"
+            f"CRC mismatch: header {header.crc:#010x}, computed {actual:#010x}", CORRUPT_MESSAGE
         )
     return header
 
 
 def split_batches(buf: bytes | bytearray | memoryview) -> list[BatchHeader]:
-    """Validate every batch of a produce payload; return their headers in order."""
+    """Validate every batch of a record set; return their headers in order."""
     headers = []
     pos, end = 0, len(buf)
     while pos < end:
@@ -142,6 +160,40 @@ def split_batches(buf: bytes | bytearray | memoryview) -> list[BatchHeader]:
     if not headers:
         raise InvalidRecordError("empty record set")
     return headers
+
+
+def validate_produce_payload(buf: bytes | bytearray | memoryview) -> BatchHeader:
+    """Check one partition's records in a Produce request (v3+), as Kafka does.
+
+    Exactly one v2 batch, base offset 0, a record count that matches its offset range, no
+    control batch (only coordinators write those), a sequence whenever there is a producer
+    id, a known codec whose payload starts like that codec. Header checks only: records
+    are never parsed or decompressed here.
+    """
+    headers = split_batches(buf)
+    if len(headers) != 1:
+        raise InvalidRecordError(f"produce v3+ carries exactly one batch, got {len(headers)}")
+    header = headers[0]
+    if header.base_offset != 0:
+        raise InvalidRecordError(f"base offset should be 0, got {header.base_offset}")
+    if header.record_count != header.last_offset_delta + 1:
+        raise InvalidRecordError(
+            f"inconsistent batch offset range: {header.record_count} records, "
+            f"lastOffsetDelta {header.last_offset_delta}"
+        )
+    if header.is_control:
+        raise InvalidRecordError("clients may not write control batches")
+    if header.producer_id != NO_PRODUCER_ID and header.base_sequence < 0:
+        raise InvalidRecordError(
+            f"invalid sequence number {header.base_sequence} for producer {header.producer_id}"
+        )
+    codec = header.compression
+    if codec > 4:
+        raise InvalidRecordError(f"unknown compression codec {codec}")
+    magic = _COMPRESSED_MAGIC.get(codec)
+    if magic is not None and bytes(buf[HEADER_SIZE : HEADER_SIZE + len(magic)]) != magic:
+        raise InvalidRecordError(f"records are not in the batch's declared codec {codec}")
+    return header
 
 
 def assign_offsets(

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from broker.protocol.records import InvalidRecordError, split_batches
+from broker.protocol.records import InvalidRecordError, validate_produce_payload
 from broker.storage.log import Log, ReadResult
 
 
@@ -48,36 +48,34 @@ class Partition:
         if not records:
             return ProduceOutcome(ErrorCode.invalid_record, message="empty record set")
         try:
-            headers = split_batches(records)
+            header = validate_produce_payload(records)
         except InvalidRecordError as e:
-            return ProduceOutcome(ErrorCode.corrupt_message, message=str(e))
-        for header in headers:
-            if header.size > max_message_bytes:
-                return ProduceOutcome(
-                    ErrorCode.message_too_large,
-                    message=f"batch of {header.size} bytes exceeds max.message.bytes "
-                    f"{max_message_bytes}",
-                )
-        producer_state = self.log.producer_state
-        first = headers[0]
-        if first.producer_id >= 0:
-            duplicate = producer_state.find_duplicate(first)
-            if duplicate is not None and len(headers) == 1:
+            return ProduceOutcome(ErrorCode(e.code), message=str(e))
+        if header.size > max_message_bytes:
+            return ProduceOutcome(
+                ErrorCode.message_too_large,
+                message=f"batch of {header.size} bytes exceeds max.message.bytes "
+                f"{max_message_bytes}",
+            )
+        if header.producer_id >= 0:
+            producer_state = self.log.producer_state
+            duplicate = producer_state.find_duplicate(header)
+            if duplicate is not None:
                 return ProduceOutcome(base_offset=duplicate.first_offset)
-            for header in headers:
-                error = producer_state.check(header)
-                if error is not None:
-                    return ProduceOutcome(
-                        error,
-                        message=f"producer {header.producer_id} epoch {header.producer_epoch} "
-                        f"sequence {header.base_sequence}",
-                    )
+            error = producer_state.check(header)
+            if error is not None:
+                return ProduceOutcome(
+                    error,
+                    message=f"producer {header.producer_id} epoch {header.producer_epoch} "
+                    f"sequence {header.base_sequence}",
+                )
+        headers = [header]
         result = self.log.append_as_leader(bytearray(records), headers, self.leader_epoch)
         self._advance_high_watermark()
         return ProduceOutcome(
             base_offset=result.first_offset,
             log_append_time=result.log_append_time,
-            records=sum(h.record_count for h in headers),
+            records=header.record_count,
             bytes=len(records),
         )
 

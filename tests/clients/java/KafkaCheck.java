@@ -17,7 +17,11 @@
 //   produce <bootstrap> <topic> <count> [--compression none|gzip|snappy|lz4|zstd]
 //       [--acks all|1|0|-1] [--idempotence true|false] [--value-size N] [--with-headers]
 //       [--key-prefix K] [--null-keys] [--partition P] [--timestamp MS] [--timestamp-step MS]
-//       [--max-request-size BYTES] [--timeout-ms T] [--max-print N] [--prop k=v]...
+//       [--max-request-size BYTES] [--first-index I] [--timeout-ms T] [--max-print N]
+//       [--prop k=v]...
+//     Writes records I .. I+count-1 (I = --first-index, default 0) and stops at the first
+//     failed send; "offsets" lists [partition, offset, timestamp] per record when
+//     count <= --max-print (default 100).
 //   consume <bootstrap> <topic> <expected-count> [--timeout-ms T] [--value-size N]
 //       [--with-headers] [--key-prefix K] [--null-keys] [--timestamp MS] [--timestamp-step MS]
 //       [--max-print N] [--group G] [--prop k=v]...
@@ -26,13 +30,18 @@
 //     report the committed offsets.
 //   offsets-for-times <bootstrap> <topic> <timestamp> [<timestamp>...] [--timeout-ms T]
 //       [--prop k=v]...
-//   admin <bootstrap> create <topic> [--partitions N] [--replication-factor R] [--config k=v]...
+//   admin <bootstrap> create <topic>... [--partitions N] [--replication-factor R]
+//       [--config k=v]...                                  (topic configs, e.g. max.message.bytes)
 //   admin <bootstrap> delete <topic>...
 //   admin <bootstrap> describe <topic>...
 //   admin <bootstrap> list [--internal]
-//   admin <bootstrap> configs <topic>
-//   admin <bootstrap> cluster
-//   version
+//   admin <bootstrap> create-partitions <topic> <total>     (createPartitions, increaseTo)
+//   admin <bootstrap> configs <topic>...                    (describeConfigs)
+//   admin <bootstrap> cluster                               (describeCluster)
+//   version                                                 (prints the kafka-clients version)
+//
+// Every command takes --timeout-ms T (default 30000: the client's api/blocking timeouts and
+// the consumer's overall deadline) and --prop k=v to set any client config last.
 
 import java.nio.charset.StandardCharsets;
 import java.security.MessageDigest;
@@ -52,6 +61,8 @@ import java.util.TreeMap;
 import java.util.TreeSet;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicReferenceArray;
 
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.AdminClientConfig;
@@ -60,6 +71,7 @@ import org.apache.kafka.clients.admin.ConfigEntry;
 import org.apache.kafka.clients.admin.CreateTopicsResult;
 import org.apache.kafka.clients.admin.DescribeClusterResult;
 import org.apache.kafka.clients.admin.ListTopicsOptions;
+import org.apache.kafka.clients.admin.NewPartitions;
 import org.apache.kafka.clients.admin.NewTopic;
 import org.apache.kafka.clients.admin.TopicDescription;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
@@ -218,6 +230,7 @@ public final class KafkaCheck {
         Integer partition = a.has("--partition") ? a.intOpt("--partition", 0) : null;
         long base = a.longOpt("--timestamp", System.currentTimeMillis());
         long step = a.longOpt("--timestamp-step", 1);
+        long firstIndex = a.longOpt("--first-index", 0);
         int maxPrint = a.intOpt("--max-print", DEFAULT_MAX_PRINT);
         String acks = a.opt("--acks", null);
 
@@ -241,37 +254,42 @@ public final class KafkaCheck {
         }
         a.applyProps(p);
 
-        RecordMetadata[] acked = new RecordMetadata[count];
-        Exception[] failed = new Exception[count];
+        // Filled in by the producer's I/O thread (or by send() itself).
+        AtomicReferenceArray<RecordMetadata> acked = new AtomicReferenceArray<>(count);
+        AtomicReferenceArray<Exception> failed = new AtomicReferenceArray<>(count);
+        AtomicBoolean anyFailed = new AtomicBoolean();
         int sent = 0;
-        Exception sendError = null;
         long[] producerId = null;
         long started = System.nanoTime();
         try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(p)) {
             for (int i = 0; i < count; i++) {
-                byte[] k = nullKeys ? null : key(keyPrefix, i).getBytes(StandardCharsets.UTF_8);
-                byte[] v = value(i, valueSize).getBytes(StandardCharsets.UTF_8);
+                long idx = firstIndex + i;
+                byte[] k = nullKeys ? null : key(keyPrefix, idx).getBytes(StandardCharsets.UTF_8);
+                byte[] v = value(idx, valueSize).getBytes(StandardCharsets.UTF_8);
                 RecordHeaders headers = new RecordHeaders();
                 if (withHeaders) {
-                    headers.add("h", String.valueOf(i).getBytes(StandardCharsets.UTF_8));
+                    headers.add("h", String.valueOf(idx).getBytes(StandardCharsets.UTF_8));
                 }
                 ProducerRecord<byte[], byte[]> record =
-                        new ProducerRecord<>(topic, partition, base + i * step, k, v, headers);
+                        new ProducerRecord<>(topic, partition, base + idx * step, k, v, headers);
                 final int index = i;
+                sent++;
                 try {
                     producer.send(record, (md, ex) -> {
                         if (ex != null) {
-                            failed[index] = ex;
+                            failed.set(index, ex);
+                            anyFailed.set(true);
                         } else {
-                            acked[index] = md;
+                            acked.set(index, md);
                         }
                     });
-                    sent++;
                 } catch (Exception e) {
-                    // send() itself threw (e.g. metadata not available within max.block.ms):
-                    // later records would each block as long again, so stop here.
-                    sendError = e;
-                    failed[index] = e;
+                    failed.set(index, e);
+                    anyFailed.set(true);
+                }
+                // Stop at the first failure: after e.g. a metadata timeout every further
+                // send() would block for max.block.ms again.
+                if (anyFailed.get()) {
                     break;
                 }
             }
@@ -290,11 +308,11 @@ public final class KafkaCheck {
         boolean inOrder = true;
         List<Object> offsets = new ArrayList<>();
         for (int i = 0; i < count; i++) {
-            RecordMetadata md = acked[i];
+            RecordMetadata md = acked.get(i);
             if (md == null) {
-                if (failed[i] != null) {
+                if (failed.get(i) != null) {
                     nFailed++;
-                    Throwable t = unwrap(failed[i]);
+                    Throwable t = unwrap(failed.get(i));
                     errors.merge(t.getClass().getSimpleName(), 1, Integer::sum);
                     if (firstError == null) {
                         firstError = t.getClass().getSimpleName() + ": " + t.getMessage();
@@ -337,13 +355,14 @@ public final class KafkaCheck {
         out.put("sent", sent);
         out.put("acked", nAcked);
         out.put("failed", nFailed);
-        out.put("not_sent", count - sent - (sendError != null ? 1 : 0));
+        out.put("not_sent", count - sent);
         out.put("errors", errors);
         if (firstError != null) {
             out.put("error", firstError);
         }
-        out.put("first_offset", count > 0 && acked[0] != null ? acked[0].offset() : null);
-        out.put("last_offset", count > 0 && acked[count - 1] != null ? acked[count - 1].offset() : null);
+        out.put("first_offset", count > 0 && acked.get(0) != null ? acked.get(0).offset() : null);
+        out.put("last_offset",
+                count > 0 && acked.get(count - 1) != null ? acked.get(count - 1).offset() : null);
         out.put("in_order", inOrder);
         out.put("partitions", partitions);
         if (count <= maxPrint) {
@@ -520,8 +539,11 @@ public final class KafkaCheck {
                     }
                 }
             }
+            // The deadline may have passed (too few records): the closing calls get a budget
+            // of their own so that the result still reports what was read.
+            Duration closing = Duration.ofMillis(Math.min(10_000, timeoutMs));
             if (end == null) {
-                end = consumer.endOffsets(tps, remaining(deadline));
+                end = consumer.endOffsets(tps, closing);
             }
             if (group != null) {
                 assignment = new TreeSet<>();
@@ -529,11 +551,11 @@ public final class KafkaCheck {
                     assignment.add(tp.partition());
                 }
                 if (!consumer.assignment().isEmpty()) {
-                    consumer.commitSync(remaining(deadline));
+                    consumer.commitSync(closing);
                 }
                 committed = new TreeMap<>();
                 Map<TopicPartition, OffsetAndMetadata> offsets =
-                        consumer.committed(new HashSet<>(tps), remaining(deadline));
+                        consumer.committed(new HashSet<>(tps), closing);
                 for (TopicPartition tp : tps) {
                     OffsetAndMetadata om = offsets.get(tp);
                     committed.put(String.valueOf(tp.partition()), om == null ? null : om.offset());
@@ -698,7 +720,8 @@ public final class KafkaCheck {
     // ------------------------------------------------------------------ admin
 
     static Map<String, Object> admin(Args a) throws Exception {
-        a.positionals(2, "admin <bootstrap> create|delete|describe|list|configs|cluster ...");
+        a.positionals(2, "admin <bootstrap> create|delete|describe|list|create-partitions|configs"
+                + "|cluster ...");
         String bootstrap = a.pos(0);
         String action = a.pos(1);
         List<String> names = a.positionalsFrom(2);
@@ -735,6 +758,19 @@ public final class KafkaCheck {
                     out.put("topics", new TreeSet<>(topics));
                     break;
                 }
+                case "create-partitions": {
+                    if (names.size() != 2) {
+                        throw new UsageException(
+                                "usage: admin <bootstrap> create-partitions <topic> <total-count>");
+                    }
+                    int total = a.posInt(3);
+                    admin.createPartitions(Collections.singletonMap(names.get(0),
+                            NewPartitions.increaseTo(total)))
+                            .all().get(timeoutMs, TimeUnit.MILLISECONDS);
+                    out.put("topic", names.get(0));
+                    out.put("partitions", total);
+                    break;
+                }
                 case "configs":
                     requireNames(names, "admin <bootstrap> configs <topic>...");
                     adminConfigs(admin, names, timeoutMs, out);
@@ -752,8 +788,8 @@ public final class KafkaCheck {
                     break;
                 }
                 default:
-                    throw new UsageException("unknown admin action '" + action
-                            + "'; expected create, delete, describe, list, configs or cluster");
+                    throw new UsageException("unknown admin action '" + action + "'; expected"
+                            + " create, delete, describe, list, create-partitions, configs or cluster");
             }
             admin.close(Duration.ofMillis(Math.min(5_000, timeoutMs)));
         }
