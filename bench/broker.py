@@ -25,13 +25,11 @@ class BenchBroker:
     """
 
     def __init__(
-        self, partitions: int, start_timeout: float = 30.0, stop_timeout: float = 20.0,
-        keep_dir: bool = False,
+        self, partitions: int, start_timeout: float = 30.0, stop_timeout: float = 20.0
     ) -> None:
         self.partitions = partitions
         self.start_timeout = start_timeout
         self.stop_timeout = stop_timeout
-        self.keep_dir = keep_dir
         self.log_dir = Path(tempfile.mkdtemp(prefix="kafkube-bench-"))
         self.proc: subprocess.Popen[str] | None = None
         self.bootstrap = ""
@@ -119,10 +117,9 @@ class BenchBroker:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
-        if not self.keep_dir:
-            deadline = time.monotonic() + 5
-            while self.log_dir.exists() and time.monotonic() < deadline:
-                shutil.rmtree(self.log_dir, ignore_errors=True)
+        deadline = time.monotonic() + 5
+        while self.log_dir.exists() and time.monotonic() < deadline:
+            shutil.rmtree(self.log_dir, ignore_errors=True)
 
 
 def cpu_seconds(pid: int) -> float:

@@ -108,7 +108,7 @@ def consume(
     bootstrap: str, topic: str, partitions: int, records: int, record_size: int, timeout: float,
     extra: dict[str, str],
 ) -> dict[str, Any]:
-    """Read at least ``records`` records from offset 0 of every partition, without a group.
+    """Read ``records`` records from offset 0 of every partition, without a group.
 
     The clock runs from ``assign()`` to the last record in hand, so it includes the first
     fetch round trip, as kafka-consumer-perf-test does.
@@ -133,10 +133,9 @@ def consume(
             count += len(batch)
             nbytes += sum(map(len, batch))
         seconds = time.perf_counter() - start
-        # The last consume() may overshoot when the log holds more (a repeated run).
-        if nbytes != count * record_size:
-            raise RuntimeError(f"consume: {count} records of {nbytes} bytes in all, expected "
-                               f"{record_size} bytes each")
+        if count != records or nbytes != count * record_size:
+            raise RuntimeError(f"consume: read {count} records, {nbytes} bytes; expected "
+                               f"{records} of {record_size} bytes")
         return {"records": count, "bytes": nbytes, "seconds": seconds,
                 "client_cpu": time.process_time() - cpu0,
                 "client_main_cpu": time.thread_time() - main0}

@@ -34,6 +34,12 @@ def test_frame_reader_splits_and_limits():
     data = struct.pack(">i", 3) + b"abc" + struct.pack(">i", 2) + b"de"
     assert frames.feed(data[:5]) == []
     assert frames.feed(data[5:]) == [b"abc", b"de"]
+    # Byte by byte, and an empty frame between two others.
+    stream = data[:7] + struct.pack(">i", 0) + data[7:]
+    one_at_a_time = FrameReader(100)
+    got = [f for i in range(len(stream)) for f in one_at_a_time.feed(stream[i : i + 1])]
+    assert got == [b"abc", b"", b"de"]
+    assert one_at_a_time.buffered == 0
     with pytest.raises(FrameTooLarge):
         FrameReader(100).feed(struct.pack(">i", 101))
     with pytest.raises(FrameTooLarge):

@@ -299,7 +299,13 @@ def test_concurrent_idempotent_producers(broker_factory) -> None:
                          "--value-size", 64, "--prop", "batch.size=2048", "--prop", "linger.ms=0")
         for j in range(n)
     ]
-    results = [finish_kafkacheck(argv, proc).data for argv, proc in started]
+    try:
+        results = [finish_kafkacheck(argv, proc).data for argv, proc in started]
+    finally:
+        for _, proc in started:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
     ids = set()
     for sent in results:
         assert sent["acked"] == each and sent["in_order"] is True, sent

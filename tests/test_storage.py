@@ -24,7 +24,8 @@ def batch(n: int, ts: int = TS, size: int = 100, pid: int = -1, seq: int = -1) -
 
 
 def append(log: Log, data: bytes, epoch: int = 0):
-    return log.append_as_leader(bytearray(data), split_batches(data), epoch)
+    [header] = split_batches(data)
+    return log.append_as_leader(data, header, epoch)
 
 
 def read_all(log: Log, start: int = 0) -> bytes:
@@ -207,3 +208,13 @@ def test_epochs_are_stamped_and_checkpointed(tmp_path: Path):
     raw = read_all(log)
     assert [h.partition_leader_epoch for h in split_batches(raw)] == [0, 3]
     assert (directory / "leader-epoch-checkpoint").read_text() == "0\n2\n0 0\n3 2\n"
+
+
+def test_log_append_time_restamps_and_keeps_the_crc_valid(tmp_path: Path):
+    log = Log(tmp_path / "t-0", small_config(message_timestamp_type="LogAppendTime"))
+    result = append(log, batch(3, ts=TS))
+    assert result.log_append_time > TS
+    [stored] = split_batches(read_all(log))  # validates the recomputed CRC
+    assert stored.attributes & 0x08
+    assert stored.max_timestamp == result.log_append_time
+    assert log.offset_for_timestamp(result.log_append_time)[:2] == (0, result.log_append_time)

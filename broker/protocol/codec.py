@@ -69,38 +69,49 @@ class FrameReader:
     """Splits a byte stream into Kafka frames (a 4-byte big-endian size, then the frame).
 
     Rejects a size above ``max_frame_bytes`` (Kafka's socket.request.max.bytes) or below
-    zero as soon as the 4 size bytes arrive, before buffering the body.
+    zero as soon as the 4 size bytes arrive, before buffering the body. Each byte is copied
+    once, into a buffer allocated for its whole frame, which is handed on as it is.
     """
 
     def __init__(self, max_frame_bytes: int) -> None:
         self._max = max_frame_bytes
-        self._buf = bytearray()
-        self._need: int | None = None
+        self._size_bytes = bytearray()
+        self._frame: bytearray | None = None
+        self._filled = 0
 
-    def feed(self, data: bytes | bytearray | memoryview) -> list[bytes]:
-        self._buf += data
+    def feed(self, data: bytes | bytearray | memoryview) -> list[bytearray]:
+        view = memoryview(data)
+        pos, end = 0, len(view)
         frames = []
         while True:
-            if self._need is None:
-                if len(self._buf) < 4:
+            if self._frame is None:
+                if pos == end:
                     break
-                (size,) = _FRAME_SIZE.unpack_from(self._buf, 0)
+                take = view[pos : pos + 4 - len(self._size_bytes)]
+                self._size_bytes += take
+                pos += len(take)
+                if len(self._size_bytes) < 4:
+                    break
+                (size,) = _FRAME_SIZE.unpack(self._size_bytes)
+                self._size_bytes.clear()
                 if size < 0 or size > self._max:
                     raise FrameTooLarge(
                         f"frame size {size} outside [0, {self._max}] (socket.request.max.bytes)"
                     )
-                self._need = size
-                del self._buf[:4]
-            if len(self._buf) < self._need:
+                self._frame, self._filled = bytearray(size), 0
+            take = min(len(self._frame) - self._filled, end - pos)
+            self._frame[self._filled : self._filled + take] = view[pos : pos + take]
+            self._filled += take
+            pos += take
+            if self._filled < len(self._frame):
                 break
-            frames.append(bytes(self._buf[: self._need]))
-            del self._buf[: self._need]
-            self._need = None
+            frames.append(self._frame)
+            self._frame = None
         return frames
 
     @property
     def buffered(self) -> int:
-        return len(self._buf)
+        return len(self._size_bytes) + (self._filled if self._frame is not None else 0)
 
 
 @cache
@@ -115,6 +126,7 @@ def response_writer(schema: type) -> tuple[Callable, bool]:
     return entity_writer(schema), flexible_header
 
 
+@cache
 def response_schema(api_key: int, api_version: int) -> type:
     return load_response_schema(api_key, api_version)
 
@@ -178,7 +190,7 @@ def _null_array(entity: Any) -> str | None:
     return None
 
 
-def decode_request(frame: bytes) -> Request:
+def decode_request(frame: bytes | bytearray) -> Request:
     """Decode one frame (without its size prefix) into a header and a kio request body."""
     if len(frame) < _HEADER_PREFIX.size + 2:
         raise ProtocolError(f"frame of {len(frame)} bytes is too short for a request header")
@@ -202,7 +214,8 @@ def decode_request(frame: bytes) -> Request:
     if schema.__flexible__:
         pos = _skip_tagged_fields(frame, pos)
     try:
-        body, _ = reader(frame, pos)
+        # kio's native reader takes read-only buffers; a read-only view avoids copying.
+        body, _ = reader(memoryview(frame).toreadonly(), pos)
     except Exception as e:  # kio's native reader raises several types for malformed input
         raise ProtocolError(f"cannot decode {schema.__name__} v{api_version}: {e!r}") from e
     null_field = _null_array(body)

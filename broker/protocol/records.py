@@ -196,17 +196,27 @@ def validate_produce_payload(buf: bytes | bytearray | memoryview) -> BatchHeader
     return header
 
 
-def assign_offsets(
-    batch: bytearray, pos: int, base_offset: int, leader_epoch: int
-) -> None:
-    """Rewrite base offset and partition leader epoch in place (outside the CRC)."""
-    _I64.pack_into(batch, pos, base_offset)
-    _I32.pack_into(batch, pos + 12, leader_epoch)
+def stamp_header(
+    batch: bytes | bytearray | memoryview,
+    base_offset: int,
+    leader_epoch: int,
+    log_append_time: int | None = None,
+) -> bytearray:
+    """A copy of the batch's 61-byte header with the broker's fields written in.
 
-
-def set_log_append_time(batch: bytearray, pos: int, size: int, now_ms: int) -> None:
-    """Stamp LogAppendTime: set the timestamp-type bit and maxTimestamp, then redo the CRC."""
-    (attributes,) = _I16.unpack_from(batch, pos + 21)
-    _I16.pack_into(batch, pos + 21, attributes | ATTR_TIMESTAMP_TYPE)
-    _I64.pack_into(batch, pos + 35, now_ms)
-    _U32.pack_into(batch, pos + 17, crc32c.crc32c(memoryview(batch)[pos + 21 : pos + size]))
+    Base offset and partition leader epoch lie outside the CRC. For LogAppendTime the
+    timestamp-type bit and maxTimestamp change too, so the CRC is recomputed, continuing
+    from the header over the untouched records (no copy of the records is made).
+    """
+    head = bytearray(batch[:HEADER_SIZE])
+    _I64.pack_into(head, 0, base_offset)
+    _I32.pack_into(head, 12, leader_epoch)
+    if log_append_time is not None:
+        (attributes,) = _I16.unpack_from(head, 21)
+        _I16.pack_into(head, 21, attributes | ATTR_TIMESTAMP_TYPE)
+        _I64.pack_into(head, 35, log_append_time)
+        (length,) = _I32.unpack_from(head, 8)
+        crc = crc32c.crc32c(memoryview(head)[21:])
+        crc = crc32c.crc32c(memoryview(batch)[HEADER_SIZE : length + LOG_OVERHEAD], crc)
+        _U32.pack_into(head, 17, crc)
+    return head

@@ -69,8 +69,7 @@ class Partition:
                     message=f"producer {header.producer_id} epoch {header.producer_epoch} "
                     f"sequence {header.base_sequence}",
                 )
-        headers = [header]
-        result = self.log.append_as_leader(bytearray(records), headers, self.leader_epoch)
+        result = self.log.append_as_leader(records, header, self.leader_epoch)
         self._advance_high_watermark()
         return ProduceOutcome(
             base_offset=result.first_offset,

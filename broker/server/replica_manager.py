@@ -56,6 +56,7 @@ class ReplicaManager:
         self.partitions: dict[TopicPartition, Partition] = {}
         self._retention_task: asyncio.Task[None] | None = None
         self._checkpoint_task: asyncio.Task[None] | None = None
+        self._log_configs: dict[str, LogConfig] = {}  # by topic id: ids are never reused
 
     # -- startup and shutdown ------------------------------------------------------------
 
@@ -116,9 +117,13 @@ class ReplicaManager:
     # -- topics --------------------------------------------------------------------------
 
     def log_config(self, topic: TopicMetadata) -> LogConfig:
-        values = self.config.topic_defaults()
-        values.update(validate_topic_configs(topic.configs))
-        return LogConfig.from_topic_config(values)
+        """The topic's effective log settings; cached, as produce asks on every request."""
+        config = self._log_configs.get(topic.topic_id)
+        if config is None:
+            values = self.config.topic_defaults()
+            values.update(validate_topic_configs(topic.configs))
+            config = self._log_configs[topic.topic_id] = LogConfig.from_topic_config(values)
+        return config
 
     def _pick_log_dir(self) -> Path:
         counts = {d: 0 for d in self.log_dirs}

@@ -10,6 +10,7 @@ Not thread-safe: every call runs on the broker's event loop.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import time
@@ -19,11 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from broker.protocol.records import (
-    BatchHeader,
-    assign_offsets,
-    set_log_append_time,
-)
+from broker.protocol.records import HEADER_SIZE, BatchHeader, stamp_header
 from broker.storage.leader_epoch import LeaderEpochCache
 from broker.storage.producer_state import BatchMetadata, ProducerStateManager
 from broker.storage.segment import LOG_SUFFIX, FileRegion, LogSegment
@@ -185,41 +182,34 @@ class Log:
     # -- appending -----------------------------------------------------------------------
 
     def append_as_leader(
-        self, data: bytearray, headers: list[BatchHeader], leader_epoch: int
+        self, batch: bytes | memoryview, header: BatchHeader, leader_epoch: int
     ) -> AppendResult:
-        """Assign offsets to already-validated batches and write them.
+        """Give an already-validated batch its offsets and leader epoch, and write it.
 
-        ``headers`` come from validating ``data``; idempotence checks (duplicates, sequence
-        and epoch errors) are done by the caller through ``producer_state`` first.
+        Only a patched copy of the 61-byte header is made; the records go to the file
+        straight from the request buffer. Idempotence checks (duplicates, sequence and epoch
+        errors) are done by the caller through ``producer_state`` first.
         """
-        now_ms = int(time.time() * 1000)
-        log_append_time = self.config.message_timestamp_type == "LogAppendTime"
-        next_offset = self.log_end_offset
-        first_offset = next_offset
-        assigned = []
-        position = 0
-        for header in headers:
-            assign_offsets(data, position, next_offset, leader_epoch)
-            if log_append_time:
-                set_log_append_time(data, position, header.size, now_ms)
-            assigned.append(
-                BatchHeader(
-                    next_offset, header.batch_length, leader_epoch, header.magic, header.crc,
-                    header.attributes, header.last_offset_delta, header.base_timestamp,
-                    now_ms if log_append_time else header.max_timestamp, header.producer_id,
-                    header.producer_epoch, header.base_sequence, header.record_count,
-                )
-            )
-            next_offset += header.last_offset_delta + 1
-            position += header.size
-        self._maybe_roll(len(data), assigned[0])
-        self.active_segment.append(data, assigned)
-        self.epoch_cache.assign(leader_epoch, first_offset)
-        for header in assigned:
-            self.producer_state.update(header)
-        self._unflushed_messages += sum(h.record_count for h in assigned)
+        offset = self.log_end_offset
+        append_time = None
+        if self.config.message_timestamp_type == "LogAppendTime":
+            append_time = int(time.time() * 1000)
+        head = stamp_header(batch, offset, leader_epoch, append_time)
+        assigned = dataclasses.replace(
+            header,
+            base_offset=offset,
+            partition_leader_epoch=leader_epoch,
+            max_timestamp=header.max_timestamp if append_time is None else append_time,
+        )
+        self._maybe_roll(header.size, assigned)
+        body = memoryview(batch)[HEADER_SIZE : header.size]
+        self.active_segment.append([head, body], [assigned])
+        self.epoch_cache.assign(leader_epoch, offset)
+        self.producer_state.update(assigned)
+        self._unflushed_messages += header.record_count
         self._maybe_flush()
-        return AppendResult(first_offset, next_offset - 1, now_ms if log_append_time else -1)
+        stamped = -1 if append_time is None else append_time
+        return AppendResult(offset, assigned.last_offset, stamped)
 
     def _maybe_roll(self, incoming: int, first: BatchHeader) -> None:
         segment = self.active_segment
