@@ -12,6 +12,7 @@ import argparse
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -27,7 +28,7 @@ TOPIC = "orders"
 PARTITIONS = 4
 
 
-def start_broker(port: int, data_dir: Path) -> tuple[subprocess.Popen[str], str]:
+def start_broker(port: int, data_dir: Path) -> tuple[subprocess.Popen[str], str, str]:
     args = [
         sys.executable, "-m", "broker", "broker",
         "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}",
@@ -41,8 +42,9 @@ def start_broker(port: int, data_dir: Path) -> tuple[subprocess.Popen[str], str]
     deadline = time.monotonic() + 30
     for line in proc.stdout:
         print(line, end="")
-        if "listening on" in line:
-            return proc, line.strip()
+        match = re.search(r"listening on PLAINTEXT://([\d.]+:\d+)", line)
+        if match:
+            return proc, line.strip(), match.group(1)
         if time.monotonic() > deadline:
             break
     proc.kill()
@@ -93,15 +95,14 @@ def consume(bootstrap: str, count: int) -> tuple[Counter[str], float]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--port", type=int, default=9092)
+    parser.add_argument("--port", type=int, default=9092, help="0 picks a free port")
     parser.add_argument("--events", type=int, default=50_000)
     parser.add_argument("--data-dir", type=Path,
                         default=Path.home() / ".cache" / "kafkube" / "demo-data")
     parser.add_argument("--once", action="store_true", help="exit after the pipeline")
     args = parser.parse_args()
     shutil.rmtree(args.data_dir, ignore_errors=True)  # each demo run starts from empty logs
-    proc, ready = start_broker(args.port, args.data_dir)
-    bootstrap = f"127.0.0.1:{args.port}"
+    proc, ready, bootstrap = start_broker(args.port, args.data_dir)
     try:
         took = produce(bootstrap, args.events)
         print(f"produced {args.events} order events to '{TOPIC}' in {took:.2f}s")

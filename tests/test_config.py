@@ -1,0 +1,107 @@
+"""Configuration: Kafka's names and defaults, refusals that name the key."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+
+import pytest
+
+from broker.config import BrokerConfig, ConfigError, parse_properties, validate_topic_configs
+
+
+def test_defaults_are_kafkas():
+    config = BrokerConfig.from_dict({})
+    assert config["log.segment.bytes"] == 1073741824
+    assert config["message.max.bytes"] == 1048588
+    assert config["socket.request.max.bytes"] == 104857600
+    assert config["log.index.interval.bytes"] == 4096
+    assert config["num.partitions"] == 1
+    assert config["auto.create.topics.enable"] is True
+    defaults = config.topic_defaults()
+    assert defaults["retention.ms"] == 7 * 24 * 3600 * 1000
+    assert defaults["segment.ms"] == 7 * 24 * 3600 * 1000
+    assert config.log_dirs == ["/tmp/kafka-logs"]
+
+
+def test_retention_falls_back_from_ms_to_minutes_to_hours():
+    assert BrokerConfig.from_dict({"log.retention.hours": "2"}).topic_defaults()[
+        "retention.ms"] == 7_200_000
+    assert BrokerConfig.from_dict(
+        {"log.retention.hours": "2", "log.retention.minutes": "3"}
+    ).topic_defaults()["retention.ms"] == 180_000
+    assert BrokerConfig.from_dict(
+        {"log.retention.minutes": "3", "log.retention.ms": "-1"}
+    ).topic_defaults()["retention.ms"] == -1
+
+
+@pytest.mark.parametrize(("key", "value", "message"), [
+    ("num.partitions", "zero", "num.partitions: expected an integer"),
+    ("num.partitions", "0", "num.partitions: 0 is below the minimum 1"),
+    ("auto.create.topics.enable", "yes", "auto.create.topics.enable: expected true or false"),
+    ("listeners", "127.0.0.1:9092", "listeners: '127.0.0.1:9092' is not of the form"),
+    ("listeners", "PLAINTEXT://127.0.0.1:99999", "out of range"),
+    ("log.message.timestamp.type", "Now", "log.message.timestamp.type: 'Now' is not one of"),
+    ("log.cleanup.policy", "delete,shred", "log.cleanup.policy: 'shred' is not one of"),
+])
+def test_bad_values_are_refused_naming_the_key(key, value, message):
+    with pytest.raises(ConfigError, match=message):
+        BrokerConfig.from_dict({key: value})
+
+
+def test_unknown_keys_warn_and_kafka_only_keys_are_noted(caplog):
+    with caplog.at_level(logging.INFO, logger="broker.config"):
+        BrokerConfig.from_dict({"no.such.key": "1", "num.io.threads": "8"})
+    messages = {r.getMessage(): r.levelname for r in caplog.records}
+    assert messages["unknown config no.such.key=1; ignored"] == "WARNING"
+    assert messages["config num.io.threads has no effect in kafkube; ignored"] == "INFO"
+
+
+def test_properties_syntax():
+    text = "# comment\n! also\nnode.id = 3\nlisteners: PLAINTEXT://127.0.0.1:1\\\n2\n\nempty=\n"
+    assert parse_properties(text) == {
+        "node.id": "3", "listeners": "PLAINTEXT://127.0.0.1:12", "empty": "",
+    }
+
+
+def test_topic_configs_are_validated():
+    assert validate_topic_configs({"retention.ms": "1000", "cleanup.policy": "compact"}) == {
+        "retention.ms": 1000, "cleanup.policy": ["compact"],
+    }
+    with pytest.raises(ConfigError, match="unknown topic config retention.hours"):
+        validate_topic_configs({"retention.hours": "1"})
+    with pytest.raises(ConfigError, match="segment.bytes: 1 is below the minimum 14"):
+        validate_topic_configs({"segment.bytes": "1"})
+
+
+def test_cli_refuses_a_bad_value_at_start(tmp_path):
+    config = tmp_path / "server.properties"
+    config.write_text(f"log.dirs={tmp_path}\nlog.segment.bytes=lots\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "broker", "broker", "--config", str(config)],
+        capture_output=True, text=True, timeout=30,
+    )
+    assert result.returncode == 2
+    assert "invalid configuration: log.segment.bytes: expected an integer" in result.stderr
+    missing = subprocess.run(
+        [sys.executable, "-m", "broker", "broker", "--config", str(tmp_path / "nope")],
+        capture_output=True, text=True, timeout=30,
+    )
+    assert missing.returncode == 2 and "cannot read config file" in missing.stderr
+    bad_override = subprocess.run(
+        [sys.executable, "-m", "broker", "broker", "--override", "novalue"],
+        capture_output=True, text=True, timeout=30,
+    )
+    assert bad_override.returncode == 2 and "expects key=value" in bad_override.stderr
+
+
+def test_cli_reports_a_port_in_use(tmp_path, broker):
+    result = subprocess.run(
+        [sys.executable, "-m", "broker", "broker", "--override", f"log.dirs={tmp_path}/x",
+         "--override", f"listeners=PLAINTEXT://{broker.bootstrap}",
+         "--override", "kafkube.metrics.port=-1"],
+        capture_output=True, text=True, timeout=30,
+    )
+    assert result.returncode == 1
+    assert "Address already in use" in result.stderr

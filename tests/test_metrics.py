@@ -1,0 +1,39 @@
+"""Prometheus metrics, scraped from a running broker."""
+
+from __future__ import annotations
+
+import re
+import urllib.request
+
+from tests.test_compat_clients import ck_consume, ck_produce, sample_records
+
+
+def scrape(port: int) -> dict[str, float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    samples = {}
+    for line in text.splitlines():
+        match = re.match(r"^([^#\s]+)\s+(\S+)$", line)
+        if match:
+            samples[match.group(1)] = float(match.group(2))
+    return samples
+
+
+def test_metrics_count_traffic_per_topic_and_api(broker):
+    records = sample_records(40)
+    assert ck_produce(broker.bootstrap, "metered", records) == []
+    assert len(ck_consume(broker.bootstrap, "metered", len(records))) == len(records)
+    m = scrape(broker.metrics_port)
+    assert m['kafka_server_messages_in_total{topic="metered"}'] == 40
+    assert m['kafka_server_messages_out_total{topic="metered"}'] >= 40
+    bytes_in = m['kafka_server_bytes_in_total{topic="metered"}']
+    assert bytes_in > sum(len(r["value"] or b"") for r in records)
+    assert m['kafka_server_bytes_out_total{topic="metered"}'] >= bytes_in
+    assert m['kafka_log_end_offset{partition="0",topic="metered"}'] == 40
+    assert m['kafka_partition_high_watermark{partition="0",topic="metered"}'] == 40
+    assert m['kafka_log_size_bytes{partition="0",topic="metered"}'] == bytes_in
+    produce_requests = sum(v for k, v in m.items()
+                           if k.startswith('kafka_network_requests_total{api="Produce"'))
+    assert produce_requests >= 1
+    assert m['kafka_network_request_latency_seconds_count{api="Fetch"}'] >= 1
+    assert m["kafka_network_connections"] >= 0
