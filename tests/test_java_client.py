@@ -141,10 +141,12 @@ def expected_value(i: int, size: int = 0) -> str:
     return head + "".join(chr(ord("a") + (i + j) % 26) for j in range(len(head), size))
 
 
-def assert_clean_consume(data: dict[str, Any], expected: int, ordered: bool = True) -> None:
+def assert_clean_consume(data: dict[str, Any], expected: int, ordered: bool = True,
+                         from_offset: int = 0) -> None:
     """KafkaCheck's own checks of a consume: everything produced, once, in order, intact.
 
     ``ordered``: one producer wrote the records, so each partition holds them in index order.
+    ``from_offset``: where the consumer started reading in each partition.
     """
     summary = {k: v for k, v in data.items() if k != "records"}
     assert data["count"] == expected, summary
@@ -160,7 +162,7 @@ def assert_clean_consume(data: dict[str, Any], expected: int, ordered: bool = Tr
     # exactly the records that were read from it.
     for part, (start, end) in data["log_offsets"].items():
         got = data["partitions"].get(part, {"count": 0})["count"]
-        assert start == 0 and end - start == got, (part, start, end, got, summary)
+        assert start == 0 and end - from_offset == got, (part, start, end, got, summary)
     assert data["ok"] is True, summary
 
 
@@ -236,6 +238,18 @@ def test_compression(broker, codec: str) -> None:
     rec = got["records"][0]
     assert rec["offset"] == 0 and rec["value_len"] == 300, rec
     assert rec["value_sha256"] == hashlib.sha256(expected_value(0, 300).encode()).hexdigest()
+
+
+@pytest.mark.parametrize("codec", ["none", "gzip"])
+def test_consume_from_the_middle_of_a_batch(broker, codec: str) -> None:
+    """A fetch from an offset inside a batch returns that batch; the client skips ahead."""
+    sent = produce(broker.bootstrap, "middle", 1000, "--compression", codec,
+                   "--prop", "linger.ms=50", "--prop", "batch.size=1000000")
+    assert sent["acked"] == 1000 and sent["last_offset"] == 999, sent
+    got = consume(broker.bootstrap, "middle", 463, "--from-offset", 537, "--first-index", 537)
+    assert_clean_consume(got, 463, from_offset=537)
+    assert got["partitions"]["0"]["first_offset"] == 537, got["partitions"]
+    assert got["records"][0]["offset"] == 537 and got["records"][0]["value"] == "v-537"
 
 
 def test_one_mib_record(broker) -> None:

@@ -218,3 +218,13 @@ def test_log_append_time_restamps_and_keeps_the_crc_valid(tmp_path: Path):
     assert stored.attributes & 0x08
     assert stored.max_timestamp == result.log_append_time
     assert log.offset_for_timestamp(result.log_append_time)[:2] == (0, result.log_append_time)
+
+
+def test_roll_by_segment_age(tmp_path: Path):
+    log = Log(tmp_path / "t-0", small_config(segment_bytes=1 << 20, segment_ms=60_000))
+    append(log, batch(2))
+    append(log, batch(2))
+    assert len(log.segments) == 1
+    log.active_segment.created_ms -= 60_000  # the segment is now a minute old
+    append(log, batch(2))
+    assert [s.base_offset for s in log.segments] == [0, 4]

@@ -24,8 +24,10 @@
 //     count <= --max-print (default 100).
 //   consume <bootstrap> <topic> <expected-count> [--timeout-ms T] [--value-size N]
 //       [--with-headers] [--key-prefix K] [--null-keys] [--timestamp MS] [--timestamp-step MS]
-//       [--max-print N] [--group G] [--prop k=v]...
-//     Without --group: assign() every partition and read from the beginning. With --group:
+//       [--max-print N] [--group G] [--from-offset O] [--first-index I] [--prop k=v]...
+//     Expects records I .. I+expected-1 (I = --first-index, default 0), each exactly once.
+//     Without --group: assign() every partition and read from the beginning (or seek() every
+//     partition to --from-offset). With --group:
 //     subscribe() in group G (auto.offset.reset=earliest), commitSync() at the end and
 //     report the committed offsets.
 //   offsets-for-times <bootstrap> <topic> <timestamp> [<timestamp>...] [--timeout-ms T]
@@ -413,6 +415,11 @@ public final class KafkaCheck {
 
         Properties p = consumerProps(bootstrap, timeoutMs);
         String group = a.opt("--group", null);
+        long firstIndex = a.longOpt("--first-index", 0);
+        Long fromOffset = a.has("--from-offset") ? a.longOpt("--from-offset", 0) : null;
+        if (group != null && fromOffset != null) {
+            throw new UsageException("--from-offset and --group do not go together");
+        }
         if (group != null) {
             p.put(ConsumerConfig.GROUP_ID_CONFIG, group);
             p.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
@@ -446,7 +453,13 @@ public final class KafkaCheck {
             List<TopicPartition> tps = topicPartitions(consumer, topic, deadline);
             if (group == null) {
                 consumer.assign(tps);
-                consumer.seekToBeginning(tps);
+                if (fromOffset == null) {
+                    consumer.seekToBeginning(tps);
+                } else {
+                    for (TopicPartition tp : tps) {
+                        consumer.seek(tp, fromOffset);
+                    }
+                }
             } else {
                 consumer.subscribe(Collections.singletonList(topic));
             }
@@ -564,7 +577,7 @@ public final class KafkaCheck {
         }
 
         long missing = 0;
-        for (long i = 0; i < expected; i++) {
+        for (long i = firstIndex; i < firstIndex + expected; i++) {
             if (!seen.contains(i)) {
                 missing++;
             }

@@ -1,0 +1,39 @@
+"""Retention enforced by a running broker's background check."""
+
+from __future__ import annotations
+
+from confluent_kafka import Consumer, TopicPartition
+
+from tests.conftest import wait_until
+from tests.test_compat_clients import ck_produce
+
+
+def test_broker_deletes_segments_beyond_retention_bytes(broker_factory):
+    broker = broker_factory(**{
+        "log.segment.bytes": "20000",
+        "log.retention.bytes": "40000",
+        "log.retention.check.interval.ms": "200",
+        "log.segment.delete.delay.ms": "0",
+    })
+    records = [{"key": None, "value": b"%06d" % i + b"x" * 994, "headers": [], "timestamp": 0}
+               for i in range(300)]
+    assert ck_produce(broker.bootstrap, "kept-small", records, **{"batch.size": 4000}) == []
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "unused",
+                         "enable.auto.commit": False})
+    try:
+        tp = TopicPartition("kept-small", 0)
+        low, high = wait_until(
+            lambda: (w := consumer.get_watermark_offsets(tp, 10)) and w[0] > 0 and w,
+            30, "retention to advance the log start offset",
+        )
+        assert high == 300
+        data_dir = broker.log_dir / "kept-small-0"
+        kept = sum(p.stat().st_size for p in data_dir.glob("*.log"))
+        assert kept <= 40000 + 20000  # the limit plus at most the active segment
+        # The oldest remaining records are still readable from the new start.
+        consumer.assign([TopicPartition("kept-small", 0, low)])
+        msg = consumer.poll(10)
+        assert msg is not None and not msg.error() and msg.offset() == low
+        assert msg.value().startswith(b"%06d" % low)
+    finally:
+        consumer.close()
