@@ -11,6 +11,7 @@ from kio.index import load_response_schema
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.errors import ErrorCode
 
+from broker.protocol.batch_codec import Record, encode_batch, read_records
 from broker.protocol.codec import (
     FrameReader,
     FrameTooLarge,
@@ -132,3 +133,26 @@ def test_batch_validation():
         split_batches(bytes(bad_magic))
     with pytest.raises(InvalidRecordError):
         split_batches(b"")
+
+
+@pytest.mark.parametrize("codec", range(5))
+def test_batch_codec_round_trip(codec):
+    records = [
+        Record(10, 1000, b"k", b"v" * 300, (("h", b"1"), ("n", None))),
+        Record(11, 995, None, None),
+        Record(14, 1010, b"k2", b""),
+    ]
+    raw = encode_batch(records, 10, codec=codec, producer_id=5, producer_epoch=1,
+                       base_sequence=7, last_offset_delta=6)
+    [header] = split_batches(raw)  # a whole batch with a valid CRC
+    assert (header.base_offset, header.last_offset, header.record_count) == (10, 16, 3)
+    assert (header.compression, header.producer_id, header.base_sequence) == (codec, 5, 7)
+    assert header.max_timestamp == 1010
+    assert read_records(raw) == records
+    if codec == 0:
+        oracle = build_batch(
+            [(b"k", b"v" * 300, (("h", b"1"), ("n", None)), 5), (None, None, (), 0)], 995
+        )
+        mine = encode_batch([Record(0, 1000, b"k", b"v" * 300, (("h", b"1"), ("n", None))),
+                             Record(1, 995, None, None)], 0)
+        assert mine == oracle

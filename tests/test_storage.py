@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.protocol.record_reader import record_offsets_and_timestamps
+from broker.protocol.batch_codec import record_offsets_and_timestamps
 from broker.protocol.records import split_batches
 from broker.storage.leader_epoch import LeaderEpochCache
 from broker.storage.log import Log, LogConfig, OffsetOutOfRange

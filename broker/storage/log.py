@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from broker.protocol.batch_codec import first_record_at_or_after
 from broker.protocol.records import HEADER_SIZE, BatchHeader, stamp_header
 from broker.storage.leader_epoch import LeaderEpochCache
 from broker.storage.producer_state import BatchMetadata, ProducerStateManager
@@ -295,8 +296,6 @@ class Log:
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int, int] | None:
         """(offset, timestamp, leader epoch) of the first record with ts >= ``timestamp``."""
-        from broker.protocol.record_reader import first_record_at_or_after
-
         for segment in self.segments:
             if segment.max_timestamp < timestamp:
                 continue
