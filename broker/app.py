@@ -13,6 +13,7 @@ from prometheus_client import start_http_server
 
 from broker import handlers
 from broker.config import BrokerConfig, parse_listener
+from broker.coordinator.group_coordinator import GroupCoordinator
 from broker.handlers.context import BrokerServices, Endpoint
 from broker.metrics import BrokerMetrics, PartitionSample
 from broker.network.server import KafkaServer
@@ -28,8 +29,10 @@ class BrokerApp:
         handlers.load_all()
         self.store = LocalMetadataStore([Path(d) for d in config.log_dirs], config.node_id)
         self.replicas = ReplicaManager(config, self.store)
+        self.groups = GroupCoordinator(config, self.replicas)
         self.metrics = BrokerMetrics()
         self.metrics.watch_logs(self._sample_logs)
+        self.metrics.watch_groups(lambda: list(self.groups.lag()))
         self.servers: list[KafkaServer] = []
         self.metrics_port: int | None = None
         self._stopped = asyncio.Event()
@@ -44,10 +47,11 @@ class BrokerApp:
 
     async def start(self) -> None:
         self.replicas.load()
+        self.groups.load()
         _, adv_host, adv_port = parse_listener(self.config.advertised_listeners[0])
         services = BrokerServices(
             self.config, self.store, self.replicas, self.metrics,
-            Endpoint(adv_host, adv_port, self.config["broker.rack"]),
+            Endpoint(adv_host, adv_port, self.config["broker.rack"]), self.groups,
         )
         for listener in self.config.listeners:
             _, host, port = parse_listener(listener)
@@ -60,6 +64,7 @@ class BrokerApp:
                 adv_host, self.servers[0].port, self.config["broker.rack"]
             )
         self.replicas.start_background_tasks()
+        self.groups.start()
         metrics_port = self.config["kafkube.metrics.port"]
         if metrics_port >= 0:
             host = parse_listener(self.config.listeners[0])[1] or "0.0.0.0"
@@ -74,6 +79,7 @@ class BrokerApp:
     async def stop(self) -> None:
         for server in self.servers:
             await server.stop()
+        await self.groups.stop()
         await self.replicas.shutdown()
         if self.metrics_port is not None:
             self._httpd.shutdown()

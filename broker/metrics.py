@@ -56,6 +56,26 @@ class _LogCollector(Collector):
         yield from families.values()
 
 
+class _GroupCollector(Collector):
+    """Consumer lag per group and partition: log end (high watermark) minus committed."""
+
+    def __init__(self, sample: Callable[[], Iterable[tuple[str, str, int, int, int]]]) -> None:
+        self._sample = sample
+
+    def collect(self):
+        labels = ["group", "topic", "partition"]
+        lag = GaugeMetricFamily("kafka_consumergroup_lag", "Records not yet committed by the "
+                                "group: high watermark minus committed offset", labels=labels)
+        current = GaugeMetricFamily("kafka_consumergroup_current_offset",
+                                    "Committed offset of the group", labels=labels)
+        for group, topic, partition, committed, end in self._sample():
+            values = [group, topic, str(partition)]
+            lag.add_metric(values, max(0, end - committed))
+            current.add_metric(values, committed)
+        yield lag
+        yield current
+
+
 class TopicCounters:
     __slots__ = ("bytes_in", "bytes_out", "messages_in", "messages_out")
 
@@ -111,3 +131,8 @@ class BrokerMetrics:
 
     def watch_logs(self, sample: Callable[[], Iterable[PartitionSample]]) -> None:
         self.registry.register(_LogCollector(sample))
+
+    def watch_groups(
+        self, sample: Callable[[], Iterable[tuple[str, str, int, int, int]]]
+    ) -> None:
+        self.registry.register(_GroupCollector(sample))

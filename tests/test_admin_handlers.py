@@ -17,6 +17,7 @@ from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
 from broker.config import BROKER_KEYS, TOPIC_KEYS, BrokerConfig
+from broker.coordinator.group_coordinator import GroupCoordinator
 from broker.handlers import REGISTRY, admin, offset_for_leader_epoch  # noqa: F401 (registers)
 from broker.handlers.context import BrokerServices, Endpoint, RequestContext
 from broker.metrics import BrokerMetrics
@@ -36,7 +37,10 @@ def make_services(tmp_path: Path, **settings: str) -> BrokerServices:
     store = LocalMetadataStore([Path(d) for d in config.log_dirs], config.node_id)
     replicas = ReplicaManager(config, store)
     replicas.load()
-    return BrokerServices(config, store, replicas, BrokerMetrics(), Endpoint("", 9092, "rack-a"))
+    return BrokerServices(
+        config, store, replicas, BrokerMetrics(), Endpoint("", 9092, "rack-a"),
+        GroupCoordinator(config, replicas),
+    )
 
 
 @pytest.fixture

@@ -37,3 +37,20 @@ def test_metrics_count_traffic_per_topic_and_api(broker):
     assert produce_requests >= 1
     assert m['kafka_network_request_latency_seconds_count{api="Fetch"}'] >= 1
     assert m["kafka_network_connections"] >= 0
+
+
+def test_consumer_lag_per_group_and_partition(broker_factory):
+    from confluent_kafka import Consumer, TopicPartition
+
+    broker = broker_factory(**{"group.initial.rebalance.delay.ms": "0"})
+    assert ck_produce(broker.bootstrap, "lagging", sample_records(30)) == []
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "lag-group",
+                         "enable.auto.commit": False})
+    try:
+        consumer.commit(offsets=[TopicPartition("lagging", 0, 12)], asynchronous=False)
+    finally:
+        consumer.close()
+    m = scrape(broker.metrics_port)
+    labels = 'group="lag-group",partition="0",topic="lagging"'
+    assert m[f"kafka_consumergroup_current_offset{{{labels}}}"] == 12
+    assert m[f"kafka_consumergroup_lag{{{labels}}}"] == 18

@@ -45,6 +45,7 @@ def load_all() -> dict[int, ApiSpec]:
         admin,
         api_versions,
         fetch,
+        groups,
         list_offsets,
         metadata,
         offset_for_leader_epoch,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from broker.config import BrokerConfig
+from broker.coordinator.group_coordinator import GroupCoordinator
 from broker.metrics import BrokerMetrics
 from broker.protocol.codec import RequestHeader
 from broker.server.metadata import LocalMetadataStore
@@ -27,6 +28,7 @@ class BrokerServices:
     replicas: ReplicaManager
     metrics: BrokerMetrics
     advertised: Endpoint  # host may be empty: use the address the client connected to
+    groups: GroupCoordinator
 
     @property
     def node_id(self) -> int:

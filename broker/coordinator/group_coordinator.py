@@ -1,0 +1,633 @@
+"""The classic group coordinator: membership, rebalances, and committed offsets.
+
+Kafka's rules (GroupCoordinator.scala, the classic protocol): a rebalance collects every
+member's JoinGroup, bumps the generation, picks the protocol all members support, and lets
+the leader (the first joiner) compute the assignment that SyncGroup hands out. Members that
+stop heartbeating for ``session.timeout.ms`` are removed; members that do not rejoin within
+the rebalance timeout (the consumer's ``max.poll.interval.ms``) are dropped from the
+rebalance. Offsets and group metadata are written to ``__consumer_offsets`` before they
+are acknowledged, and read back from it at start-up.
+
+One coordinator serves every group on this broker (the leader of every offsets partition);
+it runs on the event loop, and a tick task checks session and rebalance deadlines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from kio.schema.errors import ErrorCode
+
+from broker.config import BrokerConfig
+from broker.coordinator import offsets_topic as ot
+from broker.coordinator.group import Group, GroupState, Member
+from broker.protocol.batch_codec import Record, encode_batch, read_records
+from broker.server.replica_manager import ReplicaManager
+
+log = logging.getLogger(__name__)
+TICK_SECONDS = 0.05
+OffsetMap = dict[tuple[str, int], ot.OffsetValue]
+
+
+class CoordinatorError(Exception):
+    def __init__(self, code: ErrorCode, message: str = "") -> None:
+        super().__init__(message or code.name)
+        self.code = code
+
+
+@dataclass(frozen=True, slots=True)
+class JoinResult:
+    error: ErrorCode
+    generation: int = -1
+    protocol_type: str | None = None
+    protocol: str | None = None
+    leader: str = ""
+    member_id: str = ""
+    members: tuple[tuple[str, str | None, bytes], ...] = ()
+
+
+class GroupCoordinator:
+    def __init__(self, config: BrokerConfig, replicas: ReplicaManager) -> None:
+        self.config = config
+        self.replicas = replicas
+        self.groups: dict[str, Group] = {}
+        self.offsets: dict[str, OffsetMap] = {}
+        self.partitions = config["offsets.topic.num.partitions"]
+        self._tick_task: asyncio.Task[None] | None = None
+        self._last_expiry_check = 0.0
+        # Kafka's InitialDelayedJoin: a group rebalancing from Empty waits this long for more
+        # members (group.initial.rebalance.delay.ms), extended per join up to the deadline.
+        self._initial_delay_until: dict[str, float] = {}
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Rebuild groups and offsets from ``__consumer_offsets`` (the broker's restart)."""
+        for partition in self.replicas.topic_partitions(ot.TOPIC):
+            for segment in list(partition.log.segments):
+                for batch in segment.batches_from(0):
+                    raw = segment.read_bytes(batch.position, batch.header.size)
+                    for record in read_records(raw):
+                        self._replay(record)
+        for group in self.groups.values():
+            if group.members:
+                # Members keep their assignment; they are expired unless they heartbeat.
+                group.state = GroupState.STABLE
+                now = time.monotonic()
+                for member in group.members.values():
+                    member.heartbeat_deadline = now + member.session_timeout_ms / 1000
+        log.info("loaded %d groups and offsets for %d groups", len(self.groups), len(self.offsets))
+
+    def _replay(self, record: Record) -> None:
+        if record.key is None:
+            return
+        key = ot.decode_key(record.key)
+        if isinstance(key, ot.OffsetKey):
+            offsets = self.offsets.setdefault(key.group, {})
+            if record.value is None:
+                offsets.pop((key.topic, key.partition), None)
+            else:
+                offsets[(key.topic, key.partition)] = ot.decode_offset(record.value)
+        elif isinstance(key, ot.GroupKey):
+            if record.value is None:
+                self.groups.pop(key.group, None)
+                return
+            value = ot.decode_group(record.value)
+            group = Group(key.group, generation=value.generation,
+                          protocol_type=value.protocol_type or None, protocol=value.protocol,
+                          state_timestamp=value.current_state_timestamp)
+            for m in value.members:
+                group.add(Member(m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                                 m.session_timeout, m.rebalance_timeout, value.protocol_type,
+                                 [(value.protocol or "", m.subscription)], m.assignment))
+            group.leader_id = value.leader if value.leader in group.members else group.leader_id
+            self.groups[key.group] = group
+
+    def start(self) -> None:
+        self._tick_task = asyncio.create_task(self._tick_loop())
+
+    async def stop(self) -> None:
+        if self._tick_task:
+            self._tick_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._tick_task
+        for group in self.groups.values():
+            for member in group.members.values():
+                for fut in (member.join_future, member.sync_future):
+                    if fut is not None and not fut.done():
+                        fut.cancel()
+
+    def ensure_offsets_topic(self) -> None:
+        """Create ``__consumer_offsets`` on first use, compacted, as Kafka does."""
+        if ot.TOPIC in self.replicas.store.topics:
+            return
+        self.replicas.create_topic(ot.TOPIC, self.partitions, {
+            "cleanup.policy": "compact",
+            "segment.bytes": str(self.config["offsets.topic.segment.bytes"]),
+        })
+
+    # -- persistence ---------------------------------------------------------------------
+
+    def _write(self, group_id: str, entries: list[tuple[bytes, bytes | None]]) -> ErrorCode:
+        """Append records for ``group_id`` to its offsets partition; NONE once stored."""
+        if not entries:
+            return ErrorCode.none
+        self.ensure_offsets_topic()
+        partition = self.replicas.get(ot.TOPIC, ot.partition_for(group_id, self.partitions))
+        now = int(time.time() * 1000)
+        batch = encode_batch(
+            [Record(i, now, key, value) for i, (key, value) in enumerate(entries)], 0
+        )
+        outcome = partition.append(batch, 2**31 - 1)
+        if outcome.error != ErrorCode.none:
+            log.error("writing group %s to %s failed: %s", group_id, ot.TOPIC, outcome.message)
+            return ErrorCode.coordinator_not_available
+        return ErrorCode.none
+
+    def _group_record(self, group: Group) -> tuple[bytes, bytes | None]:
+        members = tuple(
+            ot.MemberValue(m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                           m.rebalance_timeout_ms, m.session_timeout_ms,
+                           m.metadata_for(group.protocol), m.assignment)
+            for m in group.members.values()
+        )
+        value = ot.GroupValue(group.protocol_type or "", group.generation, group.protocol,
+                              group.leader_id if group.members else None,
+                              group.state_timestamp, members)
+        return ot.encode_key(ot.GroupKey(group.group_id)), ot.encode_group(value)
+
+    # -- membership ----------------------------------------------------------------------
+
+    def _validate_group_id(self, group_id: str | None) -> None:
+        if not group_id:
+            raise CoordinatorError(ErrorCode.invalid_group_id, "the group id is empty")
+
+    async def join_group(
+        self, group_id: str, member_id: str, group_instance_id: str | None, client_id: str,
+        client_host: str, session_timeout_ms: int, rebalance_timeout_ms: int,
+        protocol_type: str, protocols: list[tuple[str, bytes]], require_known_member: bool,
+    ) -> JoinResult:
+        try:
+            self._validate_group_id(group_id)
+        except CoordinatorError as e:
+            return JoinResult(e.code, member_id=member_id)
+        low = self.config["group.min.session.timeout.ms"]
+        high = self.config["group.max.session.timeout.ms"]
+        if not low <= session_timeout_ms <= high:
+            return JoinResult(ErrorCode.invalid_session_timeout, member_id=member_id)
+        self.ensure_offsets_topic()
+        group = self.groups.get(group_id)
+        if group is None:
+            if member_id:
+                return JoinResult(ErrorCode.unknown_member_id, member_id=member_id)
+            group = self.groups[group_id] = Group(group_id)
+        if group.is_(GroupState.DEAD):
+            return JoinResult(ErrorCode.coordinator_not_available, member_id=member_id)
+        if not group.supports(protocol_type, protocols):
+            return JoinResult(ErrorCode.inconsistent_group_protocol, member_id=member_id)
+        if len(group.members) >= self.config["group.max.size"] and member_id not in group.members:
+            return JoinResult(ErrorCode.group_max_size_reached, member_id=member_id)
+        now = time.monotonic()
+        if group_instance_id and group_instance_id in group.static_members:
+            return await self._rejoin_static(group, group_instance_id, member_id, client_id,
+                                             client_host, session_timeout_ms,
+                                             rebalance_timeout_ms, protocol_type, protocols)
+        if not member_id:
+            member_id = f"{client_id}-{uuid.uuid4()}"
+            if require_known_member and not group_instance_id:
+                # KIP-394: hand out the id first, so a client that dies before its first
+                # JoinGroup completes leaves no member behind.
+                group.pending_members.add(member_id)
+                self._pending_deadline(group, member_id, now + session_timeout_ms / 1000)
+                return JoinResult(ErrorCode.member_id_required, member_id=member_id)
+        elif member_id not in group.members and member_id not in group.pending_members:
+            return JoinResult(ErrorCode.unknown_member_id, member_id=member_id)
+        group.pending_members.discard(member_id)
+        member = group.members.get(member_id)
+        if member is None:
+            member = Member(member_id, group_instance_id, client_id, client_host,
+                            session_timeout_ms, rebalance_timeout_ms, protocol_type, protocols)
+            group.add(member)
+        else:
+            member.protocols = protocols
+            member.session_timeout_ms = session_timeout_ms
+            member.rebalance_timeout_ms = rebalance_timeout_ms
+        member.heartbeat_deadline = now + session_timeout_ms / 1000
+        joined = member.join_future = asyncio.get_running_loop().create_future()
+        if not group.is_(GroupState.PREPARING_REBALANCE):
+            self._prepare_rebalance(group, f"member {member_id} joined")
+        else:
+            self._extend_initial_delay(group)
+        self._maybe_complete_join(group)  # may answer everyone, this member included
+        return await self._await_join(joined, member_id)
+
+    async def _await_join(self, future: asyncio.Future, member_id: str) -> JoinResult:
+        try:
+            return await future
+        except CoordinatorError as e:  # removed or fenced while waiting
+            return JoinResult(e.code, member_id=member_id)
+
+    async def _rejoin_static(
+        self, group: Group, instance_id: str, member_id: str, client_id: str, client_host: str,
+        session_timeout_ms: int, rebalance_timeout_ms: int, protocol_type: str,
+        protocols: list[tuple[str, bytes]],
+    ) -> JoinResult:
+        """A static member (group.instance.id) rejoining: it replaces its old member id.
+
+        If the group is stable and the member's protocols did not change, it gets the
+        current assignment back without a rebalance (KIP-345).
+        """
+        old_id = group.static_members[instance_id]
+        old = group.members[old_id]
+        if member_id and member_id != old_id:
+            return JoinResult(ErrorCode.fenced_instance_id, member_id=member_id)
+        new_id = old_id if member_id else f"{instance_id}-{uuid.uuid4()}"
+        unchanged = old.protocols == protocols
+        group.remove(old_id)
+        was_leader = group.leader_id is None or group.leader_id == old_id
+        for fut in (old.join_future, old.sync_future):
+            if fut is not None and not fut.done():
+                fut.set_exception(CoordinatorError(ErrorCode.fenced_instance_id))
+        member = Member(new_id, instance_id, client_id, client_host, session_timeout_ms,
+                        rebalance_timeout_ms, protocol_type, protocols, old.assignment)
+        group.add(member)
+        if was_leader:
+            group.leader_id = new_id
+        member.heartbeat_deadline = time.monotonic() + session_timeout_ms / 1000
+        if group.is_(GroupState.STABLE) and unchanged:
+            self._write(group.group_id, [self._group_record(group)])
+            return JoinResult(
+                ErrorCode.none, group.generation, group.protocol_type, group.protocol,
+                group.leader_id or "", new_id,
+                self._member_list(group) if group.leader_id == new_id else (),
+            )
+        joined = member.join_future = asyncio.get_running_loop().create_future()
+        if not group.is_(GroupState.PREPARING_REBALANCE):
+            self._prepare_rebalance(group, f"static member {instance_id} rejoined")
+        self._maybe_complete_join(group)
+        return await self._await_join(joined, new_id)
+
+    def _pending_deadline(self, group: Group, member_id: str, deadline: float) -> None:
+        def expire() -> None:
+            if member_id in group.pending_members:
+                group.pending_members.discard(member_id)
+                if group.is_(GroupState.PREPARING_REBALANCE):
+                    self._maybe_complete_join(group)
+
+        asyncio.get_running_loop().call_later(max(0.0, deadline - time.monotonic()), expire)
+
+    def _prepare_rebalance(self, group: Group, reason: str) -> None:
+        log.info("group %s: preparing to rebalance (%s)", group.group_id, reason)
+        was_empty = group.is_(GroupState.EMPTY)
+        for member in group.members.values():
+            if member.sync_future is not None and not member.sync_future.done():
+                member.sync_future.set_exception(CoordinatorError(ErrorCode.rebalance_in_progress))
+        group.transition(GroupState.PREPARING_REBALANCE)
+        timeout = max((m.rebalance_timeout_ms for m in group.members.values()), default=0) / 1000
+        now = time.monotonic()
+        group.rebalance_deadline = now + timeout
+        delay = self.config["group.initial.rebalance.delay.ms"] / 1000
+        if was_empty and delay > 0:
+            self._initial_delay_until[group.group_id] = min(now + delay, group.rebalance_deadline)
+        else:
+            self._initial_delay_until.pop(group.group_id, None)
+
+    def _extend_initial_delay(self, group: Group) -> None:
+        until = self._initial_delay_until.get(group.group_id)
+        if until is None:
+            return
+        delay = self.config["group.initial.rebalance.delay.ms"] / 1000
+        self._initial_delay_until[group.group_id] = min(
+            max(until, time.monotonic() + delay), group.rebalance_deadline
+        )
+
+    def _maybe_complete_join(self, group: Group, deadline_passed: bool = False) -> None:
+        if not group.is_(GroupState.PREPARING_REBALANCE):
+            return
+        delayed = self._initial_delay_until.get(group.group_id)
+        now = time.monotonic()
+        if delayed is not None and now < delayed and not deadline_passed:
+            return
+        if not deadline_passed and not group.has_all_members_joined:
+            return
+        self._initial_delay_until.pop(group.group_id, None)
+        for member in list(group.members.values()):
+            if not member.awaiting_join:
+                log.info("group %s: removing %s, which did not rejoin in time",
+                         group.group_id, member.member_id)
+                group.remove(member.member_id)
+        group.pending_members.clear()
+        self._complete_join(group)
+
+    def _complete_join(self, group: Group) -> None:
+        group.generation += 1
+        group.state_timestamp = int(time.time() * 1000)
+        if not group.members:
+            group.protocol = None
+            group.transition(GroupState.EMPTY)
+            self._write(group.group_id, [self._group_record(group)])
+            log.info("group %s: empty at generation %d", group.group_id, group.generation)
+            return
+        group.protocol = group.select_protocol()
+        group.transition(GroupState.COMPLETING_REBALANCE)
+        log.info("group %s: generation %d with %d members, protocol %s, leader %s",
+                 group.group_id, group.generation, len(group.members), group.protocol,
+                 group.leader_id)
+        members = self._member_list(group)
+        for member in group.members.values():
+            result = JoinResult(
+                ErrorCode.none, group.generation, group.protocol_type, group.protocol,
+                group.leader_id or "", member.member_id,
+                members if member.member_id == group.leader_id else (),
+            )
+            member.heartbeat_deadline = time.monotonic() + member.session_timeout_ms / 1000
+            if member.join_future is not None and not member.join_future.done():
+                member.join_future.set_result(result)
+            member.join_future = None
+
+    def _member_list(self, group: Group) -> tuple[tuple[str, str | None, bytes], ...]:
+        return tuple(
+            (m.member_id, m.group_instance_id, m.metadata_for(group.protocol))
+            for m in group.members.values()
+        )
+
+    def _known_member(self, group_id: str, member_id: str, instance_id: str | None) -> tuple[
+        Group, Member
+    ]:
+        group = self.groups.get(group_id)
+        if group is None or group.is_(GroupState.DEAD):
+            raise CoordinatorError(ErrorCode.unknown_member_id)
+        if instance_id and instance_id in group.static_members and (
+            group.static_members[instance_id] != member_id
+        ):
+            raise CoordinatorError(ErrorCode.fenced_instance_id)
+        member = group.members.get(member_id)
+        if member is None:
+            raise CoordinatorError(ErrorCode.unknown_member_id)
+        return group, member
+
+    async def sync_group(
+        self, group_id: str, generation: int, member_id: str, instance_id: str | None,
+        protocol_type: str | None, protocol: str | None, assignments: dict[str, bytes],
+    ) -> tuple[ErrorCode, bytes, Group | None]:
+        try:
+            self._validate_group_id(group_id)
+            group, member = self._known_member(group_id, member_id, instance_id)
+        except CoordinatorError as e:
+            return e.code, b"", None
+        if generation != group.generation:
+            return ErrorCode.illegal_generation, b"", group
+        if (protocol_type and protocol_type != group.protocol_type) or (
+            protocol and protocol != group.protocol
+        ):
+            return ErrorCode.inconsistent_group_protocol, b"", group
+        member.heartbeat_deadline = time.monotonic() + member.session_timeout_ms / 1000
+        if group.is_(GroupState.PREPARING_REBALANCE):
+            return ErrorCode.rebalance_in_progress, b"", group
+        if group.is_(GroupState.STABLE):
+            return ErrorCode.none, member.assignment, group
+        member.sync_future = asyncio.get_running_loop().create_future()
+        if member_id == group.leader_id:
+            for m in group.members.values():
+                m.assignment = assignments.get(m.member_id, b"")
+            error = self._write(group_id, [self._group_record(group)])
+            if error != ErrorCode.none:
+                for m in group.members.values():
+                    m.assignment = b""
+                self._prepare_rebalance(group, "storing the assignment failed")
+                return error, b"", group
+            group.transition(GroupState.STABLE)
+            for m in group.members.values():
+                if m.sync_future is not None and not m.sync_future.done():
+                    m.sync_future.set_result(m.assignment)
+        try:
+            assignment = await member.sync_future
+        except CoordinatorError as e:
+            return e.code, b"", group
+        finally:
+            member.sync_future = None
+        return ErrorCode.none, assignment, group
+
+    def heartbeat(
+        self, group_id: str, generation: int, member_id: str, instance_id: str | None
+    ) -> ErrorCode:
+        try:
+            group, member = self._known_member(group_id, member_id, instance_id)
+        except CoordinatorError as e:
+            return e.code
+        if group.is_(GroupState.EMPTY):
+            return ErrorCode.unknown_member_id
+        member.heartbeat_deadline = time.monotonic() + member.session_timeout_ms / 1000
+        if generation != group.generation:
+            return ErrorCode.illegal_generation
+        if group.is_(GroupState.PREPARING_REBALANCE):
+            return ErrorCode.rebalance_in_progress
+        # Stable, or CompletingRebalance: a member may heartbeat between its JoinGroup answer
+        # and its SyncGroup; that is not a reason to rejoin (Kafka answers NONE too).
+        return ErrorCode.none
+
+    def leave_group(
+        self, group_id: str, members: Iterable[tuple[str, str | None]]
+    ) -> tuple[ErrorCode, list[tuple[str, str | None, ErrorCode]]]:
+        group = self.groups.get(group_id)
+        if group is None or group.is_(GroupState.DEAD):
+            return ErrorCode.unknown_member_id, []
+        results = []
+        for member_id, instance_id in members:
+            if instance_id:
+                known = group.static_members.get(instance_id)
+                if known is None:
+                    results.append((member_id, instance_id, ErrorCode.unknown_member_id))
+                    continue
+                if member_id and member_id != known:
+                    results.append((member_id, instance_id, ErrorCode.fenced_instance_id))
+                    continue
+                member_id = known
+            if group.pending_members and member_id in group.pending_members:
+                group.pending_members.discard(member_id)
+                results.append((member_id, instance_id, ErrorCode.none))
+                continue
+            if member_id not in group.members:
+                results.append((member_id, instance_id, ErrorCode.unknown_member_id))
+                continue
+            self._remove_member(group, member_id, "left the group")
+            results.append((member_id, instance_id, ErrorCode.none))
+        return ErrorCode.none, results
+
+    def _remove_member(self, group: Group, member_id: str, why: str) -> None:
+        member = group.remove(member_id)
+        if member is None:
+            return
+        log.info("group %s: member %s %s", group.group_id, member_id, why)
+        for fut in (member.join_future, member.sync_future):
+            if fut is not None and not fut.done():
+                fut.set_exception(CoordinatorError(ErrorCode.unknown_member_id))
+        if group.is_(GroupState.STABLE) or group.is_(GroupState.COMPLETING_REBALANCE):
+            self._prepare_rebalance(group, f"member {member_id} {why}")
+        self._maybe_complete_join(group)
+
+    async def _tick_loop(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_SECONDS)
+            try:
+                self.tick()
+            except Exception:
+                log.exception("group coordinator tick failed")
+
+    def tick(self, now: float | None = None) -> None:
+        """Expire sessions, end rebalances whose deadline or initial delay has passed."""
+        now = time.monotonic() if now is None else now
+        for group in list(self.groups.values()):
+            for member in list(group.members.values()):
+                if not member.awaiting_join and member.heartbeat_deadline < now:
+                    self._remove_member(group, member.member_id, "session expired")
+            if group.is_(GroupState.PREPARING_REBALANCE):
+                self._maybe_complete_join(group, deadline_passed=now >= group.rebalance_deadline)
+        interval = self.config["offsets.retention.check.interval.ms"] / 1000
+        if now - self._last_expiry_check >= interval:
+            self._last_expiry_check = now
+            self.expire_offsets()
+
+    # -- offsets -------------------------------------------------------------------------
+
+    def commit_offsets(
+        self, group_id: str, generation: int, member_id: str, instance_id: str | None,
+        offsets: dict[tuple[str, int], ot.OffsetValue],
+    ) -> ErrorCode:
+        """Store commits; a group error applies to every partition of the request."""
+        try:
+            self._validate_group_id(group_id)
+        except CoordinatorError as e:
+            return e.code
+        group = self.groups.get(group_id)
+        if generation < 0 and not member_id:
+            # A "simple" commit from a consumer that manages partitions itself.
+            if group is not None and not group.is_(GroupState.EMPTY) and group.members:
+                return ErrorCode.unknown_member_id
+            if group is None:
+                group = self.groups[group_id] = Group(group_id)
+        else:
+            try:
+                group, member = self._known_member(group_id, member_id, instance_id)
+            except CoordinatorError as e:
+                return e.code
+            if generation != group.generation:
+                return ErrorCode.illegal_generation
+            if group.is_(GroupState.COMPLETING_REBALANCE):
+                return ErrorCode.rebalance_in_progress
+            member.heartbeat_deadline = time.monotonic() + member.session_timeout_ms / 1000
+        entries = [
+            (ot.encode_key(ot.OffsetKey(group_id, topic, partition)), ot.encode_offset(value))
+            for (topic, partition), value in offsets.items()
+        ]
+        error = self._write(group_id, entries)
+        if error == ErrorCode.none:
+            self.offsets.setdefault(group_id, {}).update(offsets)
+        return error
+
+    def fetch_offsets(
+        self, group_id: str, partitions: list[tuple[str, int]] | None
+    ) -> dict[tuple[str, int], ot.OffsetValue | None]:
+        committed = self.offsets.get(group_id, {})
+        if partitions is None:
+            return dict(committed)
+        return {tp: committed.get(tp) for tp in partitions}
+
+    def delete_groups(self, group_ids: list[str]) -> dict[str, ErrorCode]:
+        results = {}
+        for group_id in group_ids:
+            group = self.groups.get(group_id)
+            if group is None and group_id not in self.offsets:
+                results[group_id] = ErrorCode.group_id_not_found
+                continue
+            if group is not None and not (group.is_(GroupState.EMPTY) or group.is_(
+                    GroupState.DEAD)):
+                results[group_id] = ErrorCode.non_empty_group
+                continue
+            entries = [
+                (ot.encode_key(ot.OffsetKey(group_id, t, p)), None)
+                for t, p in self.offsets.get(group_id, {})
+            ]
+            entries.append((ot.encode_key(ot.GroupKey(group_id)), None))
+            results[group_id] = self._write(group_id, entries)
+            if results[group_id] == ErrorCode.none:
+                self.offsets.pop(group_id, None)
+                if group is not None:
+                    group.transition(GroupState.DEAD)
+                    del self.groups[group_id]
+        return results
+
+    def delete_offsets(
+        self, group_id: str, partitions: list[tuple[str, int]]
+    ) -> tuple[ErrorCode, dict[tuple[str, int], ErrorCode]]:
+        group = self.groups.get(group_id)
+        if group is None and group_id not in self.offsets:
+            return ErrorCode.group_id_not_found, {}
+        subscribed = set()
+        if group is not None and not group.is_(GroupState.EMPTY):
+            topics = group.subscribed_topics()
+            if topics is None:
+                return ErrorCode.non_empty_group, {}
+            subscribed = topics
+        results = {}
+        entries = []
+        for topic, partition in partitions:
+            if topic in subscribed:
+                results[(topic, partition)] = ErrorCode.group_subscribed_to_topic
+                continue
+            results[(topic, partition)] = ErrorCode.none
+            if (topic, partition) in self.offsets.get(group_id, {}):
+                entries.append((ot.encode_key(ot.OffsetKey(group_id, topic, partition)), None))
+        error = self._write(group_id, entries)
+        if error != ErrorCode.none:
+            return error, {}
+        for tp, code in results.items():
+            if code == ErrorCode.none:
+                self.offsets.get(group_id, {}).pop(tp, None)
+        return ErrorCode.none, results
+
+    def expire_offsets(self, now_ms: int | None = None) -> int:
+        """Drop offsets of empty groups older than offsets.retention.minutes (KIP-211)."""
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        horizon = now_ms - self.config["offsets.retention.minutes"] * 60_000
+        expired = 0
+        for group_id, offsets in list(self.offsets.items()):
+            group = self.groups.get(group_id)
+            if group is not None and not group.is_(GroupState.EMPTY):
+                continue
+            base = group.state_timestamp if group is not None and group.state_timestamp > 0 else 0
+            old = [tp for tp, v in offsets.items() if max(v.commit_timestamp, base) < horizon]
+            if not old:
+                continue
+            entries = [(ot.encode_key(ot.OffsetKey(group_id, t, p)), None) for t, p in old]
+            if self._write(group_id, entries) == ErrorCode.none:
+                for tp in old:
+                    offsets.pop(tp)
+                expired += len(old)
+        return expired
+
+    # -- reading state -------------------------------------------------------------------
+
+    def describe(self, group_id: str) -> Group | None:
+        return self.groups.get(group_id)
+
+    def list_groups(self) -> list[Group]:
+        groups = dict(self.groups)
+        for group_id in self.offsets:
+            groups.setdefault(group_id, Group(group_id, protocol_type=""))
+        return list(groups.values())
+
+    def lag(self) -> Iterable[tuple[str, str, int, int, int]]:
+        """(group, topic, partition, committed offset, log end offset) for metrics."""
+        for group_id, offsets in list(self.offsets.items()):
+            for (topic, partition), value in list(offsets.items()):
+                replica = self.replicas.get(topic, partition)
+                if replica is not None:
+                    yield group_id, topic, partition, value.offset, replica.high_watermark
+

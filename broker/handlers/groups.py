@@ -1,0 +1,277 @@
+"""Group APIs of the classic protocol: find the coordinator, join, sync, heartbeat, leave,
+commit and fetch offsets, describe, list and delete groups.
+
+Thin: each handler maps its request (every version) onto the GroupCoordinator and its
+answer back onto the response. The coordinator is always this broker: it leads every
+partition of ``__consumer_offsets``.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.coordinator.group import GroupState
+from broker.coordinator.group_coordinator import GroupCoordinator
+from broker.coordinator.offsets_topic import OffsetValue
+from broker.handlers import handles
+from broker.handlers.context import RequestContext
+from broker.protocol.messages import build_response
+
+AUTHORIZED_OPERATIONS_OMITTED = -2147483648
+KEY_TYPE_GROUP = 0
+NO_TIMEOUT = timedelta(0)
+
+
+def _coordinator(ctx: RequestContext) -> GroupCoordinator:
+    return ctx.services.groups
+
+
+def _ms(value: timedelta | int) -> int:
+    return int(value.total_seconds() * 1000) if isinstance(value, timedelta) else int(value)
+
+
+@handles(10, 0, 4)
+async def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
+    endpoint = ctx.advertised_endpoint()
+    key_type = getattr(request, "key_type", KEY_TYPE_GROUP)
+    keys = getattr(request, "coordinator_keys", None)
+    if keys is None:
+        keys = (request.key,)
+
+    def answer(key: str) -> dict[str, Any]:
+        if key_type != KEY_TYPE_GROUP:
+            return {"key": key, "error_code": ErrorCode.invalid_request, "node_id": -1,
+                    "host": "", "port": -1,
+                    "error_message": "transactions are not supported by this broker yet"}
+        if not key:
+            return {"key": key, "error_code": ErrorCode.invalid_group_id, "node_id": -1,
+                    "host": "", "port": -1, "error_message": "the group id is empty"}
+        _coordinator(ctx).ensure_offsets_topic()
+        return {"key": key, "error_code": ErrorCode.none, "node_id": ctx.services.node_id,
+                "host": endpoint.host, "port": endpoint.port, "error_message": None}
+
+    answers = [answer(k) for k in keys]
+    if ctx.version >= 4:
+        return build_response(request, {"throttle_time": NO_TIMEOUT, "coordinators": answers})
+    return build_response(request, {"throttle_time": NO_TIMEOUT, **answers[0]})
+
+
+@handles(11, 0, 9)
+async def handle_join_group(ctx: RequestContext, request: Any) -> Any:
+    session_ms = _ms(request.session_timeout)
+    rebalance_ms = _ms(getattr(request, "rebalance_timeout", request.session_timeout))
+    result = await _coordinator(ctx).join_group(
+        request.group_id, request.member_id, getattr(request, "group_instance_id", None),
+        ctx.header.client_id or "", ctx.client_host, session_ms, rebalance_ms,
+        request.protocol_type, [(p.name, p.metadata) for p in request.protocols],
+        require_known_member=ctx.version >= 4,
+    )
+    return build_response(request, {
+        "throttle_time": NO_TIMEOUT,
+        "error_code": result.error,
+        "generation_id": result.generation,
+        "protocol_type": result.protocol_type,
+        "protocol_name": result.protocol if ctx.version >= 7 or result.protocol else "",
+        "leader": result.leader,
+        "skip_assignment": False,
+        "member_id": result.member_id,
+        "members": [
+            {"member_id": m, "group_instance_id": i, "metadata": meta}
+            for m, i, meta in result.members
+        ],
+    })
+
+
+@handles(14, 0, 5)
+async def handle_sync_group(ctx: RequestContext, request: Any) -> Any:
+    error, assignment, group = await _coordinator(ctx).sync_group(
+        request.group_id, request.generation_id, request.member_id,
+        getattr(request, "group_instance_id", None), getattr(request, "protocol_type", None),
+        getattr(request, "protocol_name", None),
+        {a.member_id: a.assignment for a in request.assignments},
+    )
+    return build_response(request, {
+        "throttle_time": NO_TIMEOUT, "error_code": error, "assignment": assignment,
+        "protocol_type": group.protocol_type if group else None,
+        "protocol_name": group.protocol if group else None,
+    })
+
+
+@handles(12, 0, 4)
+async def handle_heartbeat(ctx: RequestContext, request: Any) -> Any:
+    error = _coordinator(ctx).heartbeat(
+        request.group_id, request.generation_id, request.member_id,
+        getattr(request, "group_instance_id", None),
+    )
+    return build_response(request, {"throttle_time": NO_TIMEOUT, "error_code": error})
+
+
+@handles(13, 0, 5)
+async def handle_leave_group(ctx: RequestContext, request: Any) -> Any:
+    members = getattr(request, "members", None)
+    identities = (
+        [(m.member_id, m.group_instance_id) for m in members]
+        if members is not None else [(request.member_id, None)]
+    )
+    error, results = _coordinator(ctx).leave_group(request.group_id, identities)
+    if members is None and results:
+        error = results[0][2]  # v0-2: one member, its error is the response's
+    return build_response(request, {
+        "throttle_time": NO_TIMEOUT, "error_code": error,
+        "members": [
+            {"member_id": m, "group_instance_id": i, "error_code": e} for m, i, e in results
+        ],
+    })
+
+
+@handles(8, 2, 9)
+async def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
+    services = ctx.services
+    now = int(time.time() * 1000)
+    max_metadata = services.config["offset.metadata.max.bytes"]
+    offsets: dict[tuple[str, int], OffsetValue] = {}
+    errors: dict[tuple[str, int], ErrorCode] = {}
+    for topic in request.topics:
+        for p in topic.partitions:
+            tp = (topic.name, p.partition_index)
+            metadata = p.committed_metadata or ""
+            if services.replicas.get(*tp) is None:
+                errors[tp] = ErrorCode.unknown_topic_or_partition
+            elif len(metadata.encode()) > max_metadata:
+                errors[tp] = ErrorCode.offset_metadata_too_large
+            else:
+                epoch = getattr(p, "committed_leader_epoch", -1)
+                offsets[tp] = OffsetValue(p.committed_offset, epoch, metadata, now)
+    if offsets:
+        error = _coordinator(ctx).commit_offsets(
+            request.group_id, request.generation_id_or_member_epoch, request.member_id,
+            getattr(request, "group_instance_id", None), offsets,
+        )
+        errors.update({tp: error for tp in offsets})
+    return build_response(request, {
+        "throttle_time": NO_TIMEOUT,
+        "topics": [
+            {"name": topic.name, "partitions": [
+                {"partition_index": p.partition_index,
+                 "error_code": errors[(topic.name, p.partition_index)]}
+                for p in topic.partitions
+            ]}
+            for topic in request.topics
+        ],
+    })
+
+
+def _fetch_group(
+    ctx: RequestContext, group_id: str, topics: Any
+) -> list[dict[str, Any]]:
+    """The topics part of an OffsetFetch answer for one group (None topics: all)."""
+    wanted = None
+    if topics is not None:
+        wanted = [(t.name, p) for t in topics for p in t.partition_indexes]
+    found = _coordinator(ctx).fetch_offsets(group_id, wanted)
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for (topic, partition), value in found.items():
+        by_topic.setdefault(topic, []).append({
+            "partition_index": partition,
+            "committed_offset": value.offset if value else -1,
+            "committed_leader_epoch": value.leader_epoch if value else -1,
+            "metadata": value.metadata if value else "",
+            "error_code": ErrorCode.none,
+        })
+    return [{"name": t, "partitions": ps} for t, ps in by_topic.items()]
+
+
+@handles(9, 1, 9)
+async def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
+    groups = getattr(request, "groups", None)
+    if groups is not None:  # v8+: several groups in one request
+        return build_response(request, {
+            "throttle_time": NO_TIMEOUT,
+            "groups": [
+                {"group_id": g.group_id, "topics": _fetch_group(ctx, g.group_id, g.topics),
+                 "error_code": ErrorCode.invalid_group_id if not g.group_id else ErrorCode.none}
+                for g in groups
+            ],
+        })
+    error = ErrorCode.invalid_group_id if not request.group_id else ErrorCode.none
+    return build_response(request, {
+        "throttle_time": NO_TIMEOUT,
+        "topics": _fetch_group(ctx, request.group_id, request.topics),
+        "error_code": error,
+    })
+
+
+@handles(15, 0, 5)
+async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
+    described = []
+    for group_id in request.groups:
+        group = _coordinator(ctx).describe(group_id)
+        if group is None:
+            described.append({
+                "error_code": ErrorCode.none, "group_id": group_id, "group_state": "Dead",
+                "protocol_type": "", "protocol_data": "", "members": [],
+                "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+            })
+            continue
+        stable = group.is_(GroupState.STABLE)
+        described.append({
+            "error_code": ErrorCode.none,
+            "group_id": group_id,
+            "group_state": group.state.value,
+            "protocol_type": group.protocol_type or "",
+            "protocol_data": group.protocol or "" if stable else "",
+            "members": [
+                {"member_id": m.member_id, "group_instance_id": m.group_instance_id,
+                 "client_id": m.client_id, "client_host": m.client_host,
+                 "member_metadata": m.metadata_for(group.protocol) if stable else b"",
+                 "member_assignment": m.assignment if stable else b""}
+                for m in group.members.values()
+            ],
+            "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+        })
+    return build_response(request, {"throttle_time": NO_TIMEOUT, "groups": described})
+
+
+@handles(16, 0, 4)
+async def handle_list_groups(ctx: RequestContext, request: Any) -> Any:
+    states = {s.lower() for s in getattr(request, "states_filter", ()) or ()}
+    groups = [
+        {"group_id": g.group_id, "protocol_type": g.protocol_type or "",
+         "group_state": g.state.value}
+        for g in _coordinator(ctx).list_groups()
+        if not states or g.state.value.lower() in states
+    ]
+    return build_response(request, {
+        "throttle_time": NO_TIMEOUT, "error_code": ErrorCode.none, "groups": groups,
+    })
+
+
+@handles(42, 0, 2)
+async def handle_delete_groups(ctx: RequestContext, request: Any) -> Any:
+    results = _coordinator(ctx).delete_groups(list(request.groups_names))
+    return build_response(request, {
+        "throttle_time": NO_TIMEOUT,
+        "results": [{"group_id": g, "error_code": e} for g, e in results.items()],
+    })
+
+
+@handles(47, 0, 0)
+async def handle_offset_delete(ctx: RequestContext, request: Any) -> Any:
+    partitions = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
+    error, results = _coordinator(ctx).delete_offsets(request.group_id, partitions)
+    return build_response(request, {
+        "error_code": error,
+        "throttle_time": NO_TIMEOUT,
+        "topics": [
+            {"name": t.name, "partitions": [
+                {"partition_index": p.partition_index,
+                 "error_code": results.get((t.name, p.partition_index), ErrorCode.none)}
+                for p in t.partitions
+            ]}
+            for t in request.topics
+        ] if error == ErrorCode.none else [],
+    })
