@@ -31,6 +31,13 @@ def _parse_int(key: str, raw: str) -> int:
         raise ConfigError(f"{key}: expected an integer, got {raw!r}") from None
 
 
+def _parse_double(key: str, raw: str) -> float:
+    try:
+        return float(raw.strip())
+    except ValueError:
+        raise ConfigError(f"{key}: expected a number, got {raw!r}") from None
+
+
 def _parse_bool(key: str, raw: str) -> bool:
     value = raw.strip().lower()
     if value in ("true", "false"):
@@ -49,6 +56,7 @@ def _parse_str(_key: str, raw: str) -> str:
 _PARSERS: dict[str, Callable[[str, str], Any]] = {
     "int": _parse_int,
     "long": _parse_int,
+    "double": _parse_double,
     "bool": _parse_bool,
     "list": _parse_list,
     "string": _parse_str,
@@ -152,6 +160,17 @@ BROKER_KEYS = _keys(
               "Delay before a deleted segment's files are removed.", at_least(0)),
     ConfigKey("log.cleanup.policy", "list", ["delete"], "delete and/or compact.",
               one_of("delete", "compact")),
+    ConfigKey("log.cleaner.enable", "bool", True,
+              "Run the log cleaner, which compacts topics whose cleanup.policy has compact."),
+    ConfigKey("log.cleaner.backoff.ms", "long", 15000,
+              "How long the cleaner sleeps when no log needs cleaning.", at_least(0)),
+    ConfigKey("log.cleaner.min.cleanable.ratio", "double", 0.5,
+              "Share of a log's bytes that must be dirty (not yet compacted) before the cleaner "
+              "picks it.", between(0, 1)),
+    ConfigKey("log.cleaner.delete.retention.ms", "long", 86400000,
+              "How long a compacted log keeps a tombstone after first cleaning it.", at_least(0)),
+    ConfigKey("log.cleaner.min.compaction.lag.ms", "long", 0,
+              "Least age of a message before it may be compacted.", at_least(0)),
     ConfigKey("log.message.timestamp.type", "string", "CreateTime",
               "CreateTime keeps the producer's timestamp; LogAppendTime stamps the broker's.",
               one_of("CreateTime", "LogAppendTime")),
@@ -167,6 +186,24 @@ BROKER_KEYS = _keys(
     ConfigKey("replica.fetch.max.bytes", "int", 1048576, "Per-partition follower fetch size."),
     ConfigKey("fetch.max.bytes", "int", 57671680, "Largest Fetch response the broker builds.",
               at_least(0)),
+    ConfigKey("offsets.topic.num.partitions", "int", 50,
+              "Partitions of __consumer_offsets (fixed once the topic exists).", at_least(1)),
+    ConfigKey("offsets.topic.segment.bytes", "int", 104857600,
+              "Segment size of __consumer_offsets.", at_least(14)),
+    ConfigKey("offsets.retention.minutes", "int", 10080,
+              "How long offsets of an empty group are kept.", at_least(1)),
+    ConfigKey("offsets.retention.check.interval.ms", "long", 600000,
+              "How often expired offsets are removed.", at_least(1)),
+    ConfigKey("offset.metadata.max.bytes", "int", 4096,
+              "Largest metadata string of a committed offset.", at_least(0)),
+    ConfigKey("group.initial.rebalance.delay.ms", "int", 3000,
+              "How long a new group waits for more members before its first rebalance.",
+              at_least(0)),
+    ConfigKey("group.min.session.timeout.ms", "int", 6000,
+              "Smallest session.timeout.ms a consumer may ask for.", at_least(0)),
+    ConfigKey("group.max.session.timeout.ms", "int", 1800000,
+              "Largest session.timeout.ms a consumer may ask for.", at_least(0)),
+    ConfigKey("group.max.size", "int", INT_MAX, "Most members a group may have.", at_least(1)),
     ConfigKey("kafkube.metrics.port", "int", 9404,
               "Port of the Prometheus /metrics endpoint; -1 disables it, 0 picks a free port.",
               between(-1, 65535)),
@@ -178,7 +215,7 @@ IGNORED_KAFKA_KEYS = frozenset({
     "socket.send.buffer.bytes", "socket.receive.buffer.bytes", "process.roles",
     "controller.quorum.voters", "controller.quorum.bootstrap.servers", "controller.listener.names",
     "inter.broker.listener.name", "listener.security.protocol.map", "broker.id",
-    "zookeeper.connect", "zookeeper.connection.timeout.ms", "group.initial.rebalance.delay.ms",
+    "zookeeper.connect", "zookeeper.connection.timeout.ms",
     "offsets.topic.replication.factor", "transaction.state.log.replication.factor",
     "transaction.state.log.min.isr", "share.coordinator.state.topic.replication.factor",
     "share.coordinator.state.topic.min.isr", "log.flush.scheduler.interval.ms",
@@ -204,6 +241,9 @@ _topic("index.interval.bytes", "log.index.interval.bytes")
 _topic("segment.index.bytes", "log.index.size.max.bytes")
 _topic("file.delete.delay.ms", "log.segment.delete.delay.ms")
 _topic("cleanup.policy", "log.cleanup.policy")
+_topic("delete.retention.ms", "log.cleaner.delete.retention.ms")
+_topic("min.compaction.lag.ms", "log.cleaner.min.compaction.lag.ms")
+_topic("min.cleanable.dirty.ratio", "log.cleaner.min.cleanable.ratio")
 _topic("message.timestamp.type", "log.message.timestamp.type")
 _topic("max.message.bytes", "message.max.bytes")
 _topic("flush.messages", "log.flush.interval.messages")
