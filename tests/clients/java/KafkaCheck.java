@@ -627,8 +627,11 @@ public final class KafkaCheck {
         if (count != expected) {
             out.put("error", "received " + count + " of " + expected + " expected records");
         } else if (!clean || missing != 0) {
-            out.put("error", "records do not match what was produced: "
-                    + String.join("; ", mismatchExamples));
+            out.put("error", "records do not match what was produced: missing " + missing
+                    + ", duplicates " + duplicates + ", without index " + unparsable
+                    + ", wrong value/key/headers/timestamp " + valueMismatches + "/" + keyMismatches
+                    + "/" + headerMismatches + "/" + timestampMismatches
+                    + (mismatchExamples.isEmpty() ? "" : "; " + String.join("; ", mismatchExamples)));
         }
         return out;
     }
