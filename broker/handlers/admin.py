@@ -42,7 +42,7 @@ DYNAMIC_TOPIC_CONFIG = 1
 STATIC_BROKER_CONFIG = 4
 DEFAULT_CONFIG = 5
 # DescribeConfigsResponse.ConfigType ids, by ConfigKey.type.
-CONFIG_TYPES = {"bool": 1, "string": 2, "int": 3, "long": 5, "list": 7}
+CONFIG_TYPES = {"bool": 1, "string": 2, "int": 3, "long": 5, "double": 6, "list": 7}
 # ConfigResource.Type ids.
 TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4

@@ -21,12 +21,14 @@ from typing import Any
 from broker.config import BrokerConfig, validate_topic_configs
 from broker.server.metadata import LocalMetadataStore, TopicMetadata
 from broker.server.partition import Partition
+from broker.storage.cleaner import CleanResult, CleanTarget, LogCleaner
 from broker.storage.log import Log, LogConfig
 
 log = logging.getLogger(__name__)
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 RECOVERY_CHECKPOINT = "recovery-point-offset-checkpoint"
+CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
 DELETE_SUFFIX = "-delete"
 
 
@@ -56,6 +58,8 @@ class ReplicaManager:
         self.partitions: dict[TopicPartition, Partition] = {}
         self._retention_task: asyncio.Task[None] | None = None
         self._checkpoint_task: asyncio.Task[None] | None = None
+        self._cleaner_task: asyncio.Task[None] | None = None
+        self.cleaner = LogCleaner()
         self._log_configs: dict[str, LogConfig] = {}  # by topic id: ids are never reused
 
     # -- startup and shutdown ------------------------------------------------------------
@@ -69,6 +73,7 @@ class ReplicaManager:
         for log_dir in self.log_dirs:
             clean[log_dir] = (log_dir / CLEAN_SHUTDOWN_FILE).exists()
             recovery.update(read_offset_checkpoint(log_dir / RECOVERY_CHECKPOINT))
+            self.cleaner.checkpoints.update(read_offset_checkpoint(log_dir / CLEANER_CHECKPOINT))
             for child in log_dir.iterdir():
                 if child.is_dir() and child.name.endswith(DELETE_SUFFIX):
                     shutil.rmtree(child, ignore_errors=True)
@@ -94,9 +99,12 @@ class ReplicaManager:
     def start_background_tasks(self) -> None:
         self._retention_task = asyncio.create_task(self._retention_loop())
         self._checkpoint_task = asyncio.create_task(self._checkpoint_loop())
+        if self.config["log.cleaner.enable"]:
+            self._cleaner_task = asyncio.create_task(self._cleaner_loop())
 
     async def shutdown(self) -> None:
-        for task in (self._retention_task, self._checkpoint_task):
+        self.cleaner.stop()
+        for task in (self._retention_task, self._checkpoint_task, self._cleaner_task):
             if task is not None:
                 task.cancel()
         for partition in self.partitions.values():
@@ -179,6 +187,7 @@ class ReplicaManager:
         delay = self.log_config(topic).file_delete_delay_ms / 1000
         for index in range(topic.partitions):
             partition = self.partitions.pop(TopicPartition(name, index), None)
+            self.cleaner.forget(TopicPartition(name, index))
             if partition is None:
                 continue
             partition.wake_fetchers()
@@ -187,6 +196,7 @@ class ReplicaManager:
             os.rename(old, doomed)
             self._schedule(delay, lambda p=partition, d=doomed: _remove(p.log, d))
         self.write_checkpoints()
+        self.write_cleaner_checkpoints()
 
     def get(self, topic: str, partition: int) -> Partition | None:
         return self.partitions.get(TopicPartition(topic, partition))
@@ -231,6 +241,40 @@ class ReplicaManager:
                     log.info("retention deleted %d segments", deleted)
             except Exception:
                 log.exception("retention check failed")
+
+    # -- compaction ----------------------------------------------------------------------
+
+    async def clean_logs(self, now_ms: int | None = None) -> CleanResult | None:
+        """Compact the filthiest compacted log, if one needs it, and save the checkpoints."""
+        targets = [
+            CleanTarget(tp, p.log, p.high_watermark) for tp, p in self.partitions.items()
+        ]
+        result = await self.cleaner.clean_filthiest(targets, now_ms)
+        if result is not None and not result.aborted:
+            self.write_cleaner_checkpoints()
+        return result
+
+    def write_cleaner_checkpoints(self) -> None:
+        """cleaner-offset-checkpoint of each log dir: how far each log in it is compacted."""
+        by_dir: dict[Path, dict[TopicPartition, int]] = {d: {} for d in self.log_dirs}
+        for tp, partition in self.partitions.items():
+            offset = self.cleaner.checkpoints.get(tp)
+            if offset is not None:
+                by_dir[partition.log.dir.parent][tp] = offset
+        for log_dir, offsets in by_dir.items():
+            write_offset_checkpoint(log_dir / CLEANER_CHECKPOINT, offsets)
+
+    async def _cleaner_loop(self) -> None:
+        """Clean logs back to back while any needs it, else sleep log.cleaner.backoff.ms."""
+        backoff = self.config["log.cleaner.backoff.ms"] / 1000
+        while True:
+            try:
+                result = await self.clean_logs()
+            except Exception:
+                log.exception("log cleaner failed")
+                result = None
+            if result is None or result.aborted:
+                await asyncio.sleep(backoff)
 
     async def _checkpoint_loop(self) -> None:
         while True:

@@ -22,9 +22,10 @@ from typing import Any
 
 from broker.protocol.batch_codec import first_record_at_or_after
 from broker.protocol.records import HEADER_SIZE, BatchHeader, stamp_header
+from broker.storage.cleaner import finish_interrupted_swaps
 from broker.storage.leader_epoch import LeaderEpochCache
 from broker.storage.producer_state import BatchMetadata, ProducerStateManager
-from broker.storage.segment import LOG_SUFFIX, FileRegion, LogSegment
+from broker.storage.segment import LOG_SUFFIX, SWAP_SUFFIX, FileRegion, LogSegment
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +45,10 @@ class LogConfig:
     message_timestamp_type: str = "CreateTime"
     flush_messages: int = 2**63 - 1
     flush_ms: int = 2**63 - 1
+    cleanup_policy: tuple[str, ...] = ("delete",)
+    delete_retention_ms: int = 86400000
+    min_compaction_lag_ms: int = 0
+    min_cleanable_dirty_ratio: float = 0.5
 
     @classmethod
     def from_topic_config(cls, values: dict[str, Any]) -> LogConfig:
@@ -59,6 +64,10 @@ class LogConfig:
             message_timestamp_type=values["message.timestamp.type"],
             flush_messages=values["flush.messages"],
             flush_ms=values["flush.ms"],
+            cleanup_policy=tuple(values["cleanup.policy"]),
+            delete_retention_ms=values["delete.retention.ms"],
+            min_compaction_lag_ms=values["min.compaction.lag.ms"],
+            min_cleanable_dirty_ratio=values["min.cleanable.dirty.ratio"],
         )
 
 
@@ -115,13 +124,14 @@ class Log:
             stale.unlink(missing_ok=True)
         for tmp in self.dir.glob("*.tmp"):
             tmp.unlink(missing_ok=True)
+        swapped = finish_interrupted_swaps(self.dir)
         bases = sorted(int(p.stem) for p in self.dir.glob(f"*{LOG_SUFFIX}") if p.stem.isdigit())
         for base in bases:
             self._add_segment(self._new_segment(base))
         truncated_at = None
         for i, segment in enumerate(self.segments):
             complete = i + 1 < len(self.segments) and bases[i + 1] <= self.recovery_point
-            if clean_shutdown or complete:
+            if (clean_shutdown or complete) and segment.base_offset not in swapped:
                 segment.load_from_indexes()
                 continue
             lost = segment.recover(self.config.max_message_bytes)
@@ -325,9 +335,15 @@ class Log:
     # -- retention -----------------------------------------------------------------------
 
     def delete_old_segments(self, now_ms: int | None = None) -> int:
-        """Delete whole non-active segments past retention.ms or beyond retention.bytes."""
+        """Delete whole non-active segments past retention.ms or beyond retention.bytes.
+
+        Only under cleanup.policy delete (alone or with compact): a compact-only log keeps
+        everything the cleaner leaves.
+        """
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         cfg = self.config
+        if "delete" not in cfg.cleanup_policy:
+            return 0
         doomed = 0
         if cfg.retention_ms >= 0:
             for segment in self.segments[:-1]:
@@ -359,6 +375,30 @@ class Log:
             log.info("%s: deleting segment %s", self.dir.name, segment.log_path.name)
             renamed = segment.mark_deleted()
             self._later(self.config.file_delete_delay_ms / 1000, segment, renamed)
+
+    def replace_segments(self, old: list[LogSegment], new: LogSegment) -> bool:
+        """Swap ``new`` (a cleaned segment, files still suffixed .cleaned) in for ``old``.
+
+        Kafka's LocalLog.replaceSegments: rename to .swap first (from then on a restart
+        completes the swap instead of discarding it), retire the old files the way retention
+        does (renamed .deleted, closed after file.delete.delay.ms so fetches already sending
+        from them finish), then give the new files their live names. Returns False and
+        changes nothing if ``old`` is no longer a run of non-active segments of this log
+        (retention or truncation got there first).
+        """
+        start = next((i for i, s in enumerate(self.segments) if s is old[0]), -1)
+        end = start + len(old)
+        if start < 0 or end >= len(self.segments) or self.segments[start:end] != old:
+            return False
+        new.change_suffix(SWAP_SUFFIX)
+        _fsync_dir(self.dir)
+        for segment in old:
+            renamed = segment.mark_deleted()
+            self._later(self.config.file_delete_delay_ms / 1000, segment, renamed)
+        new.change_suffix("")
+        self.segments[start:end] = [new]
+        self._bases[start:end] = [new.base_offset]
+        return True
 
     def _later(self, delay: float, segment: LogSegment, paths: list[Path]) -> None:
         def remove() -> None:
@@ -398,3 +438,12 @@ class Log:
         for path in self.dir.iterdir():
             path.unlink(missing_ok=True)
         os.rmdir(self.dir)
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Make renames in ``directory`` durable before the next step depends on them."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -28,6 +28,8 @@ LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
 DELETED_SUFFIX = ".deleted"
+CLEANED_SUFFIX = ".cleaned"  # a segment the cleaner is still writing: discarded on load
+SWAP_SUFFIX = ".swap"  # a cleaned segment being swapped in: completed on load
 _READ_CHUNK = 1 << 20
 
 
@@ -52,19 +54,26 @@ class BatchPosition:
 
 class LogSegment:
     def __init__(
-        self, directory: Path, base_offset: int, index_interval_bytes: int, index_max_bytes: int
+        self,
+        directory: Path,
+        base_offset: int,
+        index_interval_bytes: int,
+        index_max_bytes: int,
+        suffix: str = "",
     ) -> None:
+        """Open (or create) the segment's files; ``suffix`` names a cleaner's temporary copy."""
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
-        stem = directory / segment_name(base_offset)
-        self.log_path = stem.with_suffix(LOG_SUFFIX)
+        self.suffix = suffix
+        stem = str(directory / segment_name(base_offset))
+        self.log_path = Path(stem + LOG_SUFFIX + suffix)
         self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         self.size = os.fstat(self.fd).st_size
         self.offset_index = OffsetIndex(
-            stem.with_suffix(INDEX_SUFFIX), base_offset, index_max_bytes
+            Path(stem + INDEX_SUFFIX + suffix), base_offset, index_max_bytes
         )
         self.time_index = TimeIndex(
-            stem.with_suffix(TIME_INDEX_SUFFIX), base_offset, index_max_bytes
+            Path(stem + TIME_INDEX_SUFFIX + suffix), base_offset, index_max_bytes
         )
         self._bytes_since_index = 0
         self.max_timestamp = -1
@@ -268,6 +277,17 @@ class LogSegment:
     def files(self) -> list[Path]:
         return [self.log_path, self.offset_index.path, self.time_index.path]
 
+    def change_suffix(self, suffix: str) -> None:
+        """Rename the files from the current suffix to ``suffix`` ("" for the live names).
+
+        Kafka's LogSegment.changeFileSuffixes: the descriptors stay open, so the segment keeps
+        working. The .log file goes last because a restart decides by its name alone.
+        """
+        for index in (self.offset_index, self.time_index):
+            index.path = _resuffixed(index.path, self.suffix, suffix)
+        self.log_path = _resuffixed(self.log_path, self.suffix, suffix)
+        self.suffix = suffix
+
     def mark_deleted(self) -> list[Path]:
         """Rename the files to ``*.deleted``; the fd stays open for fetches in flight."""
         renamed = []
@@ -277,3 +297,10 @@ class LogSegment:
                 path.rename(target)
                 renamed.append(target)
         return renamed
+
+
+def _resuffixed(path: Path, old: str, new: str) -> Path:
+    base = path.name[: len(path.name) - len(old)] if old else path.name
+    target = path.with_name(base + new)
+    path.rename(target)
+    return target
