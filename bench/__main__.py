@@ -89,6 +89,41 @@ def _run_phase(broker: BenchBroker, phase: str, client_args: tuple[Any, ...],
     return result
 
 
+def run_group(broker: BenchBroker, members: int, records: int, timeout: float,
+              extra: dict[str, str]) -> str:
+    """A consumer group of ``members`` processes catching up on ``records`` records."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    group = f"bench-{time.monotonic_ns()}"
+    cpu0 = broker.cpu_seconds()
+    with ThreadPoolExecutor(members) as pool:
+        futures = [
+            pool.submit(clients.run_in_process, clients.group_member,
+                        (broker.bootstrap, TOPIC, group, timeout, extra), timeout + 30)
+            for _ in range(members)
+        ]
+        results = [f.result() for f in futures]
+    broker_cpu = broker.cpu_seconds() - cpu0
+    total = sum(r["records"] for r in results)
+    nbytes = sum(r["bytes"] for r in results)
+    starts = [r["first"] for r in results if r["first"] is not None]
+    span = max(r["last"] or 0 for r in results) - min(starts)
+    whole = max(r["last"] or 0 for r in results) - min(r["joined"] for r in results)
+    if total < records:
+        raise RuntimeError(f"group read {total} of {records} records")
+    lines = [
+        f"group of {members}: {total} records read ({total - records} read twice after "
+        f"rebalances), per member {[r['records'] for r in results]}",
+        f"  from first to last record: {span:.2f} s, {total / span:,.0f} records/s, "
+        f"{nbytes / span / 1e6:.1f} MB/s",
+        f"  from subscribe to last record (joins and the broker's "
+        f"group.initial.rebalance.delay.ms included): {whole:.2f} s, "
+        f"{total / whole:,.0f} records/s",
+        f"  broker CPU {broker_cpu:.2f} s",
+    ]
+    return "\n".join(lines)
+
+
 def _positive(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -108,7 +143,9 @@ def _props(parser: argparse.ArgumentParser, pairs: list[str]) -> dict[str, str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    parser.add_argument("name", choices=["produce", "consume", "all"])
+    parser.add_argument("name", choices=["produce", "consume", "all", "group"])
+    parser.add_argument("--members", type=_positive, default=3,
+                        help="consumer processes in the group, for 'group' (3)")
     parser.add_argument("--records", type=_positive, default=3_000_000, help="records (3000000)")
     parser.add_argument("--record-size", type=_positive, default=1024, help="value bytes (1024)")
     parser.add_argument("--partitions", type=_positive, default=8, help="topic partitions (8)")
@@ -126,7 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     extra = {"produce": _props(parser, args.producer_prop),
              "consume": _props(parser, args.consumer_prop)}
 
-    timed = {"produce": ["produce"], "consume": ["consume"], "all": ["produce", "consume"]}
+    timed = {"produce": ["produce"], "consume": ["consume"], "all": ["produce", "consume"],
+             "group": []}
     timed_phases = timed[args.name]
     if args.profile:
         args.profile.mkdir(parents=True, exist_ok=True)
@@ -151,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
             for phase in ("produce", "consume"):
                 measured = phase in timed_phases
                 if not measured and phase == "consume":
-                    continue
+                    continue  # the group phase reads what produce wrote
                 # consume alone still needs data: produce it first, untimed.
                 print(f"run {run}: {phase}{'' if measured else ' (preload, untimed)'} ...",
                       flush=True)
@@ -163,8 +201,13 @@ def main(argv: list[str] | None = None) -> int:
                 if measured:
                     results.append((phase, run, result))
                     profiles += [raw] if raw else []
-    print()
-    print(report(results))
+            if args.name == "group":
+                print(f"run {run}: group of {args.members} ...", flush=True)
+                print(run_group(broker, args.members, args.records, args.timeout,
+                                extra["consume"]))
+    if results:
+        print()
+        print(report(results))
     print(f"\n{time.strftime('%Y-%m-%d %H:%M %Z')}; load average at end: {_load()}")
     print("client: all its threads (librdkafka's too); (py): its Python thread alone\n"
           f"machine: all {os.cpu_count()} cores, busy with anything (kernel, other jobs)\n"

@@ -143,6 +143,51 @@ def consume(
         consumer.close()
 
 
+def group_member(
+    bootstrap: str, topic: str, group: str, timeout: float, extra: dict[str, str],
+) -> dict[str, Any]:
+    """One member of a consumer group: subscribe, read until every partition it owns is at
+    its end, then leave (committing its position, so nothing is read twice).
+
+    Returns its record count and the wall-clock (perf_counter, shared by all processes on
+    Linux) of its first and last record, so the caller can compute the group's rate.
+    """
+    from confluent_kafka import Consumer, KafkaError
+
+    deadline = time.monotonic() + timeout
+    config = {**CONSUMER_CONFIG, "group.id": group, "enable.partition.eof": True,
+              "enable.auto.commit": True, **extra}
+    consumer = Consumer({"bootstrap.servers": bootstrap, **config})
+    count = nbytes = 0
+    first = last = None
+    at_end: set[int] = set()
+    joined = time.perf_counter()
+    try:
+        consumer.subscribe([topic])
+        while True:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"group member: {count} records, not at the end")
+            for msg in consumer.consume(10_000, timeout=0.5):
+                err = msg.error()
+                if err is not None:
+                    if err.code() != KafkaError._PARTITION_EOF:
+                        raise RuntimeError(f"group member: {err}")
+                    at_end.add(msg.partition())
+                    continue
+                at_end.discard(msg.partition())
+                count += 1
+                nbytes += len(msg)
+                last = time.perf_counter()
+                first = first or last
+            owned = {tp.partition for tp in consumer.assignment()}
+            if owned and owned <= at_end:
+                break
+    finally:
+        consumer.close()
+    return {"records": count, "bytes": nbytes, "first": first, "last": last,
+            "joined": joined, "client_cpu": time.process_time()}
+
+
 def run_in_process(
     fn: Callable[..., dict[str, Any]], args: tuple[Any, ...], timeout: float
 ) -> dict[str, Any]:
