@@ -35,7 +35,7 @@ def java_string_hash(text: str) -> int:
 def partition_for(group_id: str, partitions: int) -> int:
     """Kafka's rule: abs(hashCode) % partitions, with Utils.abs (MIN_VALUE -> 0)."""
     h = java_string_hash(group_id)
-    return (h & 0x7FFFFFFF) % partitions
+    return (0 if h == -(2**31) else abs(h)) % partitions
 
 
 @dataclass(frozen=True, slots=True)
