@@ -50,6 +50,7 @@ class JoinResult:
     leader: str = ""
     member_id: str = ""
     members: tuple[tuple[str, str | None, bytes], ...] = ()
+    skip_assignment: bool = False
 
 
 class GroupCoordinator:
@@ -194,7 +195,11 @@ class GroupCoordinator:
         if len(group.members) >= self.config["group.max.size"] and member_id not in group.members:
             return JoinResult(ErrorCode.group_max_size_reached, member_id=member_id)
         now = time.monotonic()
-        if group_instance_id and group_instance_id in group.static_members:
+        known_static = group.static_members.get(group_instance_id or "")
+        if known_static is not None and member_id and member_id != known_static:
+            return JoinResult(ErrorCode.fenced_instance_id, member_id=member_id)
+        if known_static is not None and not member_id:
+            # A static member's new process: it takes over the old member id's place.
             return await self._rejoin_static(group, group_instance_id, member_id, client_id,
                                              client_host, session_timeout_ms,
                                              rebalance_timeout_ms, protocol_type, protocols)
@@ -215,6 +220,12 @@ class GroupCoordinator:
                             session_timeout_ms, rebalance_timeout_ms, protocol_type, protocols)
             group.add(member)
         else:
+            member.heartbeat_deadline = now + session_timeout_ms / 1000
+            unchanged = member.protocols == protocols
+            if unchanged and group.is_(GroupState.STABLE) and member_id != group.leader_id:
+                # A follower rejoining with nothing new: no rebalance, as in Kafka's
+                # doCurrentMemberJoinGroup (the leader's JoinGroup always rebalances).
+                return self._current_generation(group, member, leader_view=False)
             member.protocols = protocols
             member.session_timeout_ms = session_timeout_ms
             member.rebalance_timeout_ms = rebalance_timeout_ms
@@ -240,17 +251,14 @@ class GroupCoordinator:
     ) -> JoinResult:
         """A static member (group.instance.id) rejoining: it replaces its old member id.
 
-        If the group is stable and the member's protocols did not change, it gets the
-        current assignment back without a rebalance (KIP-345).
+        In a stable group whose protocol it does not change, it gets its assignment back
+        without a rebalance (KIP-345); the old process, if still alive, is fenced.
         """
         old_id = group.static_members[instance_id]
         old = group.members[old_id]
-        if member_id and member_id != old_id:
-            return JoinResult(ErrorCode.fenced_instance_id, member_id=member_id)
-        new_id = old_id if member_id else f"{instance_id}-{uuid.uuid4()}"
-        unchanged = old.protocols == protocols
+        new_id = f"{instance_id}-{uuid.uuid4()}"
+        was_leader = group.leader_id == old_id
         group.remove(old_id)
-        was_leader = group.leader_id is None or group.leader_id == old_id
         for fut in (old.join_future, old.sync_future):
             if fut is not None and not fut.done():
                 fut.set_exception(CoordinatorError(ErrorCode.fenced_instance_id))
@@ -260,18 +268,29 @@ class GroupCoordinator:
         if was_leader:
             group.leader_id = new_id
         member.heartbeat_deadline = time.monotonic() + session_timeout_ms / 1000
-        if group.is_(GroupState.STABLE) and unchanged:
+        # Kafka rebalances only if the group's protocol would change; new metadata bytes
+        # (a restarted consumer's subscription carries what it owned) are not enough.
+        if group.is_(GroupState.STABLE) and group.select_protocol() == group.protocol:
             self._write(group.group_id, [self._group_record(group)])
-            return JoinResult(
-                ErrorCode.none, group.generation, group.protocol_type, group.protocol,
-                group.leader_id or "", new_id,
-                self._member_list(group) if group.leader_id == new_id else (),
-            )
+            return self._current_generation(group, member, leader_view=True)
         joined = member.join_future = asyncio.get_running_loop().create_future()
         if not group.is_(GroupState.PREPARING_REBALANCE):
             self._prepare_rebalance(group, f"static member {instance_id} rejoined")
         self._maybe_complete_join(group)
         return await self._await_join(joined, new_id)
+
+    def _current_generation(self, group: Group, member: Member, leader_view: bool) -> JoinResult:
+        """The current generation, for a member that joins without causing a rebalance.
+
+        A returning static leader gets the member list with ``skip_assignment`` (KIP-814),
+        so it knows the group without computing a new assignment.
+        """
+        skip = leader_view and member.member_id == group.leader_id
+        return JoinResult(
+            ErrorCode.none, group.generation, group.protocol_type, group.protocol,
+            group.leader_id or "", member.member_id,
+            self._member_list(group) if skip else (), skip_assignment=skip,
+        )
 
     def _pending_deadline(self, group: Group, member_id: str, deadline: float) -> None:
         def expire() -> None:

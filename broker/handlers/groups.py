@@ -77,12 +77,13 @@ async def handle_join_group(ctx: RequestContext, request: Any) -> Any:
         "protocol_type": result.protocol_type,
         "protocol_name": result.protocol if ctx.version >= 7 or result.protocol else "",
         "leader": result.leader,
-        "skip_assignment": False,
+        "skip_assignment": result.skip_assignment,
         "member_id": result.member_id,
+        # Before v9 a client cannot be told to skip the assignment, so it gets no members.
         "members": [
             {"member_id": m, "group_instance_id": i, "metadata": meta}
             for m, i, meta in result.members
-        ],
+        ] if ctx.version >= 9 or not result.skip_assignment else [],
     })
 
 
