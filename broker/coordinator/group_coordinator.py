@@ -437,6 +437,7 @@ class GroupCoordinator:
         self, group_id: str, generation: int, member_id: str, instance_id: str | None
     ) -> ErrorCode:
         try:
+            self._validate_group_id(group_id)
             group, member = self._known_member(group_id, member_id, instance_id)
         except CoordinatorError as e:
             return e.code
@@ -454,6 +455,8 @@ class GroupCoordinator:
     def leave_group(
         self, group_id: str, members: Iterable[tuple[str, str | None]]
     ) -> tuple[ErrorCode, list[tuple[str, str | None, ErrorCode]]]:
+        if not group_id:
+            return ErrorCode.invalid_group_id, []
         group = self.groups.get(group_id)
         if group is None or group.is_(GroupState.DEAD):
             return ErrorCode.unknown_member_id, []
