@@ -522,11 +522,10 @@ class GroupCoordinator:
         self, group_id: str, generation: int, member_id: str, instance_id: str | None,
         offsets: dict[tuple[str, int], ot.OffsetValue],
     ) -> ErrorCode:
-        """Store commits; a group error applies to every partition of the request."""
-        try:
-            self._validate_group_id(group_id)
-        except CoordinatorError as e:
-            return e.code
+        """Store commits; a group error applies to every partition of the request.
+
+        The empty group id is accepted, as Kafka still does for old clients' commits.
+        """
         group = self.groups.get(group_id)
         if generation < 0 and not member_id:
             # A "simple" commit from a consumer that manages partitions itself.
@@ -614,6 +613,16 @@ class GroupCoordinator:
                 self.offsets.get(group_id, {}).pop(tp, None)
         return ErrorCode.none, results
 
+    def delete_topic_offsets(self, topic: str) -> None:
+        """Forget every group's offsets of a deleted topic (Kafka's onPartitionsDeleted), so
+        a topic created again under the same name is read from its start."""
+        for group_id, offsets in list(self.offsets.items()):
+            gone = [tp for tp in offsets if tp[0] == topic]
+            entries = [(ot.encode_key(ot.OffsetKey(group_id, t, p)), None) for t, p in gone]
+            if entries and self._write(group_id, entries) == ErrorCode.none:
+                for tp in gone:
+                    offsets.pop(tp)
+
     def expire_offsets(self, now_ms: int | None = None) -> int:
         """Drop offsets of empty groups older than offsets.retention.minutes (KIP-211)."""
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
@@ -628,10 +637,16 @@ class GroupCoordinator:
             if not old:
                 continue
             entries = [(ot.encode_key(ot.OffsetKey(group_id, t, p)), None) for t, p in old]
+            if len(old) == len(offsets):
+                # An empty group with no offsets left is gone (cleanupGroupMetadata).
+                entries.append((ot.encode_key(ot.GroupKey(group_id)), None))
             if self._write(group_id, entries) == ErrorCode.none:
                 for tp in old:
                     offsets.pop(tp)
                 expired += len(old)
+                if not offsets:
+                    del self.offsets[group_id]
+                    self.groups.pop(group_id, None)
         return expired
 
     # -- reading state -------------------------------------------------------------------
@@ -641,8 +656,9 @@ class GroupCoordinator:
 
     def list_groups(self) -> list[Group]:
         groups = dict(self.groups)
-        for group_id in self.offsets:
-            groups.setdefault(group_id, Group(group_id, protocol_type=""))
+        for group_id, offsets in self.offsets.items():
+            if offsets:
+                groups.setdefault(group_id, Group(group_id, protocol_type=""))
         return list(groups.values())
 
     def lag(self) -> Iterable[tuple[str, str, int, int, int]]:

@@ -437,6 +437,7 @@ async def delete_topics(ctx: RequestContext, request: Any) -> Any:
     results, targets = _resolve_deletions(services.store, refs)
     for topic_id, name in targets.items():
         services.replicas.delete_topic(name)
+        services.groups.delete_topic_offsets(name)
         services.metrics.forget_topic(name)
         results.append(_deletion(name, topic_id, ErrorCode.none, None))
     return build_response(request, {"throttle_time": NO_THROTTLE, "responses": results})

@@ -194,15 +194,15 @@ async def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
             "throttle_time": NO_TIMEOUT,
             "groups": [
                 {"group_id": g.group_id, "topics": _fetch_group(ctx, g.group_id, g.topics),
-                 "error_code": ErrorCode.invalid_group_id if not g.group_id else ErrorCode.none}
+                 "error_code": ErrorCode.none}
                 for g in groups
             ],
         })
-    error = ErrorCode.invalid_group_id if not request.group_id else ErrorCode.none
+    # The empty group id is served too, as Kafka does for old clients.
     return build_response(request, {
         "throttle_time": NO_TIMEOUT,
         "topics": _fetch_group(ctx, request.group_id, request.topics),
-        "error_code": error,
+        "error_code": ErrorCode.none,
     })
 
 
