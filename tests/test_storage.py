@@ -169,7 +169,7 @@ def test_producer_state_survives_reopen(tmp_path: Path):
     log.close()
     log = Log(directory, small_config(), clean_shutdown=False)
     dup = split_batches(batch(3, pid=7, seq=3))[0]
-    assert log.find_duplicate(dup).first_offset == 3
+    assert log.producer_state.find_duplicate(dup).first_offset == 3
     gap = split_batches(batch(1, pid=7, seq=9))[0]
     assert log.producer_state.check(gap) is not None
     nxt = split_batches(batch(1, pid=7, seq=6))[0]

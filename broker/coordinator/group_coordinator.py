@@ -326,11 +326,13 @@ class GroupCoordinator:
             max(until, time.monotonic() + delay), group.rebalance_deadline
         )
 
-    def _maybe_complete_join(self, group: Group, deadline_passed: bool = False) -> None:
+    def _maybe_complete_join(
+        self, group: Group, deadline_passed: bool = False, now: float | None = None
+    ) -> None:
         if not group.is_(GroupState.PREPARING_REBALANCE):
             return
         delayed = self._initial_delay_until.get(group.group_id)
-        now = time.monotonic()
+        now = time.monotonic() if now is None else now
         if delayed is not None and now < delayed and not deadline_passed:
             return
         if not deadline_passed and not group.has_all_members_joined:
@@ -471,7 +473,7 @@ class GroupCoordinator:
                     results.append((member_id, instance_id, ErrorCode.fenced_instance_id))
                     continue
                 member_id = known
-            if group.pending_members and member_id in group.pending_members:
+            if member_id in group.pending_members:
                 group.pending_members.discard(member_id)
                 results.append((member_id, instance_id, ErrorCode.none))
                 continue
@@ -510,7 +512,9 @@ class GroupCoordinator:
                 if not member.awaiting_join and member.heartbeat_deadline < now:
                     self._remove_member(group, member.member_id, "session expired")
             if group.is_(GroupState.PREPARING_REBALANCE):
-                self._maybe_complete_join(group, deadline_passed=now >= group.rebalance_deadline)
+                self._maybe_complete_join(
+                    group, deadline_passed=now >= group.rebalance_deadline, now=now
+                )
         interval = self.config["offsets.retention.check.interval.ms"] / 1000
         if now - self._last_expiry_check >= interval:
             self._last_expiry_check = now

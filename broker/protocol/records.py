@@ -29,7 +29,6 @@ NO_SEQUENCE = -1
 # baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta,
 # baseTimestamp, maxTimestamp, producerId, producerEpoch, baseSequence, recordCount
 _HEADER = struct.Struct(">qiibIhiqqqhii")
-_OFFSET_AND_LENGTH = struct.Struct(">qi")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 _U32 = struct.Struct(">I")
@@ -106,12 +105,6 @@ class BatchHeader:
 def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
     """Parse the header at ``pos``; the caller makes sure HEADER_SIZE bytes are there."""
     return BatchHeader(*_HEADER.unpack_from(buf, pos))
-
-
-def peek_offset_and_length(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
-    """Base offset and total size of the batch at ``pos`` (needs LOG_OVERHEAD bytes)."""
-    base_offset, batch_length = _OFFSET_AND_LENGTH.unpack_from(buf, pos)
-    return base_offset, batch_length + LOG_OVERHEAD
 
 
 def validate_batch(buf: bytes | bytearray | memoryview, pos: int, end: int) -> BatchHeader:

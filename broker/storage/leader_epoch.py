@@ -38,10 +38,6 @@ class LeaderEpochCache:
         tmp.write_text(f"0\n{len(self.entries)}\n{body}")
         os.replace(tmp, self.path)
 
-    @property
-    def latest_epoch(self) -> int:
-        return self.entries[-1][0] if self.entries else UNDEFINED_EPOCH
-
     def assign(self, epoch: int, start_offset: int) -> None:
         """Note that ``epoch`` starts at ``start_offset``, if it is new."""
         if epoch < 0 or (self.entries and epoch <= self.entries[-1][0]):

@@ -24,7 +24,7 @@ from broker.protocol.batch_codec import first_record_at_or_after
 from broker.protocol.records import HEADER_SIZE, BatchHeader, stamp_header
 from broker.storage.cleaner import finish_interrupted_swaps
 from broker.storage.leader_epoch import LeaderEpochCache
-from broker.storage.producer_state import BatchMetadata, ProducerStateManager
+from broker.storage.producer_state import ProducerStateManager
 from broker.storage.segment import LOG_SUFFIX, SWAP_SUFFIX, FileRegion, LogSegment
 
 log = logging.getLogger(__name__)
@@ -328,9 +328,6 @@ class Log:
                 if best is None or header.max_timestamp > best[1]:
                     best = (header.last_offset, header.max_timestamp, header.partition_leader_epoch)
         return best
-
-    def find_duplicate(self, header: BatchHeader) -> BatchMetadata | None:
-        return self.producer_state.find_duplicate(header)
 
     # -- retention -----------------------------------------------------------------------
 

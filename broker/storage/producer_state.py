@@ -103,6 +103,3 @@ class ProducerStateManager:
             else:
                 del self.producers[pid]
 
-    @property
-    def max_producer_id(self) -> int:
-        return max(self.producers, default=NO_PRODUCER_ID)
