@@ -114,7 +114,9 @@ def main() -> int:
             print(f"\nbroker running ({ready}).\n"
                   f"  kcat -b {bootstrap} -t {TOPIC} -C -o beginning -e\n"
                   "Ctrl-C to stop.")
-            signal.sigwait({signal.SIGINT, signal.SIGTERM})
+            stop = {signal.SIGINT, signal.SIGTERM}
+            signal.pthread_sigmask(signal.SIG_BLOCK, stop)  # so sigwait, not a handler, gets them
+            signal.sigwait(stop)
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(30)
