@@ -12,24 +12,42 @@ from pathlib import Path
 from prometheus_client import start_http_server
 
 from broker import handlers
+from broker.cluster.backend import BrokerRegistration
+from broker.cluster.membership import Membership
+from broker.cluster.sqlite import SqliteBackend
 from broker.config import BrokerConfig, parse_listener
+from broker.controller.controller import Controller
 from broker.coordinator.group_coordinator import GroupCoordinator
 from broker.handlers.context import BrokerServices, Endpoint
 from broker.metrics import BrokerMetrics, PartitionSample
 from broker.network.server import KafkaServer
-from broker.server.metadata import LocalMetadataStore
+from broker.server.metadata import ClusterMetadata
 from broker.server.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
+
+METADATA_POLL_SECONDS = 0.1
+COORDINATION_FILE = "cluster.db"
+
+
+def coordination_path(config: BrokerConfig) -> Path:
+    """The embedded backend's file: shared by a local cluster, else in the first log dir."""
+    path = config["kafkube.coordination.path"]
+    return Path(path) if path else Path(config.log_dirs[0]) / COORDINATION_FILE
 
 
 class BrokerApp:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         handlers.load_all()
-        self.store = LocalMetadataStore([Path(d) for d in config.log_dirs], config.node_id)
+        log_dirs = [Path(d) for d in config.log_dirs]
+        self.backend = SqliteBackend(coordination_path(config))
+        self.store = ClusterMetadata(self.backend, log_dirs, config.node_id)
         self.replicas = ReplicaManager(config, self.store)
         self.groups = GroupCoordinator(config, self.replicas)
+        self.membership: Membership | None = None
+        self.controller = Controller(config, self.store, self._broker_epoch)
+        self._metadata_task: asyncio.Task[None] | None = None
         self.metrics = BrokerMetrics()
         self.metrics.watch_logs(self._sample_logs)
         self.metrics.watch_groups(lambda: list(self.groups.lag()))
@@ -45,13 +63,16 @@ class BrokerApp:
                 log_.log_end_offset, p.high_watermark, len(log_.segments),
             )
 
+    def _broker_epoch(self) -> int:
+        return self.membership.broker_epoch if self.membership else -1
+
     async def start(self) -> None:
         self.replicas.load()
-        self.groups.load()
         _, adv_host, adv_port = parse_listener(self.config.advertised_listeners[0])
         services = BrokerServices(
             self.config, self.store, self.replicas, self.metrics,
             Endpoint(adv_host, adv_port, self.config["broker.rack"]), self.groups,
+            self.controller,
         )
         for listener in self.config.listeners:
             _, host, port = parse_listener(listener)
@@ -63,8 +84,21 @@ class BrokerApp:
             services.advertised = Endpoint(
                 adv_host, self.servers[0].port, self.config["broker.rack"]
             )
+        endpoint = services.advertised
+        self.membership = Membership(
+            self.store,
+            BrokerRegistration(self.config.node_id, endpoint.host or "127.0.0.1",
+                               endpoint.port, endpoint.rack),
+            self.config["broker.session.timeout.ms"],
+        )
+        self.membership.join()
+        self.store.refresh()
+        self.replicas.leadership_listeners.append(self.groups.on_leadership)
+        self.replicas.apply_image(self.store.image)
         self.replicas.start_background_tasks()
         self.groups.start()
+        self.controller.start()
+        self._metadata_task = asyncio.create_task(self._follow_metadata())
         metrics_port = self.config["kafkube.metrics.port"]
         if metrics_port >= 0:
             host = parse_listener(self.config.listeners[0])[1] or "0.0.0.0"
@@ -76,11 +110,48 @@ class BrokerApp:
     def bound_listeners(self) -> list[str]:
         return [f"PLAINTEXT://{s.host}:{s.port}" for s in self.servers]
 
+    async def _follow_metadata(self) -> None:
+        """Renew the liveness lease and take up image changes, as KRaft brokers follow the
+        metadata log: polled, since the embedded backend has no watch."""
+        assert self.membership is not None
+        heartbeat = self.config["broker.heartbeat.interval.ms"] / 1000
+        next_heartbeat = 0.0
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                if loop.time() >= next_heartbeat:
+                    next_heartbeat = loop.time() + heartbeat
+                    self.membership.heartbeat()
+                if self.store.refresh():
+                    self.replicas.apply_image(self.store.image)
+            except Exception:
+                log.exception("following the cluster metadata failed")
+            await asyncio.sleep(METADATA_POLL_SECONDS)
+
+    async def controlled_shutdown(self) -> None:
+        """Move leadership to other in-sync replicas before stopping (KIP-143's purpose)."""
+        if self.membership is None or not self.config["controlled.shutdown.enable"]:
+            return
+        await self.controller.stop()
+        try:
+            self.membership.leave_roles()
+            self.store.refresh()
+            self.replicas.apply_image(self.store.image)
+        except Exception:
+            log.exception("controlled shutdown could not move leadership")
+
     async def stop(self) -> None:
+        await self.controlled_shutdown()
+        if self._metadata_task is not None:
+            self._metadata_task.cancel()
+        await self.controller.stop()
         for server in self.servers:
             await server.stop()
         await self.groups.stop()
         await self.replicas.shutdown()
+        if self.membership is not None:
+            self.membership.leave()
+        self.backend.close()
         if self.metrics_port is not None:
             self._httpd.shutdown()
         log.info("broker %d stopped cleanly", self.config.node_id)

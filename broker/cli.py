@@ -29,6 +29,16 @@ def _broker(args: argparse.Namespace) -> int:
     return 0
 
 
+def _dev(args: argparse.Namespace) -> int:
+    from broker import dev
+
+    if args.brokers < 1:
+        print("kafkube dev: --brokers must be at least 1", file=sys.stderr)
+        return 2
+    return dev.run(args.data_dir, args.brokers, args.port, args.metrics_port, args.override,
+                   args.quiet)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="kafkube", description=__doc__)
     parser.add_argument("--log-level", default="INFO", help="Python logging level (INFO)")
@@ -40,6 +50,18 @@ def main(argv: list[str] | None = None) -> int:
         help="set a config key, overriding the file (repeatable)",
     )
     broker.set_defaults(func=_broker)
+    dev = sub.add_parser("dev", help="run a local multi-broker cluster as processes")
+    dev.add_argument("--brokers", type=int, default=3, help="number of brokers (3)")
+    dev.add_argument("--data-dir", type=Path, default=Path(".kafkube-dev"),
+                     help="log dirs and the coordination file (.kafkube-dev)")
+    dev.add_argument("--port", type=int, default=9092,
+                     help="port of broker 0; broker N listens on port+N (9092)")
+    dev.add_argument("--metrics-port", type=int, default=-1,
+                     help="metrics port of broker 0, +N for broker N (-1: off)")
+    dev.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                     help="a broker config key for every broker (repeatable)")
+    dev.add_argument("--quiet", action="store_true", help="do not relay the brokers' logs")
+    dev.set_defaults(func=_dev)
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=args.log_level.upper(),

@@ -28,7 +28,8 @@ from broker.config import BrokerConfig
 from broker.coordinator import offsets_topic as ot
 from broker.coordinator.group import Group, GroupState, Member
 from broker.protocol.batch_codec import Record, encode_batch, read_records
-from broker.server.replica_manager import ReplicaManager
+from broker.server.partition import Partition
+from broker.server.replica_manager import ReplicaManager, TopicExists
 
 log = logging.getLogger(__name__)
 TICK_SECONDS = 0.05
@@ -65,25 +66,59 @@ class GroupCoordinator:
         # Kafka's InitialDelayedJoin: a group rebalancing from Empty waits this long for more
         # members (group.initial.rebalance.delay.ms), extended per join up to the deadline.
         self._initial_delay_until: dict[str, float] = {}
+        self.owned: set[int] = set()  # partitions of __consumer_offsets led here
+        self._last_write: dict[str, tuple[Partition, int]] = {}
 
     # -- lifecycle -----------------------------------------------------------------------
 
     def load(self) -> None:
-        """Rebuild groups and offsets from ``__consumer_offsets`` (the broker's restart)."""
+        """Take up every ``__consumer_offsets`` partition this broker leads (a restart)."""
         for partition in self.replicas.topic_partitions(ot.TOPIC):
-            for segment in list(partition.log.segments):
-                for batch in segment.batches_from(0):
-                    raw = segment.read_bytes(batch.position, batch.header.size)
-                    for record in read_records(raw):
-                        self._replay(record)
-        for group in self.groups.values():
-            if group.members:
-                # Members keep their assignment; they are expired unless they heartbeat.
-                group.state = GroupState.STABLE
-                now = time.monotonic()
-                for member in group.members.values():
-                    member.heartbeat_deadline = now + member.session_timeout_ms / 1000
-        log.info("loaded %d groups and offsets for %d groups", len(self.groups), len(self.offsets))
+            if partition.is_leader:
+                self.on_leadership(partition, True)
+
+    def owns(self, group_id: str) -> bool:
+        """Whether this broker coordinates ``group_id``: it leads the group's partition."""
+        return ot.partition_for(group_id, self.partitions) in self.owned
+
+    def on_leadership(self, partition: Partition, leader: bool) -> None:
+        """Load a partition's groups on becoming its leader, drop them on losing it, as
+        Kafka's GroupMetadataManager does on election and resignation."""
+        if partition.topic != ot.TOPIC:
+            return
+        if not leader:
+            self.owned.discard(partition.index)
+            for group_id in [g for g in self.groups if self._partition(g) == partition.index]:
+                self._unload(self.groups.pop(group_id))
+            for group_id in [g for g in self.offsets if self._partition(g) == partition.index]:
+                del self.offsets[group_id]
+            return
+        for segment in list(partition.log.segments):
+            for batch in segment.batches_from(0):
+                raw = segment.read_bytes(batch.position, batch.header.size)
+                for record in read_records(raw):
+                    self._replay(record)
+        now = time.monotonic()
+        for group_id, group in self.groups.items():
+            if self._partition(group_id) != partition.index or not group.members:
+                continue
+            # Members keep their assignment; they are expired unless they heartbeat.
+            group.state = GroupState.STABLE
+            for member in group.members.values():
+                member.heartbeat_deadline = now + member.session_timeout_ms / 1000
+        self.owned.add(partition.index)
+        log.info("coordinating %s-%d: %d groups known", ot.TOPIC, partition.index,
+                 sum(1 for g in self.groups if self._partition(g) == partition.index))
+
+    def _partition(self, group_id: str) -> int:
+        return ot.partition_for(group_id, self.partitions)
+
+    @staticmethod
+    def _unload(group: Group) -> None:
+        for member in group.members.values():
+            for fut in (member.join_future, member.sync_future):
+                if fut is not None and not fut.done():
+                    fut.set_exception(CoordinatorError(ErrorCode.not_coordinator))
 
     def _replay(self, record: Record) -> None:
         if record.key is None:
@@ -128,10 +163,13 @@ class GroupCoordinator:
         """Create ``__consumer_offsets`` on first use, compacted, as Kafka does."""
         if ot.TOPIC in self.replicas.store.topics:
             return
-        self.replicas.create_topic(ot.TOPIC, self.partitions, {
-            "cleanup.policy": "compact",
-            "segment.bytes": str(self.config["offsets.topic.segment.bytes"]),
-        })
+        live = max(1, len(self.replicas.store.brokers))
+        replication_factor = min(self.config["offsets.topic.replication.factor"], live)
+        with contextlib.suppress(TopicExists):  # another broker created it first
+            self.replicas.create_topic(ot.TOPIC, self.partitions, {
+                "cleanup.policy": "compact",
+                "segment.bytes": str(self.config["offsets.topic.segment.bytes"]),
+            }, replication_factor)
 
     # -- persistence ---------------------------------------------------------------------
 
@@ -145,9 +183,26 @@ class GroupCoordinator:
         batch = encode_batch(
             [Record(i, now, key, value) for i, (key, value) in enumerate(entries)], 0
         )
+        if partition is None or not partition.is_leader:
+            return ErrorCode.not_coordinator
         outcome = partition.append(batch, 2**31 - 1)
         if outcome.error != ErrorCode.none:
             log.error("writing group %s to %s failed: %s", group_id, ot.TOPIC, outcome.message)
+            return ErrorCode.coordinator_not_available
+        self._last_write[group_id] = (partition, outcome.last_offset)
+        return ErrorCode.none
+
+    async def await_replication(self, group_id: str, timeout: float) -> ErrorCode:
+        """Wait until the group's last write is committed (in the whole ISR), so an offset
+        commit is acknowledged only once a leader change cannot lose it (KAFKA-20634)."""
+        written = self._last_write.pop(group_id, None)
+        if written is None:
+            return ErrorCode.none
+        partition, last_offset = written
+        error = await partition.wait_committed(last_offset, 1, timeout)
+        if error == ErrorCode.not_leader_or_follower:
+            return ErrorCode.not_coordinator
+        if error != ErrorCode.none:
             return ErrorCode.coordinator_not_available
         return ErrorCode.none
 

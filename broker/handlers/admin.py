@@ -13,7 +13,7 @@ import datetime
 import re
 import uuid
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,15 +27,17 @@ from broker.config import (
     ConfigKey,
     validate_topic_configs,
 )
+from broker.controller.placement import PlacementError
 from broker.handlers import handles
 from broker.handlers.context import BrokerServices, RequestContext
+from broker.handlers.metadata import live_brokers
 from broker.protocol.messages import build_response
-from broker.server.metadata import LocalMetadataStore, TopicMetadata, topic_name_error
+from broker.server.metadata import ClusterMetadata, TopicMetadata, topic_name_error
+from broker.server.replica_manager import InvalidPartitions, TopicExists
 
 NO_THROTTLE = datetime.timedelta(0)
 # ReplicationControlManager.MAX_PARTITIONS_PER_BATCH: one request may not create more.
 MAX_PARTITIONS_PER_BATCH = 10_000
-LIVE_BROKERS = 1
 
 # DescribeConfigsResponse.ConfigSource ids.
 DYNAMIC_TOPIC_CONFIG = 1
@@ -94,9 +96,9 @@ def _distinct_by_name(items: Iterable[Any]) -> list[Any]:
 
 
 def check_manual_replicas(
-    node_id: int, broker_ids: Sequence[int], replication_factor: int | None
+    registered: Collection[int], broker_ids: Sequence[int], replication_factor: int | None
 ) -> None:
-    """ReplicationControlManager.validateManualPartitionAssignment with ourselves registered.
+    """ReplicationControlManager.validateManualPartitionAssignment over the live brokers.
 
     Brokers are checked in ascending order, as Kafka does, so a message names the same broker.
     """
@@ -107,7 +109,7 @@ def check_manual_replicas(
         )
     previous = None
     for broker_id in sorted(broker_ids):
-        if broker_id != node_id:
+        if broker_id not in registered:
             raise ApiError(
                 ErrorCode.invalid_replica_assignment,
                 f"The manual partition assignment includes broker {broker_id}, but no such "
@@ -138,6 +140,7 @@ class NewTopic:
     partitions: int
     replication_factor: int
     configs: dict[str, str]
+    assignments: list[tuple[int, ...]] | None = None  # None: placed by the controller rules
 
 
 def _requested_partitions(topics: Iterable[Any], default_partitions: int) -> int:
@@ -185,7 +188,7 @@ def _creation_configs(configs: Iterable[Any]) -> dict[str, str]:
     return values
 
 
-def _manual_layout(node_id: int, topic: Any) -> tuple[int, int]:
+def _manual_layout(registered: Collection[int], topic: Any) -> tuple[int, int]:
     """(partitions, replication factor) of an explicit replica assignment."""
     if topic.replication_factor != -1:
         raise ApiError(
@@ -207,7 +210,7 @@ def _manual_layout(node_id: int, topic: Any) -> tuple[int, int]:
                 "Found multiple manual partition assignments for partition "
                 f"{assignment.partition_index}",
             )
-        check_manual_replicas(node_id, assignment.broker_ids, replication_factor)
+        check_manual_replicas(registered, assignment.broker_ids, replication_factor)
         replication_factor = len(assignment.broker_ids)
         indexes.add(assignment.partition_index)
     if indexes != set(range(len(indexes))):
@@ -219,7 +222,7 @@ def _manual_layout(node_id: int, topic: Any) -> tuple[int, int]:
     return len(indexes), replication_factor
 
 
-def _default_layout(config: BrokerConfig, topic: Any) -> tuple[int, int]:
+def _default_layout(config: BrokerConfig, topic: Any, live: int) -> tuple[int, int]:
     """(partitions, replication factor) from the request, -1 meaning the broker default."""
     if topic.replication_factor < -1 or topic.replication_factor == 0:
         raise ApiError(
@@ -237,12 +240,12 @@ def _default_layout(config: BrokerConfig, topic: Any) -> tuple[int, int]:
     replication_factor = topic.replication_factor
     if replication_factor == -1:
         replication_factor = config["default.replication.factor"]
-    if replication_factor > LIVE_BROKERS:
+    if replication_factor > live:
         raise ApiError(
             ErrorCode.invalid_replication_factor,
             f"Unable to replicate the partition {replication_factor} time(s): The target "
             f"replication factor of {replication_factor} cannot be reached because only "
-            f"{LIVE_BROKERS} broker(s) are registered.",
+            f"{live} broker(s) are registered.",
         )
     return partitions, replication_factor
 
@@ -254,10 +257,15 @@ def validate_new_topic(services: BrokerServices, topic: Any) -> NewTopic:
         raise ApiError(ErrorCode.topic_already_exists, f"Topic '{topic.name}' already exists.")
     _check_new_name(existing, topic.name)
     configs = _creation_configs(topic.configs)
+    registered = services.store.brokers
     if topic.assignments:
-        partitions, replication_factor = _manual_layout(services.node_id, topic)
-    else:
-        partitions, replication_factor = _default_layout(services.config, topic)
+        partitions, replication_factor = _manual_layout(registered, topic)
+        layout = [
+            tuple(a.broker_ids)
+            for a in sorted(topic.assignments, key=lambda a: a.partition_index)
+        ]
+        return NewTopic(topic.name, partitions, replication_factor, configs, layout)
+    partitions, replication_factor = _default_layout(services.config, topic, len(registered))
     return NewTopic(topic.name, partitions, replication_factor, configs)
 
 
@@ -312,7 +320,16 @@ def _create_topic(services: BrokerServices, topic: Any, validate_only: bool) -> 
         return _creation_error(topic.name, e)
     topic_id = None  # Kafka makes up an id that never exists for validate_only; zero is honest
     if not validate_only:
-        created = services.replicas.create_topic(new.name, new.partitions, new.configs)
+        try:
+            created = services.replicas.create_topic(
+                new.name, new.partitions, new.configs, new.replication_factor, new.assignments
+            )
+        except TopicExists:
+            return _creation_error(topic.name, ApiError(
+                ErrorCode.topic_already_exists, f"Topic '{topic.name}' already exists."))
+        except PlacementError as e:
+            return _creation_error(topic.name, ApiError(
+                ErrorCode.invalid_replication_factor, str(e)))
         topic_id = created.uuid
     return {
         "name": new.name,
@@ -371,7 +388,7 @@ def _delete_refs(request: Any) -> list[TopicRef]:
 
 
 def _resolve_deletions(
-    store: LocalMetadataStore, refs: Sequence[TopicRef]
+    store: ClusterMetadata, refs: Sequence[TopicRef]
 ) -> tuple[list[dict[str, Any]], dict[uuid.UUID, str]]:
     """The refusals, and the topics to delete by id, as ControllerApis.deleteTopics decides.
 
@@ -446,7 +463,7 @@ async def delete_topics(ctx: RequestContext, request: Any) -> Any:
 # -- CreatePartitions -------------------------------------------------------------------
 
 
-def _added_partitions(store: LocalMetadataStore, topic: Any) -> int:
+def _added_partitions(store: ClusterMetadata, topic: Any) -> int:
     meta = store.topics.get(topic.name)
     return max(0, topic.count - meta.partitions) if meta is not None else 0
 
@@ -475,10 +492,9 @@ def check_new_partitions(services: BrokerServices, topic: Any) -> None:
             f"Attempted to add {additional} additional partition(s), but only "
             f"{len(topic.assignments)} assignment(s) were specified.",
         )
-    first = services.replicas.get(topic.name, 0)
-    replication_factor = len(first.replicas) if first is not None else LIVE_BROKERS
+    replication_factor = len(meta.assignments[0].replicas) if meta.assignments else None
     for assignment in topic.assignments:
-        check_manual_replicas(services.node_id, assignment.broker_ids, replication_factor)
+        check_manual_replicas(services.store.brokers, assignment.broker_ids, replication_factor)
 
 
 def _partitions_result(name: str, code: ErrorCode, message: str | None) -> dict[str, Any]:
@@ -491,7 +507,15 @@ def _add_partitions(services: BrokerServices, topic: Any, validate_only: bool) -
     except ApiError as e:
         return _partitions_result(topic.name, e.code, e.message)
     if not validate_only:
-        services.replicas.create_partitions(topic.name, topic.count)
+        layout = None
+        if topic.assignments is not None:
+            layout = [tuple(a.broker_ids) for a in topic.assignments]
+        try:
+            services.replicas.create_partitions(topic.name, topic.count, layout)
+        except PlacementError as e:
+            return _partitions_result(topic.name, ErrorCode.invalid_replication_factor, str(e))
+        except InvalidPartitions as e:
+            return _partitions_result(topic.name, ErrorCode.invalid_partitions, str(e))
     return _partitions_result(topic.name, ErrorCode.none, None)
 
 
@@ -679,7 +703,7 @@ def _endpoint_type_error(endpoint_type: int, version: int) -> ApiError | None:
 
 @handles(60, 0, 1)
 async def describe_cluster(ctx: RequestContext, request: Any) -> Any:
-    """DescribeCluster: this broker is the whole cluster and, to clients, its controller."""
+    """DescribeCluster: the live brokers and the active controller."""
     endpoint_type = getattr(request, "endpoint_type", BROKER_ENDPOINT)
     error = _endpoint_type_error(endpoint_type, ctx.version)
     if error is not None:
@@ -691,7 +715,6 @@ async def describe_cluster(ctx: RequestContext, request: Any) -> Any:
             "brokers": [],
         })
     services = ctx.services
-    endpoint = ctx.advertised_endpoint()
     operations = OPERATIONS_NOT_REQUESTED
     if request.include_cluster_authorized_operations:
         operations = CLUSTER_OPERATIONS
@@ -701,12 +724,10 @@ async def describe_cluster(ctx: RequestContext, request: Any) -> Any:
         "error_message": None,
         "endpoint_type": endpoint_type,
         "cluster_id": services.store.cluster_id,
-        "controller_id": services.node_id,
-        "brokers": [{
-            "broker_id": services.node_id,
-            "host": endpoint.host,
-            "port": endpoint.port,
-            "rack": endpoint.rack,
-        }],
+        "controller_id": services.store.controller_id,
+        "brokers": [
+            {"broker_id": b["node_id"], "host": b["host"], "port": b["port"], "rack": b["rack"]}
+            for b in live_brokers(ctx)
+        ],
         "cluster_authorized_operations": operations,
     })

@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from broker.config import BrokerConfig
+from broker.controller.controller import Controller
 from broker.coordinator.group_coordinator import GroupCoordinator
 from broker.metrics import BrokerMetrics
 from broker.protocol.codec import RequestHeader
-from broker.server.metadata import LocalMetadataStore
+from broker.server.metadata import ClusterMetadata
 from broker.server.replica_manager import ReplicaManager
 
 
@@ -24,11 +25,12 @@ class BrokerServices:
     """The broker-wide objects handlers work on; built once by the app."""
 
     config: BrokerConfig
-    store: LocalMetadataStore
+    store: ClusterMetadata
     replicas: ReplicaManager
     metrics: BrokerMetrics
     advertised: Endpoint  # host may be empty: use the address the client connected to
     groups: GroupCoordinator
+    controller: Controller
 
     @property
     def node_id(self) -> int:

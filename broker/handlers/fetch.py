@@ -5,6 +5,10 @@ DelayedFetch), and respects ``max_bytes`` across partitions and ``partition_max_
 per partition, always returning at least the first batch of the first partition with data
 (KIP-74) so a batch larger than the limits cannot stall a consumer. Sessions are not kept:
 ``session_id`` 0 tells clients to send full fetches (KIP-227 allows it).
+
+Only the leader serves fetches. Consumers read up to the high watermark; a follower
+(``replica_id`` >= 0) reads up to the log end, and its fetch offset tells the leader how far
+it has replicated, which moves the high watermark and may return it to the ISR.
 """
 
 from __future__ import annotations
@@ -37,8 +41,9 @@ class _Pass:
     sent: list[tuple[str, int, int]] = field(default_factory=list)  # topic, bytes, records
 
 
-def _read_all(ctx: RequestContext, request: Any, max_bytes: int) -> _Pass:
+def _read_all(ctx: RequestContext, request: Any, max_bytes: int, first: bool) -> _Pass:
     replicas = ctx.services.replicas
+    follower = request.replica_id if request.replica_id >= 0 else None
     found = _Pass()
     for topic in request.topics:
         out = FetchTopic(topic.topic)
@@ -51,13 +56,18 @@ def _read_all(ctx: RequestContext, request: Any, max_bytes: int) -> _Pass:
                 )
                 continue
             log = partition.log
-            hw = partition.high_watermark
             error = partition.check_leader_epoch(getattr(p, "current_leader_epoch", -1))
+            if error == ErrorCode.none and not partition.is_leader:
+                error = ErrorCode.not_leader_or_follower
+            if error == ErrorCode.none and follower is not None and first:
+                replicas.record_follower_fetch(partition, follower, p.fetch_offset)
+            hw = partition.high_watermark
             region = None
             if error == ErrorCode.none:
                 budget = min(p.partition_max_bytes, max(0, max_bytes - found.total))
                 try:
-                    result = partition.read(p.fetch_offset, budget, found.total == 0)
+                    result = partition.read(p.fetch_offset, budget, found.total == 0,
+                                            up_to_log_end=follower is not None)
                 except OffsetOutOfRange:
                     error = ErrorCode.offset_out_of_range
                 else:
@@ -80,14 +90,16 @@ async def handle_fetch(ctx: RequestContext, request: Any) -> EncodedResponse:
         getattr(request, "max_bytes", 2**31 - 1), ctx.services.config["fetch.max.bytes"]
     )
     deadline = time.monotonic() + request.max_wait.total_seconds()
+    first = True
     while True:
-        found = _read_all(ctx, request, max_bytes)
+        found = _read_all(ctx, request, max_bytes, first)
+        first = False
         remaining = deadline - time.monotonic()
         if found.total >= request.min_bytes or remaining <= 0 or not found.watched:
             break
         await ctx.services.replicas.wait_for_data(found.watched, remaining)
     metrics = ctx.services.metrics
-    for topic, size, records in found.sent:
+    for topic, size, records in found.sent if request.replica_id < 0 else ():
         counters = metrics.topic(topic)
         counters.bytes_out.inc(size)
         counters.messages_out.inc(records)

@@ -2,8 +2,9 @@
 commit and fetch offsets, describe, list and delete groups.
 
 Thin: each handler maps its request (every version) onto the GroupCoordinator and its
-answer back onto the response. The coordinator is always this broker: it leads every
-partition of ``__consumer_offsets``.
+answer back onto the response. A group's coordinator is the leader of its partition of
+``__consumer_offsets``; a broker that is not answers NOT_COORDINATOR, and clients ask
+FindCoordinator again.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.coordinator import offsets_topic as ot
 from broker.coordinator.group import GroupState
 from broker.coordinator.group_coordinator import GroupCoordinator
 from broker.coordinator.offsets_topic import OffsetValue
@@ -28,6 +30,10 @@ NO_TIMEOUT = timedelta(0)
 
 def _coordinator(ctx: RequestContext) -> GroupCoordinator:
     return ctx.services.groups
+
+
+def _not_ours(ctx: RequestContext, group_id: str | None) -> bool:
+    return bool(group_id) and not _coordinator(ctx).owns(group_id)
 
 
 def _ms(value: timedelta | int) -> int:
@@ -50,9 +56,22 @@ async def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
         if not key:
             return {"key": key, "error_code": ErrorCode.invalid_group_id, "node_id": -1,
                     "host": "", "port": -1, "error_message": "the group id is empty"}
-        _coordinator(ctx).ensure_offsets_topic()
-        return {"key": key, "error_code": ErrorCode.none, "node_id": ctx.services.node_id,
-                "host": endpoint.host, "port": endpoint.port, "error_message": None}
+        coordinator = _coordinator(ctx)
+        coordinator.ensure_offsets_topic()
+        services = ctx.services
+        state = services.store.partition(ot.TOPIC, ot.partition_for(key, coordinator.partitions))
+        node = state.leader if state is not None else -1
+        if node == services.node_id:
+            host, port = endpoint.host, endpoint.port
+        elif node in services.store.brokers:
+            registered = services.store.brokers[node]
+            host, port = registered.host, registered.port
+        else:
+            return {"key": key, "error_code": ErrorCode.coordinator_not_available,
+                    "node_id": -1, "host": "", "port": -1,
+                    "error_message": "the group's offsets partition has no live leader"}
+        return {"key": key, "error_code": ErrorCode.none, "node_id": node,
+                "host": host, "port": port, "error_message": None}
 
     answers = [answer(k) for k in keys]
     if ctx.version >= 4:
@@ -62,6 +81,12 @@ async def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
 
 @handles(11, 0, 9)
 async def handle_join_group(ctx: RequestContext, request: Any) -> Any:
+    if _not_ours(ctx, request.group_id):
+        return build_response(request, {
+            "throttle_time": NO_TIMEOUT, "error_code": ErrorCode.not_coordinator,
+            "generation_id": -1, "protocol_name": "", "leader": "", "member_id": "",
+            "members": [],
+        })
     session_ms = _ms(request.session_timeout)
     rebalance_ms = _ms(getattr(request, "rebalance_timeout", request.session_timeout))
     result = await _coordinator(ctx).join_group(
@@ -89,6 +114,10 @@ async def handle_join_group(ctx: RequestContext, request: Any) -> Any:
 
 @handles(14, 0, 5)
 async def handle_sync_group(ctx: RequestContext, request: Any) -> Any:
+    if _not_ours(ctx, request.group_id):
+        return build_response(request, {"throttle_time": NO_TIMEOUT,
+                                        "error_code": ErrorCode.not_coordinator,
+                                        "assignment": b""})
     error, assignment, group = await _coordinator(ctx).sync_group(
         request.group_id, request.generation_id, request.member_id,
         getattr(request, "group_instance_id", None), getattr(request, "protocol_type", None),
@@ -104,6 +133,9 @@ async def handle_sync_group(ctx: RequestContext, request: Any) -> Any:
 
 @handles(12, 0, 4)
 async def handle_heartbeat(ctx: RequestContext, request: Any) -> Any:
+    if _not_ours(ctx, request.group_id):
+        return build_response(request, {"throttle_time": NO_TIMEOUT,
+                                        "error_code": ErrorCode.not_coordinator})
     error = _coordinator(ctx).heartbeat(
         request.group_id, request.generation_id, request.member_id,
         getattr(request, "group_instance_id", None),
@@ -113,6 +145,9 @@ async def handle_heartbeat(ctx: RequestContext, request: Any) -> Any:
 
 @handles(13, 0, 5)
 async def handle_leave_group(ctx: RequestContext, request: Any) -> Any:
+    if _not_ours(ctx, request.group_id):
+        return build_response(request, {"throttle_time": NO_TIMEOUT,
+                                        "error_code": ErrorCode.not_coordinator, "members": []})
     members = getattr(request, "members", None)
     identities = (
         [(m.member_id, m.group_instance_id) for m in members]
@@ -147,11 +182,17 @@ async def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
             else:
                 epoch = getattr(p, "committed_leader_epoch", -1)
                 offsets[tp] = OffsetValue(p.committed_offset, epoch, metadata, now)
-    if offsets:
-        error = _coordinator(ctx).commit_offsets(
+    if offsets and _not_ours(ctx, request.group_id):
+        errors.update({tp: ErrorCode.not_coordinator for tp in offsets})
+    elif offsets:
+        coordinator = _coordinator(ctx)
+        error = coordinator.commit_offsets(
             request.group_id, request.generation_id_or_member_epoch, request.member_id,
             getattr(request, "group_instance_id", None), offsets,
         )
+        if error == ErrorCode.none:
+            timeout = services.config["offsets.commit.timeout.ms"] / 1000
+            error = await coordinator.await_replication(request.group_id, timeout)
         errors.update({tp: error for tp in offsets})
     return build_response(request, {
         "throttle_time": NO_TIMEOUT,
@@ -193,12 +234,17 @@ async def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
         return build_response(request, {
             "throttle_time": NO_TIMEOUT,
             "groups": [
+                {"group_id": g.group_id, "topics": [], "error_code": ErrorCode.not_coordinator}
+                if _not_ours(ctx, g.group_id) else
                 {"group_id": g.group_id, "topics": _fetch_group(ctx, g.group_id, g.topics),
                  "error_code": ErrorCode.none}
                 for g in groups
             ],
         })
     # The empty group id is served too, as Kafka does for old clients.
+    if _not_ours(ctx, request.group_id):
+        return build_response(request, {"throttle_time": NO_TIMEOUT, "topics": [],
+                                        "error_code": ErrorCode.not_coordinator})
     return build_response(request, {
         "throttle_time": NO_TIMEOUT,
         "topics": _fetch_group(ctx, request.group_id, request.topics),
@@ -210,6 +256,13 @@ async def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
 async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
     described = []
     for group_id in request.groups:
+        if _not_ours(ctx, group_id):
+            described.append({
+                "error_code": ErrorCode.not_coordinator, "group_id": group_id,
+                "group_state": "", "protocol_type": "", "protocol_data": "", "members": [],
+                "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+            })
+            continue
         group = _coordinator(ctx).describe(group_id)
         if group is None:
             described.append({
@@ -253,7 +306,9 @@ async def handle_list_groups(ctx: RequestContext, request: Any) -> Any:
 
 @handles(42, 0, 2)
 async def handle_delete_groups(ctx: RequestContext, request: Any) -> Any:
-    results = _coordinator(ctx).delete_groups(list(request.groups_names))
+    names = list(request.groups_names)
+    results = _coordinator(ctx).delete_groups([g for g in names if not _not_ours(ctx, g)])
+    results.update({g: ErrorCode.not_coordinator for g in names if _not_ours(ctx, g)})
     return build_response(request, {
         "throttle_time": NO_TIMEOUT,
         "results": [{"group_id": g, "error_code": e} for g, e in results.items()],
@@ -263,7 +318,10 @@ async def handle_delete_groups(ctx: RequestContext, request: Any) -> Any:
 @handles(47, 0, 0)
 async def handle_offset_delete(ctx: RequestContext, request: Any) -> Any:
     partitions = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
-    error, results = _coordinator(ctx).delete_offsets(request.group_id, partitions)
+    if _not_ours(ctx, request.group_id):
+        error, results = ErrorCode.not_coordinator, {}
+    else:
+        error, results = _coordinator(ctx).delete_offsets(request.group_id, partitions)
     return build_response(request, {
         "error_code": error,
         "throttle_time": NO_TIMEOUT,

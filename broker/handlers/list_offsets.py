@@ -46,10 +46,10 @@ async def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
     for topic in request.topics:
         partitions = []
         for p in topic.partitions:
-            partition = ctx.services.replicas.get(topic.name, p.partition_index)
+            partition, error = ctx.services.replicas.leader_for(topic.name, p.partition_index)
             result: dict[str, Any] = {"partition_index": p.partition_index}
             if partition is None:
-                result["error_code"] = ErrorCode.unknown_topic_or_partition
+                result["error_code"] = error
             else:
                 error = partition.check_leader_epoch(getattr(p, "current_leader_epoch", -1))
                 if error != ErrorCode.none:

@@ -1,7 +1,9 @@
-"""Metadata: brokers, the cluster id, and topics with partition leaders; auto-creates topics."""
+"""Metadata: live brokers, the cluster id, the controller, and topics with partition leaders
+and ISRs from the cluster image; auto-creates topics."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from datetime import timedelta
 from typing import Any
@@ -12,6 +14,7 @@ from broker.handlers import handles
 from broker.handlers.context import BrokerServices, RequestContext
 from broker.protocol.messages import build_response
 from broker.server.metadata import topic_name_error
+from broker.server.replica_manager import TopicExists
 
 log = logging.getLogger(__name__)
 AUTHORIZED_OPERATIONS_OMITTED = -2147483648
@@ -38,8 +41,14 @@ def auto_create(services: BrokerServices, name: str) -> bool:
     cfg = services.config
     if not cfg["auto.create.topics.enable"] or topic_name_error(name):
         return False
+    replication_factor = cfg["default.replication.factor"]
+    if replication_factor > len(services.store.brokers):
+        log.warning("not auto-creating %s: default.replication.factor %d exceeds the %d live "
+                    "brokers", name, replication_factor, len(services.store.brokers))
+        return False
     log.info("auto-creating topic %s with %d partitions", name, cfg["num.partitions"])
-    services.replicas.create_topic(name, cfg["num.partitions"], {})
+    with contextlib.suppress(TopicExists):
+        services.replicas.create_topic(name, cfg["num.partitions"], {}, replication_factor)
     return True
 
 
@@ -51,15 +60,16 @@ def describe_topic(services: BrokerServices, name: str | None) -> dict[str, Any]
         )
         return {"error_code": error, "name": name, "topic_id": None, "partitions": []}
     partitions = []
-    for p in services.replicas.topic_partitions(name):
+    live = services.store.brokers
+    for index, p in enumerate(meta.assignments):
         partitions.append({
-            "error_code": ErrorCode.none,
-            "partition_index": p.index,
-            "leader_id": p.leader_id,
+            "error_code": ErrorCode.none if p.leader >= 0 else ErrorCode.leader_not_available,
+            "partition_index": index,
+            "leader_id": p.leader,
             "leader_epoch": p.leader_epoch,
-            "replica_nodes": p.replicas,
-            "isr_nodes": p.isr,
-            "offline_replicas": [],
+            "replica_nodes": list(p.replicas),
+            "isr_nodes": list(p.isr),
+            "offline_replicas": [r for r in p.replicas if r not in live],
         })
     return {
         "error_code": ErrorCode.none,
@@ -69,6 +79,20 @@ def describe_topic(services: BrokerServices, name: str | None) -> dict[str, Any]
         "partitions": partitions,
         "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
     }
+
+
+def live_brokers(ctx: RequestContext) -> list[dict[str, Any]]:
+    """Registered brokers; ourselves at the address this client reached us on if we
+    advertise no host, as other brokers on this machine do by theirs."""
+    services = ctx.services
+    own = ctx.advertised_endpoint()
+    brokers = {services.node_id: {"node_id": services.node_id, "host": own.host,
+                                  "port": own.port, "rack": own.rack}}
+    for node_id, b in sorted(services.store.brokers.items()):
+        if node_id != services.node_id:
+            brokers[node_id] = {"node_id": node_id, "host": b.host, "port": b.port,
+                                "rack": b.rack}
+    return list(brokers.values())
 
 
 @handles(3, 0, 12)
@@ -83,15 +107,11 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
         if name and name not in services.store.topics and allow_create:
             auto_create(services, name)
         topics.append(describe_topic(services, name))
-    endpoint = ctx.advertised_endpoint()
     return build_response(request, {
         "throttle_time": timedelta(0),
-        "brokers": [{
-            "node_id": services.node_id, "host": endpoint.host, "port": endpoint.port,
-            "rack": endpoint.rack,
-        }],
+        "brokers": live_brokers(ctx),
         "cluster_id": services.store.cluster_id,
-        "controller_id": services.node_id,
+        "controller_id": services.store.controller_id,
         "topics": topics,
         "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
     })

@@ -17,16 +17,17 @@ from kio.schema.errors import ErrorCode
 from broker.handlers import handles
 from broker.handlers.context import RequestContext
 from broker.protocol.messages import build_response
-from broker.server.partition import Partition
 from broker.server.replica_manager import ReplicaManager
 
 NO_THROTTLE = datetime.timedelta(0)
 
 
-def end_offset(partition: Partition | None, index: int, requested: Any) -> dict[str, Any]:
+def end_offset(replicas: ReplicaManager, topic: str, index: int, requested: Any
+               ) -> dict[str, Any]:
     """One partition's answer; leader_epoch and end_offset stay -1 on errors."""
+    partition, error = replicas.leader_for(topic, index)
     if partition is None:
-        return {"partition": index, "error_code": ErrorCode.unknown_topic_or_partition}
+        return {"partition": index, "error_code": error}
     error = partition.check_leader_epoch(requested.current_leader_epoch)
     if error != ErrorCode.none:
         return {"partition": index, "error_code": error}
@@ -44,7 +45,7 @@ def _topic_result(replicas: ReplicaManager, topic: Any) -> dict[str, Any]:
     return {
         "topic": topic.topic,
         "partitions": [
-            end_offset(replicas.get(topic.topic, p.partition), p.partition, p)
+            end_offset(replicas, topic.topic, p.partition, p)
             for p in topic.partitions
         ],
     }
@@ -52,7 +53,8 @@ def _topic_result(replicas: ReplicaManager, topic: Any) -> dict[str, Any]:
 
 @handles(23, 2, 4)
 async def offset_for_leader_epoch(ctx: RequestContext, request: Any) -> Any:
-    """Answer every partition asked for; replica_id (v3+) changes nothing on a sole leader."""
+    """Answer every partition asked for, from the leader only (followers ask with replica_id
+    to find where to truncate, consumers to detect truncation)."""
     replicas = ctx.services.replicas
     topics = [_topic_result(replicas, topic) for topic in request.topics]
     return build_response(request, {"throttle_time": NO_THROTTLE, "topics": topics})

@@ -1,29 +1,31 @@
-"""Cluster metadata a single broker keeps on its own disk: identity, topics, producer ids.
+"""This broker's view of the cluster: the image, the live brokers, the controller.
 
-``meta.properties`` in each log dir carries Kafka's keys (version, cluster.id, node.id) so a
-log dir is never mixed up between clusters or nodes. Topics (name, id, partition count,
-config overrides) and the producer-id block live in one JSON document written atomically.
-This is the embedded stand-in for the coordination backend of a multi-broker cluster
-(DESIGN.md §4): the same facts, behind a small interface, on the local disk.
+Kafka brokers keep a MetadataCache fed by the controller; ours is fed by polling the
+coordination backend's image version (``refresh``), and every change a broker makes itself
+(a topic created through CreateTopics, an ISR change as leader) is a compare-and-set through
+``update``. ``meta.properties`` in each log dir carries Kafka's keys (version, cluster.id,
+node.id) so a log dir is never mixed up between clusters or nodes.
 """
 
 from __future__ import annotations
 
-import base64
-import json
 import os
 import re
 import uuid
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 
+from broker.cluster.backend import BrokerRegistration, CoordinationBackend
+from broker.cluster.image import ClusterImage, PartitionState, TopicMetadata
 from broker.config import ConfigError, parse_properties
 
-METADATA_FILE = "kafkube-metadata.json"
 META_PROPERTIES = "meta.properties"
 PRODUCER_ID_BLOCK = 1000
 MAX_TOPIC_NAME = 249
+MAX_CAS_ATTEMPTS = 50
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
+
+__all__ = ["ClusterMetadata", "PartitionState", "TopicMetadata", "topic_name_error"]
 
 
 def topic_name_error(name: str | None) -> str | None:
@@ -42,102 +44,93 @@ def topic_name_error(name: str | None) -> str | None:
     return None
 
 
-def new_cluster_id() -> str:
-    """A random UUID in Kafka's URL-safe base64 form (Uuid.randomUuid().toString())."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+class ConcurrentUpdate(Exception):
+    """A compare-and-set kept losing to other writers."""
 
 
-@dataclass
-class TopicMetadata:
-    name: str
-    topic_id: str
-    partitions: int
-    configs: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def uuid(self) -> uuid.UUID:
-        return uuid.UUID(self.topic_id)
-
-
-class LocalMetadataStore:
-    def __init__(self, log_dirs: list[Path], node_id: int) -> None:
+class ClusterMetadata:
+    def __init__(self, backend: CoordinationBackend, log_dirs: list[Path], node_id: int) -> None:
+        self.backend = backend
         self.log_dirs = log_dirs
         self.node_id = node_id
         for d in log_dirs:
             d.mkdir(parents=True, exist_ok=True)
-        self.cluster_id = self._check_meta_properties()
-        self.path = log_dirs[0] / METADATA_FILE
-        self.topics: dict[str, TopicMetadata] = {}
+        self.cluster_id = backend.cluster_id()
+        self._check_meta_properties()
+        self.image = backend.read_image()
+        self.brokers: dict[int, BrokerRegistration] = backend.live_brokers()
+        self.controller_id = -1
         self._next_producer_id = 0
         self._producer_id_limit = 0
-        self._load()
 
-    def _check_meta_properties(self) -> str:
-        cluster_id = None
+    def _check_meta_properties(self) -> None:
         for d in self.log_dirs:
             path = d / META_PROPERTIES
             if not path.exists():
+                _atomic_write(
+                    path, f"version=1\ncluster.id={self.cluster_id}\nnode.id={self.node_id}\n"
+                )
                 continue
             props = parse_properties(path.read_text())
             if props.get("node.id") not in (None, str(self.node_id)):
                 raise ConfigError(
                     f"log.dirs: {d} belongs to node.id {props['node.id']}, not {self.node_id}"
                 )
-            if cluster_id and props.get("cluster.id") != cluster_id:
-                raise ConfigError(f"log.dirs: {d} belongs to another cluster")
-            cluster_id = props.get("cluster.id")
-        cluster_id = cluster_id or new_cluster_id()
-        for d in self.log_dirs:
-            path = d / META_PROPERTIES
-            if not path.exists():
-                _atomic_write(
-                    path, f"version=1\ncluster.id={cluster_id}\nnode.id={self.node_id}\n"
+            if props.get("cluster.id") not in (None, self.cluster_id):
+                raise ConfigError(
+                    f"log.dirs: {d} belongs to cluster {props['cluster.id']}, but the "
+                    f"coordination store is for cluster {self.cluster_id}"
                 )
-        return cluster_id
 
-    def _load(self) -> None:
-        try:
-            doc = json.loads(self.path.read_text())
-        except FileNotFoundError:
-            return
-        self.topics = {t["name"]: TopicMetadata(**t) for t in doc.get("topics", [])}
-        self._next_producer_id = self._producer_id_limit = doc.get("producer_id_limit", 0)
+    # -- reading ---------------------------------------------------------------------------
 
-    def _save(self) -> None:
-        doc = {
-            "topics": [asdict(t) for t in self.topics.values()],
-            "producer_id_limit": self._producer_id_limit,
-        }
-        _atomic_write(self.path, json.dumps(doc, indent=1))
+    @property
+    def topics(self) -> dict[str, TopicMetadata]:
+        return self.image.topics
 
-    def add_topic(self, name: str, partitions: int, configs: dict[str, str]) -> TopicMetadata:
-        topic = TopicMetadata(name, str(uuid.uuid4()), partitions, dict(configs))
-        self.topics[name] = topic
-        self._save()
-        return topic
+    def topic_by_id(self, topic_id: uuid.UUID) -> TopicMetadata | None:
+        return self.image.topic_by_id(topic_id)
 
-    def remove_topic(self, name: str) -> None:
-        del self.topics[name]
-        self._save()
+    def partition(self, topic: str, index: int) -> PartitionState | None:
+        return self.image.partition(topic, index)
 
-    def set_partitions(self, name: str, partitions: int) -> None:
-        self.topics[name].partitions = partitions
-        self._save()
+    def refresh(self) -> bool:
+        """Re-read the live brokers and controller; the image if its version moved."""
+        self.brokers = self.backend.live_brokers()
+        lease = self.backend.controller()
+        self.controller_id = lease.holder if lease is not None else -1
+        if self.backend.image_version() == self.image.version:
+            return False
+        self.image = self.backend.read_image()
+        return True
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def update(self, change: Callable[[ClusterImage], ClusterImage | None]) -> ClusterImage:
+        """Apply ``change`` to the newest image with compare-and-set, retrying on conflict.
+
+        ``change`` may raise to refuse (the caller's error), or return None for "nothing to
+        do"; it is called again on the fresh image after every lost race.
+        """
+        for _ in range(MAX_CAS_ATTEMPTS):
+            current = self.backend.read_image()
+            changed = change(current)
+            if changed is None:
+                self.image = current
+                return current
+            if self.backend.write_image(changed):
+                self.image = self.backend.read_image()
+                return self.image
+        raise ConcurrentUpdate(f"cluster metadata kept changing for {MAX_CAS_ATTEMPTS} attempts")
 
     def next_producer_id(self) -> int:
-        """Unique across restarts: ids are reserved in persisted blocks, as the controller does."""
+        """Unique cluster-wide: each broker reserves blocks, as brokers do from the controller."""
         if self._next_producer_id >= self._producer_id_limit:
+            self._next_producer_id = self.backend.allocate_producer_ids(PRODUCER_ID_BLOCK)
             self._producer_id_limit = self._next_producer_id + PRODUCER_ID_BLOCK
-            self._save()
         pid = self._next_producer_id
         self._next_producer_id += 1
         return pid
-
-    def topic_by_id(self, topic_id: uuid.UUID) -> TopicMetadata | None:
-        for topic in self.topics.values():
-            if topic.uuid == topic_id:
-                return topic
-        return None
 
 
 def _atomic_write(path: Path, text: str) -> None:

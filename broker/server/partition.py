@@ -1,19 +1,23 @@
-"""One partition replica on this broker: its log, its leader epoch and its high watermark.
+"""One partition replica on this broker: its log, its role, its high watermark and ISR.
 
-The replica manager asks a partition to append or read; the partition applies the
-idempotent-producer rules, advances the high watermark and wakes fetchers waiting for data.
-On a single broker the replica is leader with itself as the only ISR member, so the high
-watermark follows the log end offset; replication (a later layer) moves it by follower
-progress instead. Runs on the event loop; appends complete before the first ``await``.
+As leader it appends produce batches, tracks each follower's log end offset from the
+offsets they fetch at, moves the high watermark to the smallest log end offset in the ISR,
+and completes ``acks=all`` produces once the high watermark passes them (Kafka's Partition
+and DelayedProduce). As follower it only takes what its fetcher writes. The ISR itself is
+changed through the cluster metadata (by the replica manager, with compare-and-set); the
+partition only says which changes it wants. Runs on the event loop; appends complete
+before the first ``await``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
+from broker.cluster.image import NO_LEADER, PartitionState
 from broker.protocol.records import InvalidRecordError, validate_produce_payload
 from broker.storage.log import Log, ReadResult
 
@@ -26,25 +30,114 @@ class ProduceOutcome:
     message: str | None = None
     records: int = 0
     bytes: int = 0
+    last_offset: int = -1
+
+
+@dataclass(slots=True)
+class FollowerProgress:
+    """What the leader knows of one follower, from its fetches (Kafka's Replica)."""
+
+    log_end_offset: int = -1
+    last_caught_up_ms: float = 0.0
+    last_fetch_ms: float = 0.0
+    last_fetch_leader_leo: int = -1
+
+    def record_fetch(self, fetch_offset: int, leader_leo: int, now_ms: float) -> None:
+        """A follower is caught up when it fetched at the leader's end, or at least at the
+        end the leader had when it last fetched (then it was caught up at that time)."""
+        if fetch_offset >= leader_leo:
+            self.last_caught_up_ms = max(self.last_caught_up_ms, now_ms)
+        elif fetch_offset >= self.last_fetch_leader_leo:
+            self.last_caught_up_ms = max(self.last_caught_up_ms, self.last_fetch_ms)
+        self.log_end_offset = fetch_offset
+        self.last_fetch_leader_leo = leader_leo
+        self.last_fetch_ms = now_ms
+
+
+def now_ms() -> float:
+    return time.monotonic() * 1000
 
 
 class Partition:
-    def __init__(self, topic: str, index: int, log: Log, node_id: int, leader_epoch: int = 0):
+    def __init__(self, topic: str, index: int, log: Log, node_id: int, high_watermark: int = 0):
         self.topic = topic
         self.index = index
         self.log = log
-        self.leader_id = node_id
-        self.leader_epoch = leader_epoch
-        self.replicas = [node_id]
-        self.isr = [node_id]
-        self.high_watermark = log.log_end_offset
+        self.node_id = node_id
+        self.leader_id = NO_LEADER
+        self.leader_epoch = -1
+        self.replicas: list[int] = []
+        self.isr: list[int] = []
+        self.state: PartitionState | None = None
+        self.high_watermark = min(high_watermark, log.log_end_offset)
+        self.followers: dict[int, FollowerProgress] = {}
+        self.epoch_start_offset = 0
         self._waiters: set[asyncio.Future[None]] = set()
+        self._acks: list[tuple[int, int, asyncio.Future[ErrorCode]]] = []
 
     def __repr__(self) -> str:
         return f"Partition({self.topic}-{self.index})"
 
-    def append(self, records: bytes | None, max_message_bytes: int) -> ProduceOutcome:
+    @property
+    def is_leader(self) -> bool:
+        return self.leader_id == self.node_id
+
+    # -- role changes, from the cluster metadata ---------------------------------------------
+
+    def make_leader(self, state: PartitionState) -> None:
+        """Lead from ``state``'s epoch: mark where the epoch starts, as Kafka's makeLeader."""
+        new_term = not self.is_leader or state.leader_epoch != self.leader_epoch
+        self._apply(state)
+        if new_term:
+            self.epoch_start_offset = self.log.log_end_offset
+            self.log.epoch_cache.assign(state.leader_epoch, self.epoch_start_offset)
+            now = now_ms()
+            # ISR members get the benefit of the doubt until they have had time to fetch.
+            self.followers = {
+                r: FollowerProgress(last_caught_up_ms=now if r in state.isr else 0.0)
+                for r in state.replicas if r != self.node_id
+            }
+        else:
+            for r in state.replicas:
+                if r != self.node_id and r not in self.followers:
+                    self.followers[r] = FollowerProgress()
+        self.maybe_advance_high_watermark()
+
+    def make_follower(self, state: PartitionState) -> bool:
+        """Follow ``state.leader``; True if the leader or epoch changed (refetch needed)."""
+        changed = self.leader_id != state.leader or self.leader_epoch != state.leader_epoch
+        was_leader = self.is_leader
+        self._apply(state)
+        self.followers = {}
+        if was_leader:
+            self._fail_acks(ErrorCode.not_leader_or_follower)
+            self.wake_fetchers()
+        return changed
+
+    def _apply(self, state: PartitionState) -> None:
+        self.state = state
+        self.leader_id = state.leader
+        self.leader_epoch = state.leader_epoch
+        self.replicas = list(state.replicas)
+        self.isr = list(state.isr)
+
+    def set_isr(self, isr: list[int]) -> None:
+        self.isr = list(isr)
+        self.maybe_advance_high_watermark()
+
+    def close(self) -> None:
+        self._fail_acks(ErrorCode.not_leader_or_follower)
+        self.leader_id = NO_LEADER
+        self.wake_fetchers()
+
+    # -- produce -------------------------------------------------------------------------
+
+    def append(self, records: bytes | None, max_message_bytes: int,
+               min_insync_replicas: int = 1, acks: int = 1) -> ProduceOutcome:
         """Validate and append one produce payload as leader."""
+        if not self.is_leader:
+            return ProduceOutcome(ErrorCode.not_leader_or_follower,
+                                  message=f"broker {self.node_id} is not the leader")
         if not records:
             return ProduceOutcome(ErrorCode.invalid_record, message="empty record set")
         try:
@@ -57,11 +150,18 @@ class Partition:
                 message=f"batch of {header.size} bytes exceeds max.message.bytes "
                 f"{max_message_bytes}",
             )
+        if acks == -1 and len(self.isr) < min_insync_replicas:
+            return ProduceOutcome(
+                ErrorCode.not_enough_replicas,
+                message=f"the ISR {self.isr} is smaller than min.insync.replicas "
+                f"{min_insync_replicas}",
+            )
         if header.producer_id >= 0:
             producer_state = self.log.producer_state
             duplicate = producer_state.find_duplicate(header)
             if duplicate is not None:
-                return ProduceOutcome(base_offset=duplicate.first_offset)
+                return ProduceOutcome(base_offset=duplicate.first_offset,
+                                      last_offset=duplicate.last_offset)
             error = producer_state.check(header)
             if error is not None:
                 return ProduceOutcome(
@@ -70,18 +170,114 @@ class Partition:
                     f"sequence {header.base_sequence}",
                 )
         result = self.log.append_as_leader(records, header, self.leader_epoch)
-        self._advance_high_watermark()
+        self.wake_fetchers()  # followers wait for new data, consumers for a new HW
+        self.maybe_advance_high_watermark()
         return ProduceOutcome(
             base_offset=result.first_offset,
             log_append_time=result.log_append_time,
             records=header.record_count,
             bytes=len(records),
+            last_offset=result.last_offset,
         )
 
-    def _advance_high_watermark(self) -> None:
-        # Single replica: everything appended is committed.
-        self.high_watermark = self.log.log_end_offset
+    async def wait_committed(self, last_offset: int, min_insync_replicas: int,
+                             timeout: float) -> ErrorCode:
+        """acks=all: wait until the high watermark passes ``last_offset`` (DelayedProduce)."""
+        if not self.is_leader:
+            return ErrorCode.not_leader_or_follower
+        if self.high_watermark > last_offset:
+            return self._committed_error(min_insync_replicas)
+        fut: asyncio.Future[ErrorCode] = asyncio.get_running_loop().create_future()
+        entry = (last_offset, min_insync_replicas, fut)
+        self._acks.append(entry)
+        try:
+            return await asyncio.wait_for(fut, timeout)
+        except TimeoutError:
+            return ErrorCode.request_timed_out
+        finally:
+            if entry in self._acks:
+                self._acks.remove(entry)
+
+    def _committed_error(self, min_insync_replicas: int) -> ErrorCode:
+        if len(self.isr) < min_insync_replicas:
+            return ErrorCode.not_enough_replicas_after_append
+        return ErrorCode.none
+
+    def _fail_acks(self, error: ErrorCode) -> None:
+        acks, self._acks = self._acks, []
+        for _, _, fut in acks:
+            if not fut.done():
+                fut.set_result(error)
+
+    # -- replication, as leader -----------------------------------------------------------
+
+    def record_follower_fetch(self, replica_id: int, fetch_offset: int) -> bool:
+        """Note a follower's position; True if it now qualifies to join the ISR."""
+        progress = self.followers.get(replica_id)
+        if progress is None:
+            if replica_id not in self.replicas:
+                return False
+            progress = self.followers[replica_id] = FollowerProgress()
+        progress.record_fetch(fetch_offset, self.log.log_end_offset, now_ms())
+        if replica_id in self.isr:
+            self.maybe_advance_high_watermark()
+            return False
+        return self.can_join_isr(replica_id)
+
+    def can_join_isr(self, replica_id: int) -> bool:
+        """Caught up to the high watermark and into this epoch (Kafka's isFollowerInSync)."""
+        progress = self.followers.get(replica_id)
+        if progress is None or replica_id in self.isr or replica_id not in self.replicas:
+            return False
+        leo = progress.log_end_offset
+        return leo >= self.high_watermark and leo >= self.epoch_start_offset
+
+    def out_of_sync_followers(self, lag_time_max_ms: int) -> list[int]:
+        """ISR followers that have not caught up for ``replica.lag.time.max.ms``."""
+        now = now_ms()
+        return [
+            r for r in self.isr
+            if r != self.node_id
+            and now - self.followers.get(r, FollowerProgress()).last_caught_up_ms > lag_time_max_ms
+        ]
+
+    def maybe_advance_high_watermark(self) -> None:
+        if not self.is_leader:
+            return
+        ends = [self.log.log_end_offset]
+        for r in self.isr:
+            if r != self.node_id:
+                progress = self.followers.get(r)
+                ends.append(progress.log_end_offset if progress is not None else -1)
+        candidate = min(ends)
+        if candidate <= self.high_watermark:
+            return
+        self.high_watermark = candidate
         self.wake_fetchers()
+        if self._acks:
+            done = [a for a in self._acks if a[0] < candidate]
+            self._acks = [a for a in self._acks if a[0] >= candidate]
+            for _, min_isr, fut in done:
+                if not fut.done():
+                    fut.set_result(self._committed_error(min_isr))
+
+    # -- replication, as follower ---------------------------------------------------------
+
+    def append_as_follower(self, records: bytes, leader_high_watermark: int) -> int:
+        count = self.log.append_as_follower(records) if records else 0
+        self.update_follower_high_watermark(leader_high_watermark)
+        return count
+
+    def update_follower_high_watermark(self, leader_high_watermark: int) -> None:
+        hw = min(leader_high_watermark, self.log.log_end_offset)
+        if hw > self.high_watermark:
+            self.high_watermark = hw
+
+    def truncate_to(self, offset: int) -> None:
+        self.log.truncate_to(offset)
+        self.high_watermark = min(self.high_watermark, self.log.log_end_offset)
+
+    # -- fetch waiting and reads ------------------------------------------------------------
 
     def wake_fetchers(self) -> None:
         waiters, self._waiters = self._waiters, set()
@@ -95,8 +291,11 @@ class Partition:
     def remove_waiter(self, fut: asyncio.Future[None]) -> None:
         self._waiters.discard(fut)
 
-    def read(self, offset: int, max_bytes: int, min_one_batch: bool) -> ReadResult:
-        return self.log.read(offset, max_bytes, self.high_watermark, min_one_batch)
+    def read(self, offset: int, max_bytes: int, min_one_batch: bool,
+             up_to_log_end: bool = False) -> ReadResult:
+        """Consumers read committed data only; followers (``up_to_log_end``) read it all."""
+        limit = self.log.log_end_offset if up_to_log_end else self.high_watermark
+        return self.log.read(offset, max_bytes, limit, min_one_batch)
 
     def check_leader_epoch(self, current_leader_epoch: int) -> ErrorCode:
         """Fence requests from clients with an epoch newer or older than ours (KIP-320)."""

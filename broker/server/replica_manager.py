@@ -8,19 +8,26 @@ class. Handlers call it with topic/partition names; it never builds protocol res
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
+import random
 import shutil
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
+from broker.cluster.image import NO_LEADER, ClusterImage, PartitionState, TopicMetadata
 from broker.config import BrokerConfig, validate_topic_configs
-from broker.server.metadata import LocalMetadataStore, TopicMetadata
+from broker.controller.placement import assign_replicas
+from broker.server.metadata import ClusterMetadata, ConcurrentUpdate
 from broker.server.partition import Partition
+from broker.server.replica_fetcher import FetcherConfig, ReplicaFetcher
 from broker.storage.cleaner import CleanResult, CleanTarget, LogCleaner
 from broker.storage.log import Log, LogConfig
 
@@ -29,6 +36,8 @@ log = logging.getLogger(__name__)
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 RECOVERY_CHECKPOINT = "recovery-point-offset-checkpoint"
 CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
+REPLICATION_CHECKPOINT = "replication-offset-checkpoint"
+PARTITION_METADATA = "partition.metadata"
 DELETE_SUFFIX = "-delete"
 
 
@@ -50,29 +59,48 @@ def parse_partition_dir(name: str) -> TopicPartition | None:
 
 
 class ReplicaManager:
-    def __init__(self, config: BrokerConfig, store: LocalMetadataStore) -> None:
+    def __init__(self, config: BrokerConfig, metadata: ClusterMetadata) -> None:
         self.config = config
-        self.store = store
+        self.metadata = metadata
         self.node_id = config.node_id
         self.log_dirs = [Path(d) for d in config.log_dirs]
         self.partitions: dict[TopicPartition, Partition] = {}
-        self._retention_task: asyncio.Task[None] | None = None
-        self._checkpoint_task: asyncio.Task[None] | None = None
-        self._cleaner_task: asyncio.Task[None] | None = None
+        self._topic_ids: dict[TopicPartition, str] = {}
+        self.fetchers: dict[int, ReplicaFetcher] = {}
+        self._tasks: list[asyncio.Task[None]] = []
         self.cleaner = LogCleaner()
         self._log_configs: dict[str, LogConfig] = {}  # by topic id: ids are never reused
+        self._recovery: dict[TopicPartition, int] = {}
+        self._high_watermarks: dict[TopicPartition, int] = {}
+        self._clean: dict[Path, bool] = {}
+        self._existing: dict[TopicPartition, Path] = {}
+        self.leadership_listeners: list[Callable[[Partition, bool], None]] = []
+        self.isr_shrinks = 0
+        self.isr_expands = 0
+        self.fetcher_config = FetcherConfig(
+            node_id=config.node_id,
+            wait_max_ms=config["replica.fetch.wait.max.ms"],
+            min_bytes=config["replica.fetch.min.bytes"],
+            max_bytes=config["replica.fetch.max.bytes"],
+            response_max_bytes=config["replica.fetch.response.max.bytes"],
+            backoff_ms=config["replica.fetch.backoff.ms"],
+            socket_timeout_ms=config["replica.socket.timeout.ms"],
+            rack=config["broker.rack"],
+        )
+
+    @property
+    def store(self) -> ClusterMetadata:
+        return self.metadata
 
     # -- startup and shutdown ------------------------------------------------------------
 
     def load(self) -> None:
-        """Open every partition of every known topic, recovering after an unclean stop."""
+        """Open every local replica the image assigns us, recovering after an unclean stop."""
         started = time.monotonic()
-        existing: dict[TopicPartition, Path] = {}
-        recovery: dict[TopicPartition, int] = {}
-        clean: dict[Path, bool] = {}
         for log_dir in self.log_dirs:
-            clean[log_dir] = (log_dir / CLEAN_SHUTDOWN_FILE).exists()
-            recovery.update(read_offset_checkpoint(log_dir / RECOVERY_CHECKPOINT))
+            self._clean[log_dir] = (log_dir / CLEAN_SHUTDOWN_FILE).exists()
+            self._recovery.update(read_offset_checkpoint(log_dir / RECOVERY_CHECKPOINT))
+            self._high_watermarks.update(read_offset_checkpoint(log_dir / REPLICATION_CHECKPOINT))
             self.cleaner.checkpoints.update(read_offset_checkpoint(log_dir / CLEANER_CHECKPOINT))
             for child in log_dir.iterdir():
                 if child.is_dir() and child.name.endswith(DELETE_SUFFIX):
@@ -80,34 +108,40 @@ class ReplicaManager:
                     continue
                 tp = parse_partition_dir(child.name) if child.is_dir() else None
                 if tp is not None:
-                    existing[tp] = child
-        for topic in self.store.topics.values():
-            for index in range(topic.partitions):
-                tp = TopicPartition(topic.name, index)
-                directory = existing.pop(tp, None)
-                self._open_partition(topic, index, directory, recovery.get(tp, 0), clean)
-        for tp, directory in existing.items():
-            log.warning("ignoring %s: no topic %s in the metadata", directory, tp.topic)
-        unclean = [str(d) for d, was_clean in clean.items() if not was_clean and self.partitions]
+                    self._existing[tp] = child
+        image = self.metadata.image
+        for topic in image.topics.values():
+            for index, state in enumerate(topic.assignments):
+                if self.node_id in state.replicas:
+                    self._open_partition(topic, index)
+        for tp, directory in self._existing.items():
+            log.warning("ignoring %s: not a replica of %s here", directory, tp.topic)
+        unclean = [str(d) for d, was_clean in self._clean.items() if not was_clean]
         for log_dir in self.log_dirs:
             (log_dir / CLEAN_SHUTDOWN_FILE).unlink(missing_ok=True)
         self.write_checkpoints()
         log.info("loaded %d partitions in %.2fs", len(self.partitions), time.monotonic() - started)
-        if unclean:
+        if unclean and self.partitions:
             log.warning("recovered after an unclean shutdown of %s", ", ".join(unclean))
 
     def start_background_tasks(self) -> None:
-        self._retention_task = asyncio.create_task(self._retention_loop())
-        self._checkpoint_task = asyncio.create_task(self._checkpoint_loop())
+        self._tasks = [
+            asyncio.create_task(self._retention_loop()),
+            asyncio.create_task(self._checkpoint_loop()),
+            asyncio.create_task(self._isr_loop()),
+        ]
         if self.config["log.cleaner.enable"]:
-            self._cleaner_task = asyncio.create_task(self._cleaner_loop())
+            self._tasks.append(asyncio.create_task(self._cleaner_loop()))
 
     async def shutdown(self) -> None:
         self.cleaner.stop()
-        for task in (self._retention_task, self._checkpoint_task, self._cleaner_task):
-            if task is not None:
-                task.cancel()
+        for task in self._tasks:
+            task.cancel()
+        for fetcher in list(self.fetchers.values()):
+            await fetcher.stop()
+        self.fetchers.clear()
         for partition in self.partitions.values():
+            partition.close()
             partition.log.flush()
         self.write_checkpoints()
         for partition in self.partitions.values():
@@ -116,11 +150,14 @@ class ReplicaManager:
             (log_dir / CLEAN_SHUTDOWN_FILE).touch()
 
     def write_checkpoints(self) -> None:
-        by_dir: dict[Path, dict[TopicPartition, int]] = {d: {} for d in self.log_dirs}
+        recovery: dict[Path, dict[TopicPartition, int]] = {d: {} for d in self.log_dirs}
+        hws: dict[Path, dict[TopicPartition, int]] = {d: {} for d in self.log_dirs}
         for tp, partition in self.partitions.items():
-            by_dir[partition.log.dir.parent][tp] = partition.log.recovery_point
-        for log_dir, points in by_dir.items():
-            write_offset_checkpoint(log_dir / RECOVERY_CHECKPOINT, points)
+            recovery[partition.log.dir.parent][tp] = partition.log.recovery_point
+            hws[partition.log.dir.parent][tp] = partition.high_watermark
+        for log_dir in self.log_dirs:
+            write_offset_checkpoint(log_dir / RECOVERY_CHECKPOINT, recovery[log_dir])
+            write_offset_checkpoint(log_dir / REPLICATION_CHECKPOINT, hws[log_dir])
 
     # -- topics --------------------------------------------------------------------------
 
@@ -128,10 +165,18 @@ class ReplicaManager:
         """The topic's effective log settings; cached, as produce asks on every request."""
         config = self._log_configs.get(topic.topic_id)
         if config is None:
-            values = self.config.topic_defaults()
-            values.update(validate_topic_configs(topic.configs))
-            config = self._log_configs[topic.topic_id] = LogConfig.from_topic_config(values)
+            config = self._log_configs[topic.topic_id] = LogConfig.from_topic_config(
+                self.topic_values(topic)
+            )
         return config
+
+    def topic_values(self, topic: TopicMetadata) -> dict[str, Any]:
+        values = self.config.topic_defaults()
+        values.update(validate_topic_configs(topic.configs))
+        return values
+
+    def min_insync_replicas(self, topic: TopicMetadata) -> int:
+        return int(self.topic_values(topic)["min.insync.replicas"])
 
     def _pick_log_dir(self) -> Path:
         counts = {d: 0 for d in self.log_dirs}
@@ -139,25 +184,27 @@ class ReplicaManager:
             counts[partition.log.dir.parent] = counts.get(partition.log.dir.parent, 0) + 1
         return min(self.log_dirs, key=lambda d: counts[d])
 
-    def _open_partition(
-        self,
-        topic: TopicMetadata,
-        index: int,
-        directory: Path | None,
-        recovery_point: int,
-        clean: dict[Path, bool],
-    ) -> Partition:
+    def _open_partition(self, topic: TopicMetadata, index: int) -> Partition:
+        tp = TopicPartition(topic.name, index)
+        directory = self._existing.pop(tp, None)
+        if directory is not None and not _same_topic(directory, topic.topic_id):
+            log.warning("%s holds an older topic %s; deleting it", directory, topic.name)
+            _schedule_removal(directory, None, 0, self._schedule)
+            directory = None
         if directory is None:
             directory = self._pick_log_dir() / partition_dir_name(topic.name, index)
         partition_log = Log(
             directory,
             self.log_config(topic),
-            recovery_point=recovery_point,
-            clean_shutdown=clean.get(directory.parent, True),
+            recovery_point=self._recovery.get(tp, 0),
+            clean_shutdown=self._clean.get(directory.parent, True),
             scheduler=self._schedule,
         )
-        partition = Partition(topic.name, index, partition_log, self.node_id)
-        self.partitions[TopicPartition(topic.name, index)] = partition
+        _write_partition_metadata(directory, topic.topic_id)
+        hw = self._high_watermarks.get(tp, 0)
+        partition = Partition(topic.name, index, partition_log, self.node_id, hw)
+        self.partitions[tp] = partition
+        self._topic_ids[tp] = topic.topic_id
         return partition
 
     def _schedule(self, delay: float, fn: Any) -> None:
@@ -166,46 +213,221 @@ class ReplicaManager:
         except RuntimeError:
             fn()
 
-    def create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> TopicMetadata:
-        """Create a topic; the caller has validated the name, count and configs."""
-        topic = self.store.add_topic(name, partitions, configs)
-        for index in range(partitions):
-            self._open_partition(topic, index, None, 0, {})
-        self.write_checkpoints()
-        return topic
+    # -- following the cluster image ---------------------------------------------------
 
-    def create_partitions(self, name: str, total: int) -> None:
-        topic = self.store.topics[name]
-        for index in range(topic.partitions, total):
-            self._open_partition(topic, index, None, 0, {})
-        self.store.set_partitions(name, total)
+    def apply_image(self, image: ClusterImage) -> None:
+        """Take the roles the image gives this broker: Kafka's applyDelta on a MetadataImage."""
+        wanted: set[TopicPartition] = set()
+        for topic in image.topics.values():
+            for index, state in enumerate(topic.assignments):
+                if self.node_id not in state.replicas:
+                    continue
+                tp = TopicPartition(topic.name, index)
+                wanted.add(tp)
+                partition = self.partitions.get(tp)
+                if partition is not None and self._topic_ids.get(tp) != topic.topic_id:
+                    self._drop(tp, topic_deleted=True)
+                    partition = None
+                if partition is None:
+                    partition = self._open_partition(topic, index)
+                self._take_role(tp, partition, state)
+        for tp in [tp for tp in self.partitions if tp not in wanted]:
+            topic = image.topics.get(tp.topic)
+            deleted = topic is None or topic.topic_id != self._topic_ids.get(tp)
+            self._drop(tp, topic_deleted=deleted)
+
+    def _take_role(self, tp: TopicPartition, partition: Partition, state: PartitionState) -> None:
+        if state == partition.state:
+            return
+        was_leader = partition.is_leader
+        if state.leader == self.node_id:
+            self._stop_fetching(tp)
+            partition.make_leader(state)
+            if not was_leader:
+                log.info("%s: leader in epoch %d, ISR %s", partition, state.leader_epoch,
+                         list(state.isr))
+                self._notify(partition, True)
+            return
+        if partition.make_follower(state) or was_leader:
+            self._stop_fetching(tp)
+            if state.leader != NO_LEADER:
+                self._fetcher_for(state.leader).add(partition)
+            if was_leader:
+                self._notify(partition, False)
+
+    def _notify(self, partition: Partition, leader: bool) -> None:
+        for listener in self.leadership_listeners:
+            try:
+                listener(partition, leader)
+            except Exception:
+                log.exception("leadership listener failed for %s", partition)
+
+    def _fetcher_for(self, leader_id: int) -> ReplicaFetcher:
+        fetcher = self.fetchers.get(leader_id)
+        if fetcher is None:
+            fetcher = self.fetchers[leader_id] = ReplicaFetcher(
+                leader_id, self.fetcher_config, self.metadata.brokers.get
+            )
+            fetcher.start()
+        return fetcher
+
+    def _stop_fetching(self, tp: TopicPartition) -> None:
+        for fetcher in self.fetchers.values():
+            fetcher.remove(tp.topic, tp.partition)
+
+    def _drop(self, tp: TopicPartition, topic_deleted: bool) -> None:
+        """Stop hosting a replica: the topic is gone, or a reassignment moved it away."""
+        partition = self.partitions.pop(tp)
+        self._topic_ids.pop(tp, None)
+        self._stop_fetching(tp)
+        self.cleaner.forget(tp)
+        if partition.is_leader:
+            self._notify(partition, False)
+        partition.close()
+        delay = partition.log.config.file_delete_delay_ms / 1000
+        log.info("%s: removing the local replica (%s)", partition,
+                 "topic deleted" if topic_deleted else "reassigned away")
+        _schedule_removal(partition.log.dir, partition.log, delay, self._schedule)
+        self.write_checkpoints()
+        self.write_cleaner_checkpoints()
+
+    # -- topic changes through the cluster metadata ----------------------------------------
+
+    def create_topic(
+        self,
+        name: str,
+        partitions: int,
+        configs: dict[str, str],
+        replication_factor: int = 1,
+        assignments: list[tuple[int, ...]] | None = None,
+    ) -> TopicMetadata:
+        """Create a topic; the caller has validated the name, count and configs.
+
+        Replicas are placed over the live brokers unless ``assignments`` fixes them; the
+        first replica leads and every replica starts in the ISR, all logs being empty.
+        """
+        if assignments is None:
+            racks = {b.node_id: b.rack for b in self.metadata.brokers.values()}
+            assignments = assign_replicas(racks, partitions, replication_factor, random.Random())
+        topic_id = str(uuid.uuid4())
+
+        def add(image: ClusterImage) -> ClusterImage:
+            if name in image.topics:
+                raise TopicExists(name)
+            states = tuple(PartitionState(tuple(r), tuple(r), r[0]) for r in assignments)
+            return image.with_topic(TopicMetadata(name, topic_id, dict(configs), states))
+
+        image = self.metadata.update(add)
+        self.apply_image(image)
+        return image.topics[name]
+
+    def create_partitions(self, name: str, total: int,
+                          assignments: list[tuple[int, ...]] | None = None) -> None:
+        meta = self.metadata.topics[name]
+        if assignments is None:
+            racks = {b.node_id: b.rack for b in self.metadata.brokers.values()}
+            rf = len(meta.assignments[0].replicas) if meta.assignments else 1
+            assignments = assign_replicas(racks, total - meta.partitions, rf, random.Random(),
+                                          start_partition=meta.partitions)
+
+        def grow(image: ClusterImage) -> ClusterImage:
+            topic = image.topics[name]
+            if topic.partitions >= total:
+                raise InvalidPartitions(topic.partitions, total)
+            added = tuple(PartitionState(tuple(r), tuple(r), r[0]) for r in assignments)
+            return image.with_topic(
+                dataclasses.replace(topic, assignments=topic.assignments + added)
+            )
+
+        self.apply_image(self.metadata.update(grow))
 
     def delete_topic(self, name: str) -> None:
         """Forget the topic now; its files go after file.delete.delay.ms, as in Kafka."""
-        topic = self.store.topics[name]
-        self.store.remove_topic(name)
-        delay = self.log_config(topic).file_delete_delay_ms / 1000
-        for index in range(topic.partitions):
-            partition = self.partitions.pop(TopicPartition(name, index), None)
-            self.cleaner.forget(TopicPartition(name, index))
-            if partition is None:
-                continue
-            partition.wake_fetchers()
-            old = partition.log.dir
-            doomed = old.with_name(f"{old.name}.{uuid.uuid4().hex}{DELETE_SUFFIX}")
-            os.rename(old, doomed)
-            self._schedule(delay, lambda p=partition, d=doomed: _remove(p.log, d))
-        self.write_checkpoints()
-        self.write_cleaner_checkpoints()
+
+        def remove(image: ClusterImage) -> ClusterImage | None:
+            return image.without_topic(name) if name in image.topics else None
+
+        self.apply_image(self.metadata.update(remove))
 
     def get(self, topic: str, partition: int) -> Partition | None:
         return self.partitions.get(TopicPartition(topic, partition))
 
+    def leader_for(self, topic: str, index: int) -> tuple[Partition | None, ErrorCode]:
+        """The partition if this broker leads it, else the error a client should get."""
+        partition = self.partitions.get(TopicPartition(topic, index))
+        if partition is not None and partition.is_leader:
+            return partition, ErrorCode.none
+        if self.metadata.partition(topic, index) is not None:
+            return None, ErrorCode.not_leader_or_follower
+        return None, ErrorCode.unknown_topic_or_partition
+
     def topic_partitions(self, topic: str) -> list[Partition]:
-        meta = self.store.topics.get(topic)
+        """The local replicas of ``topic``: all of them on a single broker."""
+        meta = self.metadata.topics.get(topic)
         if meta is None:
             return []
-        return [self.partitions[TopicPartition(topic, i)] for i in range(meta.partitions)]
+        found = (self.get(topic, i) for i in range(meta.partitions))
+        return [p for p in found if p is not None]
+
+    # -- ISR changes, as leader ----------------------------------------------------------
+
+    def record_follower_fetch(self, partition: Partition, replica_id: int, offset: int) -> None:
+        if partition.record_follower_fetch(replica_id, offset):
+            self._change_isr(partition, add=replica_id)
+
+    def _change_isr(self, partition: Partition, add: int | None = None,
+                    remove: Iterable[int] = ()) -> bool:
+        """Compare-and-set the ISR as leader of this epoch (Kafka's AlterPartition)."""
+        removed = set(remove)
+        epoch = partition.leader_epoch
+
+        def change(image: ClusterImage) -> ClusterImage | None:
+            state = image.partition(partition.topic, partition.index)
+            if state is None or state.leader != self.node_id or state.leader_epoch != epoch:
+                return None
+            isr = [r for r in state.isr if r not in removed]
+            if add is not None and add not in isr and add in state.replicas:
+                isr.append(add)
+            if tuple(isr) == state.isr:
+                return None
+            updated = state.with_isr(tuple(isr))
+            return image.with_partition(partition.topic, partition.index, updated)
+
+        before = list(partition.isr)
+        try:
+            image = self.metadata.update(change)
+        except ConcurrentUpdate as e:
+            log.warning("%s: ISR change lost: %s", partition, e)
+            return False
+        state = image.partition(partition.topic, partition.index)
+        if state is None or state.leader != self.node_id or state.leader_epoch != epoch:
+            return False
+        tp = TopicPartition(partition.topic, partition.index)
+        self._take_role(tp, partition, state)
+        if len(state.isr) > len(before):
+            self.isr_expands += 1
+            log.info("%s: ISR expanded from %s to %s", partition, before, list(state.isr))
+        elif len(state.isr) < len(before):
+            self.isr_shrinks += 1
+            log.info("%s: ISR shrank from %s to %s", partition, before, list(state.isr))
+        return True
+
+    def check_isr(self) -> None:
+        lag = self.config["replica.lag.time.max.ms"]
+        for partition in list(self.partitions.values()):
+            if partition.is_leader:
+                stale = partition.out_of_sync_followers(lag)
+                if stale:
+                    self._change_isr(partition, remove=stale)
+
+    async def _isr_loop(self) -> None:
+        interval = self.config["replica.lag.time.max.ms"] / 2000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                self.check_isr()
+            except Exception:
+                log.exception("ISR check failed")
 
     # -- fetch waiting -------------------------------------------------------------------
 
@@ -282,9 +504,45 @@ class ReplicaManager:
             self.write_checkpoints()
 
 
-def _remove(partition_log: Log, directory: Path) -> None:
-    partition_log.close()
-    shutil.rmtree(directory, ignore_errors=True)
+class TopicExists(Exception):
+    """Another broker created the topic first."""
+
+
+class InvalidPartitions(Exception):
+    def __init__(self, current: int, requested: int) -> None:
+        super().__init__(f"Topic currently has {current} partitions, which is higher than "
+                         f"the requested {requested}.")
+
+
+def _schedule_removal(directory: Path, partition_log: Log | None, delay: float,
+                      schedule: Callable[[float, Any], None]) -> None:
+    """Rename to ``*-delete`` now (so a restart never reloads it), remove files later."""
+    doomed = directory.with_name(f"{directory.name}.{uuid.uuid4().hex}{DELETE_SUFFIX}")
+    os.rename(directory, doomed)
+
+    def remove() -> None:
+        if partition_log is not None:
+            partition_log.close()
+        shutil.rmtree(doomed, ignore_errors=True)
+
+    schedule(delay, remove)
+
+
+def _write_partition_metadata(directory: Path, topic_id: str) -> None:
+    """Kafka's partition.metadata: which topic id this directory belongs to."""
+    path = directory / PARTITION_METADATA
+    if not path.exists():
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(f"version: 0\ntopic_id: {topic_id}\n")
+        os.replace(tmp, path)
+
+
+def _same_topic(directory: Path, topic_id: str) -> bool:
+    try:
+        text = (directory / PARTITION_METADATA).read_text()
+    except FileNotFoundError:
+        return True  # written by an older version, before topic ids were recorded
+    return f"topic_id: {topic_id}" in text
 
 
 def read_offset_checkpoint(path: Path) -> dict[TopicPartition, int]:

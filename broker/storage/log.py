@@ -21,7 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from broker.protocol.batch_codec import first_record_at_or_after
-from broker.protocol.records import HEADER_SIZE, BatchHeader, stamp_header
+from broker.protocol.records import (
+    HEADER_SIZE,
+    BatchHeader,
+    InvalidRecordError,
+    split_batches,
+    stamp_header,
+)
 from broker.storage.cleaner import finish_interrupted_swaps
 from broker.storage.leader_epoch import LeaderEpochCache
 from broker.storage.producer_state import ProducerStateManager
@@ -221,6 +227,49 @@ class Log:
         self._maybe_flush()
         stamped = -1 if append_time is None else append_time
         return AppendResult(offset, assigned.last_offset, stamped)
+
+    def append_as_follower(self, records: bytes | memoryview) -> int:
+        """Write batches fetched from the leader as they are: offsets and epochs already set.
+
+        Every batch is CRC-checked and must start at or after the log end (compaction leaves
+        gaps); an overlap means follower and leader disagree, which truncation settles
+        first. Returns the number of records appended.
+        """
+        headers = split_batches(records)
+        view = memoryview(records)
+        pos = 0
+        count = 0
+        for header in headers:
+            if header.base_offset < self.log_end_offset:
+                raise InvalidRecordError(
+                    f"fetched batch at offset {header.base_offset}, log end is "
+                    f"{self.log_end_offset}"
+                )
+            self._maybe_roll(header.size, header)
+            self.active_segment.append([view[pos : pos + header.size]], [header])
+            self.epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
+            self.producer_state.update(header)
+            pos += header.size
+            count += header.record_count
+        self._unflushed_messages += count
+        self._maybe_flush()
+        return count
+
+    def reset_to(self, offset: int) -> None:
+        """Drop every segment and start empty at ``offset``: a follower behind the leader's
+        log start offset (Kafka's truncateFullyAndStartAt)."""
+        for segment in self.segments:
+            segment.close()
+            for path in segment.files():
+                path.unlink(missing_ok=True)
+        self.segments.clear()
+        self._bases.clear()
+        segment = self._new_segment(offset)
+        segment.next_offset = offset
+        self._add_segment(segment)
+        self.epoch_cache.truncate_from_end(0)
+        self.producer_state.truncate_to(0)
+        self.recovery_point = offset
 
     def _maybe_roll(self, incoming: int, first: BatchHeader) -> None:
         segment = self.active_segment

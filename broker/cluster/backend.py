@@ -1,0 +1,108 @@
+"""CoordinationBackend: what Kafka kept in ZooKeeper (and KRaft in its quorum), as leases.
+
+Three needs, each a lease or a compare-and-set, so a Kubernetes implementation maps onto
+``coordination.k8s.io`` Leases and resourceVersion-guarded objects one to one:
+
+* controller election: one lease; whoever holds it unexpired is the active controller, and
+  each new holder gets a higher controller epoch;
+* broker liveness: one lease per broker, renewed every ``broker.heartbeat.interval.ms`` and
+  gone after ``broker.session.timeout.ms``; each registration gets a new broker epoch, so a
+  paused broker that comes back learns it was fenced instead of carrying on;
+* the cluster image: a versioned document written with compare-and-set; brokers notice a
+  change by polling the version (a watch on Kubernetes).
+
+Calls are short and synchronous: SQLite answers in well under a millisecond, and keeping
+them synchronous lets a handler create a topic and answer in one step.
+"""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+from broker.cluster.image import ClusterImage
+
+
+def new_cluster_id() -> str:
+    """A random UUID in Kafka's URL-safe base64 form (Uuid.randomUuid().toString())."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerRegistration:
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+    broker_epoch: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerLease:
+    holder: int
+    epoch: int
+
+
+class CoordinationBackend(ABC):
+    @abstractmethod
+    def cluster_id(self) -> str:
+        """The cluster's id, created by the first broker to start."""
+
+    # -- broker liveness -------------------------------------------------------------------
+
+    @abstractmethod
+    def register_broker(self, registration: BrokerRegistration, ttl_ms: int) -> int:
+        """Register (or re-register) a broker; returns its new broker epoch."""
+
+    @abstractmethod
+    def renew_broker(self, node_id: int, broker_epoch: int, ttl_ms: int) -> bool:
+        """Extend the lease; False if this registration expired or was replaced (fenced)."""
+
+    @abstractmethod
+    def unregister_broker(self, node_id: int, broker_epoch: int) -> None:
+        """Give the lease up at once (clean shutdown), if it is still ours."""
+
+    @abstractmethod
+    def live_brokers(self) -> dict[int, BrokerRegistration]:
+        """Brokers whose lease has not expired."""
+
+    # -- controller election --------------------------------------------------------------
+
+    @abstractmethod
+    def acquire_controller(self, node_id: int, broker_epoch: int, ttl_ms: int) -> int | None:
+        """Take or renew the controller lease; the controller epoch if we hold it, else None.
+
+        A lease held by an earlier registration of the same node (a restarted process) is
+        taken over at once, as that holder is certainly gone.
+        """
+
+    @abstractmethod
+    def resign_controller(self, node_id: int) -> None:
+        """Release the lease if we hold it, so another broker takes over without waiting."""
+
+    @abstractmethod
+    def controller(self) -> ControllerLease | None:
+        """The unexpired lease holder, if any."""
+
+    # -- cluster image ---------------------------------------------------------------------
+
+    @abstractmethod
+    def image_version(self) -> int:
+        """The current version: cheap, polled for change notification."""
+
+    @abstractmethod
+    def read_image(self) -> ClusterImage:
+        """The current image with its version."""
+
+    @abstractmethod
+    def write_image(self, image: ClusterImage) -> bool:
+        """Store ``image`` if the stored version is still ``image.version``; False otherwise."""
+
+    @abstractmethod
+    def allocate_producer_ids(self, count: int) -> int:
+        """Reserve ``count`` producer ids cluster-wide; returns the first."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections."""

@@ -1,0 +1,144 @@
+"""The cluster metadata image: what KRaft keeps in its metadata log, as one value.
+
+Every change is made by computing a new image from the current one and writing it with a
+compare-and-set on the image version, so two writers (two controllers, a controller and a
+leader shrinking its ISR) can never both win. Images are plain values: the controller's
+decisions are pure functions from one image to the next, unit-testable without a broker.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+NO_LEADER = -1
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionState:
+    """One partition's replica set and leadership, as Kafka's PartitionRegistration.
+
+    ``replicas[0]`` is the preferred leader. During a reassignment ``replicas`` is the union
+    of old and new, ``adding`` the new ones still catching up and ``removing`` the old ones
+    that leave once every added replica is in the ISR (KIP-455).
+    """
+
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    leader: int
+    leader_epoch: int = 0
+    partition_epoch: int = 0
+    adding: tuple[int, ...] = ()
+    removing: tuple[int, ...] = ()
+
+    @property
+    def preferred_leader(self) -> int:
+        return self.replicas[0] if self.replicas else NO_LEADER
+
+    @property
+    def target_replicas(self) -> tuple[int, ...]:
+        """Where the replicas will be once the reassignment (if any) completes."""
+        return tuple(r for r in self.replicas if r not in self.removing)
+
+    def with_leader(self, leader: int, isr: tuple[int, ...] | None = None) -> PartitionState:
+        """A leadership change: the leader epoch moves on, so stale leaders are fenced."""
+        return replace(
+            self, leader=leader, isr=self.isr if isr is None else isr,
+            leader_epoch=self.leader_epoch + 1, partition_epoch=self.partition_epoch + 1,
+        )
+
+    def with_isr(self, isr: tuple[int, ...]) -> PartitionState:
+        return replace(self, isr=isr, partition_epoch=self.partition_epoch + 1)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicMetadata:
+    name: str
+    topic_id: str
+    configs: dict[str, str] = field(default_factory=dict)
+    assignments: tuple[PartitionState, ...] = ()
+
+    @property
+    def partitions(self) -> int:
+        return len(self.assignments)
+
+    @property
+    def uuid(self) -> uuid.UUID:
+        return uuid.UUID(self.topic_id)
+
+    def with_partition(self, index: int, state: PartitionState) -> TopicMetadata:
+        states = list(self.assignments)
+        states[index] = state
+        return replace(self, assignments=tuple(states))
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterImage:
+    """Everything the controller decides. ``version`` is the CAS token, not part of the value."""
+
+    topics: dict[str, TopicMetadata] = field(default_factory=dict)
+    version: int = 0
+
+    def partition(self, topic: str, index: int) -> PartitionState | None:
+        meta = self.topics.get(topic)
+        if meta is None or not 0 <= index < meta.partitions:
+            return None
+        return meta.assignments[index]
+
+    def topic_by_id(self, topic_id: uuid.UUID) -> TopicMetadata | None:
+        for topic in self.topics.values():
+            if topic.uuid == topic_id:
+                return topic
+        return None
+
+    def with_topic(self, topic: TopicMetadata) -> ClusterImage:
+        topics = dict(self.topics)
+        topics[topic.name] = topic
+        return replace(self, topics=topics)
+
+    def without_topic(self, name: str) -> ClusterImage:
+        topics = dict(self.topics)
+        del topics[name]
+        return replace(self, topics=topics)
+
+    def with_partition(self, topic: str, index: int, state: PartitionState) -> ClusterImage:
+        return self.with_topic(self.topics[topic].with_partition(index, state))
+
+    def leaders(self) -> dict[int, int]:
+        """Partitions led per broker."""
+        counts: dict[int, int] = {}
+        for topic in self.topics.values():
+            for p in topic.assignments:
+                if p.leader != NO_LEADER:
+                    counts[p.leader] = counts.get(p.leader, 0) + 1
+        return counts
+
+    # -- serialisation: one JSON document, as stored by every backend ------------------------
+
+    def to_json(self) -> str:
+        return json.dumps({"topics": [_topic_doc(t) for t in self.topics.values()]},
+                          separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str, version: int) -> ClusterImage:
+        doc = json.loads(text) if text else {}
+        topics = {}
+        for t in doc.get("topics", []):
+            states = tuple(
+                PartitionState(
+                    tuple(p["replicas"]), tuple(p["isr"]), p["leader"], p["leader_epoch"],
+                    p["partition_epoch"], tuple(p.get("adding", ())),
+                    tuple(p.get("removing", ())),
+                )
+                for p in t["assignments"]
+            )
+            topics[t["name"]] = TopicMetadata(t["name"], t["topic_id"], t["configs"], states)
+        return cls(topics, version)
+
+
+def _topic_doc(topic: TopicMetadata) -> dict[str, Any]:
+    doc = asdict(topic)
+    doc["assignments"] = [asdict(p) for p in topic.assignments]
+    return doc

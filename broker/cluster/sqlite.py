@@ -1,0 +1,187 @@
+"""The embedded coordination backend: leases and the cluster image in one SQLite file.
+
+Every broker of a local cluster opens the same file (``kafkube.coordination.path``). WAL
+mode lets readers poll while a writer commits; each write is one short ``BEGIN IMMEDIATE``
+transaction, and a compare-and-set is an UPDATE guarded by the version it read. Lease
+expiry uses the wall clock, as Kubernetes Leases do, which all processes on one machine share.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from broker.cluster.backend import (
+    BrokerRegistration,
+    ControllerLease,
+    CoordinationBackend,
+    new_cluster_id,
+)
+from broker.cluster.image import ClusterImage
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS cluster (
+    id INTEGER PRIMARY KEY CHECK (id = 0),
+    cluster_id TEXT NOT NULL,
+    image TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    next_producer_id INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS brokers (
+    node_id INTEGER PRIMARY KEY,
+    host TEXT NOT NULL, port INTEGER NOT NULL, rack TEXT,
+    broker_epoch INTEGER NOT NULL,
+    expires_ms INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS controller (
+    id INTEGER PRIMARY KEY CHECK (id = 0),
+    holder INTEGER NOT NULL,
+    holder_epoch INTEGER NOT NULL,
+    epoch INTEGER NOT NULL,
+    expires_ms INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS epochs (
+    name TEXT PRIMARY KEY,
+    value INTEGER NOT NULL
+);
+"""
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class SqliteBackend(CoordinationBackend):
+    def __init__(self, path: Path, busy_timeout_s: float = 5.0) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._db = sqlite3.connect(path, timeout=busy_timeout_s, isolation_level=None,
+                                   check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        with self._write() as db:
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    db.execute(statement)
+            if db.execute("SELECT 1 FROM cluster").fetchone() is None:
+                db.execute(
+                    "INSERT INTO cluster VALUES (0, ?, ?, 0, 0)",
+                    (new_cluster_id(), ClusterImage().to_json()),
+                )
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self._db
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    def _next_epoch(self, db: sqlite3.Connection, name: str) -> int:
+        row = db.execute("SELECT value FROM epochs WHERE name = ?", (name,)).fetchone()
+        value = (row[0] if row else 0) + 1
+        db.execute("INSERT OR REPLACE INTO epochs VALUES (?, ?)", (name, value))
+        return value
+
+    def cluster_id(self) -> str:
+        return self._db.execute("SELECT cluster_id FROM cluster").fetchone()[0]
+
+    # -- broker liveness -------------------------------------------------------------------
+
+    def register_broker(self, registration: BrokerRegistration, ttl_ms: int) -> int:
+        r = registration
+        with self._write() as db:
+            epoch = self._next_epoch(db, "broker")
+            db.execute(
+                "INSERT OR REPLACE INTO brokers VALUES (?, ?, ?, ?, ?, ?)",
+                (r.node_id, r.host, r.port, r.rack, epoch, _now_ms() + ttl_ms),
+            )
+        return epoch
+
+    def renew_broker(self, node_id: int, broker_epoch: int, ttl_ms: int) -> bool:
+        now = _now_ms()
+        with self._write() as db:
+            cursor = db.execute(
+                "UPDATE brokers SET expires_ms = ? "
+                "WHERE node_id = ? AND broker_epoch = ? AND expires_ms > ?",
+                (now + ttl_ms, node_id, broker_epoch, now),
+            )
+            return cursor.rowcount == 1
+
+    def unregister_broker(self, node_id: int, broker_epoch: int) -> None:
+        with self._write() as db:
+            db.execute("DELETE FROM brokers WHERE node_id = ? AND broker_epoch = ?",
+                       (node_id, broker_epoch))
+
+    def live_brokers(self) -> dict[int, BrokerRegistration]:
+        rows = self._db.execute(
+            "SELECT node_id, host, port, rack, broker_epoch FROM brokers WHERE expires_ms > ?",
+            (_now_ms(),),
+        ).fetchall()
+        return {row[0]: BrokerRegistration(*row) for row in rows}
+
+    # -- controller election --------------------------------------------------------------
+
+    def acquire_controller(self, node_id: int, broker_epoch: int, ttl_ms: int) -> int | None:
+        now = _now_ms()
+        with self._write() as db:
+            row = db.execute(
+                "SELECT holder, holder_epoch, epoch, expires_ms FROM controller"
+            ).fetchone()
+            if row is not None:
+                holder, holder_epoch, epoch, expires = row
+                if holder == node_id and holder_epoch == broker_epoch:
+                    if expires <= now:
+                        # Our lease lapsed (we were paused): someone may have acted as
+                        # controller meanwhile, so this is a new term.
+                        epoch = self._next_epoch(db, "controller")
+                    db.execute("UPDATE controller SET expires_ms = ?, epoch = ?",
+                               (now + ttl_ms, epoch))
+                    return epoch
+                if expires > now and holder != node_id:
+                    return None
+            epoch = self._next_epoch(db, "controller")
+            db.execute("INSERT OR REPLACE INTO controller VALUES (0, ?, ?, ?, ?)",
+                       (node_id, broker_epoch, epoch, now + ttl_ms))
+            return epoch
+
+    def resign_controller(self, node_id: int) -> None:
+        with self._write() as db:
+            db.execute("DELETE FROM controller WHERE holder = ?", (node_id,))
+
+    def controller(self) -> ControllerLease | None:
+        row = self._db.execute(
+            "SELECT holder, epoch FROM controller WHERE expires_ms > ?", (_now_ms(),)
+        ).fetchone()
+        return ControllerLease(*row) if row else None
+
+    # -- cluster image ---------------------------------------------------------------------
+
+    def image_version(self) -> int:
+        return self._db.execute("SELECT version FROM cluster").fetchone()[0]
+
+    def read_image(self) -> ClusterImage:
+        text, version = self._db.execute("SELECT image, version FROM cluster").fetchone()
+        return ClusterImage.from_json(text, version)
+
+    def write_image(self, image: ClusterImage) -> bool:
+        with self._write() as db:
+            cursor = db.execute(
+                "UPDATE cluster SET image = ?, version = version + 1 WHERE version = ?",
+                (image.to_json(), image.version),
+            )
+            return cursor.rowcount == 1
+
+    def allocate_producer_ids(self, count: int) -> int:
+        with self._write() as db:
+            first = db.execute("SELECT next_producer_id FROM cluster").fetchone()[0]
+            db.execute("UPDATE cluster SET next_producer_id = ?", (first + count,))
+            return first
+
+    def close(self) -> None:
+        self._db.close()

@@ -1,0 +1,1 @@
+"""The active controller's decisions: pure functions from one cluster image to the next."""

@@ -1,0 +1,128 @@
+"""The active controller: one broker at a time, chosen by the controller lease.
+
+Every broker runs this loop; only the lease holder acts. Each round it reads the live
+brokers and the image and writes, with compare-and-set, what Kafka's controller would:
+dead brokers fenced and leaders re-elected from the ISR, finished reassignments completed,
+and, every ``leader.imbalance.check.interval.seconds``, leadership handed back to preferred
+replicas when a broker's imbalance passes ``leader.imbalance.per.broker.percentage``. The
+decisions are the pure functions of ``elections`` and ``rebalance``; this is only the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+
+from broker.cluster.image import ClusterImage, PartitionState
+from broker.config import BrokerConfig
+from broker.controller.elections import fence_and_elect, map_partitions, step_reassignment
+from broker.controller.rebalance import elect_preferred, preferred_leader_moves
+from broker.server.metadata import ClusterMetadata, ConcurrentUpdate
+
+log = logging.getLogger(__name__)
+
+ROUND_SECONDS = 0.25
+
+
+class Controller:
+    def __init__(self, config: BrokerConfig, metadata: ClusterMetadata,
+                 broker_epoch: Callable[[], int]) -> None:
+        self.config = config
+        self.metadata = metadata
+        self.backend = metadata.backend
+        self.node_id = config.node_id
+        self._broker_epoch = broker_epoch
+        self.epoch: int | None = None  # the controller epoch while active
+        self.elections = 0
+        self._next_rebalance = 0.0
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.epoch is not None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="controller")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self.active:
+            self.backend.resign_controller(self.node_id)
+            self.epoch = None
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                self.round()
+            except Exception:
+                log.exception("controller round failed")
+            await asyncio.sleep(ROUND_SECONDS)
+
+    def round(self, now: float | None = None) -> None:
+        """One pass: hold the lease, then bring the image in line with the live brokers."""
+        epoch = self.backend.acquire_controller(
+            self.node_id, self._broker_epoch(), self.config["broker.session.timeout.ms"]
+        )
+        if epoch != self.epoch:
+            if epoch is not None:
+                log.info("broker %d is the active controller (epoch %d)", self.node_id, epoch)
+                self._next_rebalance = time.monotonic() + self._rebalance_interval()
+            elif self.epoch is not None:
+                log.warning("broker %d lost the controller lease", self.node_id)
+            self.epoch = epoch
+        if epoch is None:
+            return
+        live = set(self.backend.live_brokers())
+        self._write(lambda image: self._fence_and_elect(image, live))
+        self._write(lambda image: map_partitions(
+            image, lambda _, state: step_reassignment(state, live)))
+        now = time.monotonic() if now is None else now
+        if self.config["auto.leader.rebalance.enable"] and now >= self._next_rebalance:
+            self._next_rebalance = now + self._rebalance_interval()
+            self._write(lambda image: self.rebalance(image, live))
+
+    def _rebalance_interval(self) -> float:
+        return float(self.config["leader.imbalance.check.interval.seconds"])
+
+    def _write(self, change: Callable[[ClusterImage], ClusterImage | None]) -> None:
+        try:
+            self.metadata.update(change)
+        except ConcurrentUpdate as e:
+            log.warning("controller: %s", e)
+
+    def _unclean(self, topic: str, image: ClusterImage) -> bool:
+        meta = image.topics[topic]
+        raw = meta.configs.get("unclean.leader.election.enable")
+        if raw is None:
+            return bool(self.config["unclean.leader.election.enable"])
+        return raw.strip().lower() == "true"
+
+    def _fence_and_elect(self, image: ClusterImage, live: set[int]) -> ClusterImage | None:
+        def change(topic: str, state: PartitionState) -> PartitionState:
+            new = fence_and_elect(state, live, self._unclean(topic, image))
+            if new.leader != state.leader:
+                self.elections += 1
+                log.info("%s: leader %d -> %d (epoch %d), ISR %s", topic, state.leader,
+                         new.leader, new.leader_epoch, list(new.isr))
+            return new
+
+        return map_partitions(image, change)
+
+    def rebalance(self, image: ClusterImage, live: set[int]) -> ClusterImage | None:
+        moves = preferred_leader_moves(
+            image, live, self.config["leader.imbalance.per.broker.percentage"]
+        )
+        if not moves:
+            return None
+        log.info("leader imbalance: moving %d partitions to their preferred leaders",
+                 len(moves))
+        for topic, index in moves:
+            state = image.topics[topic].assignments[index]
+            image = image.with_partition(topic, index, elect_preferred(state))
+        return image

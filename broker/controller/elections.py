@@ -1,0 +1,128 @@
+"""Leader election, fencing and reassignment steps: pure functions from image to image.
+
+The rules are Kafka's (ReplicationControlManager and PartitionChangeBuilder in KRaft):
+
+* a fenced (dead) broker leaves every ISR, except that the last ISR member stays listed so
+  it alone can come back as leader: the partition goes offline (leader -1) rather than
+  electing a replica that may miss acknowledged writes;
+* a new leader is the first replica, in replica order, that is live and in the ISR; only
+  with ``unclean.leader.election.enable`` may an out-of-sync live replica be chosen;
+* every leadership change bumps the leader epoch, which fences the old leader's requests;
+* a reassignment (KIP-455) first adds the target replicas, then, once all of them are in
+  the ISR, drops the ones leaving, moving leadership if the leader is among them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Set
+from dataclasses import replace
+
+from broker.cluster.image import NO_LEADER, ClusterImage, PartitionState
+
+
+def choose_leader(
+    state: PartitionState, live: Set[int], unclean: bool = False,
+    candidates: tuple[int, ...] | None = None,
+) -> int:
+    """The replica to lead ``state`` next, or NO_LEADER."""
+    replicas = candidates if candidates is not None else state.replicas
+    for r in replicas:
+        if r in live and r in state.isr:
+            return r
+    if unclean:
+        for r in replicas:
+            if r in live:
+                return r
+    return NO_LEADER
+
+
+def fence_and_elect(state: PartitionState, live: Set[int], unclean: bool) -> PartitionState:
+    """``state`` with dead brokers fenced and a live leader elected where one may be."""
+    isr = tuple(r for r in state.isr if r in live)
+    leader_alive = state.leader != NO_LEADER and state.leader in live
+    if leader_alive:
+        return state if isr == state.isr else state.with_isr(isr)
+    leader = choose_leader(replace(state, isr=isr), live)
+    if leader != NO_LEADER:
+        return state.with_leader(leader, isr)
+    if unclean:
+        leader = choose_leader(state, live, unclean=True)
+        if leader != NO_LEADER:
+            return state.with_leader(leader, (leader,))
+    # Offline: keep the last ISR member(s) on record, they hold every acknowledged write.
+    kept = isr or (state.isr[-1:] if state.leader == NO_LEADER else
+                   ((state.leader,) if state.leader in state.isr else state.isr[-1:]))
+    if state.leader == NO_LEADER and kept == state.isr:
+        return state
+    return state.with_leader(NO_LEADER, kept)
+
+
+def step_reassignment(state: PartitionState, live: Set[int]) -> PartitionState:
+    """Finish a reassignment once every added replica is in the ISR (KIP-455)."""
+    if not state.adding and not state.removing:
+        return state
+    if any(r not in state.isr for r in state.adding):
+        return state
+    target = state.target_replicas
+    isr = tuple(r for r in state.isr if r in target)
+    done = replace(state, replicas=target, isr=isr, adding=(), removing=(),
+                   partition_epoch=state.partition_epoch + 1)
+    if state.leader in target:
+        return done
+    leader = choose_leader(done, live)
+    return done.with_leader(leader, isr)
+
+
+def start_reassignment(state: PartitionState, target: tuple[int, ...]) -> PartitionState:
+    """Begin moving ``state`` to ``target``: the union replicates, the leader stays."""
+    current = state.target_replicas if (state.adding or state.removing) else state.replicas
+    if state.adding or state.removing:
+        state = cancel_reassignment(state, frozenset())
+        current = state.replicas
+    adding = tuple(r for r in target if r not in current)
+    removing = tuple(r for r in current if r not in target)
+    if not adding and not removing and target == current:
+        return state
+    return replace(state, replicas=target + removing, adding=adding, removing=removing,
+                   partition_epoch=state.partition_epoch + 1)
+
+
+def cancel_reassignment(state: PartitionState, live: Set[int]) -> PartitionState:
+    """Go back to the replicas before the reassignment."""
+    if not state.adding and not state.removing:
+        return state
+    original = tuple(r for r in state.replicas if r not in state.adding)
+    isr = tuple(r for r in state.isr if r in original) or state.isr[:1]
+    undone = replace(state, replicas=original, isr=isr, adding=(), removing=(),
+                     partition_epoch=state.partition_epoch + 1)
+    if state.leader in original:
+        return undone
+    return undone.with_leader(choose_leader(undone, live), isr)
+
+
+def map_partitions(
+    image: ClusterImage, change: Callable[[str, PartitionState], PartitionState]
+) -> ClusterImage | None:
+    """Apply ``change`` (given the topic name) to every partition; None if nothing changed."""
+    out = image
+    changed = False
+    for name, topic in image.topics.items():
+        for index, state in enumerate(topic.assignments):
+            new = change(name, state)
+            if new != state:
+                out = out.with_partition(name, index, new)
+                changed = True
+    return out if changed else None
+
+
+def without_broker(state: PartitionState, node: int, live: Set[int]) -> PartitionState:
+    """``state`` with ``node`` out of leadership and the ISR, where another replica can take
+    over: a controlled shutdown, or a restarted broker whose log may be behind. The last
+    ISR member stays leader (or on record), as nobody else holds all its writes."""
+    isr = tuple(r for r in state.isr if r != node)
+    if state.leader == node:
+        leader = choose_leader(replace(state, isr=isr), set(live) - {node})
+        return state if leader == NO_LEADER else state.with_leader(leader, isr)
+    if state.leader != NO_LEADER and node in state.isr:
+        return state.with_isr(isr)
+    return state

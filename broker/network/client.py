@@ -1,0 +1,58 @@
+"""A broker's own outgoing Kafka connection: followers fetch from leaders over it.
+
+One request at a time per connection (a replica fetcher has one fetch in flight, like
+Kafka's ReplicaFetcherThread), with the same sans-IO codec the server uses. Any failure
+closes the connection; the caller backs off and reconnects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from typing import Any
+
+from broker.protocol.codec import RequestHeader, decode_response, encode_request
+
+_SIZE = struct.Struct(">i")
+
+
+class BrokerConnectionError(Exception):
+    """The peer broker is unreachable, closed the connection or did not answer in time."""
+
+
+class KafkaConnection:
+    def __init__(self, host: str, port: int, client_id: str, timeout: float) -> None:
+        self.host = host
+        self.port = port
+        self.client_id = client_id
+        self.timeout = timeout
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._correlation_id = 0
+
+    async def request(self, api_key: int, api_version: int, body: Any) -> Any:
+        try:
+            return await asyncio.wait_for(self._roundtrip(api_key, api_version, body),
+                                          self.timeout)
+        except (OSError, EOFError, asyncio.IncompleteReadError, TimeoutError) as e:
+            self.close()
+            raise BrokerConnectionError(f"{self.host}:{self.port}: {e!r}") from None
+
+    async def _roundtrip(self, api_key: int, api_version: int, body: Any) -> Any:
+        if self._writer is None:
+            self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
+        assert self._reader is not None
+        self._correlation_id += 1
+        header = RequestHeader(api_key, api_version, self._correlation_id, self.client_id)
+        self._writer.write(encode_request(header, body))
+        (size,) = _SIZE.unpack(await self._reader.readexactly(4))
+        frame = await self._reader.readexactly(size)
+        correlation_id, response = decode_response(frame, api_key, api_version)
+        if correlation_id != self._correlation_id:
+            raise EOFError(f"correlation id {correlation_id}, expected {self._correlation_id}")
+        return response
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        self._reader = self._writer = None

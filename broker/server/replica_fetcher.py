@@ -1,0 +1,262 @@
+"""Follower side of replication: one fetcher per leader broker, as Kafka's ReplicaFetcherThread.
+
+A partition joins a fetcher when this broker becomes its follower, first in the truncating
+state: the fetcher asks the leader where our latest leader epoch ends (OffsetForLeaderEpoch,
+KIP-101/279) and cuts the local log back to that point, so a follower that was leader
+during a failover drops the tail the new leader never had. Then it fetches from its log end
+offset with ``replica_id`` set; the leader learns our position from those fetch offsets,
+which is how the high watermark and ``acks=all`` move on. The response's high watermark
+becomes ours, bounded by what we hold.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+from kio.schema.fetch.v12.request import FetchRequest
+from kio.schema.offset_for_leader_epoch.v4.request import OffsetForLeaderEpochRequest
+
+from broker.cluster.backend import BrokerRegistration
+from broker.network.client import BrokerConnectionError, KafkaConnection
+from broker.protocol.messages import build
+from broker.protocol.records import InvalidRecordError
+from broker.server.partition import Partition
+
+log = logging.getLogger(__name__)
+
+FETCH_KEY, FETCH_VERSION = 1, 12
+EPOCH_KEY, EPOCH_VERSION = 23, 4
+UNDEFINED = -1
+
+
+@dataclass(frozen=True, slots=True)
+class FetcherConfig:
+    node_id: int
+    wait_max_ms: int  # replica.fetch.wait.max.ms
+    min_bytes: int  # replica.fetch.min.bytes
+    max_bytes: int  # replica.fetch.max.bytes, per partition
+    response_max_bytes: int  # replica.fetch.response.max.bytes
+    backoff_ms: int  # replica.fetch.backoff.ms
+    socket_timeout_ms: int  # replica.socket.timeout.ms
+    rack: str | None = None
+
+
+@dataclass(slots=True)
+class FetchState:
+    partition: Partition
+    leader_epoch: int
+    truncating: bool = True
+
+
+class ReplicaFetcher:
+    def __init__(
+        self,
+        leader_id: int,
+        config: FetcherConfig,
+        endpoint: Callable[[int], BrokerRegistration | None],
+    ) -> None:
+        self.leader_id = leader_id
+        self.config = config
+        self._endpoint = endpoint
+        self.partitions: dict[tuple[str, int], FetchState] = {}
+        self._connection: KafkaConnection | None = None
+        self._changed = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def add(self, partition: Partition) -> None:
+        self.partitions[(partition.topic, partition.index)] = FetchState(
+            partition, partition.leader_epoch
+        )
+        self._changed.set()
+
+    def remove(self, topic: str, index: int) -> None:
+        self.partitions.pop((topic, index), None)
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name=f"fetcher-{self.leader_id}")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self._connection is not None:
+            self._connection.close()
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        backoff = self.config.backoff_ms / 1000
+        while True:
+            if not self.partitions:
+                self._changed.clear()
+                await self._changed.wait()
+                continue
+            try:
+                connection = self._connect()
+                if connection is None:
+                    await asyncio.sleep(backoff)
+                    continue
+                if any(s.truncating for s in self.partitions.values()):
+                    ok = await self._truncate(connection)
+                else:
+                    ok = await self._fetch(connection)
+            except BrokerConnectionError as e:
+                log.info("fetching from broker %d: %s", self.leader_id, e)
+                self._connection = None
+                ok = False
+            except Exception:
+                log.exception("replica fetcher for broker %d failed", self.leader_id)
+                ok = False
+            if not ok:
+                await asyncio.sleep(backoff)
+
+    def _connect(self) -> KafkaConnection | None:
+        endpoint = self._endpoint(self.leader_id)
+        if endpoint is None:
+            return None
+        conn = self._connection
+        if conn is None or (conn.host, conn.port) != (endpoint.host, endpoint.port):
+            if conn is not None:
+                conn.close()
+            conn = self._connection = KafkaConnection(
+                endpoint.host, endpoint.port, f"replica-fetcher-{self.config.node_id}",
+                (self.config.socket_timeout_ms + self.config.wait_max_ms) / 1000,
+            )
+        return conn
+
+    def _current(self, key: tuple[str, int], sent_epoch: int) -> FetchState | None:
+        """The fetch state, if the partition still follows the same leader term."""
+        state = self.partitions.get(key)
+        if state is None or state.leader_epoch != sent_epoch:
+            return None
+        partition = state.partition
+        if partition.is_leader or partition.leader_epoch != sent_epoch:
+            return None
+        return state
+
+    # -- truncation (KIP-101/279) ---------------------------------------------------------------
+
+    async def _truncate(self, connection: KafkaConnection) -> bool:
+        asked: dict[tuple[str, int], tuple[int, int]] = {}  # key -> (leader epoch, our epoch)
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for key, state in self.partitions.items():
+            if not state.truncating:
+                continue
+            entries = state.partition.log.epoch_cache.entries
+            latest = entries[-1][0] if entries else UNDEFINED
+            asked[key] = (state.leader_epoch, latest)
+            topics.setdefault(key[0], []).append({
+                "partition": key[1], "current_leader_epoch": state.leader_epoch,
+                "leader_epoch": latest,
+            })
+        request = build(OffsetForLeaderEpochRequest, {
+            "replica_id": self.config.node_id,
+            "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
+        })
+        response = await connection.request(EPOCH_KEY, EPOCH_VERSION, request)
+        progressed = False
+        for topic in response.topics:
+            for p in topic.partitions:
+                key = (topic.topic, p.partition)
+                if key not in asked:
+                    continue
+                sent_epoch, our_epoch = asked[key]
+                state = self._current(key, sent_epoch)
+                if state is None or p.error_code != ErrorCode.none:
+                    continue
+                self._apply_truncation(state, our_epoch, p.leader_epoch, p.end_offset)
+                progressed = True
+        return progressed
+
+    @staticmethod
+    def _apply_truncation(state: FetchState, our_epoch: int, leader_epoch: int,
+                          leader_end: int) -> None:
+        partition = state.partition
+        log_ = partition.log
+        if our_epoch == UNDEFINED or leader_epoch == UNDEFINED:
+            # Nothing to compare by epoch: keep what is known committed, as Kafka does.
+            target = partition.high_watermark
+        elif leader_epoch == our_epoch:
+            target = leader_end
+        else:
+            _, our_end = log_.epoch_cache.end_offset_for(leader_epoch, log_.log_end_offset)
+            target = min(leader_end, our_end) if our_end >= 0 else leader_end
+        target = min(target, log_.log_end_offset)
+        if target < log_.log_end_offset:
+            log.info("%s: truncating from %d to %d (leader epoch %d ends at %d)",
+                     partition, log_.log_end_offset, target, leader_epoch, leader_end)
+            partition.truncate_to(target)
+        state.truncating = False
+
+    # -- fetching ------------------------------------------------------------------------------
+
+    async def _fetch(self, connection: KafkaConnection) -> bool:
+        sent: dict[tuple[str, int], tuple[int, int]] = {}  # key -> (leader epoch, offset)
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for key, state in self.partitions.items():
+            log_ = state.partition.log
+            sent[key] = (state.leader_epoch, log_.log_end_offset)
+            topics.setdefault(key[0], []).append({
+                "partition": key[1], "current_leader_epoch": state.leader_epoch,
+                "fetch_offset": log_.log_end_offset, "last_fetched_epoch": UNDEFINED,
+                "log_start_offset": log_.log_start_offset,
+                "partition_max_bytes": self.config.max_bytes,
+            })
+        cfg = self.config
+        request = build(FetchRequest, {
+            "replica_id": cfg.node_id,
+            "max_wait": timedelta(milliseconds=cfg.wait_max_ms),
+            "min_bytes": cfg.min_bytes,
+            "max_bytes": cfg.response_max_bytes,
+            "isolation_level": 0,
+            "session_id": 0,
+            "session_epoch": -1,
+            "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
+            "forgotten_topics_data": [],
+            "rack_id": cfg.rack or "",
+        })
+        response = await connection.request(FETCH_KEY, FETCH_VERSION, request)
+        healthy = True
+        for topic in response.responses:
+            for p in topic.partitions:
+                key = (topic.topic, p.partition_index)
+                if key not in sent:
+                    continue
+                sent_epoch, offset = sent[key]
+                state = self._current(key, sent_epoch)
+                if state is None:
+                    continue
+                healthy &= self._apply_fetch(state, offset, p)
+        return healthy
+
+    def _apply_fetch(self, state: FetchState, offset: int, p: Any) -> bool:
+        partition = state.partition
+        if p.error_code == ErrorCode.offset_out_of_range:
+            if offset < p.log_start_offset:
+                log.warning("%s: behind the leader's log start %d, starting over there",
+                            partition, p.log_start_offset)
+                partition.log.reset_to(p.log_start_offset)
+                partition.high_watermark = p.log_start_offset
+            else:
+                state.truncating = True  # ahead of the leader: find where we diverged
+            return True
+        if p.error_code != ErrorCode.none:
+            log.debug("%s: fetch from broker %d: %s", partition, self.leader_id, p.error_code)
+            return False
+        if partition.log.log_end_offset != offset:
+            return True  # truncated meanwhile; the next round asks again
+        try:
+            partition.append_as_follower(bytes(p.records or b""), p.high_watermark)
+        except InvalidRecordError as e:
+            log.warning("%s: fetched data does not continue our log (%s); truncating",
+                        partition, e)
+            state.truncating = True
+        return True
