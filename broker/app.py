@@ -122,7 +122,9 @@ class BrokerApp:
                 if loop.time() >= next_heartbeat:
                     next_heartbeat = loop.time() + heartbeat
                     self.membership.heartbeat()
-                if self.store.refresh():
+                self.store.refresh()
+                if self.store.image.version != self.replicas.applied_version:
+                    # Changed by another broker, or by our own controller's writes.
                     self.replicas.apply_image(self.store.image)
             except Exception:
                 log.exception("following the cluster metadata failed")

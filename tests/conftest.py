@@ -137,3 +137,24 @@ def pytest_runtest_makereport(item, call):
         factory_brokers = getattr(item, "_kafkube_brokers", [])
         for i, broker in enumerate(factory_brokers):
             report.sections.append((f"broker {i} log", "".join(broker.output[-80:])))
+
+
+def open_replicas(config, rack: str | None = None):
+    """The storage layers of one broker, in-process, as the only broker of its cluster: the
+    embedded coordination backend in its log dir, this node registered, the replicas loaded."""
+    from broker.cluster.backend import BrokerRegistration
+    from broker.cluster.sqlite import SqliteBackend
+    from broker.server.metadata import ClusterMetadata
+    from broker.server.replica_manager import ReplicaManager
+
+    log_dirs = [Path(d) for d in config.log_dirs]
+    backend = SqliteBackend(log_dirs[0] / "cluster.db")
+    registration = BrokerRegistration(config.node_id, "127.0.0.1", 9092, rack)
+    epoch = backend.register_broker(registration, 3_600_000)
+    backend.acquire_controller(config.node_id, epoch, 3_600_000)
+    store = ClusterMetadata(backend, log_dirs, config.node_id)
+    store.refresh()
+    replicas = ReplicaManager(config, store)
+    replicas.load()
+    replicas.apply_image(store.image)
+    return store, replicas

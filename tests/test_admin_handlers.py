@@ -17,14 +17,14 @@ from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
 from broker.config import BROKER_KEYS, TOPIC_KEYS, BrokerConfig
+from broker.controller.controller import Controller
 from broker.coordinator.group_coordinator import GroupCoordinator
 from broker.handlers import REGISTRY, admin, offset_for_leader_epoch  # noqa: F401 (registers)
 from broker.handlers.context import BrokerServices, Endpoint, RequestContext
 from broker.metrics import BrokerMetrics
 from broker.protocol.codec import RequestHeader, decode_response, encode_response
 from broker.protocol.messages import build
-from broker.server.metadata import LocalMetadataStore
-from broker.server.replica_manager import ReplicaManager
+from tests.conftest import open_replicas
 
 NODE_ID = 1
 CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 19, 20, 37
@@ -34,12 +34,10 @@ DESCRIBE_CONFIGS, DESCRIBE_CLUSTER, OFFSET_FOR_LEADER_EPOCH = 32, 60, 23
 def make_services(tmp_path: Path, **settings: str) -> BrokerServices:
     raw = {"log.dirs": str(tmp_path / "logs"), "node.id": str(NODE_ID), **settings}
     config = BrokerConfig.from_dict(raw)
-    store = LocalMetadataStore([Path(d) for d in config.log_dirs], config.node_id)
-    replicas = ReplicaManager(config, store)
-    replicas.load()
+    store, replicas = open_replicas(config, rack="rack-a")
     return BrokerServices(
         config, store, replicas, BrokerMetrics(), Endpoint("", 9092, "rack-a"),
-        GroupCoordinator(config, replicas),
+        GroupCoordinator(config, replicas), Controller(config, store, lambda: 1),
     )
 
 
@@ -606,7 +604,11 @@ def test_offset_for_leader_epoch_unknown_topic_and_empty_log(
     response = call(services, epochs_request(version, "missing", (0, -1, 0)))
     assert only(only(response.topics).partitions).error_code == (
         ErrorCode.unknown_topic_or_partition)
+    # A new leader records where its epoch starts (Kafka's makeLeader), even on an empty log.
     response = call(services, epochs_request(version, "empty", (0, 0, 0)))
+    answer = only(only(response.topics).partitions)
+    assert (answer.error_code, answer.leader_epoch, answer.end_offset) == (ErrorCode.none, 0, 0)
+    response = call(services, epochs_request(version, "empty", (0, 0, 1)))
     answer = only(only(response.topics).partitions)
     assert (answer.error_code, answer.leader_epoch, answer.end_offset) == (
         ErrorCode.none, -1, -1)

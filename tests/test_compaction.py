@@ -28,7 +28,6 @@ from broker.protocol.batch_codec import (
     read_records,
 )
 from broker.protocol.records import HEADER_SIZE, parse_header, split_batches
-from broker.server.metadata import LocalMetadataStore
 from broker.server.replica_manager import (
     CLEANER_CHECKPOINT,
     ReplicaManager,
@@ -47,7 +46,7 @@ from broker.storage.cleaner import (
 )
 from broker.storage.log import Log, LogConfig
 from broker.storage.segment import SWAP_SUFFIX
-from tests.conftest import wait_until
+from tests.conftest import open_replicas, wait_until
 from tests.wire import recompute_crc
 
 TS = 1_700_000_000_000
@@ -428,8 +427,7 @@ def test_leftover_cleaned_files_are_discarded(tmp_path: Path):
 
 def _replicas(log_dir: Path) -> ReplicaManager:
     config = BrokerConfig.from_dict({"log.dirs": str(log_dir), "log.segment.bytes": "1200"})
-    replicas = ReplicaManager(config, LocalMetadataStore([log_dir], 0))
-    replicas.load()
+    _, replicas = open_replicas(config)
     return replicas
 
 

@@ -257,7 +257,7 @@ def validate_new_topic(services: BrokerServices, topic: Any) -> NewTopic:
         raise ApiError(ErrorCode.topic_already_exists, f"Topic '{topic.name}' already exists.")
     _check_new_name(existing, topic.name)
     configs = _creation_configs(topic.configs)
-    registered = services.store.brokers
+    registered = services.store.live_brokers()
     if topic.assignments:
         partitions, replication_factor = _manual_layout(registered, topic)
         layout = [
@@ -494,7 +494,8 @@ def check_new_partitions(services: BrokerServices, topic: Any) -> None:
         )
     replication_factor = len(meta.assignments[0].replicas) if meta.assignments else None
     for assignment in topic.assignments:
-        check_manual_replicas(services.store.brokers, assignment.broker_ids, replication_factor)
+        check_manual_replicas(services.store.live_brokers(), assignment.broker_ids,
+                              replication_factor)
 
 
 def _partitions_result(name: str, code: ErrorCode, message: str | None) -> dict[str, Any]:

@@ -42,7 +42,7 @@ def auto_create(services: BrokerServices, name: str) -> bool:
     if not cfg["auto.create.topics.enable"] or topic_name_error(name):
         return False
     replication_factor = cfg["default.replication.factor"]
-    if replication_factor > len(services.store.brokers):
+    if replication_factor > len(services.store.live_brokers()):
         log.warning("not auto-creating %s: default.replication.factor %d exceeds the %d live "
                     "brokers", name, replication_factor, len(services.store.brokers))
         return False

@@ -94,6 +94,11 @@ class ClusterMetadata:
     def partition(self, topic: str, index: int) -> PartitionState | None:
         return self.image.partition(topic, index)
 
+    def live_brokers(self) -> dict[int, BrokerRegistration]:
+        """The live brokers now, not as of the last poll: admin requests place replicas."""
+        self.brokers = self.backend.live_brokers()
+        return self.brokers
+
     def refresh(self) -> bool:
         """Re-read the live brokers and controller; the image if its version moved."""
         self.brokers = self.backend.live_brokers()

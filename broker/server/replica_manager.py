@@ -75,6 +75,7 @@ class ReplicaManager:
         self._clean: dict[Path, bool] = {}
         self._existing: dict[TopicPartition, Path] = {}
         self.leadership_listeners: list[Callable[[Partition, bool], None]] = []
+        self.applied_version = -1
         self.isr_shrinks = 0
         self.isr_expands = 0
         self.fetcher_config = FetcherConfig(
@@ -217,6 +218,7 @@ class ReplicaManager:
 
     def apply_image(self, image: ClusterImage) -> None:
         """Take the roles the image gives this broker: Kafka's applyDelta on a MetadataImage."""
+        self.applied_version = image.version
         wanted: set[TopicPartition] = set()
         for topic in image.topics.values():
             for index, state in enumerate(topic.assignments):
@@ -307,7 +309,7 @@ class ReplicaManager:
         first replica leads and every replica starts in the ISR, all logs being empty.
         """
         if assignments is None:
-            racks = {b.node_id: b.rack for b in self.metadata.brokers.values()}
+            racks = {b.node_id: b.rack for b in self.metadata.live_brokers().values()}
             assignments = assign_replicas(racks, partitions, replication_factor, random.Random())
         topic_id = str(uuid.uuid4())
 
@@ -325,7 +327,7 @@ class ReplicaManager:
                           assignments: list[tuple[int, ...]] | None = None) -> None:
         meta = self.metadata.topics[name]
         if assignments is None:
-            racks = {b.node_id: b.rack for b in self.metadata.brokers.values()}
+            racks = {b.node_id: b.rack for b in self.metadata.live_brokers().values()}
             rf = len(meta.assignments[0].replicas) if meta.assignments else 1
             assignments = assign_replicas(racks, total - meta.partitions, rf, random.Random(),
                                           start_partition=meta.partitions)
