@@ -19,7 +19,7 @@ from broker.config import BrokerConfig, parse_listener
 from broker.controller.controller import Controller
 from broker.coordinator.group_coordinator import GroupCoordinator
 from broker.handlers.context import BrokerServices, Endpoint
-from broker.metrics import BrokerMetrics, PartitionSample
+from broker.metrics import BrokerMetrics, PartitionSample, ReplicationSample
 from broker.network.server import KafkaServer
 from broker.server.metadata import ClusterMetadata
 from broker.server.replica_manager import ReplicaManager
@@ -27,6 +27,7 @@ from broker.server.replica_manager import ReplicaManager
 log = logging.getLogger(__name__)
 
 METADATA_POLL_SECONDS = 0.1
+STOP_TIMEOUT_SECONDS = 20.0
 COORDINATION_FILE = "cluster.db"
 
 
@@ -51,6 +52,7 @@ class BrokerApp:
         self.metrics = BrokerMetrics()
         self.metrics.watch_logs(self._sample_logs)
         self.metrics.watch_groups(lambda: list(self.groups.lag()))
+        self.metrics.watch_replication(self._sample_replication)
         self.servers: list[KafkaServer] = []
         self.metrics_port: int | None = None
         self._stopped = asyncio.Event()
@@ -65,6 +67,27 @@ class BrokerApp:
 
     def _broker_epoch(self) -> int:
         return self.membership.broker_epoch if self.membership else -1
+
+    def _sample_replication(self) -> ReplicationSample:
+        partitions = list(self.replicas.partitions.values())
+        led = [p for p in partitions if p.is_leader]
+        offline = 0
+        if self.controller.active:
+            offline = sum(1 for t in self.store.image.topics.values()
+                          for s in t.assignments if s.leader < 0)
+        under_min = 0
+        for p in led:
+            topic = self.store.topics.get(p.topic)
+            if topic is not None and len(p.isr) < self.replicas.min_insync_replicas(topic):
+                under_min += 1
+        return ReplicationSample(
+            partitions=len(partitions), leaders=len(led),
+            under_replicated=sum(1 for p in led if len(p.isr) < len(p.replicas)),
+            under_min_isr=under_min, offline=offline,
+            active_controller=self.controller.active,
+            isr_shrinks=self.replicas.isr_shrinks, isr_expands=self.replicas.isr_expands,
+            leader_elections=self.controller.elections,
+        )
 
     async def start(self) -> None:
         self.replicas.load()
@@ -91,9 +114,11 @@ class BrokerApp:
                                endpoint.port, endpoint.rack),
             self.config["broker.session.timeout.ms"],
         )
+        self.replicas.leadership_listeners.append(self.groups.on_leadership)
+        # Step out of roles another in-sync replica can take before taking any role: a
+        # restarted broker must not lead, even for a moment, what it may not fully hold.
         self.membership.join()
         self.store.refresh()
-        self.replicas.leadership_listeners.append(self.groups.on_leadership)
         self.replicas.apply_image(self.store.image)
         self.replicas.start_background_tasks()
         self.groups.start()
@@ -122,10 +147,7 @@ class BrokerApp:
                 if loop.time() >= next_heartbeat:
                     next_heartbeat = loop.time() + heartbeat
                     self.membership.heartbeat()
-                self.store.refresh()
-                if self.store.image.version != self.replicas.applied_version:
-                    # Changed by another broker, or by our own controller's writes.
-                    self.replicas.apply_image(self.store.image)
+                self.store.refresh()  # the replica manager follows every new image
             except Exception:
                 log.exception("following the cluster metadata failed")
             await asyncio.sleep(METADATA_POLL_SECONDS)
@@ -137,8 +159,6 @@ class BrokerApp:
         await self.controller.stop()
         try:
             self.membership.leave_roles()
-            self.store.refresh()
-            self.replicas.apply_image(self.store.image)
         except Exception:
             log.exception("controlled shutdown could not move leadership")
 
@@ -168,7 +188,17 @@ class BrokerApp:
         print(f"kafkube broker {self.config.node_id} listening on "
               f"{', '.join(self.bound_listeners())}{metrics}", flush=True)
         await self._stopped.wait()
-        await self.stop()
+        try:
+            await asyncio.wait_for(self.stop(), STOP_TIMEOUT_SECONDS)
+        except TimeoutError:
+            # Never hang on the way out: say what was stuck, then exit non-zero.
+            for task in asyncio.all_tasks():
+                log.error("still running at shutdown: %s", task)
+                for frame in task.get_stack():
+                    log.error("    %s:%d %s", frame.f_code.co_filename, frame.f_lineno,
+                              frame.f_code.co_name)
+            raise SystemExit(f"broker {self.config.node_id} did not stop within "
+                             f"{STOP_TIMEOUT_SECONDS}s") from None
 
 
 def run(config: BrokerConfig) -> None:

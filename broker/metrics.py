@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 _LATENCY_BUCKETS = (
@@ -76,6 +76,52 @@ class _GroupCollector(Collector):
         yield current
 
 
+@dataclass(frozen=True, slots=True)
+class ReplicationSample:
+    """Kafka's ReplicaManager and KafkaController gauges, read at scrape time."""
+
+    partitions: int
+    leaders: int
+    under_replicated: int  # led here with an ISR smaller than the replica set
+    under_min_isr: int
+    offline: int  # reported by the active controller only, as in Kafka
+    active_controller: bool
+    isr_shrinks: int
+    isr_expands: int
+    leader_elections: int
+
+
+class _ReplicationCollector(Collector):
+    def __init__(self, sample: Callable[[], ReplicationSample]) -> None:
+        self._sample = sample
+
+    def collect(self):
+        s = self._sample()
+        for name, doc, value in (
+            ("kafka_server_replicamanager_partitioncount", "Partitions hosted here",
+             s.partitions),
+            ("kafka_server_replicamanager_leadercount", "Partitions led here", s.leaders),
+            ("kafka_server_replicamanager_underreplicatedpartitions",
+             "Partitions led here whose ISR is smaller than their replicas", s.under_replicated),
+            ("kafka_server_replicamanager_underminisrpartitioncount",
+             "Partitions led here whose ISR is below min.insync.replicas", s.under_min_isr),
+            ("kafka_controller_kafkacontroller_offlinepartitionscount",
+             "Partitions without a live leader (active controller only)", s.offline),
+            ("kafka_controller_kafkacontroller_activecontrollercount",
+             "1 on the active controller", int(s.active_controller)),
+        ):
+            yield GaugeMetricFamily(name, doc, value=value)
+        for name, doc, value in (
+            ("kafka_server_replicamanager_isrshrinks", "ISR shrinks by this leader",
+             s.isr_shrinks),
+            ("kafka_server_replicamanager_isrexpands", "ISR expansions by this leader",
+             s.isr_expands),
+            ("kafka_controller_controllerstats_leaderelections",
+             "Leader elections made by this broker as controller", s.leader_elections),
+        ):
+            yield CounterMetricFamily(name, doc, value=value)
+
+
 class TopicCounters:
     __slots__ = ("bytes_in", "bytes_out", "messages_in", "messages_out")
 
@@ -131,6 +177,9 @@ class BrokerMetrics:
 
     def watch_logs(self, sample: Callable[[], Iterable[PartitionSample]]) -> None:
         self.registry.register(_LogCollector(sample))
+
+    def watch_replication(self, sample: Callable[[], ReplicationSample]) -> None:
+        self.registry.register(_ReplicationCollector(sample))
 
     def watch_groups(
         self, sample: Callable[[], Iterable[tuple[str, str, int, int, int]]]

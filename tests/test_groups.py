@@ -457,6 +457,13 @@ def consumer_metadata(topic: str) -> bytes:
     return b"\x00\x00" + b"\x00\x00\x00\x01" + len(raw).to_bytes(2, "big") + raw + b"\xff" * 4
 
 
+def find_coordinator(client: WireClient, group: str) -> Any:
+    """What every client does first: it creates ``__consumer_offsets`` on first use."""
+    response = client.request(req(10, 3, {"key": group, "key_type": 0}))
+    assert response.error_code == ErrorCode.none, response
+    return response
+
+
 def join(client: WireClient, group: str, member_id: str = "", *, session_ms: int = 10_000,
          protocols: tuple[str, ...] = ("range",), protocol_type: str = "consumer",
          instance_id: str | None = None, version: int = 5) -> Any:
@@ -767,6 +774,7 @@ def test_deleting_a_topic_deletes_its_committed_offsets(broker_factory, consumer
     topic, group = new_topic(broker.bootstrap, 1), "reborn"
     produce(broker.bootstrap, topic, 1, 10)
     with WireClient.connect(broker.bootstrap) as client:
+        find_coordinator(client, group)
         assert commit(client, group, -1, "", topic, offset=5) == ErrorCode.none
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     admin.delete_topics([topic])[topic].result(10)
@@ -854,6 +862,7 @@ def test_group_request_errors(broker_factory):
     broker = broker_factory(**NO_DELAY)
     with WireClient.connect(broker.bootstrap) as client:
         create_topic(client, "committed")
+        find_coordinator(client, "g")
         # v4+: the first JoinGroup only hands out a member id (KIP-394).
         first = join(client, "g")
         assert first.error_code == ErrorCode.member_id_required and first.member_id

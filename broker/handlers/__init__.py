@@ -46,6 +46,7 @@ def load_all() -> dict[int, ApiSpec]:
         api_versions,
         fetch,
         groups,
+        leadership,
         list_offsets,
         metadata,
         offset_for_leader_epoch,

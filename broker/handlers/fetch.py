@@ -63,10 +63,15 @@ def _read_all(ctx: RequestContext, request: Any, max_bytes: int, first: bool) ->
                 replicas.record_follower_fetch(partition, follower, p.fetch_offset)
             hw = partition.high_watermark
             region = None
+            throttle = replicas.throttle_for(partition, follower) if follower is not None else None
             if error == ErrorCode.none:
                 budget = min(p.partition_max_bytes, max(0, max_bytes - found.total))
+                min_one = found.total == 0
+                if throttle is not None:
+                    budget = min(budget, throttle.allowance())
+                    min_one = min_one and budget > 0
                 try:
-                    result = partition.read(p.fetch_offset, budget, found.total == 0,
+                    result = partition.read(p.fetch_offset, budget, min_one,
                                             up_to_log_end=follower is not None)
                 except OffsetOutOfRange:
                     error = ErrorCode.offset_out_of_range
@@ -74,6 +79,8 @@ def _read_all(ctx: RequestContext, request: Any, max_bytes: int, first: bool) ->
                     region = result.region
                     found.watched.append(partition)
                     if region is not None and region.length:
+                        if throttle is not None:
+                            throttle.record(region.length)
                         found.total += region.length
                         records = result.next_offset - max(p.fetch_offset, result.first_offset)
                         found.sent.append((topic.topic, region.length, records))

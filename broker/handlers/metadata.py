@@ -41,6 +41,9 @@ def auto_create(services: BrokerServices, name: str) -> bool:
     cfg = services.config
     if not cfg["auto.create.topics.enable"] or topic_name_error(name):
         return False
+    services.store.refresh()  # created elsewhere since our last poll?
+    if name in services.store.topics:
+        return True
     replication_factor = cfg["default.replication.factor"]
     if replication_factor > len(services.store.live_brokers()):
         log.warning("not auto-creating %s: default.replication.factor %d exceeds the %d live "

@@ -9,6 +9,7 @@ node.id) so a log dir is never mixed up between clusters or nodes.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import uuid
@@ -24,6 +25,7 @@ PRODUCER_ID_BLOCK = 1000
 MAX_TOPIC_NAME = 249
 MAX_CAS_ATTEMPTS = 50
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
+log = logging.getLogger(__name__)
 
 __all__ = ["ClusterMetadata", "PartitionState", "TopicMetadata", "topic_name_error"]
 
@@ -60,6 +62,9 @@ class ClusterMetadata:
         self.image = backend.read_image()
         self.brokers: dict[int, BrokerRegistration] = backend.live_brokers()
         self.controller_id = -1
+        # Called with each newer image, from refresh() or our own update(): the replica
+        # manager takes its new roles before anything else can read the image.
+        self.listeners: list[Callable[[ClusterImage], None]] = []
         self._next_producer_id = 0
         self._producer_id_limit = 0
 
@@ -106,8 +111,18 @@ class ClusterMetadata:
         self.controller_id = lease.holder if lease is not None else -1
         if self.backend.image_version() == self.image.version:
             return False
-        self.image = self.backend.read_image()
+        self._set_image(self.backend.read_image())
         return True
+
+    def _set_image(self, image: ClusterImage) -> None:
+        if image.version == self.image.version:
+            return
+        self.image = image
+        for listener in self.listeners:
+            try:
+                listener(image)
+            except Exception:
+                log.exception("applying cluster metadata version %d failed", image.version)
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -121,10 +136,10 @@ class ClusterMetadata:
             current = self.backend.read_image()
             changed = change(current)
             if changed is None:
-                self.image = current
+                self._set_image(current)
                 return current
             if self.backend.write_image(changed):
-                self.image = self.backend.read_image()
+                self._set_image(self.backend.read_image())
                 return self.image
         raise ConcurrentUpdate(f"cluster metadata kept changing for {MAX_CAS_ATTEMPTS} attempts")
 

@@ -28,6 +28,7 @@ from broker.controller.placement import assign_replicas
 from broker.server.metadata import ClusterMetadata, ConcurrentUpdate
 from broker.server.partition import Partition
 from broker.server.replica_fetcher import FetcherConfig, ReplicaFetcher
+from broker.server.throttle import Throttle
 from broker.storage.cleaner import CleanResult, CleanTarget, LogCleaner
 from broker.storage.log import Log, LogConfig
 
@@ -62,6 +63,7 @@ class ReplicaManager:
     def __init__(self, config: BrokerConfig, metadata: ClusterMetadata) -> None:
         self.config = config
         self.metadata = metadata
+        metadata.listeners.append(self.apply_image)
         self.node_id = config.node_id
         self.log_dirs = [Path(d) for d in config.log_dirs]
         self.partitions: dict[TopicPartition, Partition] = {}
@@ -75,7 +77,7 @@ class ReplicaManager:
         self._clean: dict[Path, bool] = {}
         self._existing: dict[TopicPartition, Path] = {}
         self.leadership_listeners: list[Callable[[Partition, bool], None]] = []
-        self.applied_version = -1
+        self.reassignment_throttle = Throttle(config["leader.replication.throttled.rate"])
         self.isr_shrinks = 0
         self.isr_expands = 0
         self.fetcher_config = FetcherConfig(
@@ -218,7 +220,6 @@ class ReplicaManager:
 
     def apply_image(self, image: ClusterImage) -> None:
         """Take the roles the image gives this broker: Kafka's applyDelta on a MetadataImage."""
-        self.applied_version = image.version
         wanted: set[TopicPartition] = set()
         for topic in image.topics.values():
             for index, state in enumerate(topic.assignments):
@@ -319,9 +320,7 @@ class ReplicaManager:
             states = tuple(PartitionState(tuple(r), tuple(r), r[0]) for r in assignments)
             return image.with_topic(TopicMetadata(name, topic_id, dict(configs), states))
 
-        image = self.metadata.update(add)
-        self.apply_image(image)
-        return image.topics[name]
+        return self.metadata.update(add).topics[name]
 
     def create_partitions(self, name: str, total: int,
                           assignments: list[tuple[int, ...]] | None = None) -> None:
@@ -341,7 +340,7 @@ class ReplicaManager:
                 dataclasses.replace(topic, assignments=topic.assignments + added)
             )
 
-        self.apply_image(self.metadata.update(grow))
+        self.metadata.update(grow)
 
     def delete_topic(self, name: str) -> None:
         """Forget the topic now; its files go after file.delete.delay.ms, as in Kafka."""
@@ -349,7 +348,7 @@ class ReplicaManager:
         def remove(image: ClusterImage) -> ClusterImage | None:
             return image.without_topic(name) if name in image.topics else None
 
-        self.apply_image(self.metadata.update(remove))
+        self.metadata.update(remove)
 
     def get(self, topic: str, partition: int) -> Partition | None:
         return self.partitions.get(TopicPartition(topic, partition))
@@ -372,6 +371,13 @@ class ReplicaManager:
         return [p for p in found if p is not None]
 
     # -- ISR changes, as leader ----------------------------------------------------------
+
+    def throttle_for(self, partition: Partition, replica_id: int) -> Throttle | None:
+        """The throttle a follower's fetch is under: one a reassignment is adding."""
+        state = partition.state
+        if state is not None and replica_id in state.adding:
+            return self.reassignment_throttle
+        return None
 
     def record_follower_fetch(self, partition: Partition, replica_id: int, offset: int) -> None:
         if partition.record_follower_fetch(replica_id, offset):
@@ -404,8 +410,6 @@ class ReplicaManager:
         state = image.partition(partition.topic, partition.index)
         if state is None or state.leader != self.node_id or state.leader_epoch != epoch:
             return False
-        tp = TopicPartition(partition.topic, partition.index)
-        self._take_role(tp, partition, state)
         if len(state.isr) > len(before):
             self.isr_expands += 1
             log.info("%s: ISR expanded from %s to %s", partition, before, list(state.isr))

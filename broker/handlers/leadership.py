@@ -1,0 +1,183 @@
+"""ElectLeaders, AlterPartitionReassignments and ListPartitionReassignments.
+
+Each is one compare-and-set on the cluster image, built from the controller's pure
+functions, so it is safe from any broker (ZooKeeper-era Kafka let every broker write these
+requests for the controller too). A reassignment only starts here: the replicas to add join
+as followers, and the controller completes it once they are all in the ISR (KIP-455).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import timedelta
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.cluster.image import NO_LEADER, ClusterImage, PartitionState
+from broker.controller.elections import (
+    cancel_reassignment,
+    choose_leader,
+    start_reassignment,
+)
+from broker.handlers import handles
+from broker.handlers.admin import ApiError, check_manual_replicas
+from broker.handlers.context import RequestContext
+from broker.protocol.messages import build_response
+from broker.server.metadata import ConcurrentUpdate
+
+NO_THROTTLE = timedelta(0)
+PREFERRED, UNCLEAN = 0, 1
+
+
+def _elect(state: PartitionState | None, election_type: int, live: set[int]) -> PartitionState:
+    """The partition after the election; ApiError with Kafka's error for it if none."""
+    if state is None:
+        raise ApiError(ErrorCode.unknown_topic_or_partition,
+                       "This server does not host this topic-partition.")
+    if election_type == PREFERRED:
+        preferred = state.preferred_leader
+        if state.leader == preferred:
+            raise ApiError(ErrorCode.election_not_needed,
+                           "Leader election not needed for topic partition.")
+        if preferred not in live or preferred not in state.isr:
+            raise ApiError(ErrorCode.preferred_leader_not_available,
+                           f"Failed to elect leader for partition. Preferred replica "
+                           f"{preferred} is not live or not in the ISR {list(state.isr)}.")
+        return state.with_leader(preferred)
+    if state.leader != NO_LEADER and state.leader in live:
+        raise ApiError(ErrorCode.election_not_needed,
+                       "Leader election not needed for topic partition.")
+    leader = choose_leader(state, live, unclean=True)
+    if leader == NO_LEADER:
+        raise ApiError(ErrorCode.eligible_leaders_not_available,
+                       "Failed to elect leader for partition: no live replica.")
+    isr = state.isr if leader in state.isr else (leader,)
+    return state.with_leader(leader, isr)
+
+
+def _requested(image: ClusterImage, topics: Iterable[Any] | None) -> list[tuple[str, int]]:
+    if topics is None:
+        return [(name, i) for name, t in sorted(image.topics.items())
+                for i in range(t.partitions)]
+    return [(t.topic, p) for t in topics for p in t.partitions]
+
+
+@handles(43, 0, 2)
+async def elect_leaders(ctx: RequestContext, request: Any) -> Any:
+    election_type = getattr(request, "election_type", PREFERRED)
+    store = ctx.services.store
+    results: dict[tuple[str, int], tuple[ErrorCode, str | None]] = {}
+    everything = request.topic_partitions is None
+
+    def change(image: ClusterImage) -> ClusterImage | None:
+        results.clear()
+        live = set(store.live_brokers())
+        out = image
+        for topic, index in _requested(image, request.topic_partitions):
+            try:
+                state = _elect(image.partition(topic, index), election_type, live)
+            except ApiError as e:
+                results[(topic, index)] = (e.code, e.message)
+                continue
+            out = out.with_partition(topic, index, state)
+            results[(topic, index)] = (ErrorCode.none, None)
+        return out if out is not image else None
+
+    try:
+        store.update(change)
+    except ConcurrentUpdate as e:
+        return build_response(request, {"throttle_time": NO_THROTTLE,
+                                        "error_code": ErrorCode.request_timed_out,
+                                        "replica_election_results": [], "message": str(e)})
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for (topic, index), (code, message) in results.items():
+        if everything and code == ErrorCode.election_not_needed:
+            continue  # Kafka reports only the partitions it acted on when asked for all
+        by_topic.setdefault(topic, []).append(
+            {"partition_id": index, "error_code": code, "error_message": message}
+        )
+    return build_response(request, {
+        "throttle_time": NO_THROTTLE,
+        "error_code": ErrorCode.none,
+        "replica_election_results": [
+            {"topic": t, "partition_result": ps} for t, ps in by_topic.items()
+        ],
+    })
+
+
+@handles(45, 0, 0)
+async def alter_partition_reassignments(ctx: RequestContext, request: Any) -> Any:
+    store = ctx.services.store
+    results: dict[tuple[str, int], tuple[ErrorCode, str | None]] = {}
+
+    def change(image: ClusterImage) -> ClusterImage | None:
+        results.clear()
+        live = store.live_brokers()
+        out = image
+        for topic in request.topics:
+            for p in topic.partitions:
+                key = (topic.name, p.partition_index)
+                state = out.partition(topic.name, p.partition_index)
+                try:
+                    if state is None:
+                        raise ApiError(ErrorCode.unknown_topic_or_partition,
+                                       "The partition does not exist.")
+                    if p.replicas is None:
+                        if not state.adding and not state.removing:
+                            raise ApiError(ErrorCode.no_reassignment_in_progress,
+                                           "No ongoing reassignment for this partition.")
+                        new = cancel_reassignment(state, set(live))
+                    else:
+                        check_manual_replicas(live, p.replicas, None)
+                        new = start_reassignment(state, tuple(p.replicas))
+                except ApiError as e:
+                    results[key] = (e.code, e.message)
+                    continue
+                out = out.with_partition(topic.name, p.partition_index, new)
+                results[key] = (ErrorCode.none, None)
+        return out if out is not image else None
+
+    try:
+        store.update(change)
+    except ConcurrentUpdate as e:
+        return build_response(request, {"throttle_time": NO_THROTTLE,
+                                        "error_code": ErrorCode.request_timed_out,
+                                        "error_message": str(e), "responses": []})
+    return build_response(request, {
+        "throttle_time": NO_THROTTLE,
+        "error_code": ErrorCode.none,
+        "error_message": None,
+        "responses": [
+            {"name": topic.name, "partitions": [
+                {"partition_index": p.partition_index,
+                 "error_code": results[(topic.name, p.partition_index)][0],
+                 "error_message": results[(topic.name, p.partition_index)][1]}
+                for p in topic.partitions
+            ]}
+            for topic in request.topics
+        ],
+    })
+
+
+@handles(46, 0, 0)
+async def list_partition_reassignments(ctx: RequestContext, request: Any) -> Any:
+    image = ctx.services.store.image
+    if request.topics is None:
+        wanted = [(name, i) for name, t in sorted(image.topics.items())
+                  for i in range(t.partitions)]
+    else:
+        wanted = [(t.name, i) for t in request.topics for i in t.partition_indexes]
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for topic, index in wanted:
+        state = image.partition(topic, index)
+        if state is None or not (state.adding or state.removing):
+            continue
+        by_topic.setdefault(topic, []).append({
+            "partition_index": index, "replicas": list(state.replicas),
+            "adding_replicas": list(state.adding), "removing_replicas": list(state.removing),
+        })
+    return build_response(request, {
+        "throttle_time": NO_THROTTLE, "error_code": ErrorCode.none, "error_message": None,
+        "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()],
+    })
