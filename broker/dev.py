@@ -35,6 +35,9 @@ def _pump(broker: DevBroker, prefix: str, quiet: bool) -> None:
     assert broker.proc is not None and broker.proc.stdout is not None
     for line in broker.proc.stdout:
         if READY_MARK in line:
+            # The bound port: the one asked for, or the kernel's pick for port 0.
+            address = line.split(READY_MARK, 1)[1].split(",", 1)[0].strip()
+            broker.port = int(address.rsplit(":", 1)[1])
             broker.ready.set()
         if not quiet:
             sys.stderr.write(f"{prefix}{line}")
@@ -81,6 +84,10 @@ def start_cluster(data_dir: Path, brokers: int, base_port: int, metrics_base: in
     return cluster
 
 
+def bootstrap_servers(cluster: list[DevBroker]) -> str:
+    return ",".join(f"127.0.0.1:{b.port}" for b in cluster)
+
+
 def stop_cluster(cluster: list[DevBroker]) -> int:
     """SIGTERM each broker in turn (controlled shutdown); SIGKILL one that hangs."""
     worst = 0
@@ -107,12 +114,8 @@ def run(data_dir: Path, brokers: int, base_port: int, metrics_base: int,
         return 1
     # Blocked only now: children inherit the signal mask, and brokers must get SIGTERM.
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-    ports = []
-    for broker in cluster:
-        ports.append(broker.port)
-    bootstrap = ",".join(f"127.0.0.1:{p}" for p in ports) if base_port else "(see broker logs)"
     print(f"kafkube dev: {brokers} brokers running, data in {data_dir}", flush=True)
-    print(f"bootstrap.servers={bootstrap}", flush=True)
+    print(f"bootstrap.servers={bootstrap_servers(cluster)}", flush=True)
     print("Press Ctrl-C to stop.", flush=True)
     while True:
         received = signal.sigtimedwait({signal.SIGINT, signal.SIGTERM}, 0.5)

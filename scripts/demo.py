@@ -1,21 +1,19 @@
-"""The main job: a local kafkube broker with a sample pipeline running through it.
+"""The main job: a local kafkube cluster with a sample pipeline running through it.
 
-Starts one broker on 127.0.0.1:9092 (the embedded default), produces a stream of sample
-order events with confluent-kafka, consumes them back and prints a summary, then keeps the
-broker running for you to point kcat or any Kafka client at, until Ctrl-C.
-``--once`` stops after the pipeline (used by the test suite).
+Starts a 3-broker cluster on 127.0.0.1:9092-9094 (``kafkube dev``: broker processes on the
+embedded SQLite coordination backend), produces a stream of sample order events with
+confluent-kafka (acks=all, replication factor 3, min.insync.replicas 2), consumes them
+back and prints a summary, then keeps the cluster running for you to point kcat or any
+Kafka client at, until Ctrl-C. ``--once`` stops after the pipeline (used by the tests).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
-import re
 import shutil
 import signal
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -23,32 +21,10 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
-ROOT = Path(__file__).resolve().parent.parent
+from broker.dev import bootstrap_servers, start_cluster, stop_cluster
+
 TOPIC = "orders"
 PARTITIONS = 4
-
-
-def start_broker(port: int, data_dir: Path) -> tuple[subprocess.Popen[str], str, str]:
-    args = [
-        sys.executable, "-m", "broker", "broker",
-        "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}",
-        "--override", f"log.dirs={data_dir}",
-        "--override", f"num.partitions={PARTITIONS}",
-        "--override", "kafkube.metrics.port=0",
-    ]
-    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    assert proc.stdout is not None
-    deadline = time.monotonic() + 30
-    for line in proc.stdout:
-        print(line, end="")
-        match = re.search(r"listening on PLAINTEXT://([\d.]+:\d+)", line)
-        if match:
-            return proc, line.strip(), match.group(1)
-        if time.monotonic() > deadline:
-            break
-    proc.kill()
-    raise SystemExit("the broker did not start; see its log above")
 
 
 def produce(bootstrap: str, count: int) -> float:
@@ -95,14 +71,23 @@ def consume(bootstrap: str, count: int) -> tuple[Counter[str], float]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--port", type=int, default=9092, help="0 picks a free port")
+    parser.add_argument("--port", type=int, default=9092,
+                        help="port of broker 0, +N for broker N; 0 picks free ports")
+    parser.add_argument("--brokers", type=int, default=3)
     parser.add_argument("--events", type=int, default=50_000)
     parser.add_argument("--data-dir", type=Path,
                         default=Path.home() / ".cache" / "kafkube" / "demo-data")
     parser.add_argument("--once", action="store_true", help="exit after the pipeline")
     args = parser.parse_args()
     shutil.rmtree(args.data_dir, ignore_errors=True)  # each demo run starts from empty logs
-    proc, ready, bootstrap = start_broker(args.port, args.data_dir)
+    overrides = [f"num.partitions={PARTITIONS}"]
+    try:
+        cluster = start_cluster(args.data_dir, args.brokers, args.port, 0, overrides,
+                                quiet=args.once)
+    except RuntimeError as e:
+        raise SystemExit(f"the cluster did not start: {e}") from None
+    bootstrap = bootstrap_servers(cluster)
+    print(f"{args.brokers} brokers running: {bootstrap}", flush=True)
     try:
         took = produce(bootstrap, args.events)
         print(f"produced {args.events} order events to '{TOPIC}' in {took:.2f}s")
@@ -111,16 +96,16 @@ def main() -> int:
         for customer, amount in revenue.most_common(3):
             print(f"  top customer {customer}: {amount:,.2f}")
         if not args.once:
-            print(f"\nbroker running ({ready}).\n"
+            print(f"\ncluster running, bootstrap.servers={bootstrap}\n"
                   f"  kcat -b {bootstrap} -t {TOPIC} -C -o beginning -e\n"
                   "Ctrl-C to stop.")
             stop = {signal.SIGINT, signal.SIGTERM}
             signal.pthread_sigmask(signal.SIG_BLOCK, stop)  # so sigwait, not a handler, gets them
             signal.sigwait(stop)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(30)
-    return 0
+        code = stop_cluster(cluster)
+    print("cluster stopped cleanly" if code == 0 else f"a broker exited with {code}")
+    return code
 
 
 if __name__ == "__main__":

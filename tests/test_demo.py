@@ -18,4 +18,5 @@ def test_demo_pipeline_runs(tmp_path):
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert "produced 5000 order events to 'orders'" in result.stdout
     assert "consumed them back: 100 customers" in result.stdout
-    assert "stopped cleanly" in result.stderr + result.stdout
+    assert "3 brokers running" in result.stdout
+    assert "cluster stopped cleanly" in result.stdout
