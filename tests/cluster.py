@@ -37,6 +37,15 @@ STOP_TIMEOUT = 30.0
 METADATA_TIMEOUT = 3.0  # per request while polling; a paused broker never answers
 
 
+def _admin_config(bootstrap: str) -> dict[str, object]:
+    return {
+        "bootstrap.servers": bootstrap,
+        "socket.connection.setup.timeout.ms": 5000,
+        "socket.timeout.ms": 10000,
+        "reconnect.backoff.max.ms": 1000,
+    }
+
+
 @dataclass(frozen=True, slots=True)
 class PartitionState:
     leader: int  # -1 when there is none
@@ -62,6 +71,8 @@ class Cluster:
         ]
         self.paused: set[int] = set()
         self._admin: AdminClient | None = None
+        self._admins: dict[int, AdminClient] = {}
+        self._next = 0
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -143,6 +154,7 @@ class Cluster:
                 self.brokers[i].output.append(
                     f"[tests.cluster] no exit {timeout}s after SIGTERM; SIGKILLed\n")
         self._admin = None
+        self._admins.clear()
         return codes
 
     def save_logs(self) -> list[Path]:
@@ -164,21 +176,32 @@ class Cluster:
 
     @property
     def admin(self) -> AdminClient:
+        """An AdminClient bootstrapped with every broker (CreateTopics and the like)."""
         if self._admin is None:
-            self._admin = AdminClient({
-                "bootstrap.servers": self.bootstrap,
-                "socket.connection.setup.timeout.ms": 5000,
-                "reconnect.backoff.max.ms": 1000,
-            })
+            self._admin = AdminClient(_admin_config(self.bootstrap))
         return self._admin
 
-    def metadata(self, timeout: float = 5.0) -> ClusterMetadata | None:
-        """One Metadata request to whichever broker librdkafka picks; None if it failed
-        (a paused broker answers nothing, so callers poll)."""
+    def admin_of(self, i: int) -> AdminClient:
+        """An AdminClient bootstrapped with broker ``i`` alone. librdkafka connects only to
+        the brokers it needs, so its metadata requests go to broker ``i``."""
+        if i not in self._admins:
+            self._admins[i] = AdminClient(_admin_config(self.brokers[i].bootstrap))
+        return self._admins[i]
+
+    def metadata(self, timeout: float = 5.0, node: int | None = None) -> ClusterMetadata | None:
+        """One Metadata answer: from broker ``node``, or else from the next running, unpaused
+        broker in turn (so successive calls hear from different brokers). None if that broker
+        did not answer in time; callers poll."""
+        if node is None:
+            candidates = [i for i in range(self.size) if self.alive(i) and i not in self.paused]
+            if not candidates:
+                return None
+            self._next = (self._next + 1) % self.size
+            node = min(candidates, key=lambda i: (i - self._next) % self.size)
         try:
             # All topics, not list_topics(topic): a named Metadata request from a producer-type
             # handle would ask the broker to auto-create a missing topic.
-            return self.admin.list_topics(timeout=timeout)
+            return self.admin_of(node).list_topics(timeout=timeout)
         except KafkaException:
             return None
 

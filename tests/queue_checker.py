@@ -28,7 +28,7 @@ The anomalies, named after jepsen.tests.kafka where there is a name:
 from __future__ import annotations
 
 import threading
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
@@ -195,70 +195,104 @@ class _SendState:
     partition: int | None
     process: Hashable | None
     seq: int | None
+    attempted: bool = True
     offset: int | None = None
     acked: bool = False
     failed: bool = False
 
 
 class History:
-    """A thread-safe recorder for a live workload (delivery callbacks, consumer threads)."""
+    """A recorder for a live workload: producer threads, their delivery callbacks, consumers.
+
+    ``attempt``, ``ack``, ``fail`` and ``read`` take no lock: they append an event to a deque
+    (atomic under the GIL). They run inside client callbacks, and confluent_kafka can call a
+    callback with a Python exception already pending (seen after a fatal idempotent-producer
+    error): a ``with lock:`` there acquires the lock and then fails, leaving it held forever.
+    The queries fold the pending events in under a lock, on the querying thread.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._events: deque[tuple[Any, ...]] = deque()
         self._sends: dict[Value, _SendState] = {}
         self._acked: dict[int | None, int] = defaultdict(int)
         self._reads: dict[tuple[Hashable, int], list[Record]] = defaultdict(list)
         self._final: dict[int, list[Record]] = {}
+        self._twice: list[Value] = []
         self.errors: list[str] = []  # client-side errors worth printing (not anomalies)
+
+    # -- recording (lock-free; safe in client callbacks) -------------------------------------
 
     def attempt(self, value: Value, partition: int | None = None,
                 process: Hashable | None = None, seq: int | None = None) -> None:
-        with self._lock:
-            if value in self._sends:
-                raise ValueError(f"value {value!r} attempted twice")
-            self._sends[value] = _SendState(partition, process, seq)
+        self._events.append(("attempt", value, partition, process, seq))
 
     def ack(self, value: Value, partition: int, offset: int) -> None:
-        with self._lock:
-            state = self._sends.setdefault(value, _SendState(partition, None, None))
-            if state.acked:
-                self.errors.append(f"second ack for {value!r}: {partition}/{offset}")
-                return
-            state.partition, state.offset, state.acked = partition, offset, True
-            self._acked[partition] += 1
-            self._acked[None] += 1
+        self._events.append(("ack", value, partition, offset))
 
     def fail(self, value: Value, error: object = None) -> None:
-        with self._lock:
-            state = self._sends.get(value)
-            if state is not None:
-                state.failed = True
+        self._events.append(("fail", value))
 
     def read(self, session: Hashable, partition: int, offset: int, value: Value) -> None:
-        with self._lock:
-            self._reads[(session, partition)].append((offset, value))
+        self._events.append(("read", session, partition, offset, value))
+
+    def note(self, message: str) -> None:
+        self.errors.append(message)
 
     def set_final(self, partition: int, records: Sequence[Record]) -> None:
         with self._lock:
             self._final[partition] = list(records)
 
-    def note(self, message: str) -> None:
-        with self._lock:
-            self.errors.append(message)
+    def _fold(self) -> None:
+        """Apply the pending events; the caller holds the lock."""
+        events = self._events
+        while events:
+            kind, value, *rest = events.popleft()
+            if kind == "attempt":
+                partition, process, seq = rest
+                state = self._sends.get(value)
+                if state is None:
+                    self._sends[value] = _SendState(partition, process, seq)
+                elif state.attempted:
+                    self._twice.append(value)
+                else:  # acknowledged before its attempt was recorded
+                    state.process, state.seq, state.attempted = process, seq, True
+            elif kind == "ack":
+                partition, offset = rest
+                state = self._sends.setdefault(
+                    value, _SendState(partition, None, None, attempted=False))
+                if state.acked:
+                    self.errors.append(f"second ack for {value!r}: {partition}/{offset}")
+                    continue
+                state.partition, state.offset, state.acked = partition, offset, True
+                self._acked[partition] += 1
+                self._acked[None] += 1
+            elif kind == "fail":
+                state = self._sends.get(value)
+                if state is not None:
+                    state.failed = True
+            else:
+                session, partition, offset, read_value = value, *rest
+                self._reads[(session, partition)].append((offset, read_value))
+
+    # -- queries -----------------------------------------------------------------------------
 
     def acked_count(self, partition: int | None = None) -> int:
         with self._lock:
+            self._fold()
             return self._acked[partition]
 
     def acked_end(self, partition: int) -> int:
         """One past the highest acknowledged offset in ``partition`` (0 if none)."""
         with self._lock:
+            self._fold()
             return 1 + max((s.offset for s in self._sends.values()
                             if s.acked and s.partition == partition and s.offset is not None),
                            default=-1)
 
     def counts(self) -> dict[str, int]:
         with self._lock:
+            self._fold()
             return {
                 "attempted": len(self._sends),
                 "acked": self._acked[None],
@@ -268,6 +302,9 @@ class History:
 
     def check(self, contiguous: bool = True) -> QueueReport:
         with self._lock:
+            self._fold()
+            if self._twice:
+                raise ValueError(f"values attempted twice: {self._twice[:5]!r}")
             sends = [
                 Send(value, s.partition, s.offset, s.acked, s.process, s.seq)
                 for value, s in self._sends.items()

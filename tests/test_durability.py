@@ -51,6 +51,7 @@ MAX_PER_PRODUCER = 150_000
 MAX_QUEUED = 5_000  # per producer; beyond this, wait instead of queueing more
 MESSAGE_TIMEOUT_MS = 30_000
 MIN_ACKED = 1_000
+MAX_GENERATIONS = 20  # producer instances per producer thread (a fatal error needs a new one)
 
 KILL_ROUNDS = 6
 PAUSE_ROUNDS = 4
@@ -82,9 +83,11 @@ class Workload:
         self.fatal_errors: list[str] = []
         self.resets = 0
         self.threads = [
-            threading.Thread(target=self._guard, args=(self._produce, i), name=f"producer-{i}")
+            threading.Thread(target=self._guard, args=(self._produce, i), name=f"producer-{i}",
+                             daemon=True)  # a stuck client never keeps pytest from exiting
             for i in range(PRODUCERS)
-        ] + [threading.Thread(target=self._guard, args=(self._tail, 0), name="tail-consumer")]
+        ] + [threading.Thread(target=self._guard, args=(self._tail, 0), name="tail-consumer",
+                              daemon=True)]
 
     def __enter__(self) -> Workload:
         for thread in self.threads:
@@ -102,8 +105,9 @@ class Workload:
 
     def stop(self) -> None:
         self.stopping.set()
+        deadline = time.monotonic() + MESSAGE_TIMEOUT_MS / 1000 + 30
         for thread in self.threads:
-            thread.join(MESSAGE_TIMEOUT_MS / 1000 + 30)
+            thread.join(max(0.1, deadline - time.monotonic()))
         alive = [t.name for t in self.threads if t.is_alive()]
         assert not alive, f"workload threads did not stop: {alive}"
         if self.failures:
@@ -131,6 +135,9 @@ class Workload:
             "retry.backoff.ms": 100,
             "retry.backoff.max.ms": 1000,
             "max.in.flight.requests.per.connection": 5,
+            # Give up on a request to a paused broker after 10 s, not message.timeout.ms
+            # (Kafka's own clients wait request.timeout.ms, 30 s): a quicker test, same logic.
+            "socket.timeout.ms": 10_000,
             "socket.connection.setup.timeout.ms": 5000,
             "reconnect.backoff.max.ms": 1000,
             "enable.idempotence": self.idempotent,
@@ -154,38 +161,68 @@ class Workload:
         producer = self._producer(fatal)
         started = time.monotonic()
         seq = 0
-        while not self.stopping.is_set() and seq < MAX_PER_PRODUCER:
-            if fatal.is_set():  # the old instance fails everything it holds; start a new one
-                producer.purge()
-                producer.flush(10)
-                generation += 1
-                fatal = threading.Event()
-                producer = self._producer(fatal)
-                history.note(f"p{index}: fatal producer error, now generation {generation}")
-            wait = started + seq / RATE - time.monotonic()
-            if wait > 0:
-                producer.poll(min(wait, 0.1))
-                continue
-            if len(producer) >= MAX_QUEUED:
-                producer.poll(0.05)
-                continue
-            value = f"p{index}-{seq}".encode()
-            partition = seq % PARTITIONS
+        try:
+            while not self.stopping.is_set() and seq < MAX_PER_PRODUCER:
+                try:
+                    if fatal.is_set():  # the instance fails all it holds; start a new one
+                        if generation >= MAX_GENERATIONS:
+                            history.note(f"p{index}: {generation} fatal errors, giving up")
+                            break
+                        self._close(producer, 0)
+                        generation += 1
+                        fatal = threading.Event()
+                        producer = self._producer(fatal)
+                        history.note(f"p{index}: fatal producer error, now generation "
+                                     f"{generation}")
+                        continue
+                    wait = started + seq / RATE - time.monotonic()
+                    if wait > 0:
+                        producer.poll(min(wait, 0.1))
+                        continue
+                    if len(producer) >= MAX_QUEUED:
+                        producer.poll(0.05)
+                        continue
+                    value = f"p{index}-{seq}".encode()
+                    partition = seq % PARTITIONS
+                    try:
+                        producer.produce(self.topic, value=value, partition=partition,
+                                         on_delivery=on_delivery)
+                    except BufferError:
+                        producer.poll(0.05)
+                        continue
+                    # Callbacks only run inside poll()/flush() on this thread, so recording
+                    # after produce() still precedes the delivery report.
+                    history.attempt(value, partition=partition,
+                                    process=f"p{index}.{generation}", seq=seq)
+                    seq += 1
+                    producer.poll(0)
+                except (KafkaException, SystemError) as exc:
+                    # A fatal error can surface from produce() before poll() served error_cb,
+                    # or from poll() as a SystemError: confluent_kafka ran a callback with the
+                    # error pending. Either way this instance is done.
+                    if isinstance(exc, SystemError) or _fatal(exc):
+                        self.fatal_errors.append(repr(exc))
+                        fatal.set()
+                    else:  # e.g. a partition not in the metadata yet
+                        history.note(f"p{index}: {exc!r}")
+                        self.stopping.wait(0.05)
+        finally:
+            # Close here, on this thread: left to the garbage collector, the instance would run
+            # its delivery callbacks wherever and whenever it happened to be collected.
+            self._close(producer, MESSAGE_TIMEOUT_MS / 1000 + 5)
+            del producer
+
+    def _close(self, producer: Producer, timeout: float) -> None:
+        """Wait up to ``timeout`` for outstanding deliveries, fail the rest (purge), and serve
+        every delivery report."""
+        for attempt in range(3):
             try:
-                producer.produce(self.topic, value=value, partition=partition,
-                                 on_delivery=on_delivery)
-            except BufferError:
-                producer.poll(0.05)
-                continue
-            # Callbacks only run inside poll() on this thread, so recording after produce()
-            # still precedes the delivery report.
-            history.attempt(value, partition=partition, process=f"p{index}.{generation}", seq=seq)
-            seq += 1
-            producer.poll(0)
-        remaining = producer.flush(MESSAGE_TIMEOUT_MS / 1000 + 5)
-        if remaining:
-            producer.purge()
-            producer.flush(10)
+                if attempt or producer.flush(timeout):
+                    producer.purge()
+                    producer.flush(10)
+                return
+            except (KafkaException, SystemError) as exc:
+                self.history.note(f"closing a producer: {exc!r}")
 
     def _tail(self, _: int) -> None:
         """Read every partition from offset 0 as the log grows. A consumer only ever sees
@@ -198,6 +235,7 @@ class Workload:
             "enable.auto.commit": False,
             "auto.offset.reset": "error",
             "fetch.wait.max.ms": 100,
+            "socket.timeout.ms": 10_000,
             "socket.connection.setup.timeout.ms": 5000,
             "reconnect.backoff.max.ms": 1000,
         })
@@ -209,7 +247,13 @@ class Workload:
             consumer.assign([TopicPartition(self.topic, p, 0) for p in range(PARTITIONS)])
             while not self.stopping.is_set():
                 reset = False
-                for msg in consumer.consume(1000, 0.2):
+                try:
+                    batch = consumer.consume(1000, 0.2)
+                except KafkaException as exc:
+                    self.history.note(f"tail consumer: {exc!r}")
+                    self.stopping.wait(0.5)
+                    continue
+                for msg in batch:
                     err = msg.error()
                     if err is not None:
                         if err.code() in resets:
@@ -227,6 +271,15 @@ class Workload:
                     self.stopping.wait(0.5)
         finally:
             consumer.close()
+
+
+def _fatal(exc: BaseException) -> bool:
+    """A fatal client error, directly or as the cause of a SystemError."""
+    while exc is not None:
+        if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
+            return exc.args[0].fatal()
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 def wait_for_progress(history: History, what: str, count: int = PROGRESS,
@@ -318,6 +371,7 @@ def run_faults(cluster: Cluster, topic: str, history: History, rounds: int,
     seed = rng.randrange(2**32)
     rng.seed(seed)
     log.append(f"seed {seed} (KAFKUBE_DURABILITY_SEED reruns it)")
+    print(log[-1])
     wait_for_progress(history, "before the first fault", timeout=60)
     for r in range(rounds):
         if time.monotonic() > budget:
@@ -341,10 +395,8 @@ def pick(cluster: Cluster, topic: str, r: int, rng: random.Random) -> tuple[int,
     return node, f"broker {node} (random)"
 
 
-def check(topic: str, history: History, idempotent: bool, log: list[str],
-          workload: Workload) -> None:
+def check(topic: str, history: History, idempotent: bool, workload: Workload) -> None:
     report = history.check()
-    print("\n".join(log))
     print(f"{topic}: {history.counts()}; tail consumer resets={workload.resets}; "
           f"fatal producer errors={workload.fatal_errors[:3]}")
     print(report.summary())
@@ -376,9 +428,9 @@ def test_acked_writes_survive_sigkill(cluster_factory, idempotent):  # noqa: F81
                 f"{writable:.1f}s; restarted, back in every ISR after {back:.1f}s")
 
     with Workload(cluster.bootstrap, topic, history, idempotent) as workload:
-        log = run_faults(cluster, topic, history, KILL_ROUNDS, kill_round)
+        run_faults(cluster, topic, history, KILL_ROUNDS, kill_round)
     drain(cluster, topic, history)
-    check(topic, history, idempotent, log, workload)
+    check(topic, history, idempotent, workload)
 
 
 @pytest.mark.timeout(300)
@@ -411,6 +463,6 @@ def test_acked_writes_survive_sigstop(cluster_factory):  # noqa: F811
                 f"{writable:.1f}s; SIGCONT, back in every ISR after {back:.1f}s")
 
     with Workload(cluster.bootstrap, topic, history, idempotent=True) as workload:
-        log = run_faults(cluster, topic, history, PAUSE_ROUNDS, pause_round)
+        run_faults(cluster, topic, history, PAUSE_ROUNDS, pause_round)
     drain(cluster, topic, history)
-    check(topic, history, True, log, workload)
+    check(topic, history, True, workload)
