@@ -34,6 +34,13 @@ log = logging.getLogger(__name__)
 FETCH_KEY, FETCH_VERSION = 1, 12
 EPOCH_KEY, EPOCH_VERSION = 23, 4
 UNDEFINED = -1
+# The leader has not taken up the new epoch yet (it polls the image every 100 ms): ask again
+# soon rather than after replica.fetch.backoff.ms, which is for a broken leader.
+EPOCH_RETRY_S = 0.1
+EPOCH_ERRORS = frozenset({
+    ErrorCode.not_leader_or_follower, ErrorCode.unknown_leader_epoch,
+    ErrorCode.fenced_leader_epoch, ErrorCode.unknown_topic_or_partition,
+})
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,24 +106,26 @@ class ReplicaFetcher:
                 self._changed.clear()
                 await self._changed.wait()
                 continue
+            self._changed.clear()
             try:
                 connection = self._connect()
                 if connection is None:
-                    await asyncio.sleep(backoff)
-                    continue
-                if any(s.truncating for s in self.partitions.values()):
-                    ok = await self._truncate(connection)
+                    delay = backoff
+                elif any(s.truncating for s in self.partitions.values()):
+                    delay = await self._truncate(connection)
                 else:
-                    ok = await self._fetch(connection)
+                    delay = await self._fetch(connection)
             except BrokerConnectionError as e:
                 log.info("fetching from broker %d: %s", self.leader_id, e)
                 self._connection = None
-                ok = False
+                delay = backoff
             except Exception:
                 log.exception("replica fetcher for broker %d failed", self.leader_id)
-                ok = False
-            if not ok:
-                await asyncio.sleep(backoff)
+                delay = backoff
+            if delay:
+                # A partition joining (a new leader epoch) ends the pause early.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._changed.wait(), delay)
 
     def _connect(self) -> KafkaConnection | None:
         endpoint = self._endpoint(self.leader_id)
@@ -144,7 +153,7 @@ class ReplicaFetcher:
 
     # -- truncation (KIP-101/279) ---------------------------------------------------------------
 
-    async def _truncate(self, connection: KafkaConnection) -> bool:
+    async def _truncate(self, connection: KafkaConnection) -> float:
         asked: dict[tuple[str, int], tuple[int, int]] = {}  # key -> (leader epoch, our epoch)
         topics: dict[str, list[dict[str, Any]]] = {}
         for key, state in self.partitions.items():
@@ -162,7 +171,7 @@ class ReplicaFetcher:
             "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
         })
         response = await connection.request(EPOCH_KEY, EPOCH_VERSION, request)
-        progressed = False
+        delay = 0.0
         for topic in response.topics:
             for p in topic.partitions:
                 key = (topic.topic, p.partition)
@@ -170,11 +179,16 @@ class ReplicaFetcher:
                     continue
                 sent_epoch, our_epoch = asked[key]
                 state = self._current(key, sent_epoch)
-                if state is None or p.error_code != ErrorCode.none:
+                if state is None:
+                    continue
+                if p.error_code != ErrorCode.none:
+                    delay = max(delay, self._error_delay(p.error_code))
                     continue
                 self._apply_truncation(state, our_epoch, p.leader_epoch, p.end_offset)
-                progressed = True
-        return progressed
+        return delay
+
+    def _error_delay(self, error: ErrorCode) -> float:
+        return EPOCH_RETRY_S if error in EPOCH_ERRORS else self.config.backoff_ms / 1000
 
     @staticmethod
     def _apply_truncation(state: FetchState, our_epoch: int, leader_epoch: int,
@@ -198,7 +212,7 @@ class ReplicaFetcher:
 
     # -- fetching ------------------------------------------------------------------------------
 
-    async def _fetch(self, connection: KafkaConnection) -> bool:
+    async def _fetch(self, connection: KafkaConnection) -> float:
         sent: dict[tuple[str, int], tuple[int, int]] = {}  # key -> (leader epoch, offset)
         topics: dict[str, list[dict[str, Any]]] = {}
         for key, state in self.partitions.items():
@@ -224,7 +238,7 @@ class ReplicaFetcher:
             "rack_id": cfg.rack or "",
         })
         response = await connection.request(FETCH_KEY, FETCH_VERSION, request)
-        healthy = True
+        delay = 0.0
         for topic in response.responses:
             for p in topic.partitions:
                 key = (topic.topic, p.partition_index)
@@ -234,10 +248,15 @@ class ReplicaFetcher:
                 state = self._current(key, sent_epoch)
                 if state is None:
                     continue
-                healthy &= self._apply_fetch(state, offset, p)
-        return healthy
+                if p.error_code not in (ErrorCode.none, ErrorCode.offset_out_of_range):
+                    log.debug("%s: fetch from broker %d: %s", state.partition, self.leader_id,
+                              p.error_code)
+                    delay = max(delay, self._error_delay(p.error_code))
+                    continue
+                self._apply_fetch(state, offset, p)
+        return delay
 
-    def _apply_fetch(self, state: FetchState, offset: int, p: Any) -> bool:
+    def _apply_fetch(self, state: FetchState, offset: int, p: Any) -> None:
         partition = state.partition
         if p.error_code == ErrorCode.offset_out_of_range:
             if offset < p.log_start_offset:
@@ -247,16 +266,12 @@ class ReplicaFetcher:
                 partition.high_watermark = p.log_start_offset
             else:
                 state.truncating = True  # ahead of the leader: find where we diverged
-            return True
-        if p.error_code != ErrorCode.none:
-            log.debug("%s: fetch from broker %d: %s", partition, self.leader_id, p.error_code)
-            return False
+            return
         if partition.log.log_end_offset != offset:
-            return True  # truncated meanwhile; the next round asks again
+            return  # truncated meanwhile; the next round asks again
         try:
             partition.append_as_follower(bytes(p.records or b""), p.high_watermark)
         except InvalidRecordError as e:
             log.warning("%s: fetched data does not continue our log (%s); truncating",
                         partition, e)
             state.truncating = True
-        return True
