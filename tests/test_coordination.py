@@ -128,3 +128,42 @@ def test_reassignment_adds_first_then_removes_once_in_sync() -> None:
     # so the order may change (the leader does not).
     assert (set(undone.replicas), undone.isr, undone.leader) == ({1, 2}, (1, 2), 1)
     assert (undone.adding, undone.removing) == ((), ())
+
+
+def test_controller_fences_a_dead_broker_and_hands_over(tmp_path: Path) -> None:
+    """Two brokers' controllers over one backend: one acts; when broker 1's leases lapse,
+    broker 2 takes the controller lease and moves broker 1's leadership within the ISR."""
+    from broker.config import BrokerConfig
+    from broker.controller.controller import Controller
+    from broker.server.metadata import ClusterMetadata
+
+    session = 300
+    backend = SqliteBackend(tmp_path / "cluster.db")
+    controllers = {}
+    epochs = {}
+    for node in (1, 2):
+        config = BrokerConfig.from_dict({
+            "node.id": str(node), "log.dirs": str(tmp_path / f"b{node}"),
+            "broker.session.timeout.ms": str(session), "broker.heartbeat.interval.ms": "50",
+            "auto.leader.rebalance.enable": "false",
+        })
+        epochs[node] = backend.register_broker(reg(node), session)
+        metadata = ClusterMetadata(backend, [tmp_path / f"b{node}"], node)
+        controllers[node] = Controller(config, metadata, lambda n=node: epochs[n])
+    topic = TopicMetadata("t", "00000000-0000-0000-0000-000000000002", {},
+                          (state([1, 2], [1, 2], 1, epoch=0),))
+    assert backend.write_image(backend.read_image().with_topic(topic))
+    controllers[1].round()
+    controllers[2].round()
+    assert controllers[1].active and not controllers[2].active
+    # Broker 1 stops heartbeating (killed); broker 2 keeps renewing its own lease.
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        assert backend.renew_broker(2, epochs[2], session)
+        controllers[2].round()
+        if backend.read_image().topics["t"].assignments[0].leader == 2:
+            break
+        time.sleep(0.05)
+    moved = backend.read_image().topics["t"].assignments[0]
+    assert controllers[2].active
+    assert (moved.leader, moved.isr, moved.leader_epoch) == (2, (2,), 1)

@@ -38,6 +38,7 @@ class Controller:
         self.epoch: int | None = None  # the controller epoch while active
         self.elections = 0
         self._next_rebalance = 0.0
+        self._renewed = 0.0
         self._task: asyncio.Task[None] | None = None
 
     @property
@@ -66,13 +67,29 @@ class Controller:
 
     def round(self, now: float | None = None) -> None:
         """One pass: hold the lease, then bring the image in line with the live brokers."""
-        epoch = self.backend.acquire_controller(
-            self.node_id, self._broker_epoch(), self.config["broker.session.timeout.ms"]
-        )
+        now = time.monotonic() if now is None else now
+        renew_every = self.config["broker.heartbeat.interval.ms"] / 1000
+        if self.epoch is None:
+            lease = self.backend.controller()  # a read: most rounds end here on most brokers
+            held_elsewhere = lease is not None and lease.holder != self.node_id
+            epoch = None if held_elsewhere else self.backend.acquire_controller(
+                self.node_id, self._broker_epoch(), self.config["broker.session.timeout.ms"]
+            )
+            self._renewed = now
+        elif now - self._renewed >= renew_every:
+            # A write, so only as often as a heartbeat: the lease lasts a session timeout.
+            # Monotonic time runs on while the process is paused, so a broker resumed after
+            # its lease lapsed renews first, and finds another controller, before acting.
+            epoch = self.backend.acquire_controller(
+                self.node_id, self._broker_epoch(), self.config["broker.session.timeout.ms"]
+            )
+            self._renewed = now
+        else:
+            epoch = self.epoch
         if epoch != self.epoch:
             if epoch is not None:
                 log.info("broker %d is the active controller (epoch %d)", self.node_id, epoch)
-                self._next_rebalance = time.monotonic() + self._rebalance_interval()
+                self._next_rebalance = now + self._rebalance_interval()
             elif self.epoch is not None:
                 log.warning("broker %d lost the controller lease", self.node_id)
             self.epoch = epoch
@@ -82,7 +99,6 @@ class Controller:
         self._write(lambda image: self._fence_and_elect(image, live))
         self._write(lambda image: map_partitions(
             image, lambda _, state: step_reassignment(state, live)))
-        now = time.monotonic() if now is None else now
         if self.config["auto.leader.rebalance.enable"] and now >= self._next_rebalance:
             self._next_rebalance = now + self._rebalance_interval()
             self._write(lambda image: self.rebalance(image, live))
