@@ -1,7 +1,11 @@
-"""``python -m bench {produce,consume,all}``: broker throughput against the issue's floor.
+"""``python -m bench {produce,consume,all,group,failover,replicated}``: broker benchmarks.
 
-Every run starts a fresh broker on an empty temp dir (so earlier runs cannot warm or
-fill anything), drives it from a separate client process, and stops it at the end.
+produce/consume/all/group measure one broker's throughput against the issue's floor. Every
+run starts a fresh broker on an empty temp dir (so earlier runs cannot warm or fill
+anything), drives it from a separate client process, and stops it at the end.
+
+failover (time a partition is unavailable after its leader is SIGKILLed) and replicated
+(acks=all RF 3 produce throughput against acks=1 RF 1) run on a fresh 3-broker cluster.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import clients
+from bench import clients, failover, replicated
 from bench.broker import BenchBroker, machine_busy_seconds
 from bench.profile import PySpy, summarise
 
@@ -143,10 +147,12 @@ def _props(parser: argparse.ArgumentParser, pairs: list[str]) -> dict[str, str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    parser.add_argument("name", choices=["produce", "consume", "all", "group"])
+    parser.add_argument("name", choices=["produce", "consume", "all", "group", "failover",
+                                         "replicated"])
     parser.add_argument("--members", type=_positive, default=3,
                         help="consumer processes in the group, for 'group' (3)")
-    parser.add_argument("--records", type=_positive, default=3_000_000, help="records (3000000)")
+    parser.add_argument("--records", type=_positive, default=None,
+                        help="records (3000000; 1000000 for 'replicated')")
     parser.add_argument("--record-size", type=_positive, default=1024, help="value bytes (1024)")
     parser.add_argument("--partitions", type=_positive, default=8, help="topic partitions (8)")
     parser.add_argument("--timeout", type=float, default=300.0,
@@ -159,7 +165,19 @@ def main(argv: list[str] | None = None) -> int:
                         help="librdkafka consumer setting, overriding ours (repeatable)")
     parser.add_argument("--profile", type=Path, metavar="DIR",
                         help="sample the broker with py-spy; raw stacks go to DIR")
+    parser.add_argument("--kills", type=_positive, default=20,
+                        help="leader kills, for 'failover' (20)")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="'failover': seed of the random pause before each kill (random)")
+    parser.add_argument("--idempotent", action="store_true",
+                        help="'failover': the probe producer uses enable.idempotence=true")
+    parser.add_argument("--keep", action="store_true",
+                        help="'failover'/'replicated': keep the cluster's data dir and broker "
+                             "output (always kept when the run fails)")
     args = parser.parse_args(argv)
+    if args.name in ("failover", "replicated"):
+        return _cluster_main(parser, args)
+    args.records = args.records or 3_000_000
     extra = {"produce": _props(parser, args.producer_prop),
              "consume": _props(parser, args.consumer_prop)}
 
@@ -212,13 +230,51 @@ def main(argv: list[str] | None = None) -> int:
     print("client: all its threads (librdkafka's too); (py): its Python thread alone\n"
           f"machine: all {os.cpu_count()} cores, busy with anything (kernel, other jobs)\n"
           "s/GB: broker CPU seconds per 10^9 bytes, the figure least disturbed by other work")
-    python = os.path.relpath(sys.executable)
-    python = sys.executable if python.startswith("..") else python
-    print("reproduce: " + shlex.join([python, "-m", "bench", *sys.argv[1:]]))
+    print("reproduce: " + _command())
     for raw in profiles:
         print(f"\nbroker profile, {raw.stem} (py-spy, busy samples only; raw stacks: {raw}):")
         print(summarise(raw))
     return 0
+
+
+def _command() -> str:
+    python = os.path.relpath(sys.executable)
+    python = sys.executable if python.startswith("..") else python
+    return shlex.join([python, "-m", "bench", *sys.argv[1:]])
+
+
+def _cluster_main(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """The two cluster benchmarks: failover and replicated."""
+    print(f"machine: {machine()}")
+    print(f"load average at start: {_load()}" + (
+        "  (other work is running: expect lower, noisier figures)"
+        if os.getloadavg()[0] > 0.5 else ""), flush=True)
+    code = 0
+    if args.name == "failover":
+        print(f"workload: {args.kills} SIGKILLs of the leader of a 1-partition topic, RF 3, "
+              "min.insync.replicas=2, 3 brokers with default settings "
+              "(broker.session.timeout.ms=9000, broker.heartbeat.interval.ms=2000)",
+              flush=True)
+        code, lines = failover.run(args.kills, args.idempotent, args.keep, args.seed)
+    else:
+        records = args.records or 1_000_000
+        extra = _props(parser, args.producer_prop)
+        print(f"workload: {records} records x {args.record_size} B = "
+              f"{records * args.record_size / 1e6:.0f} MB per run, {args.partitions} "
+              f"partitions, 3 brokers with default settings; producer linger.ms="
+              f"{clients.PRODUCER_CONFIG['linger.ms']}, batch.size="
+              f"{clients.PRODUCER_CONFIG['batch.size']}"
+              + (f", overrides {extra}" if extra else ""), flush=True)
+        lines = replicated.run(records, args.record_size, args.partitions, args.repeat,
+                               args.timeout, extra, args.keep)
+    print("\n".join(lines))
+    print(f"\n{time.strftime('%Y-%m-%d %H:%M %Z')}; load average at end: {_load()}")
+    if args.name == "replicated":
+        print("brokers: the 3 broker processes together (each: broker 0/1/2); client: the "
+              "producer process, all threads\ns/GB: all brokers' CPU seconds per 10^9 bytes "
+              "produced")
+    print("reproduce: " + _command())
+    return code
 
 
 if __name__ == "__main__":
