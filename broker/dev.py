@@ -20,6 +20,7 @@ from pathlib import Path
 READY_MARK = "listening on PLAINTEXT://"
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
+PR_SET_PDEATHSIG = 1
 
 
 @dataclass
@@ -29,6 +30,16 @@ class DevBroker:
     log_dir: Path
     proc: subprocess.Popen[str] | None = None
     ready: threading.Event = field(default_factory=threading.Event)
+
+
+def _die_with_parent() -> None:
+    """Linux: SIGTERM the broker if `kafkube dev` itself dies, so none is left behind."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass
 
 
 def _pump(broker: DevBroker, prefix: str, quiet: bool) -> None:
@@ -68,6 +79,7 @@ def start_cluster(data_dir: Path, brokers: int, base_port: int, metrics_base: in
             args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
             start_new_session=True,  # Ctrl-C reaches us only; we stop brokers in order
+            preexec_fn=_die_with_parent,
         )
         threading.Thread(target=_pump, args=(broker, f"[broker {node_id}] ", quiet),
                          daemon=True).start()
