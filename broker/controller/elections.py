@@ -49,12 +49,12 @@ def fence_and_elect(state: PartitionState, live: Set[int], unclean: bool) -> Par
         leader = choose_leader(state, live, unclean=True)
         if leader != NO_LEADER:
             return state.with_leader(leader, (leader,))
-    # Offline: keep the last ISR member(s) on record, they hold every acknowledged write.
-    kept = isr or (state.isr[-1:] if state.leader == NO_LEADER else
-                   ((state.leader,) if state.leader in state.isr else state.isr[-1:]))
-    if state.leader == NO_LEADER and kept == state.isr:
+    # Offline: no ISR member is live. Keep the last one on record (the dead leader, when it
+    # was in the ISR): it holds every acknowledged write, so only it may lead again.
+    last = (state.leader,) if state.leader in state.isr else state.isr[-1:]
+    if state.leader == NO_LEADER and last == state.isr:
         return state
-    return state.with_leader(NO_LEADER, kept)
+    return state.with_leader(NO_LEADER, last)
 
 
 def step_reassignment(state: PartitionState, live: Set[int]) -> PartitionState:
