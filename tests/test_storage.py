@@ -228,3 +228,28 @@ def test_roll_by_segment_age(tmp_path: Path):
     log.active_segment.created_ms -= 60_000  # the segment is now a minute old
     append(log, batch(2))
     assert [s.base_offset for s in log.segments] == [0, 4]
+
+
+def test_follower_append_copies_the_leaders_log_across_rolls(tmp_path: Path):
+    """A follower writes fetched batches as they are (offsets, epochs), in runs that roll
+    at the same size limit, and refuses data that overlaps what it holds."""
+    from broker.protocol.records import InvalidRecordError
+
+    leader = Log(tmp_path / "leader-0", small_config())
+    for epoch in (0, 0, 1, 1, 1, 3):
+        for _ in range(7):
+            append(leader, batch(3), epoch)
+    fetched = read_all(leader)
+    follower = Log(tmp_path / "follower-0", small_config())
+    half = sum(h.size for h in split_batches(fetched)[:20])
+    assert follower.append_as_follower(fetched[:half]) == 60
+    assert follower.append_as_follower(fetched[half:]) == 126 - 60
+    assert follower.log_end_offset == leader.log_end_offset == 126
+    assert read_all(follower) == fetched
+    assert len(follower.segments) > 3
+    assert follower.epoch_cache.entries == leader.epoch_cache.entries == [(0, 0), (1, 42), (3, 105)]
+    with pytest.raises(InvalidRecordError):
+        follower.append_as_follower(fetched[:half])  # offsets it already has
+    follower.close()
+    reopened = Log(tmp_path / "follower-0", small_config(), clean_shutdown=False)
+    assert read_all(reopened) == fetched

@@ -237,23 +237,34 @@ class Log:
         """
         headers = split_batches(records)
         view = memoryview(records)
-        pos = 0
         count = 0
+        start = pos = 0  # the run of batches not written yet: view[start:pos]
+        pending: list[BatchHeader] = []
         for header in headers:
-            if header.base_offset < self.log_end_offset:
+            if header.base_offset < (pending[-1].next_offset if pending else self.log_end_offset):
                 raise InvalidRecordError(
                     f"fetched batch at offset {header.base_offset}, log end is "
                     f"{self.log_end_offset}"
                 )
-            self._maybe_roll(header.size, header)
-            self.active_segment.append([view[pos : pos + header.size]], [header])
-            self.epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
-            self.producer_state.update(header)
+            if pending and self._needs_roll(pos - start + header.size, header):
+                self._append_run(view[start:pos], pending)
+                start, pending = pos, []
+            pending.append(header)
             pos += header.size
             count += header.record_count
+        if pending:
+            self._append_run(view[start:pos], pending)
         self._unflushed_messages += count
         self._maybe_flush()
         return count
+
+    def _append_run(self, data: memoryview, headers: list[BatchHeader]) -> None:
+        """Write consecutive fetched batches with one write, rolling first if due."""
+        self._maybe_roll(len(data), headers[-1])
+        self.active_segment.append([data], headers)
+        for header in headers:
+            self.epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
+            self.producer_state.update(header)
 
     def reset_to(self, offset: int) -> None:
         """Drop every segment and start empty at ``offset``: a follower behind the leader's
@@ -272,17 +283,20 @@ class Log:
         self.recovery_point = offset
 
     def _maybe_roll(self, incoming: int, first: BatchHeader) -> None:
+        if self._needs_roll(incoming, first):
+            self.roll()
+
+    def _needs_roll(self, incoming: int, last: BatchHeader) -> bool:
+        """Whether ``incoming`` bytes ending with batch ``last`` belong in a new segment."""
         segment = self.active_segment
         if segment.size == 0:
-            return
-        now_ms = time.time() * 1000
-        if (
+            return False
+        return (
             segment.size + incoming > self.config.segment_bytes
-            or now_ms - segment.created_ms >= self.config.segment_ms
+            or time.time() * 1000 - segment.created_ms >= self.config.segment_ms
             or segment.is_full
-            or first.last_offset - segment.base_offset > 2**31 - 1
-        ):
-            self.roll()
+            or last.last_offset - segment.base_offset > 2**31 - 1
+        )
 
     def roll(self) -> LogSegment:
         """Start a new active segment at the log end offset (no-op if the active one is empty)."""
