@@ -505,9 +505,15 @@ class ReplicaManager:
                 await asyncio.sleep(backoff)
 
     async def _checkpoint_loop(self) -> None:
+        """High watermarks (and recovery points) every
+        replica.high.watermark.checkpoint.interval.ms: a restarted replica starts from them."""
+        interval = self.config["replica.high.watermark.checkpoint.interval.ms"] / 1000
         while True:
-            await asyncio.sleep(60)
-            self.write_checkpoints()
+            await asyncio.sleep(interval)
+            try:
+                self.write_checkpoints()
+            except OSError:
+                log.exception("writing checkpoints failed")
 
 
 class TopicExists(Exception):
