@@ -12,6 +12,7 @@ before the first ``await``.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from dataclasses import dataclass
 
@@ -20,6 +21,8 @@ from kio.schema.errors import ErrorCode
 from broker.cluster.image import NO_LEADER, PartitionState
 from broker.protocol.records import InvalidRecordError, validate_produce_payload
 from broker.storage.log import Log, ReadResult
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +167,8 @@ class Partition:
                                       last_offset=duplicate.last_offset)
             error = producer_state.check(header)
             if error is not None:
+                log.info("%s: %s for producer %d epoch %d sequence %d", self, error.name,
+                         header.producer_id, header.producer_epoch, header.base_sequence)
                 return ProduceOutcome(
                     error,
                     message=f"producer {header.producer_id} epoch {header.producer_epoch} "

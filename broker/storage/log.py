@@ -485,7 +485,12 @@ class Log:
                 path.unlink(missing_ok=True)
         self.active_segment.truncate_to(offset)
         self.epoch_cache.truncate_from_end(offset)
-        self.producer_state.truncate_to(offset)
+        if self.producer_state.truncate_to(offset):
+            # Kafka reloads from a snapshot; we re-read the batch headers (truncation is rare).
+            self.producer_state = ProducerStateManager()
+            for segment in self.segments:
+                for batch in segment.batches_from(0):
+                    self.producer_state.update(batch.header)
         self.recovery_point = min(self.recovery_point, offset)
 
     def close(self) -> None:

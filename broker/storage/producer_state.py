@@ -93,8 +93,11 @@ class ProducerStateManager:
             )
         )
 
-    def truncate_to(self, offset: int) -> None:
-        """Forget batches at or after ``offset`` (log truncation)."""
+    def truncate_to(self, offset: int) -> bool:
+        """Forget batches at or after ``offset`` (log truncation). True if some producer lost
+        every batch kept in memory: its older batches are only in the log now, and the
+        caller must rebuild the state from there, or a retry of one would not be known."""
+        emptied = False
         for pid in list(self.producers):
             entry = self.producers[pid]
             kept = [b for b in entry.batches if b.last_offset < offset]
@@ -102,4 +105,6 @@ class ProducerStateManager:
                 entry.batches = deque(kept, maxlen=BATCHES_KEPT)
             else:
                 del self.producers[pid]
+                emptied = True
+        return emptied
 
