@@ -1,4 +1,4 @@
-"""``python -m bench {produce,consume,all,group,failover,replicated}``: broker benchmarks.
+"""``python -m bench {produce,consume,all,group,failover,replicated,compare}``: broker benchmarks.
 
 produce/consume/all/group measure one broker's throughput against the issue's floor. Every
 run starts a fresh broker on an empty temp dir (so earlier runs cannot warm or fill
@@ -6,6 +6,9 @@ anything), drives it from a separate client process, and stops it at the end.
 
 failover (time a partition is unavailable after its leader is SIGKILLed) and replicated
 (acks=all RF 3 produce throughput against acks=1 RF 1) run on a fresh 3-broker cluster.
+
+compare runs the issue-5 workloads against Apache Kafka and kafkube, one after the other
+(``python -m bench compare -h``).
 """
 
 from __future__ import annotations
@@ -146,9 +149,14 @@ def _props(parser: argparse.ArgumentParser, pairs: list[str]) -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["compare"]:  # side by side with Apache Kafka; its own options
+        from bench import compare
+
+        return compare.main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("name", choices=["produce", "consume", "all", "group", "failover",
-                                         "replicated"])
+                                         "replicated", "compare"])
     parser.add_argument("--members", type=_positive, default=3,
                         help="consumer processes in the group, for 'group' (3)")
     parser.add_argument("--records", type=_positive, default=None,
