@@ -167,3 +167,29 @@ def test_controller_fences_a_dead_broker_and_hands_over(tmp_path: Path) -> None:
     moved = backend.read_image().topics["t"].assignments[0]
     assert controllers[2].active
     assert (moved.leader, moved.isr, moved.leader_epoch) == (2, (2,), 1)
+
+
+def _open_backend(path: str, results) -> None:
+    try:
+        results.put(SqliteBackend(Path(path)).cluster_id())
+    except Exception as e:  # reported to the test, which fails on it
+        results.put(f"error: {e!r}")
+
+
+def test_brokers_starting_together_share_one_new_store(tmp_path: Path) -> None:
+    """Three processes create the same coordination file at once: one cluster id, no
+    'database is locked' (switching a new file to WAL does not wait for the lock)."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    for attempt in range(5):
+        path = tmp_path / f"{attempt}" / "cluster.db"
+        results = context.Queue()
+        procs = [context.Process(target=_open_backend, args=(str(path), results))
+                 for _ in range(3)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(30)
+        ids = [results.get(timeout=5) for _ in procs]
+        assert len(set(ids)) == 1 and not ids[0].startswith("error"), ids

@@ -60,7 +60,17 @@ class SqliteBackend(CoordinationBackend):
         self.path = path
         self._db = sqlite3.connect(path, timeout=busy_timeout_s, isolation_level=None,
                                    check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
+        # Brokers of a local cluster start together: switching a new file to WAL can find it
+        # locked by another starting broker without SQLite waiting, so retry for a while.
+        deadline = time.monotonic() + busy_timeout_s
+        while True:
+            try:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                break
+            except sqlite3.OperationalError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
         self._db.execute("PRAGMA synchronous=NORMAL")
         with self._write() as db:
             for statement in _SCHEMA.split(";"):
