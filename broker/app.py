@@ -75,11 +75,7 @@ class BrokerApp:
         if self.controller.active:
             offline = sum(1 for t in self.store.image.topics.values()
                           for s in t.assignments if s.leader < 0)
-        under_min = 0
-        for p in led:
-            topic = self.store.topics.get(p.topic)
-            if topic is not None and len(p.isr) < self.replicas.min_insync_replicas(topic):
-                under_min += 1
+        under_min = sum(1 for p in led if len(p.isr) < p.log.config.min_insync_replicas)
         return ReplicationSample(
             partitions=len(partitions), leaders=len(led),
             under_replicated=sum(1 for p in led if len(p.isr) < len(p.replicas)),

@@ -377,6 +377,13 @@ class BrokerConfig:
     def log_dirs(self) -> list[str]:
         return self.values["log.dirs"] or [self.values["log.dir"]]
 
+    def topic_values(self, overrides: Mapping[str, str]) -> dict[str, Any]:
+        """Each topic key's parsed value for a topic with these overrides: the override, else
+        the broker's default."""
+        values = self.topic_defaults()
+        values.update(validate_topic_configs(overrides))
+        return values
+
     def topic_defaults(self) -> dict[str, Any]:
         """Each topic-level key's value when a topic sets no override."""
         v = self.values

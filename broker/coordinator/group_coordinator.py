@@ -161,9 +161,9 @@ class GroupCoordinator:
 
     def ensure_offsets_topic(self) -> None:
         """Create ``__consumer_offsets`` on first use, compacted, as Kafka does."""
-        if ot.TOPIC in self.replicas.store.topics:
+        if ot.TOPIC in self.replicas.metadata.topics:
             return
-        live = max(1, len(self.replicas.store.brokers))
+        live = max(1, len(self.replicas.metadata.brokers))
         replication_factor = min(self.config["offsets.topic.replication.factor"], live)
         with contextlib.suppress(TopicExists):  # another broker created it first
             self.replicas.create_topic(ot.TOPIC, self.partitions, {

@@ -279,16 +279,9 @@ def _creation_source(config: BrokerConfig, name: str, overrides: Mapping[str, st
     return DEFAULT_CONFIG
 
 
-def effective_topic_values(config: BrokerConfig, overrides: Mapping[str, str]) -> dict[str, Any]:
-    """Each topic key's parsed value: the override, else the broker's default."""
-    values = config.topic_defaults()
-    values.update(validate_topic_configs(overrides))
-    return values
-
-
 def _created_configs(config: BrokerConfig, overrides: Mapping[str, str]) -> list[dict[str, Any]]:
     """The effective configs CreateTopics v5+ returns, sorted by name as Kafka does."""
-    values = effective_topic_values(config, overrides)
+    values = config.topic_values(overrides)
     return [
         {
             "name": name,

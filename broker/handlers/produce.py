@@ -46,8 +46,9 @@ async def handle_produce(ctx: RequestContext, request: Any) -> Any:
     for topic in request.topic_data:
         meta = services.store.topics.get(topic.name)
         counters = services.metrics.topic(topic.name) if meta else None
-        max_bytes = services.replicas.log_config(meta).max_message_bytes if meta else 0
-        min_isr = services.replicas.min_insync_replicas(meta) if meta else 1
+        log_config = services.replicas.log_config(meta) if meta else None
+        max_bytes = log_config.max_message_bytes if log_config else 0
+        min_isr = log_config.min_insync_replicas if log_config else 1
         partitions = []
         for data in topic.partition_data:
             partition = services.replicas.get(topic.name, data.index)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -172,20 +172,26 @@ class ReplicaFetcher:
         })
         response = await connection.request(EPOCH_KEY, EPOCH_VERSION, request)
         delay = 0.0
-        for topic in response.topics:
-            for p in topic.partitions:
-                key = (topic.topic, p.partition)
-                if key not in asked:
-                    continue
-                sent_epoch, our_epoch = asked[key]
-                state = self._current(key, sent_epoch)
-                if state is None:
-                    continue
-                if p.error_code != ErrorCode.none:
-                    delay = max(delay, self._error_delay(p.error_code))
-                    continue
-                self._apply_truncation(state, our_epoch, p.leader_epoch, p.end_offset)
+        pairs = ((t.topic, p.partition, p) for t in response.topics for p in t.partitions)
+        for state, our_epoch, p in self._still_wanted(pairs, asked):
+            if p.error_code != ErrorCode.none:
+                delay = max(delay, self._error_delay(p.error_code))
+                continue
+            self._apply_truncation(state, our_epoch, p.leader_epoch, p.end_offset)
         return delay
+
+    def _still_wanted(
+        self, answers: Iterable[tuple[str, int, Any]], sent: dict[tuple[str, int], tuple[int, int]]
+    ) -> Iterator[tuple[FetchState, int, Any]]:
+        """The answers for partitions we asked about that still follow the same leader term,
+        with the second value recorded when asking."""
+        for topic, index, answer in answers:
+            asked = sent.get((topic, index))
+            if asked is None:
+                continue
+            state = self._current((topic, index), asked[0])
+            if state is not None:
+                yield state, asked[1], answer
 
     def _error_delay(self, error: ErrorCode) -> float:
         return EPOCH_RETRY_S if error in EPOCH_ERRORS else self.config.backoff_ms / 1000
@@ -239,21 +245,14 @@ class ReplicaFetcher:
         })
         response = await connection.request(FETCH_KEY, FETCH_VERSION, request)
         delay = 0.0
-        for topic in response.responses:
-            for p in topic.partitions:
-                key = (topic.topic, p.partition_index)
-                if key not in sent:
-                    continue
-                sent_epoch, offset = sent[key]
-                state = self._current(key, sent_epoch)
-                if state is None:
-                    continue
-                if p.error_code not in (ErrorCode.none, ErrorCode.offset_out_of_range):
-                    log.debug("%s: fetch from broker %d: %s", state.partition, self.leader_id,
-                              p.error_code)
-                    delay = max(delay, self._error_delay(p.error_code))
-                    continue
-                self._apply_fetch(state, offset, p)
+        pairs = ((t.topic, p.partition_index, p) for t in response.responses for p in t.partitions)
+        for state, offset, p in self._still_wanted(pairs, sent):
+            if p.error_code not in (ErrorCode.none, ErrorCode.offset_out_of_range):
+                log.debug("%s: fetch from broker %d: %s", state.partition, self.leader_id,
+                          p.error_code)
+                delay = max(delay, self._error_delay(p.error_code))
+                continue
+            self._apply_fetch(state, offset, p)
         return delay
 
     def _apply_fetch(self, state: FetchState, offset: int, p: Any) -> None:

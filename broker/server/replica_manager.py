@@ -23,7 +23,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from broker.cluster.image import NO_LEADER, ClusterImage, PartitionState, TopicMetadata
-from broker.config import BrokerConfig, validate_topic_configs
+from broker.config import BrokerConfig
 from broker.controller.placement import assign_replicas
 from broker.server.metadata import ClusterMetadata, ConcurrentUpdate
 from broker.server.partition import Partition
@@ -90,10 +90,6 @@ class ReplicaManager:
             socket_timeout_ms=config["replica.socket.timeout.ms"],
             rack=config["broker.rack"],
         )
-
-    @property
-    def store(self) -> ClusterMetadata:
-        return self.metadata
 
     # -- startup and shutdown ------------------------------------------------------------
 
@@ -169,17 +165,9 @@ class ReplicaManager:
         config = self._log_configs.get(topic.topic_id)
         if config is None:
             config = self._log_configs[topic.topic_id] = LogConfig.from_topic_config(
-                self.topic_values(topic)
+                self.config.topic_values(topic.configs)
             )
         return config
-
-    def topic_values(self, topic: TopicMetadata) -> dict[str, Any]:
-        values = self.config.topic_defaults()
-        values.update(validate_topic_configs(topic.configs))
-        return values
-
-    def min_insync_replicas(self, topic: TopicMetadata) -> int:
-        return int(self.topic_values(topic)["min.insync.replicas"])
 
     def _pick_log_dir(self) -> Path:
         counts = {d: 0 for d in self.log_dirs}

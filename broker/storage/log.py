@@ -55,6 +55,7 @@ class LogConfig:
     delete_retention_ms: int = 86400000
     min_compaction_lag_ms: int = 0
     min_cleanable_dirty_ratio: float = 0.5
+    min_insync_replicas: int = 1  # not the log's own, but read with it on every produce
 
     @classmethod
     def from_topic_config(cls, values: dict[str, Any]) -> LogConfig:
@@ -73,6 +74,7 @@ class LogConfig:
             cleanup_policy=tuple(values["cleanup.policy"]),
             delete_retention_ms=values["delete.retention.ms"],
             min_compaction_lag_ms=values["min.compaction.lag.ms"],
+            min_insync_replicas=values["min.insync.replicas"],
             min_cleanable_dirty_ratio=values["min.cleanable.dirty.ratio"],
         )
 
