@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import clients, failover, replicated
+from bench import clients, failover, replicated, requests
 from bench.broker import BenchBroker, machine_busy_seconds
 from bench.profile import PySpy, summarise
 
@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         return compare.main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("name", choices=["produce", "consume", "all", "group", "failover",
-                                         "replicated", "compare"])
+                                         "replicated", "requests", "compare"])
     parser.add_argument("--members", type=_positive, default=3,
                         help="consumer processes in the group, for 'group' (3)")
     parser.add_argument("--records", type=_positive, default=None,
@@ -173,6 +173,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="librdkafka consumer setting, overriding ours (repeatable)")
     parser.add_argument("--profile", type=Path, metavar="DIR",
                         help="sample the broker with py-spy; raw stacks go to DIR")
+    parser.add_argument("--window", type=_positive, default=8,
+                        help="'requests': requests in flight on the connection (8)")
     parser.add_argument("--kills", type=_positive, default=20,
                         help="leader kills, for 'failover' (20)")
     parser.add_argument("--seed", type=int, default=None,
@@ -185,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.name in ("failover", "replicated"):
         return _cluster_main(parser, args)
+    if args.name == "requests":
+        return _requests_main(args)
     args.records = args.records or 3_000_000
     extra = {"produce": _props(parser, args.producer_prop),
              "consume": _props(parser, args.consumer_prop)}
@@ -249,6 +253,27 @@ def _command() -> str:
     python = os.path.relpath(sys.executable)
     python = sys.executable if python.startswith("..") else python
     return shlex.join([python, "-m", "bench", *sys.argv[1:]])
+
+
+def _requests_main(args: argparse.Namespace) -> int:
+    """The per-request CPU cost of small produce and fetch requests (``bench.requests``)."""
+    count = args.records or 20_000
+    print(f"machine: {machine()}")
+    print(f"load average at start: {_load()}")
+    print(f"workload: {count:,} Produce v9 (acks=1); then {count:,} pairs of a Produce and a "
+          f"Fetch v12 of what it wrote (tail); each request holds one {args.record_size} B "
+          f"record batch for each of {args.partitions} partitions; {args.window} in flight; "
+          "a fresh broker per run", flush=True)
+    if args.profile:
+        args.profile.mkdir(parents=True, exist_ok=True)
+    lines = requests.run(count, args.partitions, args.record_size, args.window, args.repeat,
+                         args.timeout, args.profile)
+    print("\n".join(lines))
+    print("broker µs/req: the broker's CPU time (user+system) per request; "
+          "µs/part: per partition in it")
+    print(f"{time.strftime('%Y-%m-%d %H:%M %Z')}; load average at end: {_load()}")
+    print("reproduce: " + _command())
+    return 0
 
 
 def _cluster_main(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
