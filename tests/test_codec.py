@@ -1,13 +1,14 @@
-"""The sans-IO codec: framing, header versions, and the hand-written Fetch encoder."""
+"""The sans-IO codec: framing, header versions, and the hand-written Fetch and Produce codecs."""
 
 from __future__ import annotations
 
 import os
 import struct
+import typing
 from datetime import timedelta
 
 import pytest
-from kio.index import load_response_schema
+from kio.index import load_request_schema, load_response_schema
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.errors import ErrorCode
 
@@ -25,6 +26,7 @@ from broker.protocol.codec import (
 )
 from broker.protocol.fetch_response import FetchPartition, FetchTopic, encode_fetch_response
 from broker.protocol.messages import build
+from broker.protocol.produce import PartitionResponse, TopicResponse, encode_produce_response
 from broker.protocol.records import InvalidRecordError, split_batches
 from broker.storage.segment import FileRegion
 from tests.wire import build_batch
@@ -156,3 +158,68 @@ def test_batch_codec_round_trip(codec):
         mine = encode_batch([Record(0, 1000, b"k", b"v" * 300, (("h", b"1"), ("n", None))),
                              Record(1, 995, None, None)], 0)
         assert mine == oracle
+
+
+@pytest.mark.parametrize("version", range(3, 12))
+@pytest.mark.parametrize("transactional_id", [None, "tx-é"])
+def test_produce_request_decoder_matches_kio(version, transactional_id):
+    batch = build_batch([(b"k", b"v" * 20, (), 0)], 1_700_000_000_000)
+    schema = load_request_schema(0, version)
+    topic_cls = typing.get_type_hints(schema)["topic_data"].__args__[0]
+    partition_cls = typing.get_type_hints(topic_cls)["partition_data"].__args__[0]
+    body = schema(transactional_id=transactional_id, acks=-1, timeout=timedelta(seconds=7),
+                  topic_data=(
+                      topic_cls(name="a", partition_data=(
+                          partition_cls(index=0, records=batch),
+                          partition_cls(index=5, records=None))),
+                      topic_cls(name="b", partition_data=()),
+                  ))
+    frame = encode_request(RequestHeader(0, version, 3, "c"), body)[4:]
+    request = decode_request(frame).body
+    assert (request.transactional_id, request.acks, request.timeout_ms) == (
+        transactional_id, -1, 7000)
+    assert [(t.name, [(p.index, None if p.records is None else bytes(p.records))
+                      for p in t.partition_data]) for t in request.topic_data] == [
+        ("a", [(0, batch), (5, None)]), ("b", [])]
+    for cut in range(len(frame) - 1, len(frame) - 40, -7):  # truncated anywhere: refused
+        with pytest.raises(ProtocolError):
+            decode_request(frame[:cut])
+
+
+@pytest.mark.parametrize("version", [3, 9])
+def test_produce_request_decoder_refuses_null_arrays(version):
+    flexible = version >= 9
+    head = struct.pack(">hhih", 0, version, 1, -1) + (b"\0" if flexible else b"")
+    txn_acks_timeout = (b"\0" if flexible else b"\xff\xff") + struct.pack(">hi", 1, 1000)
+    null_array = b"\0" if flexible else struct.pack(">i", -1)
+    with pytest.raises(ProtocolError, match="topic_data may not be null"):
+        decode_request(head + txn_acks_timeout + null_array)
+    one = b"\x02" if flexible else struct.pack(">i", 1)
+    name = (b"\x02" if flexible else struct.pack(">h", 1)) + b"t"
+    with pytest.raises(ProtocolError, match="partition_data may not be null"):
+        decode_request(head + txn_acks_timeout + one + name + null_array)
+
+
+@pytest.mark.parametrize("version", range(3, 12))
+def test_produce_response_encoder_matches_kio(version):
+    topics = [
+        TopicResponse("a", [PartitionResponse(0, 0, 42, -1, 3),
+                            PartitionResponse(1, ErrorCode.corrupt_message, -1, -1, -1,
+                                              "CRC mismatch")]),
+        TopicResponse("b", []),
+    ]
+    expected = build(load_response_schema(0, version), {
+        "throttle_time": timedelta(0),
+        "responses": [
+            {"name": "a", "partition_responses": [
+                {"index": 0, "error_code": ErrorCode.none, "base_offset": 42,
+                 "log_append_time": None, "log_start_offset": 3, "record_errors": (),
+                 "error_message": None},
+                {"index": 1, "error_code": ErrorCode.corrupt_message, "base_offset": -1,
+                 "log_append_time": None, "log_start_offset": -1, "record_errors": (),
+                 "error_message": "CRC mismatch"},
+            ]},
+            {"name": "b", "partition_responses": []},
+        ],
+    })
+    assert encode_produce_response(version, 11, topics) == encode_response(11, expected)

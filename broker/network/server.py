@@ -190,7 +190,7 @@ class Connection:
         self.metrics.request_latency.labels(api).observe(time.perf_counter() - started)
         if response is None:  # Produce with acks=0 gets no response
             return None
-        if isinstance(response, EncodedResponse):
+        if isinstance(response, bytes | EncodedResponse):  # encoded by a hand-written codec
             return response
         return encode_response(request.header.correlation_id, response)
 

@@ -9,14 +9,11 @@ tests check this byte for byte against kio's generic encoder.
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass, field
 
+from broker.protocol.primitives import I16, I32, I64, write_uvarint
 from broker.storage.segment import FileRegion
 
-_I16 = struct.Struct(">h")
-_I32 = struct.Struct(">i")
-_I64 = struct.Struct(">q")
 FLEXIBLE_FROM = 12
 
 
@@ -45,15 +42,6 @@ class EncodedResponse:
     size: int
 
 
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def encode_fetch_response(
     version: int,
     correlation_id: int,
@@ -69,33 +57,33 @@ def encode_fetch_response(
     buf = bytearray()
 
     def array_len(n: int) -> bytes:
-        return _uvarint(n + 1) if flexible else _I32.pack(n)
+        return write_uvarint(n + 1) if flexible else I32.pack(n)
 
     def string(s: str) -> bytes:
         raw = s.encode()
-        return (_uvarint(len(raw) + 1) if flexible else _I16.pack(len(raw))) + raw
+        return (write_uvarint(len(raw) + 1) if flexible else I16.pack(len(raw))) + raw
 
-    buf += _I32.pack(correlation_id)
+    buf += I32.pack(correlation_id)
     if flexible:
         buf += b"\0"  # response header v1: no tagged fields
-    buf += _I32.pack(throttle_time_ms)
+    buf += I32.pack(throttle_time_ms)
     if version >= 7:
-        buf += _I16.pack(error_code) + _I32.pack(session_id)
+        buf += I16.pack(error_code) + I32.pack(session_id)
     buf += array_len(len(topics))
     for topic in topics:
         buf += string(topic.name)
         buf += array_len(len(topic.partitions))
         for p in topic.partitions:
-            buf += _I32.pack(p.partition_index) + _I16.pack(p.error_code)
-            buf += _I64.pack(p.high_watermark) + _I64.pack(p.last_stable_offset)
+            buf += I32.pack(p.partition_index) + I16.pack(p.error_code)
+            buf += I64.pack(p.high_watermark) + I64.pack(p.last_stable_offset)
             if version >= 5:
-                buf += _I64.pack(p.log_start_offset)
+                buf += I64.pack(p.log_start_offset)
             buf += array_len(0)  # aborted_transactions: none (no transactions yet)
             if version >= 11:
-                buf += _I32.pack(p.preferred_read_replica)
+                buf += I32.pack(p.preferred_read_replica)
             region = p.records
             length = region.length if region is not None else 0
-            buf += _uvarint(length + 1) if flexible else _I32.pack(length)
+            buf += write_uvarint(length + 1) if flexible else I32.pack(length)
             if length:
                 chunks.append(bytes(buf))
                 chunks.append(region)
@@ -108,5 +96,5 @@ def encode_fetch_response(
         buf += b"\0"  # response tagged fields
     chunks.append(bytes(buf))
     body = sum(len(c) if isinstance(c, bytes) else c.length for c in chunks)
-    chunks.insert(0, _I32.pack(body))
+    chunks.insert(0, I32.pack(body))
     return EncodedResponse(chunks, body + 4)

@@ -1,0 +1,192 @@
+"""A hand-written Produce codec: ProduceRequest v3-v11 in, ProduceResponse v3-v11 out.
+
+Produce is the request a producer sends most often: with ``linger.ms`` of a millisecond or
+so, a thousand a second, each with a small batch for each of many partitions. kio's generic
+reader and writer build a frozen dataclass per topic and partition and copy each batch out
+of the frame; here each partition's records stay a view into the request frame, and the
+response is written directly from the handler's results, in one pass. Field order and
+encodings follow ProduceRequest.json and ProduceResponse.json: flexible (compact, tagged)
+encoding from v9. The codec tests check both directions byte for byte against kio.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from broker.protocol.primitives import (
+    I16,
+    I32,
+    I64,
+    Buffer,
+    ProtocolError,
+    read_uvarint,
+    skip_tagged_fields,
+    write_uvarint,
+)
+
+API_KEY = 0
+FLEXIBLE_FROM = 9
+VERSIONS = range(3, 12)
+
+
+@dataclass(slots=True)
+class PartitionData:
+    index: int
+    records: memoryview | None  # one record batch (v3+), a view into the request frame
+
+
+@dataclass(slots=True)
+class TopicData:
+    name: str
+    partition_data: list[PartitionData]
+
+
+@dataclass(slots=True)
+class ProduceRequest:
+    transactional_id: str | None
+    acks: int
+    timeout_ms: int
+    topic_data: list[TopicData]
+
+
+@dataclass(slots=True)
+class PartitionResponse:
+    index: int
+    error_code: int
+    base_offset: int = -1
+    log_append_time_ms: int = -1
+    log_start_offset: int = -1
+    error_message: str | None = None
+
+
+@dataclass(slots=True)
+class TopicResponse:
+    name: str
+    partitions: list[PartitionResponse]
+
+
+class _Reader:
+    """A cursor over one request frame; every read checks the frame's bounds."""
+
+    __slots__ = ("buf", "flexible", "pos")
+
+    def __init__(self, buf: memoryview, pos: int, flexible: bool) -> None:
+        self.buf = buf
+        self.pos = pos
+        self.flexible = flexible
+
+    def _take(self, n: int) -> int:
+        start = self.pos
+        if n < 0 or start + n > len(self.buf):
+            raise ProtocolError(f"truncated ProduceRequest at byte {start}")
+        self.pos = start + n
+        return start
+
+    def i16(self) -> int:
+        return I16.unpack_from(self.buf, self._take(2))[0]
+
+    def i32(self) -> int:
+        return I32.unpack_from(self.buf, self._take(4))[0]
+
+    def _length(self) -> int:
+        """A string, bytes or array length; -1 for null."""
+        if self.flexible:
+            n, self.pos = read_uvarint(self.buf, self.pos)
+            return n - 1
+        return self.i32()
+
+    def array_length(self, field: str) -> int:
+        n = self._length()
+        if n < 0:
+            raise ProtocolError(f"ProduceRequest: {field} may not be null")
+        return n
+
+    def string(self, nullable: bool, field: str) -> str | None:
+        if self.flexible:
+            n, self.pos = read_uvarint(self.buf, self.pos)
+            n -= 1
+        else:
+            n = self.i16()
+        if n < 0:
+            if nullable:
+                return None
+            raise ProtocolError(f"ProduceRequest: {field} may not be null")
+        start = self._take(n)
+        try:
+            return str(self.buf[start : start + n], "utf-8")
+        except UnicodeDecodeError as e:
+            raise ProtocolError(f"ProduceRequest: {field} is not UTF-8") from e
+
+    def nullable_bytes(self) -> memoryview | None:
+        n = self._length()
+        if n < 0:
+            return None
+        start = self._take(n)
+        return self.buf[start : start + n]
+
+    def tagged_fields(self) -> None:
+        if self.flexible:
+            self.pos = skip_tagged_fields(self.buf, self.pos)
+
+
+def decode_produce_request(frame: Buffer, pos: int, version: int) -> ProduceRequest:
+    """The body of a Produce request starting at ``pos`` (after the request header)."""
+    r = _Reader(memoryview(frame), pos, version >= FLEXIBLE_FROM)
+    transactional_id = r.string(True, "transactional_id")
+    acks = r.i16()
+    timeout_ms = r.i32()
+    topics = []
+    for _ in range(r.array_length("topic_data")):
+        name = r.string(False, "topic_data.name")
+        partitions = []
+        for _ in range(r.array_length("topic_data.partition_data")):
+            index = r.i32()
+            partitions.append(PartitionData(index, r.nullable_bytes()))
+            r.tagged_fields()
+        r.tagged_fields()
+        topics.append(TopicData(name, partitions))  # type: ignore[arg-type]
+    r.tagged_fields()
+    return ProduceRequest(transactional_id, acks, timeout_ms, topics)
+
+
+def encode_produce_response(version: int, correlation_id: int, topics: list[TopicResponse],
+                            throttle_time_ms: int = 0) -> bytes:
+    """The whole response frame: size prefix, response header and body."""
+    if version not in VERSIONS:
+        raise ValueError(f"ProduceResponse v{version} is not encoded here")
+    flexible = version >= FLEXIBLE_FROM
+    pack_i32, pack_i16, pack_i64 = I32.pack, I16.pack, I64.pack
+    out = [b"", pack_i32(correlation_id)]
+    if flexible:
+        out.append(b"\0")  # response header v1: no tagged fields
+
+    def length(n: int) -> bytes:
+        return write_uvarint(n + 1) if flexible else pack_i32(n)
+
+    def string(s: str | None) -> bytes:
+        if s is None:
+            return b"\0" if flexible else b"\xff\xff"
+        raw = s.encode()
+        return (write_uvarint(len(raw) + 1) if flexible else pack_i16(len(raw))) + raw
+
+    out.append(length(len(topics)))
+    for topic in topics:
+        out.append(string(topic.name))
+        out.append(length(len(topic.partitions)))
+        for p in topic.partitions:
+            out.append(pack_i32(p.index) + pack_i16(p.error_code) + pack_i64(p.base_offset)
+                       + pack_i64(p.log_append_time_ms))
+            if version >= 5:
+                out.append(pack_i64(p.log_start_offset))
+            if version >= 8:
+                out.append(length(0))  # record_errors: we refuse whole batches
+                out.append(string(p.error_message))
+            if flexible:
+                out.append(b"\0")
+        if flexible:
+            out.append(b"\0")
+    out.append(pack_i32(throttle_time_ms))
+    if flexible:
+        out.append(b"\0")
+    body = b"".join(out)
+    return pack_i32(len(body)) + body
