@@ -124,11 +124,17 @@ class BenchBroker:
 
 def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of process ``pid``; 0.0 where /proc is unavailable."""
+    return sum(cpu_times(pid))
+
+
+def cpu_times(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds of process ``pid``; zeros where /proc is unavailable."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return 0.0, 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
 
 
 def machine_busy_seconds() -> float:

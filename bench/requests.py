@@ -34,7 +34,7 @@ from kio.schema.create_topics.v5.request import CreatableTopic, CreateTopicsRequ
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 
-from bench.broker import BenchBroker
+from bench.broker import BenchBroker, cpu_times
 from bench.profile import PySpy, summarise
 from broker.protocol.batch_codec import Record, encode_batch
 from broker.protocol.codec import RequestHeader, decode_response, encode_request
@@ -50,6 +50,7 @@ class PhaseResult:
     requests: int
     seconds: float
     broker_cpu_s: float
+    broker_system_s: float  # of which in the kernel
 
     @property
     def broker_us_per_request(self) -> float:
@@ -58,7 +59,8 @@ class PhaseResult:
     def row(self, partitions: int) -> str:
         per_request = self.broker_us_per_request
         return (f"{self.name:<8} {self.requests:>9,} {self.requests / self.seconds:>11,.0f} "
-                f"{per_request:>12.0f} {per_request / partitions:>14.1f}")
+                f"{per_request:>12.0f} {per_request / partitions:>14.1f} "
+                f"{100 * self.broker_system_s / self.broker_cpu_s:>10.0f}%")
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,11 +176,13 @@ CHECKS = {PRODUCE[0]: _check_produce, FETCH[0]: _check_fetch, CREATE_TOPICS[0]: 
 def _timed(broker: BenchBroker, name: str, client: PipelinedClient, frames: list[Frame],
            profile: Path | None) -> PhaseResult:
     with PySpy(broker.pid, profile) if profile else contextlib.nullcontext():
-        cpu0, t0 = broker.cpu_seconds(), time.perf_counter()
+        user0, system0 = cpu_times(broker.pid)
+        t0 = time.perf_counter()
         client.run(frames)
         seconds = time.perf_counter() - t0
-        cpu = broker.cpu_seconds() - cpu0
-    return PhaseResult(name, len(frames), seconds, cpu)
+        user, system = cpu_times(broker.pid)
+    return PhaseResult(name, len(frames), seconds, user + system - user0 - system0,
+                       system - system0)
 
 
 def run(requests: int, partitions: int, record_size: int, window: int, repeat: int,
@@ -194,8 +198,8 @@ def run(requests: int, partitions: int, record_size: int, window: int, repeat: i
             _fetch_frame(requests + 2 + 2 * i, partitions, requests + i, batch_size))],
     }
     profiles: list[Path] = []
-    lines = ["phase    requests   requests/s  broker µs/req  broker µs/part",
-             "-" * 60]
+    lines = ["phase    requests   requests/s  broker µs/req  broker µs/part  in kernel",
+             "-" * 71]
     for run_no in range(1, repeat + 1):
         with BenchBroker(partitions) as broker:
             client = PipelinedClient(broker.bootstrap, window, timeout)

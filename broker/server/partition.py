@@ -15,6 +15,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from kio.schema.errors import ErrorCode
 
@@ -25,8 +26,7 @@ from broker.storage.log import Log, ReadResult
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
-class ProduceOutcome:
+class ProduceOutcome(NamedTuple):  # a tuple: one is built per partition of every Produce
     error: ErrorCode = ErrorCode.none
     base_offset: int = -1
     log_append_time: int = -1

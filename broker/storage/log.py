@@ -10,7 +10,6 @@ Not thread-safe: every call runs on the broker's event loop.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import time
@@ -18,7 +17,7 @@ from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from broker.protocol.batch_codec import first_record_at_or_after
 from broker.protocol.records import (
@@ -79,8 +78,7 @@ class LogConfig:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class AppendResult:
+class AppendResult(NamedTuple):  # a tuple: one is built per append
     first_offset: int
     last_offset: int
     log_append_time: int  # -1 unless the topic uses LogAppendTime
@@ -214,8 +212,7 @@ class Log:
         if self.config.message_timestamp_type == "LogAppendTime":
             append_time = int(time.time() * 1000)
         head = stamp_header(batch, offset, leader_epoch, append_time)
-        assigned = dataclasses.replace(
-            header,
+        assigned = header._replace(
             base_offset=offset,
             partition_leader_epoch=leader_epoch,
             max_timestamp=header.max_timestamp if append_time is None else append_time,
