@@ -1,14 +1,15 @@
 """Prometheus metrics of one broker, named after Kafka's JMX metrics where one exists.
 
-Counters on the hot path are bound per topic once (``TopicCounters``), so a produce or fetch
-pays one ``inc`` per partition, never a label lookup. Per-partition log size and end offset
-are read at scrape time by a collector instead of being updated on every append.
+Counters on the hot path are bound once, per topic (``TopicCounters``) and per API version
+(``request_meters``), so a request never pays a label lookup. Per-partition log size and end
+offset are read at scrape time by a collector instead of being updated on every append.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -163,6 +164,16 @@ class BrokerMetrics:
             "kafka_network_connections", "Open client connections", registry=r
         )
         self._topics: dict[str, TopicCounters] = {}
+        self._request_meters: dict[tuple[str, int], tuple[Any, Any]] = {}
+
+    def request_meters(self, api: str, version: int) -> tuple[Any, Any]:
+        """(request counter, latency histogram) children of one API version, looked up once:
+        ``labels()`` takes a lock and builds a key on every call."""
+        meters = self._request_meters.get((api, version))
+        if meters is None:
+            meters = self._request_meters[(api, version)] = (
+                self.requests.labels(api, str(version)), self.request_latency.labels(api))
+        return meters
 
     def topic(self, name: str) -> TopicCounters:
         counters = self._topics.get(name)

@@ -1,9 +1,11 @@
 """The socket side: accept connections, read frames, run handlers, write responses in order.
 
-Each connection is a pipeline. A reader decodes frames and starts one handler task per
-request, in arrival order (so appends happen in request order); a writer awaits those tasks
-in the same order and sends each response, so responses leave in request order while slow
-requests (long-poll fetches) do not stop the reader. At most ``MAX_IN_FLIGHT`` requests wait
+Each connection is a pipeline. A reader decodes frames and starts each request's handler
+at once, in arrival order (so appends happen in request order). Most handlers finish
+without waiting; when nothing earlier is still waiting to be written, the reader sends such
+a response itself. A handler that has to wait (a long-poll fetch, acks=all) becomes a task,
+and a writer awaits the queued tasks and responses in order, so responses leave in request
+order while slow requests do not stop the reader. At most ``MAX_IN_FLIGHT`` responses wait
 per connection; beyond that the reader stops reading and TCP pushes back on the client.
 
 Raw non-blocking sockets with the loop's ``sock_*`` calls work on both asyncio and uvloop,
@@ -26,6 +28,7 @@ from typing import Any
 from broker.handlers import REGISTRY
 from broker.handlers.api_versions import unsupported_version_response
 from broker.handlers.context import BrokerServices, RequestContext
+from broker.network import eager
 from broker.protocol.codec import (
     API_VERSIONS_KEY,
     FrameReader,
@@ -41,6 +44,10 @@ from broker.storage.segment import FileRegion
 log = logging.getLogger(__name__)
 
 MAX_IN_FLIGHT = 16
+# A fetch response up to this size is copied out of the page cache (one pread per region)
+# and sent with one send(): cheaper than a send and a sendfile per partition, and the
+# client gets one segment instead of many. Larger ones are sent with sendfile.
+INLINE_LIMIT = 64 << 10
 RECV_SIZE = 1 << 20
 _CLOSE = object()
 
@@ -105,6 +112,7 @@ class Connection:
         self.loop = asyncio.get_running_loop()
         self.frames = FrameReader(services.config["socket.request.max.bytes"])
         self.queue: asyncio.Queue[Any] = asyncio.Queue(MAX_IN_FLIGHT)
+        self._backlog = 0  # responses queued, or being written by the writer
         self.metrics = services.metrics
 
     async def run(self) -> None:
@@ -154,7 +162,7 @@ class Connection:
             if e.api_key == API_VERSIONS_KEY:
                 # KIP-511: answer in v0 with UNSUPPORTED_VERSION and our ranges; the client
                 # retries with a version we know.
-                await self.queue.put(self._ready(
+                await self._respond(self._ready(
                     encode_response(e.correlation_id, unsupported_version_response())
                 ))
                 return True
@@ -172,11 +180,30 @@ class Connection:
             )
             return False
         ctx = RequestContext(self.services, request.header, self.client_host, self.local_host)
-        task = asyncio.create_task(self._handle(spec.handler, ctx, request, started))
-        await self.queue.put(task)
+        try:
+            step = eager.start(self._handle(spec.handler, ctx, request, started))
+        except Exception as e:  # a handler bug: the writer logs it and closes, in order
+            failed = self.loop.create_future()
+            failed.set_exception(e)
+            await self._respond(failed)
+            return True
+        if not step.done:
+            await self._respond(step.task)
+        elif self._backlog == 0:
+            # Nothing is waiting to be written before this response: send it from here.
+            rest = self._try_write(step.result) if step.result is not None else None
+            if rest is not None:
+                await self._respond(self._ready(rest))
+        else:
+            await self._respond(self._ready(step.result))
         return True
 
-    def _ready(self, response: bytes) -> asyncio.Future[Any]:
+    async def _respond(self, item: asyncio.Future[Any]) -> None:
+        """Queue a response (or the task making it) for the writer, behind earlier ones."""
+        self._backlog += 1
+        await self.queue.put(item)
+
+    def _ready(self, response: Any) -> asyncio.Future[Any]:
         fut = self.loop.create_future()
         fut.set_result(response)
         return fut
@@ -186,8 +213,9 @@ class Connection:
     ) -> bytes | EncodedResponse | None:
         response = await handler(ctx, request.body)
         api = type(request.body).__name__.removesuffix("Request")
-        self.metrics.requests.labels(api, str(request.header.api_version)).inc()
-        self.metrics.request_latency.labels(api).observe(time.perf_counter() - started)
+        count, latency = self.metrics.request_meters(api, request.header.api_version)
+        count.inc()
+        latency.observe(time.perf_counter() - started)
         if response is None:  # Produce with acks=0 gets no response
             return None
         if isinstance(response, bytes | EncodedResponse):  # encoded by a hand-written codec
@@ -196,6 +224,22 @@ class Connection:
 
     # -- writing -------------------------------------------------------------------------
 
+    def _try_write(self, response: bytes | EncodedResponse) -> Any:
+        """Send ``response`` now if the socket takes it; what is left goes to the writer.
+
+        Returns None when all was sent, else the unsent rest (or the whole of a fetch
+        response too large to copy, which the writer sends with sendfile).
+        """
+        if isinstance(response, EncodedResponse):
+            if response.size > INLINE_LIMIT:
+                return response
+            response = _inline(response)
+        try:
+            sent = self.sock.send(response)
+        except BlockingIOError:
+            sent = 0
+        return None if sent == len(response) else memoryview(response)[sent:]
+
     async def _write_loop(self) -> None:
         try:
             while True:
@@ -203,18 +247,19 @@ class Connection:
                 if item is _CLOSE:
                     return
                 try:
-                    response = await item
-                except Exception:
-                    log.exception("%s: handler failed; closing the connection", self.peer)
-                    self.metrics.request_errors.labels("handler").inc()
-                    self.sock.shutdown(socket.SHUT_RDWR)
-                    return
-                if response is None:
-                    continue
-                if isinstance(response, EncodedResponse):
-                    await self._send_chunks(response)
-                else:
-                    await self.loop.sock_sendall(self.sock, response)
+                    try:
+                        response = await item
+                    except Exception:
+                        log.exception("%s: handler failed; closing the connection", self.peer)
+                        self.metrics.request_errors.labels("handler").inc()
+                        self.sock.shutdown(socket.SHUT_RDWR)
+                        return
+                    if isinstance(response, EncodedResponse):
+                        await self._send_chunks(response)
+                    elif response is not None:
+                        await self.loop.sock_sendall(self.sock, response)
+                finally:
+                    self._backlog -= 1
         except (ConnectionError, OSError) as e:
             log.debug("%s: write failed: %s", self.peer, e)
             with contextlib.suppress(OSError):
@@ -226,6 +271,9 @@ class Connection:
                     item.cancel()
 
     async def _send_chunks(self, response: EncodedResponse) -> None:
+        if response.size <= INLINE_LIMIT:
+            await self.loop.sock_sendall(self.sock, _inline(response))
+            return
         pending = bytearray()
         for chunk in response.chunks:
             if isinstance(chunk, FileRegion):
@@ -263,3 +311,18 @@ class Connection:
             await fut
         finally:
             self.loop.remove_writer(fd)
+
+
+def _inline(response: EncodedResponse) -> bytes:
+    """The whole response frame as bytes, its file regions read with pread."""
+    parts = []
+    for chunk in response.chunks:
+        if isinstance(chunk, FileRegion):
+            data = os.pread(chunk.fd, chunk.length, chunk.position) if chunk.length else b""
+            if len(data) != chunk.length:
+                # The file shrank under us: the frame can no longer be completed.
+                raise ConnectionError("segment file truncated during a fetch")
+            parts.append(data)
+        else:
+            parts.append(chunk)
+    return b"".join(parts)
