@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ from broker.protocol.batch_codec import record_offsets_and_timestamps
 from broker.protocol.records import split_batches
 from broker.storage.leader_epoch import LeaderEpochCache
 from broker.storage.log import Log, LogConfig, OffsetOutOfRange
+from broker.storage.segment import TAIL_BATCHES
 from tests.wire import build_batch
 
 TS = 1_700_000_000_000
@@ -253,3 +255,49 @@ def test_follower_append_copies_the_leaders_log_across_rolls(tmp_path: Path):
     follower.close()
     reopened = Log(tmp_path / "follower-0", small_config(), clean_shutdown=False)
     assert read_all(reopened) == fetched
+
+
+def _scan_find(segment, offset: int):
+    """What ``find`` must answer, by reading every header from the start."""
+    return next((b for b in segment.batches_from(0) if b.header.last_offset >= offset), None)
+
+
+def _scan_whole_batches_end(segment, start: int, limit: int, max_offset: int):
+    position, next_offset = start, -1
+    for b in segment.batches_from(start):
+        if next_offset < 0:
+            next_offset = b.header.base_offset
+        if b.position + b.header.size > limit or b.header.last_offset >= max_offset:
+            break
+        position, next_offset = b.position + b.header.size, b.header.next_offset
+    return position, next_offset
+
+
+def test_reads_from_the_remembered_tail_agree_with_a_header_scan(tmp_path: Path):
+    """The newest batches' positions are kept in memory (TAIL_BATCHES); every answer from
+    them must equal the scan from the sparse index, in and out of the tail, after the tail
+    was trimmed, and after a truncation and a reopen rebuilt it."""
+    rng = random.Random(7)
+    log = Log(tmp_path / "t-0", small_config(segment_bytes=1 << 30))
+    for _ in range(3 * TAIL_BATCHES):
+        append(log, batch(rng.randint(1, 4), size=rng.randint(1, 300)))
+
+    def check(segment) -> None:
+        assert 0 < len(segment._tail) <= 2 * TAIL_BATCHES
+        batches = list(segment.batches_from(0))
+        assert segment._tail == batches[-len(segment._tail):]
+        for offset in range(segment.next_offset + 2):
+            assert segment.find(offset) == _scan_find(segment, offset), offset
+        for _ in range(500):
+            start = rng.choice(batches).position
+            limit = start + rng.randint(0, 3000)
+            max_offset = rng.randint(0, segment.next_offset + 2)
+            assert segment.whole_batches_end(start, limit, max_offset) == \
+                _scan_whole_batches_end(segment, start, limit, max_offset)
+
+    check(log.active_segment)
+    log.truncate_to(log.log_end_offset - 50)
+    check(log.active_segment)
+    log.close()
+    reopened = Log(tmp_path / "t-0", small_config(segment_bytes=1 << 30))
+    check(reopened.active_segment)

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import os
 import time
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from broker.protocol.records import (
     HEADER_SIZE,
@@ -46,10 +48,15 @@ class FileRegion:
     length: int
 
 
-@dataclass(frozen=True, slots=True)
-class BatchPosition:
+class BatchPosition(NamedTuple):
     header: BatchHeader
     position: int
+
+
+# How many of the newest batches a segment remembers with their positions. Tailing consumers
+# and followers read what was just appended; with these in memory their reads need no
+# header scans (one pread each) from the nearest sparse-index entry.
+TAIL_BATCHES = 64
 
 
 class LogSegment:
@@ -78,6 +85,11 @@ class LogSegment:
         self._bytes_since_index = 0
         self.max_timestamp = -1
         self.next_offset = base_offset  # one past the last offset held; set by load/append
+        # The newest batches, in order, ending at the segment's end (see TAIL_BATCHES), with
+        # their last offsets and end positions for bisecting.
+        self._tail: list[BatchPosition] = []
+        self._tail_last: list[int] = []
+        self._tail_ends: list[int] = []
         self.created_ms = int(time.time() * 1000)
         self.last_modified_ms = int(os.stat(self.log_path).st_mtime * 1000)
 
@@ -87,27 +99,21 @@ class LogSegment:
         self, chunks: list[bytes | bytearray | memoryview], headers: list[BatchHeader]
     ) -> None:
         """Append validated batches (offsets assigned), given as buffers, in one writev."""
-        position = self.size
-        for header in headers:
-            if self._bytes_since_index > self.index_interval_bytes:
-                self.offset_index.append(header.last_offset, position)
-                if self.max_timestamp > self.time_index.last_timestamp:
-                    self.time_index.append(self.max_timestamp, header.base_offset)
-                self._bytes_since_index = 0
-            if header.max_timestamp > self.max_timestamp:
-                self.max_timestamp = header.max_timestamp
-            self._bytes_since_index += header.size
-            position += header.size
-        expected = position - self.size
+        expected = sum(header.size for header in headers)
         written = os.writev(self.fd, chunks)
         if written != expected:  # a regular file only writes short when the disk is full
             os.ftruncate(self.fd, self.size)
             raise OSError(f"short write to {self.log_path}: {written} of {expected} bytes")
+        position = self.size
+        for header in headers:
+            self._index_batch(header, position)
+            position += header.size
+        now_ms = int(time.time() * 1000)
         if self.size == 0:
-            self.created_ms = int(time.time() * 1000)
-        self.size += written
+            self.created_ms = now_ms
+        self.size = position
         self.next_offset = headers[-1].next_offset
-        self.last_modified_ms = int(time.time() * 1000)
+        self.last_modified_ms = now_ms
 
     @property
     def is_full(self) -> bool:
@@ -131,6 +137,10 @@ class LogSegment:
 
     def find(self, offset: int) -> BatchPosition | None:
         """The first batch whose last offset is >= ``offset``, or None past the end."""
+        tail = self._tail
+        if tail and offset >= tail[0].header.base_offset:
+            i = bisect_left(self._tail_last, offset)
+            return tail[i] if i < len(tail) else None
         _, position = self.offset_index.lookup(offset)
         for batch in self.batches_from(position):
             if batch.header.last_offset >= offset:
@@ -155,6 +165,16 @@ class LogSegment:
         The offset index is sorted by position too, so a bisect finds an indexed batch close
         to ``limit`` and only the few headers after it are read.
         """
+        tail = self._tail
+        if tail and start >= tail[0].position:
+            first = bisect_right(self._tail_ends, start)  # the batch starting at ``start``
+            if first == len(tail):
+                return start, -1
+            end = min(bisect_right(self._tail_ends, limit),
+                      bisect_left(self._tail_last, max_offset))
+            if end <= first:
+                return start, tail[first].header.base_offset
+            return self._tail_ends[end - 1], tail[end - 1].header.next_offset
         entry_offset, entry_position = self.offset_index.floor_position(limit)
         position = start
         if entry_position > start and entry_offset < max_offset:
@@ -189,6 +209,7 @@ class LogSegment:
         """
         self.offset_index.reset()
         self.time_index.reset()
+        self._forget_tail()
         self._bytes_since_index = 0
         self.max_timestamp = -1
         self.next_offset = self.base_offset
@@ -231,6 +252,7 @@ class LogSegment:
         Only the batches after the last offset-index entry are read.
         """
         _, position = self.offset_index.lookup(self.base_offset + 2**31 - 1)
+        self._forget_tail()
         self.max_timestamp = self.time_index.last_timestamp
         self.next_offset = self.base_offset
         self._bytes_since_index = 0
@@ -247,6 +269,17 @@ class LogSegment:
         if header.max_timestamp > self.max_timestamp:
             self.max_timestamp = header.max_timestamp
         self._bytes_since_index += header.size
+        self._tail.append(BatchPosition(header, position))
+        self._tail_last.append(header.last_offset)
+        self._tail_ends.append(position + header.size)
+        if len(self._tail) > 2 * TAIL_BATCHES:
+            for kept in (self._tail, self._tail_last, self._tail_ends):
+                del kept[:-TAIL_BATCHES]
+
+    def _forget_tail(self) -> None:
+        self._tail.clear()
+        self._tail_last.clear()
+        self._tail_ends.clear()
 
     def truncate_to(self, offset: int) -> int:
         """Remove every batch at or after ``offset``; returns bytes removed.
