@@ -24,7 +24,7 @@ from broker.protocol.codec import (
     encode_request,
     encode_response,
 )
-from broker.protocol.fetch_response import FetchPartition, FetchTopic, encode_fetch_response
+from broker.protocol.fetch import FetchPartition, FetchTopic, encode_fetch_response
 from broker.protocol.messages import build
 from broker.protocol.produce import PartitionResponse, TopicResponse, encode_produce_response
 from broker.protocol.records import InvalidRecordError, split_batches
@@ -223,3 +223,42 @@ def test_produce_response_encoder_matches_kio(version):
         ],
     })
     assert encode_produce_response(version, 11, topics) == encode_response(11, expected)
+
+
+@pytest.mark.parametrize("version", range(4, 13))
+def test_fetch_request_decoder_matches_kio(version):
+    schema = load_request_schema(1, version)
+    body = build(schema, {
+        "cluster_id": None, "replica_id": 2, "max_wait": timedelta(milliseconds=500),
+        "min_bytes": 1, "max_bytes": 52428800, "isolation_level": 1, "session_id": 9,
+        "session_epoch": 4, "rack_id": "r1",
+        "topics": [
+            {"topic": "a", "partitions": [
+                {"partition": 0, "current_leader_epoch": 3, "fetch_offset": 1 << 40,
+                 "last_fetched_epoch": 2, "log_start_offset": 7, "partition_max_bytes": 1024},
+                {"partition": 5, "current_leader_epoch": 3, "fetch_offset": 0,
+                 "last_fetched_epoch": 2, "log_start_offset": 0, "partition_max_bytes": 1},
+            ]},
+            {"topic": "b", "partitions": []},
+        ],
+        "forgotten_topics_data": [{"topic": "old", "partitions": [1, 2]}],
+    })
+    frame = encode_request(RequestHeader(1, version, 3, "c"), body)[4:]
+    got = decode_request(frame).body
+    assert (got.replica_id, got.max_wait_ms, got.min_bytes, got.max_bytes,
+            got.isolation_level) == (2, 500, 1, 52428800, 1)
+    assert (got.session_id, got.session_epoch) == ((9, 4) if version >= 7 else (0, -1))
+    assert got.forgotten_topics == ([("old", [1, 2])] if version >= 7 else [])
+    assert got.rack_id == ("r1" if version >= 11 else "")
+    expected = []
+    for topic in body.topics:
+        expected.append((topic.topic, [
+            (p.partition, getattr(p, "current_leader_epoch", -1), p.fetch_offset,
+             getattr(p, "last_fetched_epoch", -1), getattr(p, "log_start_offset", -1),
+             p.partition_max_bytes) for p in topic.partitions]))
+    assert [(t.topic, [(p.partition, p.current_leader_epoch, p.fetch_offset,
+                        p.last_fetched_epoch, p.log_start_offset, p.partition_max_bytes)
+                       for p in t.partitions]) for t in got.topics] == expected
+    for cut in range(len(frame) - 1, len(frame) - 60, -5):  # truncated anywhere: refused
+        with pytest.raises(ProtocolError):
+            decode_request(frame[:cut])

@@ -15,15 +15,15 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from broker.handlers import handles
 from broker.handlers.context import RequestContext
-from broker.protocol.fetch_response import (
+from broker.protocol.fetch import (
     EncodedResponse,
     FetchPartition,
+    FetchRequest,
     FetchTopic,
     encode_fetch_response,
 )
@@ -41,7 +41,7 @@ class _Pass:
     sent: list[tuple[str, int, int]] = field(default_factory=list)  # topic, bytes, records
 
 
-def _read_all(ctx: RequestContext, request: Any, max_bytes: int, first: bool) -> _Pass:
+def _read_all(ctx: RequestContext, request: FetchRequest, max_bytes: int, first: bool) -> _Pass:
     replicas = ctx.services.replicas
     follower = request.replica_id if request.replica_id >= 0 else None
     found = _Pass()
@@ -56,7 +56,7 @@ def _read_all(ctx: RequestContext, request: Any, max_bytes: int, first: bool) ->
                 )
                 continue
             log = partition.log
-            error = partition.check_leader_epoch(getattr(p, "current_leader_epoch", -1))
+            error = partition.check_leader_epoch(p.current_leader_epoch)
             if error == ErrorCode.none and not partition.is_leader:
                 error = ErrorCode.not_leader_or_follower
             if error == ErrorCode.none and follower is not None and first:
@@ -92,11 +92,9 @@ def _read_all(ctx: RequestContext, request: Any, max_bytes: int, first: bool) ->
 
 
 @handles(1, 4, 12)
-async def handle_fetch(ctx: RequestContext, request: Any) -> EncodedResponse:
-    max_bytes = min(
-        getattr(request, "max_bytes", 2**31 - 1), ctx.services.config["fetch.max.bytes"]
-    )
-    deadline = time.monotonic() + request.max_wait.total_seconds()
+async def handle_fetch(ctx: RequestContext, request: FetchRequest) -> EncodedResponse:
+    max_bytes = min(request.max_bytes, ctx.services.config["fetch.max.bytes"])
+    deadline = time.monotonic() + request.max_wait_ms / 1000
     first = True
     while True:
         found = _read_all(ctx, request, max_bytes, first)

@@ -38,7 +38,7 @@ from broker.protocol.codec import (
     decode_request,
     encode_response,
 )
-from broker.protocol.fetch_response import EncodedResponse
+from broker.protocol.fetch import EncodedResponse
 from broker.storage.segment import FileRegion
 
 log = logging.getLogger(__name__)
@@ -280,13 +280,22 @@ class Connection:
                 if chunk.length == 0:
                     continue
                 if pending:
-                    await self.loop.sock_sendall(self.sock, pending)
+                    await self._send_small(pending)
                     pending = bytearray()
                 await self._sendfile(chunk)
             else:
                 pending += chunk
         if pending:
-            await self.loop.sock_sendall(self.sock, pending)
+            await self._send_small(pending)
+
+    async def _send_small(self, data: bytes | bytearray) -> None:
+        """A partition header between two sendfiles: try a plain send before awaiting."""
+        try:
+            sent = self.sock.send(data)
+        except BlockingIOError:
+            sent = 0
+        if sent < len(data):
+            await self.loop.sock_sendall(self.sock, memoryview(data)[sent:])
 
     async def _sendfile(self, region: FileRegion) -> None:
         out = self.sock.fileno()

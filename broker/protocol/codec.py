@@ -22,7 +22,7 @@ from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema, load_re
 from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
 from kio.serial import entity_reader, entity_writer
 
-from broker.protocol import produce
+from broker.protocol import fetch, produce
 from broker.protocol.primitives import ProtocolError, skip_tagged_fields
 
 _FRAME_SIZE = struct.Struct(">i")
@@ -163,6 +163,14 @@ def _null_array(entity: Any) -> str | None:
     return None
 
 
+# The two requests sent most often have their own decoders (``broker.protocol.produce`` and
+# ``.fetch``), which build plain objects and keep records as views into the frame.
+_HAND_DECODERS: dict[int, tuple[range, Callable[[bytes | bytearray, int, int], Any]]] = {
+    produce.API_KEY: (produce.VERSIONS, produce.decode_produce_request),
+    fetch.API_KEY: (fetch.VERSIONS, fetch.decode_fetch_request),
+}
+
+
 def decode_request(frame: bytes | bytearray) -> Request:
     """Decode one frame (without its size prefix) into a header and a kio request body."""
     if len(frame) < _HEADER_PREFIX.size + 2:
@@ -186,9 +194,9 @@ def decode_request(frame: bytes | bytearray) -> Request:
         pos += id_len
     if schema.__flexible__:
         pos = skip_tagged_fields(frame, pos)
-    if api_key == produce.API_KEY and api_version in produce.VERSIONS:
-        # The most frequent request has its own decoder: records stay views into the frame.
-        body = produce.decode_produce_request(frame, pos, api_version)
+    decoder = _HAND_DECODERS.get(api_key)
+    if decoder is not None and api_version in decoder[0]:
+        body = decoder[1](frame, pos, api_version)
         return Request(RequestHeader(api_key, api_version, correlation_id, client_id), body,
                        len(frame))
     try:

@@ -13,16 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from broker.protocol.primitives import (
-    I16,
-    I32,
-    I64,
-    Buffer,
-    ProtocolError,
-    read_uvarint,
-    skip_tagged_fields,
-    write_uvarint,
-)
+from broker.protocol.primitives import I16, I32, I64, Buffer, Reader, write_uvarint
 
 API_KEY = 0
 FLEXIBLE_FROM = 9
@@ -65,86 +56,22 @@ class TopicResponse:
     partitions: list[PartitionResponse]
 
 
-class _Reader:
-    """A cursor over one request frame; every read checks the frame's bounds."""
-
-    __slots__ = ("buf", "flexible", "pos")
-
-    def __init__(self, buf: memoryview, pos: int, flexible: bool) -> None:
-        self.buf = buf
-        self.pos = pos
-        self.flexible = flexible
-
-    def _take(self, n: int) -> int:
-        start = self.pos
-        if n < 0 or start + n > len(self.buf):
-            raise ProtocolError(f"truncated ProduceRequest at byte {start}")
-        self.pos = start + n
-        return start
-
-    def i16(self) -> int:
-        return I16.unpack_from(self.buf, self._take(2))[0]
-
-    def i32(self) -> int:
-        return I32.unpack_from(self.buf, self._take(4))[0]
-
-    def _length(self) -> int:
-        """A string, bytes or array length; -1 for null."""
-        if self.flexible:
-            n, self.pos = read_uvarint(self.buf, self.pos)
-            return n - 1
-        return self.i32()
-
-    def array_length(self, field: str) -> int:
-        n = self._length()
-        if n < 0:
-            raise ProtocolError(f"ProduceRequest: {field} may not be null")
-        return n
-
-    def string(self, nullable: bool, field: str) -> str | None:
-        if self.flexible:
-            n, self.pos = read_uvarint(self.buf, self.pos)
-            n -= 1
-        else:
-            n = self.i16()
-        if n < 0:
-            if nullable:
-                return None
-            raise ProtocolError(f"ProduceRequest: {field} may not be null")
-        start = self._take(n)
-        try:
-            return str(self.buf[start : start + n], "utf-8")
-        except UnicodeDecodeError as e:
-            raise ProtocolError(f"ProduceRequest: {field} is not UTF-8") from e
-
-    def nullable_bytes(self) -> memoryview | None:
-        n = self._length()
-        if n < 0:
-            return None
-        start = self._take(n)
-        return self.buf[start : start + n]
-
-    def tagged_fields(self) -> None:
-        if self.flexible:
-            self.pos = skip_tagged_fields(self.buf, self.pos)
-
-
 def decode_produce_request(frame: Buffer, pos: int, version: int) -> ProduceRequest:
     """The body of a Produce request starting at ``pos`` (after the request header)."""
-    r = _Reader(memoryview(frame), pos, version >= FLEXIBLE_FROM)
-    transactional_id = r.string(True, "transactional_id")
+    r = Reader("ProduceRequest", frame, pos, version >= FLEXIBLE_FROM)
+    transactional_id = r.nullable_string("transactional_id")
     acks = r.i16()
     timeout_ms = r.i32()
     topics = []
     for _ in range(r.array_length("topic_data")):
-        name = r.string(False, "topic_data.name")
+        name = r.string("topic_data.name")
         partitions = []
         for _ in range(r.array_length("topic_data.partition_data")):
             index = r.i32()
             partitions.append(PartitionData(index, r.nullable_bytes()))
             r.tagged_fields()
         r.tagged_fields()
-        topics.append(TopicData(name, partitions))  # type: ignore[arg-type]
+        topics.append(TopicData(name, partitions))
     r.tagged_fields()
     return ProduceRequest(transactional_id, acks, timeout_ms, topics)
 

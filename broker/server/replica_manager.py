@@ -16,9 +16,8 @@ import shutil
 import time
 import uuid
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from kio.schema.errors import ErrorCode
 
@@ -42,8 +41,7 @@ PARTITION_METADATA = "partition.metadata"
 DELETE_SUFFIX = "-delete"
 
 
-@dataclass(frozen=True, slots=True)
-class TopicPartition:
+class TopicPartition(NamedTuple):  # a tuple: a dict key built on every produce and fetch
     topic: str
     partition: int
 
