@@ -285,6 +285,8 @@ class Partition:
     # -- fetch waiting and reads ------------------------------------------------------------
 
     def wake_fetchers(self) -> None:
+        if not self._waiters:
+            return
         waiters, self._waiters = self._waiters, set()
         for fut in waiters:
             if not fut.done():

@@ -425,15 +425,18 @@ class ReplicaManager:
 
     async def wait_for_data(self, partitions: Iterable[Partition], timeout: float) -> None:
         """Return when any of ``partitions`` gets new committed data, or after ``timeout``."""
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
         watched = list(partitions)
         for partition in watched:
             partition.add_waiter(fut)
+        # A plain timer resolving the same future: asyncio.wait_for would add a second
+        # future and callbacks to every waiting fetch.
+        timer = loop.call_later(timeout, _resolve, fut)
         try:
-            await asyncio.wait_for(fut, timeout)
-        except TimeoutError:
-            pass
+            await fut
         finally:
+            timer.cancel()
             for partition in watched:
                 partition.remove_waiter(fut)
 
@@ -500,6 +503,11 @@ class ReplicaManager:
                 self.write_checkpoints()
             except OSError:
                 log.exception("writing checkpoints failed")
+
+
+def _resolve(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
 
 
 class TopicExists(Exception):
