@@ -220,6 +220,8 @@ def test_log_append_time_restamps_and_keeps_the_crc_valid(tmp_path: Path):
     assert stored.attributes & 0x08
     assert stored.max_timestamp == result.log_append_time
     assert log.offset_for_timestamp(result.log_append_time)[:2] == (0, result.log_append_time)
+    # The header remembered for tail reads is the stamped one, as on disk.
+    assert log.active_segment.find(0).header == stored
 
 
 def test_roll_by_segment_age(tmp_path: Path):

@@ -24,6 +24,7 @@ from broker.protocol.records import (
     HEADER_SIZE,
     BatchHeader,
     InvalidRecordError,
+    parse_header,
     split_batches,
     stamp_header,
 )
@@ -212,14 +213,10 @@ class Log:
         if self.config.message_timestamp_type == "LogAppendTime":
             append_time = int(time.time() * 1000)
         head = stamp_header(batch, offset, leader_epoch, append_time)
-        assigned = header._replace(
-            base_offset=offset,
-            partition_leader_epoch=leader_epoch,
-            max_timestamp=header.max_timestamp if append_time is None else append_time,
-        )
-        self._maybe_roll(header.size, assigned)
-        body = memoryview(batch)[HEADER_SIZE : header.size]
-        self.active_segment.append([head, body], [assigned])
+        assigned = parse_header(head)  # the header exactly as it goes to disk
+        size = assigned.size
+        self._maybe_roll(size, assigned)
+        self.active_segment.append([head, memoryview(batch)[HEADER_SIZE:size]], [assigned])
         self.epoch_cache.assign(leader_epoch, offset)
         self.producer_state.update(assigned)
         self._unflushed_messages += header.record_count

@@ -19,6 +19,7 @@ from typing import NamedTuple
 
 from broker.protocol.records import (
     HEADER_SIZE,
+    LOG_OVERHEAD,
     BatchHeader,
     InvalidRecordError,
     parse_header,
@@ -261,17 +262,19 @@ class LogSegment:
             self.next_offset = batch.header.next_offset
 
     def _index_batch(self, header: BatchHeader, position: int) -> None:
+        last_offset = header.base_offset + header.last_offset_delta
+        size = header.batch_length + LOG_OVERHEAD
         if self._bytes_since_index > self.index_interval_bytes:
-            self.offset_index.append(header.last_offset, position)
+            self.offset_index.append(last_offset, position)
             if self.max_timestamp > self.time_index.last_timestamp:
                 self.time_index.append(self.max_timestamp, header.base_offset)
             self._bytes_since_index = 0
         if header.max_timestamp > self.max_timestamp:
             self.max_timestamp = header.max_timestamp
-        self._bytes_since_index += header.size
+        self._bytes_since_index += size
         self._tail.append(BatchPosition(header, position))
-        self._tail_last.append(header.last_offset)
-        self._tail_ends.append(position + header.size)
+        self._tail_last.append(last_offset)
+        self._tail_ends.append(position + size)
         if len(self._tail) > 2 * TAIL_BATCHES:
             for kept in (self._tail, self._tail_last, self._tail_ends):
                 del kept[:-TAIL_BATCHES]
