@@ -49,6 +49,25 @@ def test_frame_reader_splits_and_limits():
         FrameReader(100).feed(struct.pack(">i", -1))
 
 
+def test_frame_reader_can_be_filled_in_place():
+    """The network layer receives the rest of a large frame straight into its buffer."""
+    frames = FrameReader(1 << 20)
+    body = bytes(range(256)) * 1000
+    assert frames.unfilled(1) is None  # no frame started yet
+    assert frames.feed(struct.pack(">i", len(body)) + body[:100]) == []
+    assert frames.unfilled(len(body)) is None  # fewer bytes than that are missing
+    view = frames.unfilled(1000)
+    assert len(view) == len(body) - 100
+    view[:50_000] = body[100:50_100]
+    assert frames.filled(50_000) == []
+    view = frames.unfilled(1)
+    view[:] = body[50_100:]
+    assert frames.filled(len(view)) == [body]
+    assert frames.buffered == 0 and frames.unfilled(1) is None
+    # Bytes fed after an in-place fill start the next frame as usual.
+    assert frames.feed(struct.pack(">i", 2) + b"ok") == [b"ok"]
+
+
 def test_request_round_trip_and_errors():
     body = ApiVersionsRequest(client_software_name="t", client_software_version="1")
     frame = encode_request(RequestHeader(18, 3, 42, "me"), body)[4:]

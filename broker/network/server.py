@@ -49,6 +49,7 @@ MAX_IN_FLIGHT = 16
 # client gets one segment instead of many. Larger ones are sent with sendfile.
 INLINE_LIMIT = 64 << 10
 RECV_SIZE = 1 << 20
+DIRECT_RECV_BYTES = 64 << 10  # frames missing more than this are received in place
 _CLOSE = object()
 
 
@@ -137,14 +138,22 @@ class Connection:
 
     async def _read_loop(self) -> None:
         while True:
-            data = await self.loop.sock_recv(self.sock, RECV_SIZE)
-            if not data:
-                return
-            try:
-                frames = self.frames.feed(data)
-            except ProtocolError as e:
-                self._refuse("frame", e)
-                return
+            target = self.frames.unfilled(DIRECT_RECV_BYTES)
+            if target is not None:  # the rest of a large frame: receive straight into it
+                count = await self.loop.sock_recv_into(self.sock, target)
+                del target
+                if not count:
+                    return
+                frames = self.frames.filled(count)
+            else:
+                data = await self.loop.sock_recv(self.sock, RECV_SIZE)
+                if not data:
+                    return
+                try:
+                    frames = self.frames.feed(data)
+                except ProtocolError as e:
+                    self._refuse("frame", e)
+                    return
             for frame in frames:
                 if not await self._dispatch(frame):
                     return

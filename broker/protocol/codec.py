@@ -108,6 +108,24 @@ class FrameReader:
             self._frame = None
         return frames
 
+    def unfilled(self, at_least: int) -> memoryview | None:
+        """The rest of the frame being read, when at least ``at_least`` bytes of it are
+        missing: the caller can receive straight into it (``recv_into``) and report the
+        count to ``filled``, saving a copy of large frames."""
+        frame = self._frame
+        if frame is None or len(frame) - self._filled < at_least:
+            return None
+        return memoryview(frame)[self._filled :]
+
+    def filled(self, count: int) -> list[bytearray]:
+        """``count`` bytes were written into the view ``unfilled`` returned."""
+        assert self._frame is not None and self._filled + count <= len(self._frame)
+        self._filled += count
+        if self._filled < len(self._frame):
+            return []
+        frame, self._frame = self._frame, None
+        return [frame]
+
     @property
     def buffered(self) -> int:
         return len(self._size_bytes) + (self._filled if self._frame is not None else 0)

@@ -12,9 +12,10 @@ byte for byte against kio.
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass, field
 
-from broker.protocol.primitives import I16, I32, I64, Buffer, Reader, write_uvarint
+from broker.protocol.primitives import I16, I32, Buffer, Reader, write_uvarint
 from broker.storage.segment import FileRegion
 
 API_KEY = 1
@@ -114,6 +115,17 @@ class EncodedResponse:
     size: int
 
 
+# Each partition's fields before its records, by version: partition_index, error_code,
+# high_watermark, last_stable_offset, log_start_offset (v5+), the aborted_transactions
+# array length (int32 0, or compact varint 1 from v12), preferred_read_replica (v11+).
+_PARTITION_HEADER = {
+    version: struct.Struct(">ihqq" + ("q" if version >= 5 else "")
+                           + ("B" if version >= FLEXIBLE_FROM else "i")
+                           + ("i" if version >= 11 else ""))
+    for version in VERSIONS
+}
+
+
 def encode_fetch_response(
     version: int,
     correlation_id: int,
@@ -125,6 +137,7 @@ def encode_fetch_response(
     if not 4 <= version <= 12:
         raise ValueError(f"FetchResponse v{version} is not encoded here")
     flexible = version >= FLEXIBLE_FROM
+    fixed, no_aborted = _PARTITION_HEADER[version], 1 if flexible else 0
     chunks: list[bytes | FileRegion] = []
     buf = bytearray()
 
@@ -146,13 +159,18 @@ def encode_fetch_response(
         buf += string(topic.name)
         buf += array_len(len(topic.partitions))
         for p in topic.partitions:
-            buf += I32.pack(p.partition_index) + I16.pack(p.error_code)
-            buf += I64.pack(p.high_watermark) + I64.pack(p.last_stable_offset)
-            if version >= 5:
-                buf += I64.pack(p.log_start_offset)
-            buf += array_len(0)  # aborted_transactions: none (no transactions yet)
+            # One pack for the fixed fields, up to and including the empty
+            # aborted_transactions array (no transactions yet) and preferred_read_replica.
             if version >= 11:
-                buf += I32.pack(p.preferred_read_replica)
+                buf += fixed.pack(p.partition_index, p.error_code, p.high_watermark,
+                                  p.last_stable_offset, p.log_start_offset, no_aborted,
+                                  p.preferred_read_replica)
+            elif version >= 5:
+                buf += fixed.pack(p.partition_index, p.error_code, p.high_watermark,
+                                  p.last_stable_offset, p.log_start_offset, no_aborted)
+            else:
+                buf += fixed.pack(p.partition_index, p.error_code, p.high_watermark,
+                                  p.last_stable_offset, no_aborted)
             region = p.records
             length = region.length if region is not None else 0
             buf += write_uvarint(length + 1) if flexible else I32.pack(length)

@@ -11,9 +11,10 @@ encoding from v9. The codec tests check both directions byte for byte against ki
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 
-from broker.protocol.primitives import I16, I32, I64, Buffer, Reader, write_uvarint
+from broker.protocol.primitives import I16, I32, Buffer, Reader, write_uvarint
 
 API_KEY = 0
 FLEXIBLE_FROM = 9
@@ -76,13 +77,20 @@ def decode_produce_request(frame: Buffer, pos: int, version: int) -> ProduceRequ
     return ProduceRequest(transactional_id, acks, timeout_ms, topics)
 
 
+# A partition's fixed fields: index, error_code, base_offset, log_append_time_ms, and from
+# v5 log_start_offset.
+_PARTITION_FIELDS = struct.Struct(">ihqq")
+_PARTITION_FIELDS_V5 = struct.Struct(">ihqqq")
+
+
 def encode_produce_response(version: int, correlation_id: int, topics: list[TopicResponse],
                             throttle_time_ms: int = 0) -> bytes:
     """The whole response frame: size prefix, response header and body."""
     if version not in VERSIONS:
         raise ValueError(f"ProduceResponse v{version} is not encoded here")
     flexible = version >= FLEXIBLE_FROM
-    pack_i32, pack_i16, pack_i64 = I32.pack, I16.pack, I64.pack
+    pack_i32, pack_i16 = I32.pack, I16.pack
+    fixed = _PARTITION_FIELDS_V5 if version >= 5 else _PARTITION_FIELDS
     out = [b"", pack_i32(correlation_id)]
     if flexible:
         out.append(b"\0")  # response header v1: no tagged fields
@@ -96,17 +104,20 @@ def encode_produce_response(version: int, correlation_id: int, topics: list[Topi
         raw = s.encode()
         return (write_uvarint(len(raw) + 1) if flexible else pack_i16(len(raw))) + raw
 
+    no_record_errors = length(0)
     out.append(length(len(topics)))
     for topic in topics:
         out.append(string(topic.name))
         out.append(length(len(topic.partitions)))
         for p in topic.partitions:
-            out.append(pack_i32(p.index) + pack_i16(p.error_code) + pack_i64(p.base_offset)
-                       + pack_i64(p.log_append_time_ms))
             if version >= 5:
-                out.append(pack_i64(p.log_start_offset))
+                out.append(fixed.pack(p.index, p.error_code, p.base_offset,
+                                      p.log_append_time_ms, p.log_start_offset))
+            else:
+                out.append(fixed.pack(p.index, p.error_code, p.base_offset,
+                                      p.log_append_time_ms))
             if version >= 8:
-                out.append(length(0))  # record_errors: we refuse whole batches
+                out.append(no_record_errors)  # we refuse whole batches
                 out.append(string(p.error_message))
             if flexible:
                 out.append(b"\0")
