@@ -1,9 +1,11 @@
 """The Kafka wire codec: bytes in, typed requests out; typed responses in, bytes out.
 
 Sans-IO: nothing here touches a socket or an event loop. Message bodies are kio's frozen
-dataclasses, generated from Kafka's JSON schemas; this module adds what kio leaves to its
-caller: length-prefixed framing, request header parsing, and the choice of response header
-version (v1 for flexible versions, but always v0 for ApiVersions, as Kafka pins it).
+dataclasses, generated from Kafka's JSON schemas, except Produce and Fetch requests, which
+have hand-written decoders (``produce.py``, ``fetch.py``) because they are most of the
+traffic. This module adds what kio leaves to its caller: length-prefixed framing, request
+header parsing, and the choice of response header version (v1 for flexible versions, but
+always v0 for ApiVersions, as Kafka pins it).
 """
 
 from __future__ import annotations
