@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import cramjam
 import crc32c
 
+from broker.protocol.primitives import write_uvarint
 from broker.protocol.records import HEADER_SIZE, LOG_OVERHEAD, NO_PRODUCER_ID, parse_header
 
 _BATCH_HEADER = struct.Struct(">qiibIhiqqqhii")
@@ -79,13 +80,7 @@ def read_varint(buf: bytes, pos: int) -> tuple[int, int]:
 
 def write_varint(value: int) -> bytes:
     """A zig-zag varint (Kafka's ByteUtils.writeVarlong)."""
-    raw = (value << 1) ^ (value >> 63)
-    out = bytearray()
-    while raw >= 0x80:
-        out.append((raw & 0x7F) | 0x80)
-        raw >>= 7
-    out.append(raw)
-    return bytes(out)
+    return write_uvarint((value << 1) ^ (value >> 63))
 
 
 @dataclass(frozen=True, slots=True)
