@@ -21,6 +21,7 @@ from broker.coordinator.group_coordinator import GroupCoordinator
 from broker.handlers.context import BrokerServices, Endpoint
 from broker.metrics import BrokerMetrics, PartitionSample, ReplicationSample
 from broker.network.server import KafkaServer
+from broker.server.fetch_session import FetchSessionCache
 from broker.server.metadata import ClusterMetadata
 from broker.server.replica_manager import ReplicaManager
 
@@ -88,10 +89,13 @@ class BrokerApp:
     async def start(self) -> None:
         self.replicas.load()
         _, adv_host, adv_port = parse_listener(self.config.advertised_listeners[0])
+        fetch_sessions = FetchSessionCache(
+            self.config["max.incremental.fetch.session.cache.slots"])
+        self.metrics.watch_fetch_sessions(lambda: len(fetch_sessions))
         services = BrokerServices(
             self.config, self.store, self.replicas, self.metrics,
             Endpoint(adv_host, adv_port, self.config["broker.rack"]), self.groups,
-            self.controller,
+            self.controller, fetch_sessions,
         )
         for listener in self.config.listeners:
             _, host, port = parse_listener(listener)

@@ -226,6 +226,8 @@ BROKER_KEYS = _keys(
               "a local cluster; default cluster.db in the first log dir."),
     ConfigKey("fetch.max.bytes", "int", 57671680, "Largest Fetch response the broker builds.",
               at_least(0)),
+    ConfigKey("max.incremental.fetch.session.cache.slots", "int", 1000,
+              "Incremental fetch sessions (KIP-227) kept; 0 turns them off.", at_least(0)),
     ConfigKey("offsets.topic.num.partitions", "int", 50,
               "Partitions of __consumer_offsets (fixed once the topic exists).", at_least(1)),
     ConfigKey("offsets.topic.segment.bytes", "int", 104857600,

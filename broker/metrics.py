@@ -186,6 +186,11 @@ class BrokerMetrics:
             for family in (self.bytes_in, self.bytes_out, self.messages_in, self.messages_out):
                 family.remove(name)
 
+    def watch_fetch_sessions(self, count: Callable[[], int]) -> None:
+        gauge = Gauge("kafka_server_fetchsessioncache_numincrementalfetchsessions",
+                      "Incremental fetch sessions held (KIP-227)", registry=self.registry)
+        gauge.set_function(count)
+
     def watch_logs(self, sample: Callable[[], Iterable[PartitionSample]]) -> None:
         self.registry.register(_LogCollector(sample))
 

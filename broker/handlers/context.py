@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from broker.config import BrokerConfig
 from broker.controller.controller import Controller
 from broker.coordinator.group_coordinator import GroupCoordinator
 from broker.metrics import BrokerMetrics
 from broker.protocol.codec import RequestHeader
+from broker.server.fetch_session import FetchSessionCache
 from broker.server.metadata import ClusterMetadata
 from broker.server.replica_manager import ReplicaManager
 
@@ -31,6 +32,8 @@ class BrokerServices:
     advertised: Endpoint  # host may be empty: use the address the client connected to
     groups: GroupCoordinator
     controller: Controller
+    # Kafka's default of max.incremental.fetch.session.cache.slots; the app passes the setting.
+    fetch_sessions: FetchSessionCache = field(default_factory=lambda: FetchSessionCache(1000))
 
     @property
     def node_id(self) -> int:

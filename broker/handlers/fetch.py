@@ -3,8 +3,9 @@
 The response waits until ``min_bytes`` are available or ``max_wait`` passes (Kafka's
 DelayedFetch), and respects ``max_bytes`` across partitions and ``partition_max_bytes``
 per partition, always returning at least the first batch of the first partition with data
-(KIP-74) so a batch larger than the limits cannot stall a consumer. Sessions are not kept:
-``session_id`` 0 tells clients to send full fetches (KIP-227 allows it).
+(KIP-74) so a batch larger than the limits cannot stall a consumer. Incremental fetch
+sessions (KIP-227, ``broker.server.fetch_session``) are kept for clients that open one:
+their requests name only what changed, and their responses only partitions with news.
 
 Only the leader serves fetches. Consumers read up to the high watermark; a follower
 (``replica_id`` >= 0) reads up to the log end, and its fetch offset tells the leader how far
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -27,85 +29,139 @@ from broker.protocol.fetch import (
     FetchTopic,
     encode_fetch_response,
 )
+from broker.server.fetch_session import (
+    FINAL_EPOCH,
+    INITIAL_EPOCH,
+    NO_SESSION,
+    CachedPartition,
+    FetchSession,
+)
 from broker.server.partition import Partition
 from broker.storage.log import OffsetOutOfRange
 
 
 @dataclass(slots=True)
 class _Pass:
-    """What one pass over the requested partitions found."""
+    """What one pass over the wanted partitions found."""
 
-    topics: list[FetchTopic] = field(default_factory=list)
+    results: list[tuple[str, FetchPartition]] = field(default_factory=list)
     total: int = 0
     watched: list[Partition] = field(default_factory=list)
     sent: list[tuple[str, int, int]] = field(default_factory=list)  # topic, bytes, records
 
 
-def _read_all(ctx: RequestContext, request: FetchRequest, max_bytes: int, first: bool) -> _Pass:
+# A wanted partition: (topic, an object with partition, fetch_offset, partition_max_bytes
+# and current_leader_epoch), from the request itself or from its fetch session.
+Wanted = list[tuple[str, Any]]
+
+
+def _read_all(ctx: RequestContext, follower: int | None, wanted: Wanted, max_bytes: int,
+              first: bool) -> _Pass:
     replicas = ctx.services.replicas
-    follower = request.replica_id if request.replica_id >= 0 else None
     found = _Pass()
-    for topic in request.topics:
-        out = FetchTopic(topic.topic)
-        for p in topic.partitions:
-            partition = replicas.get(topic.topic, p.partition)
-            if partition is None:
-                out.partitions.append(
-                    FetchPartition(p.partition, ErrorCode.unknown_topic_or_partition, -1, -1, -1,
-                                   None)
-                )
-                continue
-            log = partition.log
-            error = partition.check_leader_epoch(p.current_leader_epoch)
-            if error == ErrorCode.none and not partition.is_leader:
-                error = ErrorCode.not_leader_or_follower
-            if error == ErrorCode.none and follower is not None and first:
-                replicas.record_follower_fetch(partition, follower, p.fetch_offset)
-            hw = partition.high_watermark
-            region = None
-            throttle = replicas.throttle_for(partition, follower) if follower is not None else None
-            if error == ErrorCode.none:
-                budget = min(p.partition_max_bytes, max(0, max_bytes - found.total))
-                min_one = found.total == 0
-                if throttle is not None:
-                    budget = min(budget, throttle.allowance())
-                    min_one = min_one and budget > 0
-                try:
-                    result = partition.read(p.fetch_offset, budget, min_one,
-                                            up_to_log_end=follower is not None)
-                except OffsetOutOfRange:
-                    error = ErrorCode.offset_out_of_range
-                else:
-                    region = result.region
-                    found.watched.append(partition)
-                    if region is not None and region.length:
-                        if throttle is not None:
-                            throttle.record(region.length)
-                        found.total += region.length
-                        records = result.next_offset - max(p.fetch_offset, result.first_offset)
-                        found.sent.append((topic.topic, region.length, records))
-            out.partitions.append(
-                FetchPartition(p.partition, error, hw, hw, log.log_start_offset, region)
-            )
-        found.topics.append(out)
+    for name, p in wanted:
+        partition = replicas.get(name, p.partition)
+        if partition is None:
+            found.results.append((name, FetchPartition(
+                p.partition, ErrorCode.unknown_topic_or_partition, -1, -1, -1, None)))
+            continue
+        log = partition.log
+        error = partition.check_leader_epoch(p.current_leader_epoch)
+        if error == ErrorCode.none and not partition.is_leader:
+            error = ErrorCode.not_leader_or_follower
+        if error == ErrorCode.none and follower is not None and first:
+            replicas.record_follower_fetch(partition, follower, p.fetch_offset)
+        hw = partition.high_watermark
+        region = None
+        throttle = replicas.throttle_for(partition, follower) if follower is not None else None
+        if error == ErrorCode.none:
+            budget = min(p.partition_max_bytes, max(0, max_bytes - found.total))
+            min_one = found.total == 0
+            if throttle is not None:
+                budget = min(budget, throttle.allowance())
+                min_one = min_one and budget > 0
+            try:
+                result = partition.read(p.fetch_offset, budget, min_one,
+                                        up_to_log_end=follower is not None)
+            except OffsetOutOfRange:
+                error = ErrorCode.offset_out_of_range
+            else:
+                region = result.region
+                found.watched.append(partition)
+                if region is not None and region.length:
+                    if throttle is not None:
+                        throttle.record(region.length)
+                    found.total += region.length
+                    records = result.next_offset - max(p.fetch_offset, result.first_offset)
+                    found.sent.append((name, region.length, records))
+        found.results.append((name, FetchPartition(
+            p.partition, error, hw, hw, log.log_start_offset, region)))
     return found
+
+
+def _by_topic(results: list[tuple[str, FetchPartition]]) -> list[FetchTopic]:
+    """Consecutive partitions of one topic share a topic entry, as Kafka builds them."""
+    topics: list[FetchTopic] = []
+    for name, partition in results:
+        if not topics or topics[-1].name != name:
+            topics.append(FetchTopic(name))
+        topics[-1].partitions.append(partition)
+    return topics
+
+
+def _cached(request: FetchRequest) -> list[CachedPartition]:
+    return [CachedPartition(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes,
+                            p.current_leader_epoch)
+            for t in request.topics for p in t.partitions]
 
 
 @handles(1, 4, 12)
 async def handle_fetch(ctx: RequestContext, request: FetchRequest) -> EncodedResponse:
+    sessions = ctx.services.fetch_sessions
+    session: FetchSession | None = None
+    incremental = False
+    if request.session_epoch in (FINAL_EPOCH, INITIAL_EPOCH):
+        # A full fetch; it ends the session it names, and epoch 0 opens a new one.
+        if request.session_id != NO_SESSION:
+            sessions.close(request.session_id)
+        if request.session_epoch == INITIAL_EPOCH:
+            session = sessions.open(_cached(request))
+    else:
+        session, error = sessions.resume(request.session_id, request.session_epoch)
+        if session is None:
+            return encode_fetch_response(ctx.version, ctx.header.correlation_id, [],
+                                         error_code=error)
+        session.update(_cached(request), request.forgotten_topics)
+        incremental = True
+    if session is not None:
+        wanted: Wanted = [(p.topic, p) for p in session.partitions.values()]
+    else:
+        wanted = [(t.topic, p) for t in request.topics for p in t.partitions]
+    follower = request.replica_id if request.replica_id >= 0 else None
     max_bytes = min(request.max_bytes, ctx.services.config["fetch.max.bytes"])
     deadline = time.monotonic() + request.max_wait_ms / 1000
     first = True
     while True:
-        found = _read_all(ctx, request, max_bytes, first)
+        found = _read_all(ctx, follower, wanted, max_bytes, first)
         first = False
         remaining = deadline - time.monotonic()
         if found.total >= request.min_bytes or remaining <= 0 or not found.watched:
             break
         await ctx.services.replicas.wait_for_data(found.watched, remaining)
+    results = found.results
+    if session is not None:
+        reported = []
+        for (name, result), (_, cached) in zip(results, wanted, strict=True):
+            length = result.records.length if result.records is not None else 0
+            if session.must_report(cached, result.error_code, result.high_watermark,
+                                   result.log_start_offset, length) or not incremental:
+                reported.append((name, result))
+        results = reported
     metrics = ctx.services.metrics
-    for topic, size, records in found.sent if request.replica_id < 0 else ():
+    for topic, size, records in found.sent if follower is None else ():
         counters = metrics.topic(topic)
         counters.bytes_out.inc(size)
         counters.messages_out.inc(records)
-    return encode_fetch_response(ctx.version, ctx.header.correlation_id, found.topics)
+    return encode_fetch_response(
+        ctx.version, ctx.header.correlation_id, _by_topic(results),
+        session_id=session.session_id if session is not None else NO_SESSION)
