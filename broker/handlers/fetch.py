@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -27,6 +26,7 @@ from broker.protocol.fetch import (
     FetchPartition,
     FetchRequest,
     FetchTopic,
+    RequestedPartition,
     encode_fetch_response,
 )
 from broker.server.fetch_session import (
@@ -50,9 +50,8 @@ class _Pass:
     sent: list[tuple[str, int, int]] = field(default_factory=list)  # topic, bytes, records
 
 
-# A wanted partition: (topic, an object with partition, fetch_offset, partition_max_bytes
-# and current_leader_epoch), from the request itself or from its fetch session.
-Wanted = list[tuple[str, Any]]
+# The partitions to read, with their topic: from the request itself, or from its session.
+Wanted = list[tuple[str, RequestedPartition | CachedPartition]]
 
 
 def _read_all(ctx: RequestContext, follower: int | None, wanted: Wanted, max_bytes: int,

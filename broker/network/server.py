@@ -233,7 +233,9 @@ class Connection:
 
     # -- writing -------------------------------------------------------------------------
 
-    def _try_write(self, response: bytes | EncodedResponse) -> Any:
+    def _try_write(
+        self, response: bytes | EncodedResponse
+    ) -> bytes | memoryview | EncodedResponse | None:
         """Send ``response`` now if the socket takes it; what is left goes to the writer.
 
         Returns None when all was sent, else the unsent rest (or the whole of a fetch
