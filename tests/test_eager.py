@@ -86,3 +86,26 @@ def test_an_error_in_the_first_step_propagates_and_a_later_one_fails_the_task():
             await step.task
 
     asyncio.run(main())
+
+
+def test_a_task_cancelled_before_it_runs_still_closes_the_handler():
+    async def main() -> None:
+        seen: list[str] = []
+        inner = asyncio.get_running_loop().create_future()
+
+        async def handler() -> None:
+            try:
+                await inner
+            finally:
+                seen.append("cleaned up")
+
+        coro = handler()  # held here too, so garbage collection cannot be what closes it
+        step = eager.start(coro)
+        step.task.cancel()  # before the task's first step: it never reaches the handler
+        with pytest.raises(asyncio.CancelledError):
+            await step.task
+        await asyncio.sleep(0)  # done-callbacks run in the next loop iteration
+        assert seen == ["cleaned up"]
+        assert coro.cr_frame is None  # closed
+
+    asyncio.run(main())

@@ -21,6 +21,7 @@ from broker.handlers.context import BrokerServices, RequestContext
 from broker.handlers.fetch import handle_fetch
 from broker.protocol.codec import RequestHeader, decode_request, decode_response, encode_request
 from broker.protocol.messages import build
+from broker.server import fetch_session
 from broker.server.fetch_session import CachedPartition, FetchSessionCache
 from tests.test_admin_handlers import make_services
 from tests.wire import build_batch
@@ -112,6 +113,26 @@ def test_forgotten_partitions_leave_the_session(services: BrokerServices):
     assert list(reported(fetch(services, sid, 2, {}))) == [0]
 
 
+def test_an_error_is_reported_again_once_it_clears():
+    session = FetchSessionCache(10).open([CachedPartition("t", 0, 0, 100, -1)])
+    p = session.partitions[("t", 0)]
+    assert session.must_report(p, ErrorCode.none, 5, 0, 0)
+    assert session.must_report(p, ErrorCode.not_leader_or_follower, 5, 0, 0)
+    assert session.must_report(p, ErrorCode.none, 5, 0, 0)  # same HW as before the error
+    assert not session.must_report(p, ErrorCode.none, 5, 0, 0)
+    # A partition forgotten by an overlapping request while this one waited: no KeyError.
+    del session.partitions[("t", 0)]
+    assert session.must_report(p, ErrorCode.none, 6, 0, record_bytes=10)
+    assert session.partitions == {}
+
+
+def test_a_session_left_empty_is_closed(services: BrokerServices):
+    sid = fetch(services, 0, 0, {0: 0}).session_id
+    emptied = fetch(services, sid, 1, {}, forgotten=(0,))
+    assert (emptied.error_code, emptied.session_id, emptied.responses) == (ErrorCode.none, 0, ())
+    assert fetch(services, sid, 2, {}).error_code == ErrorCode.fetch_session_id_not_found
+
+
 def test_partitions_that_returned_data_go_to_the_back():
     cache = FetchSessionCache(10)
     session = cache.open([CachedPartition("t", p, 0, 100, -1) for p in range(3)])
@@ -123,12 +144,14 @@ def test_partitions_that_returned_data_go_to_the_back():
     assert session.must_report(first, ErrorCode.not_leader_or_follower, 5, 0, 0)
 
 
-def test_the_cache_evicts_the_least_recently_used_and_can_be_turned_off(
-    services: BrokerServices,
+def test_a_full_cache_evicts_only_an_idle_session_and_can_be_turned_off(
+    services: BrokerServices, monkeypatch: pytest.MonkeyPatch,
 ):
     cache = FetchSessionCache(2)
     a = cache.open([])
     b = cache.open([])
+    assert cache.open([]) is None  # both in recent use: the newcomer gets no session
+    monkeypatch.setattr(fetch_session, "EVICTION_IDLE_S", 0.0)
     assert cache.resume(a.session_id, 1)[1] == ErrorCode.none  # a is now the most recent
     c = cache.open([])
     assert len(cache) == 2

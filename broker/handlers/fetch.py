@@ -132,6 +132,9 @@ async def handle_fetch(ctx: RequestContext, request: FetchRequest) -> EncodedRes
                                          error_code=error)
         session.update(_cached(request), request.forgotten_topics)
         incremental = True
+        if not session.partitions:  # nothing left to fetch: end it, as Kafka does
+            sessions.close(session.session_id)
+            session, incremental = None, False
     if session is not None:
         wanted: Wanted = [(p.topic, p) for p in session.partitions.values()]
     else:

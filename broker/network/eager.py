@@ -6,6 +6,10 @@ a wake-up of the writer, which at a thousand requests a second was a visible sha
 broker's CPU. Python 3.12's ``eager_task_factory`` does the same thing; this broker runs on
 3.11, so the first step is taken by hand and a suspended coroutine is handed to a task that
 resumes it where it stopped.
+
+The first step runs inside the caller's task (the connection's reader): a handler must not
+use ``asyncio.current_task()`` before its first ``await`` (nor ``asyncio.timeout`` or a
+``TaskGroup``, which rely on it) or it would act on the reader.
 """
 
 from __future__ import annotations
@@ -34,7 +38,11 @@ def start(coro: Coroutine[Any, Any, T]) -> Started:
         waiting = coro.send(None)
     except StopIteration as finished:
         return Started(True, finished.value)
-    return Started(False, task=asyncio.ensure_future(_finish(coro, waiting)))
+    task = asyncio.ensure_future(_finish(coro, waiting))
+    # A task cancelled before its first step never reaches ``coro``: close it then, so its
+    # ``finally`` blocks (waiter and timer clean-up) run now, not at garbage collection.
+    task.add_done_callback(lambda done: coro.close() if done.cancelled() else None)
+    return Started(False, task=task)
 
 
 async def _finish(coro: Coroutine[Any, Any, T], waiting: Any) -> T:

@@ -114,11 +114,12 @@ class Connection:
         self.frames = FrameReader(services.config["socket.request.max.bytes"])
         self.queue: asyncio.Queue[Any] = asyncio.Queue(MAX_IN_FLIGHT)
         self._backlog = 0  # responses queued, or being written by the writer
+        self._writer: asyncio.Task[None] | None = None
         self.metrics = services.metrics
 
     async def run(self) -> None:
         self.metrics.connections.inc()
-        writer = asyncio.create_task(self._write_loop())
+        writer = self._writer = asyncio.create_task(self._write_loop())
         try:
             await self._read_loop()
         except (ConnectionError, OSError) as e:
@@ -209,6 +210,12 @@ class Connection:
 
     async def _respond(self, item: asyncio.Future[Any]) -> None:
         """Queue a response (or the task making it) for the writer, behind earlier ones."""
+        if self._writer is not None and self._writer.done():
+            # The writer gave up on this connection (a failed write or a handler bug): stop
+            # reading too, rather than fill a queue nobody empties.
+            if isinstance(item, asyncio.Task):
+                item.cancel()
+            raise ConnectionError("the connection's writer has stopped")
         self._backlog += 1
         await self.queue.put(item)
 

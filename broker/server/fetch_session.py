@@ -51,10 +51,8 @@ class FetchSession:
 
     def update(self, requested: list[CachedPartition],
                forgotten: list[tuple[str, list[int]]]) -> None:
-        """Apply an incremental request: add or update its partitions, drop forgotten ones."""
-        for name, indexes in forgotten:
-            for index in indexes:
-                self.partitions.pop((name, index), None)
+        """Apply an incremental request: add or update its partitions, then drop the
+        forgotten ones (in Kafka's order, for a partition named in both)."""
         for p in requested:
             known = self.partitions.get((p.topic, p.partition))
             if known is None:
@@ -63,6 +61,9 @@ class FetchSession:
                 known.fetch_offset = p.fetch_offset
                 known.partition_max_bytes = p.partition_max_bytes
                 known.current_leader_epoch = p.current_leader_epoch
+        for name, indexes in forgotten:
+            for index in indexes:
+                self.partitions.pop((name, index), None)
 
     def must_report(self, p: CachedPartition, error: int, high_watermark: int,
                     log_start_offset: int, record_bytes: int) -> bool:
@@ -73,17 +74,29 @@ class FetchSession:
         changed = (record_bytes > 0 or error != ErrorCode.none
                    or high_watermark != p.high_watermark
                    or log_start_offset != p.log_start_offset)
-        p.high_watermark, p.log_start_offset = high_watermark, log_start_offset
+        # After an error, forget the high watermark sent, so the partition is reported again
+        # once the error clears (as Kafka does).
+        p.high_watermark = -1 if error != ErrorCode.none else high_watermark
+        p.log_start_offset = log_start_offset
         if record_bytes > 0:
             key = (p.topic, p.partition)
-            self.partitions[key] = self.partitions.pop(key)
+            moved = self.partitions.pop(key, None)  # a concurrent request may have forgotten it
+            if moved is not None:
+                self.partitions[key] = moved
         return changed
+
+
+# Kafka's min.incremental.fetch.session.eviction.ms: a full cache evicts only a session idle
+# this long, so clients in active use do not push each other out in turn.
+EVICTION_IDLE_S = 120.0
 
 
 class FetchSessionCache:
     """Sessions of one broker, at most ``slots`` (``max.incremental.fetch.session.cache.slots``;
-    0 turns sessions off). When full, a new session evicts the least recently used one,
-    whose owner gets FETCH_SESSION_ID_NOT_FOUND and starts a new session."""
+    0 turns sessions off). When full, a new session replaces the least recently used one if
+    that one has been idle for ``EVICTION_IDLE_S`` (its owner then gets
+    FETCH_SESSION_ID_NOT_FOUND and starts over); otherwise the newcomer gets no session and
+    is answered as a full fetch."""
 
     def __init__(self, slots: int) -> None:
         self.slots = slots
@@ -95,13 +108,16 @@ class FetchSessionCache:
     def open(self, partitions: list[CachedPartition]) -> FetchSession | None:
         if self.slots <= 0:
             return None
+        now = time.monotonic()
         if len(self._sessions) >= self.slots:
             oldest = min(self._sessions.values(), key=lambda s: s.last_used)
+            if now - oldest.last_used < EVICTION_IDLE_S:
+                return None
             del self._sessions[oldest.session_id]
         session_id = NO_SESSION
         while session_id == NO_SESSION or session_id in self._sessions:
             session_id = random.randint(1, 2**31 - 1)
-        session = FetchSession(session_id, INITIAL_EPOCH + 1, last_used=time.monotonic())
+        session = FetchSession(session_id, INITIAL_EPOCH + 1, last_used=now)
         session.update(partitions, [])
         self._sessions[session_id] = session
         return session
