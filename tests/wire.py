@@ -42,6 +42,7 @@ from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeade
 from kio.serial import entity_reader
 
 from broker.protocol.codec import RequestHeader, encode_request, response_schema
+from broker.protocol.primitives import skip_tagged_fields
 
 _I32 = struct.Struct(">i")
 # baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta,
@@ -56,20 +57,6 @@ class ConnectionClosed(Exception):
     """The broker closed (or reset) the connection."""
 
 
-def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    for _ in range(5):
-        if pos >= len(buf):
-            raise ValueError("truncated unsigned varint")
-        b = buf[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return value, pos
-        shift += 7
-    raise ValueError("unsigned varint longer than 5 bytes")
-
-
 def decode_response_exact(frame: bytes, api_key: int, api_version: int) -> tuple[int, Any]:
     """(correlation id, kio response) of a response frame, which must be consumed exactly.
 
@@ -79,11 +66,7 @@ def decode_response_exact(frame: bytes, api_key: int, api_version: int) -> tuple
     (correlation_id,) = _I32.unpack_from(frame, 0)
     pos = 4
     if schema.__header_schema__ is ResponseHeaderV1:
-        count, pos = _uvarint(frame, pos)
-        for _ in range(count):
-            _tag, pos = _uvarint(frame, pos)
-            size, pos = _uvarint(frame, pos)
-            pos += size
+        pos = skip_tagged_fields(frame, pos)
     body, size = entity_reader(schema)(frame, pos)
     if pos + size != len(frame):
         raise ValueError(

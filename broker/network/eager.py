@@ -16,20 +16,17 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine, Generator
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 T = TypeVar("T")
 
 
-class Started:
+class Started(NamedTuple):
     """The outcome of ``start``: either ``done`` with ``result``, or a ``task`` to await."""
 
-    __slots__ = ("done", "result", "task")
-
-    def __init__(self, done: bool, result: Any = None, task: asyncio.Task[Any] | None = None):
-        self.done = done
-        self.result = result
-        self.task = task
+    done: bool
+    result: Any = None
+    task: asyncio.Task[Any] | None = None
 
 
 def start(coro: Coroutine[Any, Any, T]) -> Started:

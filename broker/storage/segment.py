@@ -60,6 +60,14 @@ class BatchPosition(NamedTuple):
 TAIL_BATCHES = 64
 
 
+def _last_offset(batch: BatchPosition) -> int:
+    return batch.header.base_offset + batch.header.last_offset_delta
+
+
+def _end(batch: BatchPosition) -> int:
+    return batch.position + batch.header.batch_length + LOG_OVERHEAD
+
+
 class LogSegment:
     def __init__(
         self,
@@ -86,11 +94,8 @@ class LogSegment:
         self._bytes_since_index = 0
         self.max_timestamp = -1
         self.next_offset = base_offset  # one past the last offset held; set by load/append
-        # The newest batches, in order, ending at the segment's end (see TAIL_BATCHES), with
-        # their last offsets and end positions for bisecting.
+        # The newest batches, in order, ending at the segment's end (see TAIL_BATCHES).
         self._tail: list[BatchPosition] = []
-        self._tail_last: list[int] = []
-        self._tail_ends: list[int] = []
         self.created_ms = int(time.time() * 1000)
         self.last_modified_ms = int(os.stat(self.log_path).st_mtime * 1000)
 
@@ -140,7 +145,7 @@ class LogSegment:
         """The first batch whose last offset is >= ``offset``, or None past the end."""
         tail = self._tail
         if tail and offset >= tail[0].header.base_offset:
-            i = bisect_left(self._tail_last, offset)
+            i = bisect_left(tail, offset, key=_last_offset)
             return tail[i] if i < len(tail) else None
         _, position = self.offset_index.lookup(offset)
         for batch in self.batches_from(position):
@@ -168,14 +173,14 @@ class LogSegment:
         """
         tail = self._tail
         if tail and start >= tail[0].position:
-            first = bisect_right(self._tail_ends, start)  # the batch starting at ``start``
+            first = bisect_right(tail, start, key=_end)  # the batch starting at ``start``
             if first == len(tail):
                 return start, -1
-            end = min(bisect_right(self._tail_ends, limit),
-                      bisect_left(self._tail_last, max_offset))
+            end = min(bisect_right(tail, limit, key=_end),
+                      bisect_left(tail, max_offset, key=_last_offset))
             if end <= first:
                 return start, tail[first].header.base_offset
-            return self._tail_ends[end - 1], tail[end - 1].header.next_offset
+            return _end(tail[end - 1]), tail[end - 1].header.next_offset
         entry_offset, entry_position = self.offset_index.floor_position(limit)
         position = start
         if entry_position > start and entry_offset < max_offset:
@@ -273,16 +278,11 @@ class LogSegment:
             self.max_timestamp = header.max_timestamp
         self._bytes_since_index += size
         self._tail.append(BatchPosition(header, position))
-        self._tail_last.append(last_offset)
-        self._tail_ends.append(position + size)
         if len(self._tail) > 2 * TAIL_BATCHES:
-            for kept in (self._tail, self._tail_last, self._tail_ends):
-                del kept[:-TAIL_BATCHES]
+            del self._tail[:-TAIL_BATCHES]
 
     def _forget_tail(self) -> None:
         self._tail.clear()
-        self._tail_last.clear()
-        self._tail_ends.clear()
 
     def truncate_to(self, offset: int) -> int:
         """Remove every batch at or after ``offset``; returns bytes removed.
