@@ -13,37 +13,13 @@ CACHE="${KAFKUBE_CACHE:-$HOME/.cache/kafkube}"
 M2="$CACHE/m2"
 mkdir -p "$CACHE"
 
-need_apt=()
-command -v java >/dev/null || need_apt+=(default-jdk-headless)
-command -v mvn >/dev/null || need_apt+=(maven)
-if ((${#need_apt[@]})); then
-  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
-fi
+# shellcheck source=../scripts/maven_jars.sh
+. "$(dirname "$here")/../scripts/maven_jars.sh"
+ensure_jdk_and_maven
 
 version="$(sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' "$here/pom.xml")"
 [ -n "$version" ] || { echo "setup_kafka: no <kafka.version> in $here/pom.xml" >&2; exit 1; }
 LIB="$CACHE/kafka-$version/libs"
-stamp="$(sha1sum "$here/pom.xml" | cut -c1-40)"
-if [ "$(cat "$LIB/.stamp" 2>/dev/null || true)" != "$stamp" ]; then
-  echo "setup_kafka: fetching Apache Kafka $version jars from Maven Central into $LIB" >&2
-  mkdir -p "$CACHE/kafka-$version"
-  tmp="$(mktemp -d "$CACHE/kafka-$version/libs.tmp.XXXXXX")"
-  trap 'rm -rf "$tmp"' EXIT
-  # Maven's output is kept and shown only if it fails (even -q prints terminal escapes).
-  if ! mvn -q -B -Dstyle.color=never -f "$here/pom.xml" -Dmaven.repo.local="$M2" \
-    dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$tmp" \
-    >"$tmp/.mvn.log" 2>&1; then
-    cat "$tmp/.mvn.log" >&2
-    echo "setup_kafka: mvn dependency:copy-dependencies failed (see above)" >&2
-    exit 1
-  fi
-  rm -f "$tmp/.mvn.log"
-  ls "$tmp/kafka_2.13-$version.jar" "$tmp/kafka-tools-$version.jar" >/dev/null
-  echo "$stamp" >"$tmp/.stamp"
-  rm -rf "$LIB"
-  mv "$tmp" "$LIB"
-  trap - EXIT
-fi
+fetch_jars setup_kafka "$here/pom.xml" "$LIB" "$M2" \
+  "kafka_2.13-$version.jar" "kafka-tools-$version.jar"
 echo "$LIB"

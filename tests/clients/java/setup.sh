@@ -16,37 +16,13 @@ CLASSES="$CACHE/java-classes"
 M2="$CACHE/m2"
 mkdir -p "$CACHE"
 
-need_apt=()
-command -v javac >/dev/null || need_apt+=(default-jdk-headless)
-command -v mvn >/dev/null || need_apt+=(maven)
-if ((${#need_apt[@]})); then
-  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
-fi
+# shellcheck source=../../../scripts/maven_jars.sh
+. "$here/../../../scripts/maven_jars.sh"
+ensure_jdk_and_maven
 
 # 1. The jars. The stamp records which pom.xml they were fetched for.
-lib_stamp="$(sha1sum "$here/pom.xml" | cut -c1-40)"
-if [ "$(cat "$LIB/.stamp" 2>/dev/null || true)" != "$lib_stamp" ]; then
-  echo "java client: fetching jars from Maven Central into $LIB" >&2
-  tmp="$(mktemp -d "$CACHE/java-lib.tmp.XXXXXX")"
-  trap 'rm -rf "$tmp"' EXIT
-  # -f: run against the pom wherever the caller is; nothing is written next to the pom.
-  # Maven's output is kept and shown only if it fails (even -q prints terminal escapes).
-  if ! mvn -q -B -Dstyle.color=never -f "$here/pom.xml" -Dmaven.repo.local="$M2" \
-    dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$tmp" \
-    >"$tmp/.mvn.log" 2>&1; then
-    cat "$tmp/.mvn.log" >&2
-    echo "java client: mvn dependency:copy-dependencies failed (see above)" >&2
-    exit 1
-  fi
-  rm -f "$tmp/.mvn.log"
-  ls "$tmp"/kafka-clients-*.jar >/dev/null
-  echo "$lib_stamp" >"$tmp/.stamp"
-  rm -rf "$LIB"
-  mv "$tmp" "$LIB"
-  trap - EXIT
-fi
+fetch_jars "java client" "$here/pom.xml" "$LIB" "$M2" 'kafka-clients-*.jar'
+lib_stamp="$(cat "$LIB/.stamp")"
 
 # 2. The program. The stamp covers the source, this script, the jars and the compiler.
 classes_stamp="$(
