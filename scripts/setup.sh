@@ -28,6 +28,9 @@ if [ ! -f "$stamp" ]; then
   touch "$stamp"
 fi
 
+# Apache Kafka's own jars: the command-line tools the tests run, and the broker `bench compare` runs.
+bash bench/setup_kafka.sh >/dev/null
+
 if [ -f tests/clients/java/setup.sh ]; then
   bash tests/clients/java/setup.sh
 fi
