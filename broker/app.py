@@ -153,12 +153,17 @@ class BrokerApp:
             await asyncio.sleep(METADATA_POLL_SECONDS)
 
     async def controlled_shutdown(self) -> None:
-        """Move leadership to other in-sync replicas before stopping (KIP-143's purpose)."""
+        """Move leadership to other in-sync replicas before stopping (KIP-143's purpose),
+        only to those seen alive and caught up just now (``Handover``)."""
         if self.membership is None or not self.config["controlled.shutdown.enable"]:
             return
         await self.controller.stop()
+        # Long enough for a live follower's next fetch after a long poll or an error backoff.
+        wait_ms = 2 * self.config["replica.fetch.wait.max.ms"] + self.config[
+            "replica.fetch.backoff.ms"]
         try:
-            self.membership.leave_roles()
+            handover = await self.replicas.handover(wait_ms / 1000)
+            self.membership.leave_roles(handover)
         except Exception:
             log.exception("controlled shutdown could not move leadership")
 

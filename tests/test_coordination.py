@@ -11,9 +11,11 @@ from broker.cluster.backend import BrokerRegistration
 from broker.cluster.image import NO_LEADER, ClusterImage, PartitionState, TopicMetadata
 from broker.cluster.sqlite import SqliteBackend
 from broker.controller.elections import (
+    Handover,
     cancel_reassignment,
     fence_and_elect,
     start_reassignment,
+    step_down,
     step_reassignment,
     without_broker,
 )
@@ -113,6 +115,36 @@ def test_a_rejoining_or_stopping_broker_hands_over_only_to_the_isr() -> None:
     assert without_broker(alone, 1, live={1, 2, 3}) == alone  # nobody else has its writes
     following = without_broker(state([2, 1], [2, 1], 2), 1, live={1, 2})
     assert (following.leader, following.isr) == (2, (2,))
+
+
+def test_a_controlled_shutdown_hands_over_only_to_replicas_seen_alive_and_caught_up() -> None:
+    # Broker 3 was SIGKILLed a moment ago: its lease is still live, it is still in the ISR.
+    led = state([1, 3, 2], [1, 3, 2], 1)
+    moved = without_broker(led, 1, live={1, 2, 3}, successors={2})
+    assert (moved.leader, moved.isr) == (2, (3, 2))
+    # Nobody fetched since the shutdown began: the leadership stays, with the ISR.
+    assert without_broker(led, 1, live={1, 2, 3}, successors=set()) == led
+    # A follower leaves the ISR only of a leader its fetcher heard from meanwhile.
+    followed = state([3, 1, 2], [3, 1, 2], 3)
+    assert without_broker(followed, 1, live={1, 2, 3}, leader_heard=False) == followed
+    assert without_broker(followed, 1, live={1, 2, 3}, leader_heard=True).isr == (3, 2)
+
+
+def test_step_down_uses_the_handover_per_partition() -> None:
+    image = ClusterImage({"t": TopicMetadata("t", "00000000-0000-0000-0000-000000000001", {}, (
+        state([1, 2, 3], [1, 2, 3], 1),  # led by 1: 3 proved caught up, 2 did not
+        state([1, 2, 3], [1, 2, 3], 1),  # led by 1: nobody proved anything
+        state([2, 1, 3], [2, 1, 3], 2),  # followed under 2, which answered
+        state([3, 1, 2], [3, 1, 2], 3),  # followed under 3, which did not
+    ))})
+    handover = Handover({("t", 0): frozenset({3})}, leaders_heard=frozenset({2}))
+    after = step_down(image, 1, {1, 2, 3}, handover)
+    assert after is not None
+    p0, p1, p2, p3 = after.topics["t"].assignments
+    assert (p0.leader, p0.isr) == (3, (2, 3))
+    assert (p1.leader, p1.isr) == (1, (1, 2, 3))
+    assert (p2.leader, p2.isr) == (2, (2, 3))
+    assert (p3.leader, p3.isr) == (3, (3, 1, 2))
 
 
 def test_reassignment_adds_first_then_removes_once_in_sync() -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 
 from broker.cluster.backend import BrokerRegistration, CoordinationBackend
-from broker.controller.elections import map_partitions, without_broker
+from broker.controller.elections import Handover, step_down
 from broker.server.metadata import ClusterMetadata
 
 log = logging.getLogger(__name__)
@@ -49,12 +49,11 @@ class Membership:
         self.join()
         return False
 
-    def leave_roles(self) -> None:
-        """Hand leadership and ISR places to other in-sync replicas where there are any."""
+    def leave_roles(self, handover: Handover | None = None) -> None:
+        """Hand leadership and ISR places to other in-sync replicas where there are any;
+        with ``handover`` (a controlled shutdown) only to those it names."""
         live = set(self.backend.live_brokers())
-        self.metadata.update(
-            lambda image: map_partitions(image, lambda _, s: without_broker(s, self.node_id, live))
-        )
+        self.metadata.update(lambda image: step_down(image, self.node_id, live, handover))
 
     def leave(self) -> None:
         self.backend.unregister_broker(self.node_id, self.broker_epoch)

@@ -14,8 +14,8 @@ The rules are Kafka's (ReplicationControlManager and PartitionChangeBuilder in K
 
 from __future__ import annotations
 
-from collections.abc import Callable, Set
-from dataclasses import replace
+from collections.abc import Callable, Mapping, Set
+from dataclasses import dataclass, field, replace
 
 from broker.cluster.image import NO_LEADER, ClusterImage, PartitionState
 
@@ -104,25 +104,68 @@ def map_partitions(
     image: ClusterImage, change: Callable[[str, PartitionState], PartitionState]
 ) -> ClusterImage | None:
     """Apply ``change`` (given the topic name) to every partition; None if nothing changed."""
+    return map_indexed(image, lambda topic, _, state: change(topic, state))
+
+
+def map_indexed(
+    image: ClusterImage, change: Callable[[str, int, PartitionState], PartitionState]
+) -> ClusterImage | None:
+    """``map_partitions`` for changes that depend on the partition index too."""
     out = image
     changed = False
     for name, topic in image.topics.items():
         for index, state in enumerate(topic.assignments):
-            new = change(name, state)
+            new = change(name, index, state)
             if new != state:
                 out = out.with_partition(name, index, new)
                 changed = True
     return out if changed else None
 
 
-def without_broker(state: PartitionState, node: int, live: Set[int]) -> PartitionState:
+@dataclass(frozen=True, slots=True)
+class Handover:
+    """What a broker in controlled shutdown has itself seen of the replicas around it.
+
+    A live lease only says a broker renewed it within the session timeout: a broker killed a
+    moment ago still holds one. So a broker stepping down hands leadership only to followers
+    that fetched from it after the shutdown began, at or past its high watermark (alive, and
+    holding every acknowledged record), and leaves the ISR of a partition only if its fetcher
+    heard from that partition's leader meanwhile: otherwise it may be the last live holder of
+    what the leader acknowledged.
+    """
+
+    successors: Mapping[tuple[str, int], frozenset[int]] = field(default_factory=dict)
+    leaders_heard: frozenset[int] = frozenset()
+
+
+def without_broker(state: PartitionState, node: int, live: Set[int],
+                   successors: Set[int] | None = None,
+                   leader_heard: bool = True) -> PartitionState:
     """``state`` with ``node`` out of leadership and the ISR, where another replica can take
     over: a controlled shutdown, or a restarted broker whose log may be behind. The last
-    ISR member stays leader (or on record), as nobody else holds all its writes."""
+    ISR member stays leader (or on record), as nobody else holds all its writes.
+
+    ``successors`` limits who may lead next (see ``Handover``); with ``leader_heard`` False
+    ``node`` keeps its ISR place under a leader nobody has heard from.
+    """
     isr = tuple(r for r in state.isr if r != node)
     if state.leader == node:
-        leader = choose_leader(replace(state, isr=isr), set(live) - {node})
+        candidates = set(live) - {node}
+        if successors is not None:
+            candidates &= set(successors)
+        leader = choose_leader(replace(state, isr=isr), candidates)
         return state if leader == NO_LEADER else state.with_leader(leader, isr)
-    if state.leader != NO_LEADER and node in state.isr:
+    if state.leader != NO_LEADER and node in state.isr and leader_heard:
         return state.with_isr(isr)
     return state
+
+
+def step_down(image: ClusterImage, node: int, live: Set[int],
+              handover: Handover | None = None) -> ClusterImage | None:
+    """``without_broker`` over the whole image; ``handover`` as seen by ``node`` itself."""
+    if handover is None:
+        return map_partitions(image, lambda _, s: without_broker(s, node, live))
+    return map_indexed(image, lambda topic, index, s: without_broker(
+        s, node, live, handover.successors.get((topic, index), frozenset()),
+        s.leader in handover.leaders_heard,
+    ))

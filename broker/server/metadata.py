@@ -99,6 +99,12 @@ class ClusterMetadata:
     def partition(self, topic: str, index: int) -> PartitionState | None:
         return self.image.partition(topic, index)
 
+    def broker(self, node_id: int) -> BrokerRegistration | None:
+        """A live broker's registration as of the last poll. Look it up on every use:
+        ``brokers`` is replaced, not updated, by each poll, so a reference to the dict (or
+        its bound ``get``) would keep the brokers of one moment forever."""
+        return self.brokers.get(node_id)
+
     def live_brokers(self) -> dict[int, BrokerRegistration]:
         """The live brokers now, not as of the last poll: admin requests place replicas."""
         self.brokers = self.backend.live_brokers()

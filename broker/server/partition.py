@@ -237,6 +237,15 @@ class Partition:
         leo = progress.log_end_offset
         return leo >= self.high_watermark and leo >= self.epoch_start_offset
 
+    def proven_followers(self, since_ms: float, offset: int) -> frozenset[int]:
+        """ISR followers that fetched at ``offset`` or beyond after ``since_ms``: alive now
+        and holding everything up to ``offset`` (a controlled shutdown's successors)."""
+        return frozenset(
+            r for r in self.isr
+            if r != self.node_id and (progress := self.followers.get(r)) is not None
+            and progress.last_fetch_ms >= since_ms and progress.log_end_offset >= offset
+        )
+
     def out_of_sync_followers(self, lag_time_max_ms: int) -> list[int]:
         """ISR followers that have not caught up for ``replica.lag.time.max.ms``."""
         now = now_ms()

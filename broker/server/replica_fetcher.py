@@ -27,7 +27,7 @@ from broker.cluster.backend import BrokerRegistration
 from broker.network.client import BrokerConnectionError, KafkaConnection
 from broker.protocol.messages import build
 from broker.protocol.records import InvalidRecordError
-from broker.server.partition import Partition
+from broker.server.partition import Partition, now_ms
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +76,8 @@ class ReplicaFetcher:
         self._connection: KafkaConnection | None = None
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._unknown_endpoint = False  # logged once, until the leader is known again
+        self.last_answer_ms = 0.0  # when the leader last answered (monotonic), see heard_since
 
     def add(self, partition: Partition) -> None:
         self.partitions[(partition.topic, partition.index)] = FetchState(
@@ -85,6 +87,10 @@ class ReplicaFetcher:
 
     def remove(self, topic: str, index: int) -> None:
         self.partitions.pop((topic, index), None)
+
+    def heard_since(self, since_ms: float) -> bool:
+        """The leader answered us after ``since_ms``: it was alive then."""
+        return self.last_answer_ms >= since_ms
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=f"fetcher-{self.leader_id}")
@@ -110,6 +116,10 @@ class ReplicaFetcher:
             try:
                 connection = self._connect()
                 if connection is None:
+                    if not self._unknown_endpoint:
+                        log.info("broker %d is not registered; waiting for it before "
+                                 "fetching %d partitions", self.leader_id, len(self.partitions))
+                    self._unknown_endpoint = True
                     delay = backoff
                 elif any(s.truncating for s in self.partitions.values()):
                     delay = await self._truncate(connection)
@@ -131,6 +141,7 @@ class ReplicaFetcher:
         endpoint = self._endpoint(self.leader_id)
         if endpoint is None:
             return None
+        self._unknown_endpoint = False
         conn = self._connection
         if conn is None or (conn.host, conn.port) != (endpoint.host, endpoint.port):
             if conn is not None:
@@ -171,6 +182,7 @@ class ReplicaFetcher:
             "topics": [{"topic": t, "partitions": ps} for t, ps in topics.items()],
         })
         response = await connection.request(EPOCH_KEY, EPOCH_VERSION, request)
+        self.last_answer_ms = now_ms()
         delay = 0.0
         pairs = ((t.topic, p.partition, p) for t in response.topics for p in t.partitions)
         for state, our_epoch, p in self._still_wanted(pairs, asked):
@@ -244,6 +256,7 @@ class ReplicaFetcher:
             "rack_id": cfg.rack or "",
         })
         response = await connection.request(FETCH_KEY, FETCH_VERSION, request)
+        self.last_answer_ms = now_ms()
         delay = 0.0
         pairs = ((t.topic, p.partition_index, p) for t in response.responses for p in t.partitions)
         for state, offset, p in self._still_wanted(pairs, sent):

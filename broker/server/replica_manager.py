@@ -23,9 +23,10 @@ from kio.schema.errors import ErrorCode
 
 from broker.cluster.image import NO_LEADER, ClusterImage, PartitionState, TopicMetadata
 from broker.config import BrokerConfig
+from broker.controller.elections import Handover
 from broker.controller.placement import assign_replicas
 from broker.server.metadata import ClusterMetadata, ConcurrentUpdate
-from broker.server.partition import Partition
+from broker.server.partition import Partition, now_ms
 from broker.server.replica_fetcher import FetcherConfig, ReplicaFetcher
 from broker.server.throttle import Throttle
 from broker.storage.cleaner import CleanResult, CleanTarget, LogCleaner
@@ -39,6 +40,7 @@ CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
 REPLICATION_CHECKPOINT = "replication-offset-checkpoint"
 PARTITION_METADATA = "partition.metadata"
 DELETE_SUFFIX = "-delete"
+HANDOVER_POLL_S = 0.05
 
 
 class TopicPartition(NamedTuple):  # a tuple: a dict key built on every produce and fetch
@@ -255,7 +257,7 @@ class ReplicaManager:
         fetcher = self.fetchers.get(leader_id)
         if fetcher is None:
             fetcher = self.fetchers[leader_id] = ReplicaFetcher(
-                leader_id, self.fetcher_config, self.metadata.brokers.get
+                leader_id, self.fetcher_config, self.metadata.broker
             )
             fetcher.start()
         return fetcher
@@ -355,6 +357,44 @@ class ReplicaManager:
             return []
         found = (self.get(topic, i) for i in range(meta.partitions))
         return [p for p in found if p is not None]
+
+    # -- controlled shutdown ---------------------------------------------------------------
+
+    async def handover(self, timeout: float) -> Handover:
+        """What a controlled shutdown may hand over: for each partition we lead, the ISR
+        followers that fetch from us from now on at our high watermark or beyond; and the
+        leaders our fetchers hear from from now on. Waits until every led partition that
+        has other ISR members has a successor and every fetcher has heard from its leader,
+        or ``timeout`` (seconds) passes: a follower or leader that stays silent is dead, or
+        as good as dead to its partitions."""
+        since = now_ms()
+        marks = {tp: p.high_watermark for tp, p in self.partitions.items() if p.is_leader}
+        deadline = time.monotonic() + timeout
+        while True:
+            successors = {
+                tp: p.proven_followers(since, marks[tp])
+                for tp, p in self.partitions.items() if tp in marks and p.is_leader
+            }
+            heard = frozenset(
+                leader for leader, f in self.fetchers.items() if f.heard_since(since)
+            )
+            waiting_leaders = [
+                leader for leader, f in self.fetchers.items()
+                if f.partitions and leader not in heard
+            ]
+            waiting_partitions = [
+                tp for tp, found in successors.items()
+                if not found and len(self.partitions[tp].isr) > 1
+            ]
+            if not (waiting_leaders or waiting_partitions) or time.monotonic() >= deadline:
+                break
+            await asyncio.sleep(HANDOVER_POLL_S)
+        if waiting_partitions or waiting_leaders:
+            log.warning(
+                "controlled shutdown: no follower proved caught up for %d led partitions "
+                "(they stay here), no answer from leaders %s (we keep our ISR places there)",
+                len(waiting_partitions), sorted(waiting_leaders))
+        return Handover(successors, heard)
 
     # -- ISR changes, as leader ----------------------------------------------------------
 
