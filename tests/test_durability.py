@@ -310,7 +310,8 @@ def observed_out(cluster: Cluster, topic: str, node: int) -> float | None:
     return time.monotonic() - start
 
 
-def drain(cluster: Cluster, topic: str, history: History, timeout: float = 120.0) -> None:
+def drain(cluster: Cluster, topic: str, history: History, timeout: float = 120.0,
+          partitions: int = PARTITIONS) -> None:
     """Read every partition from offset 0 to its high watermark with a fresh consumer and
     record it as the final log."""
     consumer = Consumer({
@@ -328,7 +329,7 @@ def drain(cluster: Cluster, topic: str, history: History, timeout: float = 120.0
                 return None
 
         ends: dict[int, int] = {}
-        for p in range(PARTITIONS):
+        for p in range(partitions):
             # A leader elected moments ago may not have advanced its high watermark to what
             # the old one acknowledged yet; give it a while. If it never gets there, drain
             # anyway and let the checker name the missing values.
@@ -341,12 +342,12 @@ def drain(cluster: Cluster, topic: str, history: History, timeout: float = 120.0
             low, high = wait_until(lambda p=p: watermarks(p), 60, f"watermarks of {topic}-{p}")
             assert low == 0, f"{topic}-{p} starts at {low}: records were deleted"
             ends[p] = high
-        records: dict[int, list[tuple[int, bytes]]] = {p: [] for p in range(PARTITIONS)}
-        consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+        records: dict[int, list[tuple[int, bytes]]] = {p: [] for p in range(partitions)}
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
         done = {p for p, end in ends.items() if end == 0}
         errors: list[str] = []
         deadline = time.monotonic() + timeout
-        while len(done) < PARTITIONS:
+        while len(done) < partitions:
             assert time.monotonic() < deadline, (
                 f"drain incomplete after {timeout}s: ends={ends}, read="
                 f"{ {p: (r[-1][0] if r else None) for p, r in records.items()} }, "
