@@ -113,11 +113,12 @@ class BrokerApp:
             BrokerRegistration(self.config.node_id, endpoint.host or "127.0.0.1",
                                endpoint.port, endpoint.rack),
             self.config["broker.session.timeout.ms"],
+            self.config["broker.heartbeat.interval.ms"],
         )
         self.replicas.leadership_listeners.append(self.groups.on_leadership)
         # Step out of roles another in-sync replica can take before taking any role: a
         # restarted broker must not lead, even for a moment, what it may not fully hold.
-        self.membership.join()
+        await self.membership.join()
         self.store.refresh()
         self.replicas.apply_image(self.store.image)
         self.replicas.start_background_tasks()
@@ -146,7 +147,7 @@ class BrokerApp:
             try:
                 if loop.time() >= next_heartbeat:
                     next_heartbeat = loop.time() + heartbeat
-                    self.membership.heartbeat()
+                    await self.membership.heartbeat()
                 self.store.refresh()  # the replica manager follows every new image
             except Exception:
                 log.exception("following the cluster metadata failed")

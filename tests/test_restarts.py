@@ -155,3 +155,41 @@ def test_controlled_shutdown_never_hands_leadership_to_a_killed_broker(
     drain(cluster, topic, history, partitions=PARTITIONS)
     report = history.check()
     assert report.acked == RECORDS_PER_ROUND and report.ok(idempotent=True), report.summary()
+
+
+@pytest.mark.timeout(180)
+def test_a_restarted_broker_hands_leadership_only_to_brokers_renewing_leases(
+        cluster_factory):  # noqa: F811
+    """Two brokers SIGKILLed, one started again at once: it leads on record what it led
+    before, and must hand that to the surviving broker, not to the other dead one, whose
+    lease still runs for broker.session.timeout.ms."""
+    cluster: Cluster = cluster_factory(3, {**CONFIG, "broker.session.timeout.ms": "9000"})
+    topic = "rejoin"
+    cluster.create_topic(topic, PARTITIONS, 3)
+    history = History()
+    Writer(cluster.bootstrap, topic, history).write(RECORDS_PER_ROUND)
+    survivor = cluster.controller_id()
+    assert survivor >= 0
+    dead, restarted = [i for i in range(3) if i != survivor]
+    backend = SqliteBackend(cluster.coordination_path)
+    try:
+        before = backend.read_image().topics[topic].assignments
+        led_by_restarted = {i for i, s in enumerate(before) if s.leader == restarted}
+        assert led_by_restarted, "the restarted broker should lead something to hand over"
+        cluster.kill(dead)
+        cluster.kill(restarted)
+        killed = time.monotonic()
+        cluster.brokers[restarted].start()
+        after = backend.read_image().topics[topic].assignments
+        assert time.monotonic() - killed < 9.0, "the lease expired first: nothing tested"
+        assert dead in backend.live_brokers(), "the dead broker's lease should still run"
+    finally:
+        backend.close()
+    for i in led_by_restarted:
+        assert after[i].leader == survivor, (
+            f"partition {i}: led by {after[i].leader}, not the surviving broker {survivor}")
+    cluster.brokers[dead].start()
+    cluster.wait_for_isr(topic, 3, LAG_MS / 1000, consecutive=2)
+    drain(cluster, topic, history, partitions=PARTITIONS)
+    report = history.check()
+    assert report.acked == RECORDS_PER_ROUND and report.ok(idempotent=True), report.summary()

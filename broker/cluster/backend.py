@@ -68,6 +68,12 @@ class CoordinationBackend(ABC):
     def live_brokers(self) -> dict[int, BrokerRegistration]:
         """Brokers whose lease has not expired."""
 
+    @abstractmethod
+    def lease_expiries(self) -> dict[int, int]:
+        """When each live broker's lease expires (wall-clock ms). A lease whose expiry moves
+        on is being renewed: its holder is alive now, which an unexpired lease alone does
+        not say (a broker killed a moment ago still holds one)."""
+
     # -- controller election --------------------------------------------------------------
 
     @abstractmethod

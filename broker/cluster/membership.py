@@ -3,14 +3,18 @@
 Registering gives a new broker epoch, like a KRaft broker's incarnation. Joining with a new
 epoch means this process may not hold what the previous one had acknowledged as follower
 (it was dead, or paused past its lease), so it first steps out of leadership and ISRs where
-another in-sync replica can take over, and catches up as a follower from there. A failed
+another in-sync replica can take over, and catches up as a follower from there. It hands
+leadership only to brokers it sees renewing their leases: a broker killed a moment ago
+still holds an unexpired one. A failed
 renewal means the lease lapsed and the controller may already have fenced us: register
 again and rejoin the same way.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 
 from broker.cluster.backend import BrokerRegistration, CoordinationBackend
 from broker.controller.elections import Handover, step_down
@@ -18,14 +22,17 @@ from broker.server.metadata import ClusterMetadata
 
 log = logging.getLogger(__name__)
 
+RENEWAL_POLL_S = 0.1
+
 
 class Membership:
     def __init__(self, metadata: ClusterMetadata, registration: BrokerRegistration,
-                 session_timeout_ms: int) -> None:
+                 session_timeout_ms: int, heartbeat_interval_ms: int) -> None:
         self.metadata = metadata
         self.backend: CoordinationBackend = metadata.backend
         self.registration = registration
         self.session_timeout_ms = session_timeout_ms
+        self.heartbeat_interval_ms = heartbeat_interval_ms
         self.broker_epoch = -1
         self.fenced_count = 0
 
@@ -33,26 +40,58 @@ class Membership:
     def node_id(self) -> int:
         return self.registration.node_id
 
-    def join(self) -> None:
+    async def join(self) -> None:
         self.broker_epoch = self.backend.register_broker(self.registration,
                                                          self.session_timeout_ms)
-        self.leave_roles()
         log.info("broker %d registered with broker epoch %d", self.node_id, self.broker_epoch)
+        live = await self.renewing_brokers() if self._leads_with_others() else None
+        self.leave_roles(live=live)
 
-    def heartbeat(self) -> bool:
+    async def heartbeat(self) -> bool:
         """Renew the lease; on a lapsed lease rejoin. False if we had been fenced."""
         if self.backend.renew_broker(self.node_id, self.broker_epoch, self.session_timeout_ms):
             return True
         self.fenced_count += 1
         log.warning("broker %d: liveness lease lapsed (epoch %d was fenced); rejoining",
                     self.node_id, self.broker_epoch)
-        self.join()
+        await self.join()
         return False
 
-    def leave_roles(self, handover: Handover | None = None) -> None:
-        """Hand leadership and ISR places to other in-sync replicas where there are any;
-        with ``handover`` (a controlled shutdown) only to those it names."""
-        live = set(self.backend.live_brokers())
+    def _leads_with_others(self) -> bool:
+        """We lead, on record, a partition whose ISR has other members to hand it to."""
+        return any(
+            state.leader == self.node_id and len(state.isr) > 1
+            for topic in self.backend.read_image().topics.values()
+            for state in topic.assignments
+        )
+
+    async def renewing_brokers(self) -> set[int]:
+        """The brokers seen renewing their leases from now on: alive, not just leased.
+
+        Waits until every other broker with a live lease has renewed it, or one and a half
+        heartbeat intervals (a live broker renews once per interval)."""
+        first = self.backend.lease_expiries()
+        others = set(first) - {self.node_id}
+        deadline = time.monotonic() + 1.5 * self.heartbeat_interval_ms / 1000
+        renewed: set[int] = set()
+        while True:
+            now = self.backend.lease_expiries()
+            renewed = {n for n in others if now.get(n, 0) > first[n]}
+            if renewed == others or time.monotonic() >= deadline:
+                break
+            await asyncio.sleep(RENEWAL_POLL_S)
+        if others - renewed:
+            log.warning("broker %d: brokers %s hold leases but did not renew them; handing "
+                        "them nothing", self.node_id, sorted(others - renewed))
+        return renewed | {self.node_id}
+
+    def leave_roles(self, handover: Handover | None = None,
+                    live: set[int] | None = None) -> None:
+        """Hand leadership and ISR places to other in-sync replicas where there are any:
+        among ``live`` (by default the brokers with live leases), and with ``handover`` (a
+        controlled shutdown) only to those it names."""
+        if live is None:
+            live = set(self.backend.live_brokers())
         self.metadata.update(lambda image: step_down(image, self.node_id, live, handover))
 
     def leave(self) -> None:

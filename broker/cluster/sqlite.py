@@ -135,6 +135,12 @@ class SqliteBackend(CoordinationBackend):
         ).fetchall()
         return {row[0]: BrokerRegistration(*row) for row in rows}
 
+    def lease_expiries(self) -> dict[int, int]:
+        rows = self._db.execute(
+            "SELECT node_id, expires_ms FROM brokers WHERE expires_ms > ?", (_now_ms(),),
+        ).fetchall()
+        return dict(rows)
+
     # -- controller election --------------------------------------------------------------
 
     def acquire_controller(self, node_id: int, broker_epoch: int, ttl_ms: int) -> int | None:
