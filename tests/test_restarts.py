@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import random
 import time
+from collections.abc import Callable
 
 import pytest
 from confluent_kafka import KafkaError, Producer
@@ -118,18 +119,25 @@ def test_full_cluster_restarts_bring_every_isr_back(cluster_factory):  # noqa: F
     assert report.ok(idempotent=True), report.summary()
 
 
+def written_with_long_leases(make: Callable[..., Cluster], topic: str,
+                             ) -> tuple[Cluster, History, int]:
+    """3 brokers with the default 9 s leases, ``topic`` written; and the controller."""
+    cluster = make(3, {**CONFIG, "broker.session.timeout.ms": "9000"})
+    cluster.create_topic(topic, PARTITIONS, 3)
+    history = History()
+    Writer(cluster.bootstrap, topic, history).write(RECORDS_PER_ROUND)
+    controller = cluster.controller_id()
+    assert controller >= 0
+    return cluster, history, controller
+
+
 @pytest.mark.timeout(180)
 def test_controlled_shutdown_never_hands_leadership_to_a_killed_broker(
         cluster_factory):  # noqa: F811
     """``kafkube dev`` stopping the survivors right after a broker died: the dead broker's
     lease is still live (9 s), but it fetches no more, so it must get no leadership."""
-    cluster: Cluster = cluster_factory(3, {**CONFIG, "broker.session.timeout.ms": "9000"})
     topic = "handover"
-    cluster.create_topic(topic, PARTITIONS, 3)
-    history = History()
-    Writer(cluster.bootstrap, topic, history).write(RECORDS_PER_ROUND)
-    victim = cluster.controller_id()
-    assert victim >= 0
+    cluster, history, victim = written_with_long_leases(cluster_factory, topic)
     backend = SqliteBackend(cluster.coordination_path)
     try:
         before = backend.read_image().topics[topic].assignments
@@ -163,13 +171,8 @@ def test_a_restarted_broker_hands_leadership_only_to_brokers_renewing_leases(
     """Two brokers SIGKILLed, one started again at once: it leads on record what it led
     before, and must hand that to the surviving broker, not to the other dead one, whose
     lease still runs for broker.session.timeout.ms."""
-    cluster: Cluster = cluster_factory(3, {**CONFIG, "broker.session.timeout.ms": "9000"})
     topic = "rejoin"
-    cluster.create_topic(topic, PARTITIONS, 3)
-    history = History()
-    Writer(cluster.bootstrap, topic, history).write(RECORDS_PER_ROUND)
-    survivor = cluster.controller_id()
-    assert survivor >= 0
+    cluster, history, survivor = written_with_long_leases(cluster_factory, topic)
     dead, restarted = [i for i in range(3) if i != survivor]
     backend = SqliteBackend(cluster.coordination_path)
     try:
