@@ -21,6 +21,7 @@ from broker.coordinator.group_coordinator import GroupCoordinator
 from broker.handlers.context import BrokerServices, Endpoint
 from broker.metrics import BrokerMetrics, PartitionSample, ReplicationSample
 from broker.network.server import KafkaServer
+from broker.server.dynamic_config import follow_dynamic_configs
 from broker.server.fetch_session import FetchSessionCache
 from broker.server.metadata import ClusterMetadata
 from broker.server.replica_manager import ReplicaManager
@@ -45,6 +46,7 @@ class BrokerApp:
         log_dirs = [Path(d) for d in config.log_dirs]
         self.backend = SqliteBackend(coordination_path(config))
         self.store = ClusterMetadata(self.backend, log_dirs, config.node_id)
+        follow_dynamic_configs(config, self.store)
         self.replicas = ReplicaManager(config, self.store)
         self.groups = GroupCoordinator(config, self.replicas)
         self.membership: Membership | None = None

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -213,7 +213,14 @@ BROKER_KEYS = _keys(
     ConfigKey("leader.imbalance.check.interval.seconds", "long", 300,
               "How often the controller checks the leader imbalance.", at_least(1)),
     ConfigKey("leader.replication.throttled.rate", "long", LONG_MAX,
-              "Bytes/s a leader sends to replicas that a reassignment is adding.", at_least(1)),
+              "Bytes/s a leader sends to out-of-sync replicas its topics list in "
+              "leader.replication.throttled.replicas.", at_least(0)),
+    ConfigKey("follower.replication.throttled.rate", "long", LONG_MAX,
+              "Bytes/s a follower fetches for out-of-sync replicas its topics list in "
+              "follower.replication.throttled.replicas.", at_least(0)),
+    ConfigKey("replica.alter.log.dirs.io.max.bytes.per.second", "long", LONG_MAX,
+              "Bytes/s for moving replicas between log dirs of one broker; kafkube does not "
+              "move replicas between log dirs, so nothing is throttled by it.", at_least(0)),
     ConfigKey("controlled.shutdown.enable", "bool", True,
               "Move leadership away before a broker stops on SIGTERM."),
     ConfigKey("offsets.commit.timeout.ms", "int", 5000,
@@ -263,8 +270,9 @@ IGNORED_KAFKA_KEYS = frozenset({
     "share.coordinator.state.topic.min.isr", "log.flush.scheduler.interval.ms",
 })
 
-# topic key -> broker key that gives its default (LogConfig's "server default property").
-TOPIC_KEYS: dict[str, tuple[ConfigKey, str]] = {}
+# topic key -> broker key that gives its default (LogConfig's "server default property"),
+# or None for the few topic keys no broker key stands behind.
+TOPIC_KEYS: dict[str, tuple[ConfigKey, str | None]] = {}
 
 
 def _topic(name: str, broker_key: str, doc: str = "") -> None:
@@ -273,6 +281,19 @@ def _topic(name: str, broker_key: str, doc: str = "") -> None:
         ConfigKey(name, base.type, None, doc or base.doc, base.validator),
         broker_key,
     )
+
+
+def throttled_replicas(key: str, value: Any) -> None:
+    """Kafka's ThrottledReplicaListValidator: ``*`` or ``partition:broker`` pairs."""
+    if value == ["*"]:
+        return
+    for item in value:
+        partition, colon, broker = item.partition(":")
+        if not (colon and partition.strip().isdigit() and broker.strip().isdigit()):
+            raise ConfigError(
+                f"{key} must be the literal '*' or a list of replicas in the following "
+                f"format: [partitionId]:[brokerId],[partitionId]:[brokerId],..."
+            )
 
 
 _topic("segment.bytes", "log.segment.bytes")
@@ -293,6 +314,22 @@ _topic("flush.ms", "log.flush.interval.ms")
 _topic("compression.type", "compression.type")
 _topic("min.insync.replicas", "min.insync.replicas")
 _topic("unclean.leader.election.enable", "unclean.leader.election.enable")
+for _side in ("leader", "follower"):
+    TOPIC_KEYS[f"{_side}.replication.throttled.replicas"] = (ConfigKey(
+        f"{_side}.replication.throttled.replicas", "list", [],
+        f"Replicas of this topic whose replication the {_side} throttles at "
+        f"{_side}.replication.throttled.rate while they are out of sync: '*' for all, or "
+        "partition:broker pairs.", throttled_replicas), None)
+
+# Broker keys that change at run time through AlterConfigs, per broker or as the cluster-wide
+# default (Kafka's DynamicBrokerConfig.AllDynamicConfigs, as far as kafkube has them): every
+# key standing behind a topic key, their synonyms, the cleaner's pace and the throttles.
+DYNAMIC_BROKER_KEYS = frozenset(
+    {broker_key for _, broker_key in TOPIC_KEYS.values() if broker_key is not None}
+    | {"log.roll.hours", "log.retention.minutes", "log.retention.hours",
+       "log.cleaner.backoff.ms", "leader.replication.throttled.rate",
+       "follower.replication.throttled.rate", "replica.alter.log.dirs.io.max.bytes.per.second"}
+)
 
 
 def parse_properties(text: str) -> dict[str, str]:
@@ -314,12 +351,22 @@ def parse_properties(text: str) -> dict[str, str]:
     return props
 
 
-@dataclass(frozen=True)
+@dataclass
 class BrokerConfig:
-    """The broker's effective configuration: parsed values for every declared key."""
+    """The broker's effective configuration: parsed values for every declared key.
+
+    ``originals`` are the static settings (file and overrides). The dynamic ones, stored in
+    the cluster metadata for every broker (``dynamic_default``) or for this one
+    (``dynamic_broker``), are laid over them by :meth:`apply_dynamic` as the metadata changes,
+    in place, as Kafka's DynamicBrokerConfig updates its KafkaConfig: every part of the broker
+    that reads a key when it acts sees the new value from then on.
+    """
 
     values: Mapping[str, Any]
     originals: Mapping[str, str]
+    dynamic_default: Mapping[str, str] = field(default_factory=dict)
+    dynamic_broker: Mapping[str, str] = field(default_factory=dict)
+    generation: int = 0  # moves on with every change of the dynamic settings
 
     @classmethod
     def from_sources(
@@ -340,19 +387,35 @@ class BrokerConfig:
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, str]) -> BrokerConfig:
-        values = {k: key.default for k, key in BROKER_KEYS.items()}
         for name, text in raw.items():
-            key = BROKER_KEYS.get(name)
-            if key is None:
-                if name in IGNORED_KAFKA_KEYS:
-                    log.info("config %s has no effect in kafkube; ignored", name)
-                else:
-                    log.warning("unknown config %s=%s; ignored", name, text)
+            if name in BROKER_KEYS:
                 continue
-            values[name] = key.parse(text)
-        config = cls(values, dict(raw))
+            if name in IGNORED_KAFKA_KEYS:
+                log.info("config %s has no effect in kafkube; ignored", name)
+            else:
+                log.warning("unknown config %s=%s; ignored", name, text)
+        config = cls(_parse_broker_values(raw), dict(raw))
         config._check()
         return config
+
+    def apply_dynamic(self, default: Mapping[str, str], broker: Mapping[str, str]) -> list[str]:
+        """Lay the dynamic settings over the static ones; returns the keys whose value changed.
+
+        A stored value this broker cannot use (a key it does not know or cannot change at
+        run time, a value it refuses: written by another version) is skipped with a warning,
+        as Kafka skips invalid dynamic configs, rather than stopping the broker.
+        """
+        if default == self.dynamic_default and broker == self.dynamic_broker:
+            return []
+        usable_default = _usable_dynamic(default, "the cluster-wide default")
+        usable_broker = _usable_dynamic(broker, f"broker {self.node_id}")
+        values = _parse_broker_values({**self.originals, **usable_default, **usable_broker})
+        changed = sorted(k for k, v in values.items() if v != self.values[k])
+        self.values = values
+        self.dynamic_default = dict(default)
+        self.dynamic_broker = dict(broker)
+        self.generation += 1
+        return changed
 
     def _check(self) -> None:
         for listener in self.listeners + (self.values["advertised.listeners"] or []):
@@ -389,7 +452,10 @@ class BrokerConfig:
     def topic_defaults(self) -> dict[str, Any]:
         """Each topic-level key's value when a topic sets no override."""
         v = self.values
-        defaults = {name: v[broker_key] for name, (_, broker_key) in TOPIC_KEYS.items()}
+        defaults = {
+            name: key.default if broker_key is None else v[broker_key]
+            for name, (key, broker_key) in TOPIC_KEYS.items()
+        }
         defaults["segment.ms"] = v["log.roll.ms"] or v["log.roll.hours"] * 3_600_000
         if v["log.retention.ms"] is not None:
             retention = v["log.retention.ms"]
@@ -399,6 +465,41 @@ class BrokerConfig:
             retention = v["log.retention.hours"] * 3_600_000
         defaults["retention.ms"] = retention
         return defaults
+
+
+def _parse_broker_values(raw: Mapping[str, str]) -> dict[str, Any]:
+    values = {k: key.default for k, key in BROKER_KEYS.items()}
+    for name, text in raw.items():
+        key = BROKER_KEYS.get(name)
+        if key is not None:
+            values[name] = key.parse(text)
+    return values
+
+
+def _usable_dynamic(configs: Mapping[str, str], where: str) -> dict[str, str]:
+    usable = {}
+    for name, text in configs.items():
+        try:
+            validate_dynamic_broker_configs({name: text})
+        except ConfigError as e:
+            log.warning("dynamic config %s=%s for %s ignored: %s", name, text, where, e)
+            continue
+        usable[name] = text
+    return usable
+
+
+def validate_dynamic_broker_configs(configs: Mapping[str, str | None]) -> dict[str, Any]:
+    """Parse broker settings meant to change at run time; raises ConfigError naming the key
+    for one that is unknown, fixed at startup, or badly formed."""
+    parsed = {}
+    for name, raw in configs.items():
+        key = BROKER_KEYS.get(name)
+        if key is None:
+            raise ConfigError(f"Unknown broker config name: {name}")
+        if name not in DYNAMIC_BROKER_KEYS:
+            raise ConfigError(f"Cannot update these configs dynamically: {name}")
+        parsed[name] = key.parse(raw)
+    return parsed
 
 
 def parse_listener(uri: str) -> tuple[str, str, int]:
@@ -424,6 +525,6 @@ def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, Any]:
     for name, raw in configs.items():
         entry = TOPIC_KEYS.get(name)
         if entry is None:
-            raise ConfigError(f"unknown topic config {name}")
+            raise ConfigError(f"Unknown topic config name: {name}")
         parsed[name] = entry[0].parse(raw)
     return parsed

@@ -144,6 +144,7 @@ def open_replicas(config, rack: str | None = None):
     embedded coordination backend in its log dir, this node registered, the replicas loaded."""
     from broker.cluster.backend import BrokerRegistration
     from broker.cluster.sqlite import SqliteBackend
+    from broker.server.dynamic_config import follow_dynamic_configs
     from broker.server.metadata import ClusterMetadata
     from broker.server.replica_manager import ReplicaManager
 
@@ -154,6 +155,7 @@ def open_replicas(config, rack: str | None = None):
     backend.acquire_controller(config.node_id, epoch, 3_600_000)
     store = ClusterMetadata(backend, log_dirs, config.node_id)
     store.refresh()
+    follow_dynamic_configs(config, store)
     replicas = ReplicaManager(config, store)
     replicas.load()
     replicas.apply_image(store.image)

@@ -148,7 +148,7 @@ ERROR_CASES = [
      "Unable to replicate the partition 3 time(s): The target replication factor of 3 cannot "
      "be reached because only 1 broker(s) are registered."),
     (new_topic("cfg", configs={"no.such.key": "1"}), ErrorCode.invalid_config,
-     "unknown topic config no.such.key"),
+     "Unknown topic config name: no.such.key"),
     (new_topic("cfg2", configs={"segment.bytes": "abc"}), ErrorCode.invalid_config,
      "segment.bytes"),
     (new_topic("cfg3", configs={"segment.bytes": None}), ErrorCode.invalid_config,
@@ -498,7 +498,10 @@ def test_describe_broker_configs(tmp_path: Path, version: int) -> None:
             configs["log.retention.hours"].config_source) == ("24", 4)
     assert configs["delete.topic.enable"].value == "true"
     assert configs["delete.topic.enable"].config_source == 5
-    assert all(c.read_only for c in mine.configs)
+    # Only what can change at run time is writable (DynamicBrokerConfig.AllDynamicConfigs).
+    assert configs["node.id"].read_only and configs["listeners"].read_only
+    assert not configs["log.retention.ms"].read_only
+    assert not configs["leader.replication.throttled.rate"].read_only
     if version >= 3:
         assert configs["listeners"].config_type == 7
         assert configs["listeners"].documentation is None

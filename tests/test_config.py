@@ -69,7 +69,7 @@ def test_topic_configs_are_validated():
     assert validate_topic_configs({"retention.ms": "1000", "cleanup.policy": "compact"}) == {
         "retention.ms": 1000, "cleanup.policy": ["compact"],
     }
-    with pytest.raises(ConfigError, match=r"unknown topic config retention\.hours"):
+    with pytest.raises(ConfigError, match=r"Unknown topic config name: retention\.hours"):
         validate_topic_configs({"retention.hours": "1"})
     with pytest.raises(ConfigError, match=r"segment\.bytes: 1 is below the minimum 14"):
         validate_topic_configs({"segment.bytes": "1"})

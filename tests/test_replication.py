@@ -197,7 +197,10 @@ def test_reassignment_moves_data_under_a_throttle(cluster_factory):  # noqa: F81
         response = client.request(req(19, 7, {
             "timeout": timedelta(seconds=10), "validate_only": False, "topics": [{
             "name": "moved", "num_partitions": -1, "replication_factor": -1,
-            "assignments": [{"partition_index": 0, "broker_ids": [0, 1]}], "configs": [],
+            "assignments": [{"partition_index": 0, "broker_ids": [0, 1]}],
+            # As ReassignPartitionsCommand --throttle marks them: the leader holds back
+            # whichever of this topic's replicas are out of sync.
+            "configs": [{"name": "leader.replication.throttled.replicas", "value": "*"}],
         }]}))
         assert response.topics[0].error_code == ErrorCode.none, response
     cluster.wait_for_isr("moved", 2)

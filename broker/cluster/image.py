@@ -74,12 +74,20 @@ class TopicMetadata:
         return replace(self, assignments=tuple(states))
 
 
+DEFAULT_BROKER = ""  # the name of the cluster-wide dynamic broker configs, as in Kafka
+
+
 @dataclass(frozen=True, slots=True)
 class ClusterImage:
-    """Everything the controller decides. ``version`` is the CAS token, not part of the value."""
+    """Everything the controller decides. ``version`` is the CAS token, not part of the value.
+
+    ``broker_configs`` holds the dynamic broker configs (Kafka's ConfigRecords of BROKER
+    resources): by broker id as a string, and ``DEFAULT_BROKER`` for every broker.
+    """
 
     topics: dict[str, TopicMetadata] = field(default_factory=dict)
     version: int = 0
+    broker_configs: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def partition(self, topic: str, index: int) -> PartitionState | None:
         meta = self.topics.get(topic)
@@ -106,6 +114,15 @@ class ClusterImage:
     def with_partition(self, topic: str, index: int, state: PartitionState) -> ClusterImage:
         return self.with_topic(self.topics[topic].with_partition(index, state))
 
+    def with_broker_configs(self, name: str, configs: dict[str, str]) -> ClusterImage:
+        """``name`` is a broker id or DEFAULT_BROKER; no configs removes the entry."""
+        all_configs = dict(self.broker_configs)
+        if configs:
+            all_configs[name] = dict(configs)
+        else:
+            all_configs.pop(name, None)
+        return replace(self, broker_configs=all_configs)
+
     def leaders(self) -> dict[int, int]:
         """Partitions led per broker."""
         counts: dict[int, int] = {}
@@ -118,8 +135,10 @@ class ClusterImage:
     # -- serialisation: one JSON document, as stored by every backend ------------------------
 
     def to_json(self) -> str:
-        return json.dumps({"topics": [_topic_doc(t) for t in self.topics.values()]},
-                          separators=(",", ":"))
+        doc: dict[str, Any] = {"topics": [_topic_doc(t) for t in self.topics.values()]}
+        if self.broker_configs:
+            doc["broker_configs"] = self.broker_configs
+        return json.dumps(doc, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str, version: int) -> ClusterImage:
@@ -135,7 +154,7 @@ class ClusterImage:
                 for p in t["assignments"]
             )
             topics[t["name"]] = TopicMetadata(t["name"], t["topic_id"], t["configs"], states)
-        return cls(topics, version)
+        return cls(topics, version, doc.get("broker_configs", {}))
 
 
 def _topic_doc(topic: TopicMetadata) -> dict[str, Any]:

@@ -44,6 +44,7 @@ def load_all() -> dict[int, ApiSpec]:
     from broker.handlers import (  # noqa: F401
         admin,
         api_versions,
+        configs,
         fetch,
         groups,
         leadership,

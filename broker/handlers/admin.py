@@ -1,16 +1,15 @@
-"""Admin APIs: CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs, DescribeCluster.
+"""Admin APIs: CreateTopics, DeleteTopics, CreatePartitions, DescribeCluster.
 
 A single broker is its own controller (controller id = node id), so topic changes are decided
 here, with the checks, their order and the messages of Kafka's KRaft controller
-(ControllerApis and ReplicationControlManager); DescribeConfigs follows the broker's
-ConfigHelper. Clients act on the error codes and show the messages to people, so both are
-Kafka's. No handler awaits: each change is made before the handler returns.
+(ControllerApis and ReplicationControlManager); configs live in ``configs.py``. Clients act
+on the error codes and show the messages to people, so both are Kafka's. No handler awaits:
+each change is made before the handler returns.
 """
 
 from __future__ import annotations
 
 import datetime
-import re
 import uuid
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
@@ -20,15 +19,14 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from broker.config import (
-    BROKER_KEYS,
     TOPIC_KEYS,
     BrokerConfig,
     ConfigError,
-    ConfigKey,
     validate_topic_configs,
 )
 from broker.controller.placement import PlacementError
 from broker.handlers import handles
+from broker.handlers.configs import topic_value_source
 from broker.handlers.context import BrokerServices, RequestContext
 from broker.handlers.metadata import live_brokers
 from broker.protocol.messages import build_response
@@ -39,24 +37,6 @@ NO_THROTTLE = datetime.timedelta(0)
 # ReplicationControlManager.MAX_PARTITIONS_PER_BATCH: one request may not create more.
 MAX_PARTITIONS_PER_BATCH = 10_000
 
-# DescribeConfigsResponse.ConfigSource ids.
-DYNAMIC_TOPIC_CONFIG = 1
-STATIC_BROKER_CONFIG = 4
-DEFAULT_CONFIG = 5
-# DescribeConfigsResponse.ConfigType ids, by ConfigKey.type.
-CONFIG_TYPES = {"bool": 1, "string": 2, "int": 3, "long": 5, "double": 6, "list": 7}
-# ConfigResource.Type ids.
-TOPIC_RESOURCE = 2
-BROKER_RESOURCE = 4
-_RESOURCE_TYPE_NAMES = {2: "TOPIC", 4: "BROKER", 8: "BROKER_LOGGER", 16: "CLIENT_METRICS",
-                        32: "GROUP"}
-# Broker keys that stand in for one another, in precedence order
-# (DynamicBrokerConfig.brokerConfigSynonyms).
-_SYNONYM_GROUPS = (
-    ("log.roll.ms", "log.roll.hours"),
-    ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
-)
-BROKER_SYNONYMS = {name: group for group in _SYNONYM_GROUPS for name in group}
 
 # DescribeCluster v1 endpoint types (KIP-919).
 BROKER_ENDPOINT = 1
@@ -269,16 +249,6 @@ def validate_new_topic(services: BrokerServices, topic: Any) -> NewTopic:
     return NewTopic(topic.name, partitions, replication_factor, configs)
 
 
-def _creation_source(config: BrokerConfig, name: str, overrides: Mapping[str, str]) -> int:
-    """Where a new topic's value comes from (KafkaConfigSchema.resolveEffectiveTopicConfig)."""
-    if name in overrides:
-        return DYNAMIC_TOPIC_CONFIG
-    broker_key = TOPIC_KEYS[name][1]
-    if any(key in config.originals for key in BROKER_SYNONYMS.get(broker_key, (broker_key,))):
-        return STATIC_BROKER_CONFIG
-    return DEFAULT_CONFIG
-
-
 def _created_configs(config: BrokerConfig, overrides: Mapping[str, str]) -> list[dict[str, Any]]:
     """The effective configs CreateTopics v5+ returns, sorted by name as Kafka does."""
     values = config.topic_values(overrides)
@@ -287,7 +257,7 @@ def _created_configs(config: BrokerConfig, overrides: Mapping[str, str]) -> list
             "name": name,
             "value": key.render(values[name]),
             "read_only": False,
-            "config_source": _creation_source(config, name, overrides),
+            "config_source": topic_value_source(config, name, overrides),
             "is_sensitive": False,
         }
         for name, (key, _) in sorted(TOPIC_KEYS.items())
@@ -534,146 +504,6 @@ async def create_partitions(ctx: RequestContext, request: Any) -> Any:
                                               TOO_MANY_PARTITIONS_MESSAGE))
         else:
             results.append(_add_partitions(services, topic, request.validate_only))
-    return build_response(request, {"throttle_time": NO_THROTTLE, "results": results})
-
-
-# -- DescribeConfigs --------------------------------------------------------------------
-
-Synonym = tuple[str, str | None, int]  # name, value, source
-
-
-@dataclass(frozen=True, slots=True)
-class ConfigEntry:
-    key: ConfigKey
-    value: str | None
-    synonyms: list[Synonym]  # highest precedence first; the first gives the source
-    read_only: bool
-
-    @property
-    def source(self) -> int:
-        return self.synonyms[0][2] if self.synonyms else DEFAULT_CONFIG
-
-
-def broker_synonyms(config: BrokerConfig, name: str) -> list[Synonym]:
-    """ConfigHelper.configSynonyms for a broker key: static settings, then defaults.
-
-    Like Kafka, entries before the first one named ``name`` are dropped, so a topic's
-    segment.ms shows log.roll.ms settings but not a lone log.roll.hours.
-    """
-    group = BROKER_SYNONYMS.get(name, (name,))
-    found: list[Synonym] = [
-        (key, config.originals[key], STATIC_BROKER_CONFIG)
-        for key in group
-        if key in config.originals
-    ]
-    for key in group:
-        default = BROKER_KEYS[key].default
-        if default is not None:
-            found.append((key, BROKER_KEYS[key].render(default), DEFAULT_CONFIG))
-    while found and found[0][0] != name:
-        found.pop(0)
-    return found
-
-
-def topic_config_entries(config: BrokerConfig, topic: TopicMetadata) -> list[ConfigEntry]:
-    """Every topic key with its effective value (ConfigHelper.createTopicConfigEntry)."""
-    overrides = validate_topic_configs(topic.configs)
-    values = config.topic_defaults() | overrides
-    entries = []
-    for name, (key, broker_key) in sorted(TOPIC_KEYS.items()):
-        value = key.render(values[name])
-        synonyms = broker_synonyms(config, broker_key)
-        if name in overrides:
-            synonyms.insert(0, (name, value, DYNAMIC_TOPIC_CONFIG))
-        entries.append(ConfigEntry(key, value, synonyms, read_only=False))
-    return entries
-
-
-def broker_config_entries(config: BrokerConfig, resource_name: str) -> list[ConfigEntry]:
-    """Every broker key of this node; read-only, since nothing can be changed at runtime.
-
-    The empty name asks for the cluster-wide dynamic defaults, of which we have none.
-    """
-    if resource_name == "":
-        return []
-    if not re.fullmatch(r"[+-]?[0-9]+", resource_name):
-        raise ApiError(ErrorCode.invalid_request,
-                       f"Broker id must be an integer, but it is: {resource_name}")
-    if int(resource_name) != config.node_id:
-        raise ApiError(
-            ErrorCode.invalid_request,
-            f"Unexpected broker id, expected {config.node_id} or empty string, but received "
-            f"{resource_name}",
-        )
-    return [
-        ConfigEntry(key, key.render(config[name]), broker_synonyms(config, name), read_only=True)
-        for name, key in sorted(BROKER_KEYS.items())
-    ]
-
-
-def _resource_entries(services: BrokerServices, resource: Any) -> list[ConfigEntry]:
-    if resource.resource_type == TOPIC_RESOURCE:
-        error = topic_name_error(resource.resource_name)
-        if error is not None:
-            raise ApiError(ErrorCode.invalid_topic_exception, error)
-        topic = services.store.topics.get(resource.resource_name)
-        if topic is None:
-            raise ApiError(ErrorCode.unknown_topic_or_partition, UNKNOWN_TOPIC_MESSAGE)
-        return topic_config_entries(services.config, topic)
-    if resource.resource_type == BROKER_RESOURCE:
-        return broker_config_entries(services.config, resource.resource_name)
-    type_name = _RESOURCE_TYPE_NAMES.get(resource.resource_type, "UNKNOWN")
-    raise ApiError(ErrorCode.invalid_request, f"Unsupported resource type: {type_name}")
-
-
-def _described(entry: ConfigEntry, synonyms: bool, documentation: bool) -> dict[str, Any]:
-    return {
-        "name": entry.key.name,
-        "value": entry.value,
-        "read_only": entry.read_only,
-        "config_source": entry.source,
-        "is_sensitive": False,
-        "synonyms": [
-            {"name": name, "value": value, "source": source}
-            for name, value, source in (entry.synonyms if synonyms else ())
-        ],
-        "config_type": CONFIG_TYPES[entry.key.type],
-        "documentation": entry.key.doc if documentation else None,
-    }
-
-
-def _describe_resource(
-    services: BrokerServices, resource: Any, synonyms: bool, documentation: bool
-) -> dict[str, Any]:
-    result: dict[str, Any] = {
-        "resource_type": resource.resource_type,
-        "resource_name": resource.resource_name,
-        "error_code": ErrorCode.none,
-        "error_message": None,
-        "configs": [],
-    }
-    try:
-        entries = _resource_entries(services, resource)
-    except ApiError as e:
-        result.update(error_code=e.code, error_message=e.message)
-        return result
-    wanted = set(resource.configuration_keys or ())  # null or empty: every key
-    result["configs"] = [
-        _described(entry, synonyms, documentation)
-        for entry in entries
-        if not wanted or entry.key.name in wanted
-    ]
-    return result
-
-
-@handles(32, 1, 4)
-async def describe_configs(ctx: RequestContext, request: Any) -> Any:
-    """DescribeConfigs of topics and of this broker; other resource types are refused."""
-    documentation = getattr(request, "include_documentation", False)
-    results = [
-        _describe_resource(ctx.services, resource, request.include_synonyms, documentation)
-        for resource in request.resources
-    ]
     return build_response(request, {"throttle_time": NO_THROTTLE, "results": results})
 
 

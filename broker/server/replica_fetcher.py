@@ -28,12 +28,15 @@ from broker.network.client import BrokerConnectionError, KafkaConnection
 from broker.protocol.messages import build
 from broker.protocol.records import InvalidRecordError
 from broker.server.partition import Partition, now_ms
+from broker.server.throttle import Throttle
 
 log = logging.getLogger(__name__)
 
 FETCH_KEY, FETCH_VERSION = 1, 12
 EPOCH_KEY, EPOCH_VERSION = 23, 4
 UNDEFINED = -1
+# Every partition we follow is throttled and the throttle is spent: look again this soon.
+THROTTLED_RETRY_S = 0.1
 # The leader has not taken up the new epoch yet (it polls the image every 100 ms): ask again
 # soon rather than after replica.fetch.backoff.ms, which is for a broken leader.
 EPOCH_RETRY_S = 0.1
@@ -68,10 +71,12 @@ class ReplicaFetcher:
         leader_id: int,
         config: FetcherConfig,
         endpoint: Callable[[int], BrokerRegistration | None],
+        throttle_for: Callable[[Partition], Throttle | None] = lambda _: None,
     ) -> None:
         self.leader_id = leader_id
         self.config = config
         self._endpoint = endpoint
+        self._throttle_for = throttle_for  # follower.replication.throttled.*, see throttle.py
         self.partitions: dict[tuple[str, int], FetchState] = {}
         self._connection: KafkaConnection | None = None
         self._changed = asyncio.Event()
@@ -233,15 +238,25 @@ class ReplicaFetcher:
     async def _fetch(self, connection: KafkaConnection) -> float:
         sent: dict[tuple[str, int], tuple[int, int]] = {}  # key -> (leader epoch, offset)
         topics: dict[str, list[dict[str, Any]]] = {}
+        throttled: dict[tuple[str, int], Throttle] = {}
         for key, state in self.partitions.items():
             log_ = state.partition.log
+            max_bytes = self.config.max_bytes
+            throttle = self._throttle_for(state.partition)
+            if throttle is not None:
+                max_bytes = min(max_bytes, throttle.allowance())
+                if max_bytes <= 0:
+                    continue  # as Kafka's follower: left out of this fetch
+                throttled[key] = throttle
             sent[key] = (state.leader_epoch, log_.log_end_offset)
             topics.setdefault(key[0], []).append({
                 "partition": key[1], "current_leader_epoch": state.leader_epoch,
                 "fetch_offset": log_.log_end_offset, "last_fetched_epoch": UNDEFINED,
                 "log_start_offset": log_.log_start_offset,
-                "partition_max_bytes": self.config.max_bytes,
+                "partition_max_bytes": max_bytes,
             })
+        if not sent:
+            return THROTTLED_RETRY_S
         cfg = self.config
         request = build(FetchRequest, {
             "replica_id": cfg.node_id,
@@ -260,6 +275,9 @@ class ReplicaFetcher:
         delay = 0.0
         pairs = ((t.topic, p.partition_index, p) for t in response.responses for p in t.partitions)
         for state, offset, p in self._still_wanted(pairs, sent):
+            throttle = throttled.get((state.partition.topic, state.partition.index))
+            if throttle is not None and p.records:
+                throttle.record(len(p.records))
             if p.error_code not in (ErrorCode.none, ErrorCode.offset_out_of_range):
                 log.debug("%s: fetch from broker %d: %s", state.partition, self.leader_id,
                           p.error_code)

@@ -28,7 +28,7 @@ from broker.controller.placement import assign_replicas
 from broker.server.metadata import ClusterMetadata, ConcurrentUpdate
 from broker.server.partition import Partition, now_ms
 from broker.server.replica_fetcher import FetcherConfig, ReplicaFetcher
-from broker.server.throttle import Throttle
+from broker.server.throttle import Throttle, lists_replica
 from broker.storage.cleaner import CleanResult, CleanTarget, LogCleaner
 from broker.storage.log import Log, LogConfig
 
@@ -71,13 +71,16 @@ class ReplicaManager:
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self.cleaner = LogCleaner()
-        self._log_configs: dict[str, LogConfig] = {}  # by topic id: ids are never reused
+        # By topic id (ids are never reused): the topic configs and dynamic-config generation
+        # each LogConfig was made from, so a change to either makes a new one.
+        self._log_configs: dict[str, tuple[dict[str, str], int, LogConfig]] = {}
         self._recovery: dict[TopicPartition, int] = {}
         self._high_watermarks: dict[TopicPartition, int] = {}
         self._clean: dict[Path, bool] = {}
         self._existing: dict[TopicPartition, Path] = {}
         self.leadership_listeners: list[Callable[[Partition, bool], None]] = []
-        self.reassignment_throttle = Throttle(config["leader.replication.throttled.rate"])
+        self.leader_throttle = Throttle(config["leader.replication.throttled.rate"])
+        self.follower_throttle = Throttle(config["follower.replication.throttled.rate"])
         self.isr_shrinks = 0
         self.isr_expands = 0
         self.fetcher_config = FetcherConfig(
@@ -162,11 +165,12 @@ class ReplicaManager:
 
     def log_config(self, topic: TopicMetadata) -> LogConfig:
         """The topic's effective log settings; cached, as produce asks on every request."""
-        config = self._log_configs.get(topic.topic_id)
-        if config is None:
-            config = self._log_configs[topic.topic_id] = LogConfig.from_topic_config(
-                self.config.topic_values(topic.configs)
-            )
+        cached = self._log_configs.get(topic.topic_id)
+        generation = self.config.generation
+        if cached is not None and cached[1] == generation and cached[0] == topic.configs:
+            return cached[2]
+        config = LogConfig.from_topic_config(self.config.topic_values(topic.configs))
+        self._log_configs[topic.topic_id] = (topic.configs, generation, config)
         return config
 
     def _pick_log_dir(self) -> Path:
@@ -208,6 +212,7 @@ class ReplicaManager:
 
     def apply_image(self, image: ClusterImage) -> None:
         """Take the roles the image gives this broker: Kafka's applyDelta on a MetadataImage."""
+        self._apply_configs(image)
         wanted: set[TopicPartition] = set()
         for topic in image.topics.values():
             for index, state in enumerate(topic.assignments):
@@ -226,6 +231,20 @@ class ReplicaManager:
             topic = image.topics.get(tp.topic)
             deleted = topic is None or topic.topic_id != self._topic_ids.get(tp)
             self._drop(tp, topic_deleted=deleted)
+
+    def _apply_configs(self, image: ClusterImage) -> None:
+        """Configs changed at run time take effect now: each log gets its topic's settings as
+        they are (the log reads them when it acts: on append, roll, retention, cleaning),
+        and the throttles their rates."""
+        self.leader_throttle.set_rate(self.config["leader.replication.throttled.rate"])
+        self.follower_throttle.set_rate(self.config["follower.replication.throttled.rate"])
+        for tp, partition in self.partitions.items():
+            topic = image.topics.get(tp.topic)
+            if topic is None or topic.topic_id != self._topic_ids.get(tp):
+                continue
+            config = self.log_config(topic)
+            if partition.log.config is not config:
+                partition.log.config = config
 
     def _take_role(self, tp: TopicPartition, partition: Partition, state: PartitionState) -> None:
         if state == partition.state:
@@ -257,7 +276,7 @@ class ReplicaManager:
         fetcher = self.fetchers.get(leader_id)
         if fetcher is None:
             fetcher = self.fetchers[leader_id] = ReplicaFetcher(
-                leader_id, self.fetcher_config, self.metadata.broker
+                leader_id, self.fetcher_config, self.metadata.broker, self.follower_throttle_for
             )
             fetcher.start()
         return fetcher
@@ -399,11 +418,18 @@ class ReplicaManager:
     # -- ISR changes, as leader ----------------------------------------------------------
 
     def throttle_for(self, partition: Partition, replica_id: int) -> Throttle | None:
-        """The throttle a follower's fetch is under: one a reassignment is adding."""
-        state = partition.state
-        if state is not None and replica_id in state.adding:
-            return self.reassignment_throttle
-        return None
+        """The leader-side throttle a follower's fetch is under, if any (see throttle.py)."""
+        if replica_id in partition.isr or not lists_replica(
+                partition.log.config.leader_throttled_replicas, partition.index, self.node_id):
+            return None
+        return self.leader_throttle
+
+    def follower_throttle_for(self, partition: Partition) -> Throttle | None:
+        """The follower-side throttle our fetches for this partition are under, if any."""
+        if self.node_id in partition.isr or not lists_replica(
+                partition.log.config.follower_throttled_replicas, partition.index, self.node_id):
+            return None
+        return self.follower_throttle
 
     def record_follower_fetch(self, partition: Partition, replica_id: int, offset: int) -> None:
         if partition.record_follower_fetch(replica_id, offset):

@@ -56,6 +56,10 @@ class LogConfig:
     min_compaction_lag_ms: int = 0
     min_cleanable_dirty_ratio: float = 0.5
     min_insync_replicas: int = 1  # not the log's own, but read with it on every produce
+    # Replicas of this partition's topic under a replication throttle ("*" or
+    # "partition:broker"); like Kafka's LogConfig, the topic's configs travel together.
+    leader_throttled_replicas: tuple[str, ...] = ()
+    follower_throttled_replicas: tuple[str, ...] = ()
 
     @classmethod
     def from_topic_config(cls, values: dict[str, Any]) -> LogConfig:
@@ -76,7 +80,15 @@ class LogConfig:
             min_compaction_lag_ms=values["min.compaction.lag.ms"],
             min_insync_replicas=values["min.insync.replicas"],
             min_cleanable_dirty_ratio=values["min.cleanable.dirty.ratio"],
+            leader_throttled_replicas=_replica_list(values["leader.replication.throttled.replicas"]),
+            follower_throttled_replicas=_replica_list(
+                values["follower.replication.throttled.replicas"]),
         )
+
+
+def _replica_list(items: list[str]) -> tuple[str, ...]:
+    """``0 : 1`` and ``0:1`` name the same replica."""
+    return tuple(":".join(part.strip() for part in item.split(":")) for item in items)
 
 
 class AppendResult(NamedTuple):  # a tuple: one is built per append
