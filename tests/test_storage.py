@@ -146,8 +146,14 @@ def test_retention_by_size_and_time(tmp_path: Path):
         append(timed, batch(2, ts=TS + i * 1000))
     segments = len(timed.segments)
     assert timed.delete_old_segments(now_ms=TS + 59_000) == 0
-    assert timed.delete_old_segments(now_ms=TS + 10**9) == segments - 1
-    assert timed.log_start_offset == timed.active_segment.base_offset
+    # Not past the high watermark: a follower may still need those records.
+    hw = timed.segments[3].base_offset
+    assert timed.delete_old_segments(now_ms=TS + 10**9, high_watermark=hw) == 3
+    # All of it, the active segment too: rolled first, so the log ends in an empty one.
+    end = timed.log_end_offset
+    assert timed.delete_old_segments(now_ms=TS + 10**9) == segments - 3
+    assert timed.log_start_offset == timed.log_end_offset == end
+    assert len(timed.segments) == 1 and timed.active_segment.size == 0
 
 
 def test_offset_for_timestamp_looks_inside_batches(tmp_path: Path):
@@ -161,6 +167,62 @@ def test_offset_for_timestamp_looks_inside_batches(tmp_path: Path):
     assert log.max_timestamp_offset()[:2] == (99, TS + 1904)
     raw = build_batch([(b"k", b"v", (), 7), (None, b"w", (), 3)], TS)
     assert record_offsets_and_timestamps(raw) == [(0, TS + 7), (1, TS + 3)]
+
+
+def test_max_timestamp_is_the_record_not_the_batch(tmp_path: Path):
+    """KIP-734 as Kafka answers it: the first record holding the largest timestamp."""
+    log = Log(tmp_path / "t-0", small_config(segment_bytes=1 << 20))
+    append(log, batch(4, ts=TS))
+    append(log, build_batch([(None, b"a", (), 1000), (None, b"b", (), 3000),
+                             (None, b"c", (), 2000)], TS))  # offsets 4, 5, 6
+    append(log, batch(2, ts=TS + 100))
+    assert log.max_timestamp_offset()[:2] == (5, TS + 3000)
+    log.roll()
+    append(log, build_batch([(None, b"d", (), 3000), (None, b"e", (), 3000)], TS))
+    assert log.max_timestamp_offset()[:2] == (5, TS + 3000)  # the first segment of equals
+    log.close()
+    reopened = Log(tmp_path / "t-0", small_config(segment_bytes=1 << 20))
+    assert reopened.max_timestamp_offset()[:2] == (5, TS + 3000)
+
+
+def time_index_problems(log: Log) -> list[str]:
+    """What DumpLogSegments' time index check reports: each entry must name the last offset
+    of a batch whose largest timestamp is the entry's, timestamps strictly increasing."""
+    problems = []
+    for segment in log.segments:
+        batches = {b.header.last_offset: b.header for b in segment.batches_from(0)}
+        index = segment.time_index
+        previous = -1
+        for ts, rel in zip(index._timestamps, index._offsets, strict=True):
+            header = batches.get(segment.base_offset + rel)
+            if header is None:
+                problems.append(f"{segment.base_offset}: offset {rel} is no batch's last")
+            elif header.max_timestamp != ts:
+                problems.append(f"{segment.base_offset}: {ts} != {header.max_timestamp}")
+            if ts <= previous:
+                problems.append(f"{segment.base_offset}: {ts} after {previous}")
+            previous = ts
+        if segment is not log.active_segment and segment.time_index.last_timestamp != (
+                segment.max_timestamp):
+            problems.append(f"{segment.base_offset}: sealed without its largest timestamp")
+    return problems
+
+
+def test_time_index_entries_are_the_ones_kafka_writes(tmp_path: Path):
+    log = Log(tmp_path / "t-0", small_config())
+    rng = random.Random(3)
+    for _ in range(120):
+        deltas = [rng.randrange(0, 50_000) for _ in range(rng.randrange(1, 5))]
+        append(log, build_batch([(None, b"v" * 60, (), d) for d in deltas], TS))
+    assert len(log.segments) > 3
+    assert sum(s.time_index.entries for s in log.segments) > 10
+    assert time_index_problems(log) == []
+    log.close()
+    reopened = Log(tmp_path / "t-0", small_config())
+    assert time_index_problems(reopened) == []
+    for _ in range(20):
+        append(reopened, batch(2, ts=TS + 60_000))
+    assert time_index_problems(reopened) == []
 
 
 def test_producer_state_survives_reopen(tmp_path: Path):

@@ -1,4 +1,9 @@
-"""ListOffsets: earliest, latest, max-timestamp, or the first offset at a timestamp."""
+"""ListOffsets: earliest, latest, max-timestamp, or the first offset at a timestamp.
+
+v8 adds EARLIEST_LOCAL (-4) and v9 LATEST_TIERED (-5) for tiered storage (KIP-405,
+KIP-1005), v10 a timeout for remote reads. With no remote tier every record is local, so
+-4 answers the log start offset and -5 what Kafka answers with tiering off: offset -1.
+"""
 
 from __future__ import annotations
 
@@ -21,11 +26,12 @@ LATEST_TIERED = -5
 
 def _lookup(partition: Partition, timestamp: int) -> dict[str, Any]:
     log = partition.log
-    epoch = partition.leader_epoch
     if timestamp == LATEST:
-        return {"offset": partition.high_watermark, "timestamp": -1, "leader_epoch": epoch}
+        return {"offset": partition.high_watermark, "timestamp": -1,
+                "leader_epoch": log.epoch_cache.latest_epoch}
     if timestamp in (EARLIEST, EARLIEST_LOCAL):
-        return {"offset": log.log_start_offset, "timestamp": -1, "leader_epoch": epoch}
+        start = log.log_start_offset
+        return {"offset": start, "timestamp": -1, "leader_epoch": log.epoch_cache.epoch_for(start)}
     if timestamp == LATEST_TIERED:
         return {"offset": -1, "timestamp": -1, "leader_epoch": -1}
     if timestamp == MAX_TIMESTAMP:
@@ -40,7 +46,7 @@ def _lookup(partition: Partition, timestamp: int) -> dict[str, Any]:
     return {"offset": offset, "timestamp": ts, "leader_epoch": batch_epoch}
 
 
-@handles(2, 1, 7)
+@handles(2, 1, 10)
 async def handle_list_offsets(ctx: RequestContext, request: Any) -> Any:
     topics = []
     for topic in request.topics:

@@ -511,7 +511,7 @@ class ReplicaManager:
     def enforce_retention(self, now_ms: int | None = None) -> int:
         deleted = 0
         for partition in list(self.partitions.values()):
-            deleted += partition.log.delete_old_segments(now_ms)
+            deleted += partition.log.delete_old_segments(now_ms, partition.high_watermark)
         return deleted
 
     async def _retention_loop(self) -> None:

@@ -480,6 +480,7 @@ def _clean_group(
         # starts its tombstones' delete.retention.ms.
         _delete_segment_files(out)
         return _Staged([group[0].segment], None, file_time if dirty else None)
+    out.seal()
     out.flush()
     _set_mtime(out.log_path, file_time)
     out.last_modified_ms = file_time

@@ -141,6 +141,10 @@ class TimeIndex(_IndexFile):
     def last_timestamp(self) -> int:
         return self._timestamps[-1] if self._timestamps else -1
 
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + (self._offsets[-1] if self._offsets else 0)
+
     def append(self, timestamp: int, offset: int) -> None:
         if self._timestamps and timestamp <= self._timestamps[-1]:
             return

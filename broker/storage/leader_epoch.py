@@ -62,6 +62,19 @@ class LeaderEpochCache:
         floor_epoch = self.entries[higher - 1][0] if higher > 0 else epoch
         return floor_epoch, self.entries[higher][1]
 
+    def epoch_for(self, offset: int) -> int:
+        """The epoch in which ``offset`` was written (the last to start at or before it)."""
+        found = UNDEFINED_EPOCH
+        for epoch, start in self.entries:
+            if start > offset:
+                break
+            found = epoch
+        return found
+
+    @property
+    def latest_epoch(self) -> int:
+        return self.entries[-1][0] if self.entries else UNDEFINED_EPOCH
+
     def truncate_from_end(self, end_offset: int) -> None:
         """Drop epochs that start at or after ``end_offset`` (log truncated there)."""
         kept = [(e, o) for e, o in self.entries if o < end_offset]

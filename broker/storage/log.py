@@ -311,6 +311,7 @@ class Log:
         if self.active_segment.size == 0:
             return self.active_segment
         old = self.active_segment
+        old.seal()
         segment = self._new_segment(self.log_end_offset)
         segment.next_offset = old.next_offset
         self._add_segment(segment)
@@ -389,32 +390,48 @@ class Log:
         return None
 
     def max_timestamp_offset(self) -> tuple[int, int, int] | None:
-        """(offset, timestamp, epoch) of the batch with the largest timestamp (KIP-734)."""
-        best = None
-        for segment in self.segments:
-            if best is not None and segment.max_timestamp <= best[1]:
-                continue
-            for batch in segment.batches_from(0):
-                header = batch.header
-                if best is None or header.max_timestamp > best[1]:
-                    best = (header.last_offset, header.max_timestamp, header.partition_leader_epoch)
-        return best
+        """(offset, timestamp, epoch) of the first record with the largest timestamp (KIP-734):
+        in the first segment and first batch that hold it, the record itself, not the batch's
+        last offset."""
+        if not self.segments:
+            return None
+        segment = max(self.segments, key=lambda s: s.max_timestamp)  # the first of equals
+        found = segment.first_batch_with_max_timestamp()
+        if found is None:
+            return None
+        raw = segment.read_bytes(found.position, found.header.size)
+        offset, ts = first_record_at_or_after(raw, found.header.max_timestamp)
+        return offset, ts, found.header.partition_leader_epoch
 
     # -- retention -----------------------------------------------------------------------
 
-    def delete_old_segments(self, now_ms: int | None = None) -> int:
-        """Delete whole non-active segments past retention.ms or beyond retention.bytes.
+    def delete_old_segments(self, now_ms: int | None = None,
+                            high_watermark: int | None = None) -> int:
+        """Delete the oldest segments past retention.ms or beyond retention.bytes.
 
-        Only under cleanup.policy delete (alone or with compact): a compact-only log keeps
-        everything the cleaner leaves.
+        Kafka's rules: only under cleanup.policy delete (alone or with compact: a compact-only
+        log keeps everything the cleaner leaves); never a record at or above the high
+        watermark, since a follower may not have it yet; and the active segment too once it
+        is wholly past retention (rolled first, so the log keeps an empty active segment at
+        its end offset), which is what lets a topic whose retention.ms was just lowered lose
+        records it wrote into one large segment.
         """
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         cfg = self.config
         if "delete" not in cfg.cleanup_policy:
             return 0
+        limit = self.log_end_offset if high_watermark is None else high_watermark
+        candidates = []
+        for i, segment in enumerate(self.segments):
+            upper = self.segments[i + 1].base_offset if i + 1 < len(self.segments) else (
+                self.log_end_offset
+            )
+            if upper > limit or segment.size == 0:
+                break
+            candidates.append(segment)
         doomed = 0
         if cfg.retention_ms >= 0:
-            for segment in self.segments[:-1]:
+            for segment in candidates:
                 newest = segment.max_timestamp if segment.max_timestamp >= 0 else (
                     segment.last_modified_ms
                 )
@@ -424,12 +441,14 @@ class Log:
         if cfg.retention_bytes >= 0:
             excess = self.size_bytes - cfg.retention_bytes
             by_size = 0
-            for segment in self.segments[:-1]:
+            for segment in candidates:
                 if excess < segment.size:
                     break
                 excess -= segment.size
                 by_size += 1
             doomed = max(doomed, by_size)
+        if doomed == len(self.segments):
+            self.roll()
         if doomed:
             self._delete_segments(doomed)
         return doomed

@@ -93,6 +93,7 @@ class LogSegment:
         )
         self._bytes_since_index = 0
         self.max_timestamp = -1
+        self.offset_of_max_timestamp = base_offset  # last offset of the batch holding it
         self.next_offset = base_offset  # one past the last offset held; set by load/append
         # The newest batches, in order, ending at the segment's end (see TAIL_BATCHES).
         self._tail: list[BatchPosition] = []
@@ -164,6 +165,19 @@ class LogSegment:
                 return batch
         return None
 
+    def first_batch_with_max_timestamp(self) -> BatchPosition | None:
+        """The first batch holding this segment's largest timestamp (Kafka's starting point
+        for ListOffsets MAX_TIMESTAMP)."""
+        if self.max_timestamp < 0:
+            return None
+        found = self.find(self.offset_of_max_timestamp)
+        if found is None:
+            return None
+        for batch in self.batches_from(found.position):
+            if batch.header.max_timestamp == self.max_timestamp:
+                return batch
+        return None
+
     def whole_batches_end(self, start: int, limit: int, max_offset: int) -> tuple[int, int]:
         """(end position, next offset) of the run of whole batches from ``start`` that ends
         at or before position ``limit`` and holds only offsets below ``max_offset``.
@@ -218,6 +232,7 @@ class LogSegment:
         self._forget_tail()
         self._bytes_since_index = 0
         self.max_timestamp = -1
+        self.offset_of_max_timestamp = self.base_offset
         self.next_offset = self.base_offset
         valid = 0
         buf = b""
@@ -260,6 +275,7 @@ class LogSegment:
         _, position = self.offset_index.lookup(self.base_offset + 2**31 - 1)
         self._forget_tail()
         self.max_timestamp = self.time_index.last_timestamp
+        self.offset_of_max_timestamp = self.time_index.last_offset
         self.next_offset = self.base_offset
         self._bytes_since_index = 0
         for batch in self.batches_from(position):
@@ -267,19 +283,27 @@ class LogSegment:
             self.next_offset = batch.header.next_offset
 
     def _index_batch(self, header: BatchHeader, position: int) -> None:
+        """Kafka's LogSegment.append, batch by batch: the time index entry, when one is due,
+        pairs the largest timestamp so far with the last offset of the batch that holds it
+        (the pair DumpLogSegments checks against the log)."""
         last_offset = header.base_offset + header.last_offset_delta
-        size = header.batch_length + LOG_OVERHEAD
-        if self._bytes_since_index > self.index_interval_bytes:
-            self.offset_index.append(last_offset, position)
-            if self.max_timestamp > self.time_index.last_timestamp:
-                self.time_index.append(self.max_timestamp, header.base_offset)
-            self._bytes_since_index = 0
         if header.max_timestamp > self.max_timestamp:
             self.max_timestamp = header.max_timestamp
-        self._bytes_since_index += size
+            self.offset_of_max_timestamp = last_offset
+        if self._bytes_since_index > self.index_interval_bytes:
+            self.offset_index.append(last_offset, position)
+            self.time_index.append(self.max_timestamp, self.offset_of_max_timestamp)
+            self._bytes_since_index = 0
+        self._bytes_since_index += header.batch_length + LOG_OVERHEAD
         self._tail.append(BatchPosition(header, position))
         if len(self._tail) > 2 * TAIL_BATCHES:
             del self._tail[:-TAIL_BATCHES]
+
+    def seal(self) -> None:
+        """The segment stops being active: its time index ends with its largest timestamp,
+        as Kafka's onBecomeInactiveSegment leaves it."""
+        if self.max_timestamp >= 0:
+            self.time_index.append(self.max_timestamp, self.offset_of_max_timestamp)
 
     def _forget_tail(self) -> None:
         self._tail.clear()
