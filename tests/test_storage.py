@@ -313,6 +313,8 @@ def test_follower_append_copies_the_leaders_log_across_rolls(tmp_path: Path):
     assert follower.log_end_offset == leader.log_end_offset == 126
     assert read_all(follower) == fetched
     assert len(follower.segments) > 3
+    # The same segments as the leader's, though each fetch brought several segments' worth.
+    assert [s.base_offset for s in follower.segments] == [s.base_offset for s in leader.segments]
     assert follower.epoch_cache.entries == leader.epoch_cache.entries == [(0, 0), (1, 42), (3, 105)]
     with pytest.raises(InvalidRecordError):
         follower.append_as_follower(fetched[:half])  # offsets it already has

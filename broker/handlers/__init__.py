@@ -45,6 +45,7 @@ def load_all() -> dict[int, ApiSpec]:
         admin,
         api_versions,
         configs,
+        delete_records,
         fetch,
         groups,
         leadership,

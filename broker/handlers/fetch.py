@@ -69,7 +69,8 @@ def _read_all(ctx: RequestContext, follower: int | None, wanted: Wanted, max_byt
         if error == ErrorCode.none and not partition.is_leader:
             error = ErrorCode.not_leader_or_follower
         if error == ErrorCode.none and follower is not None and first:
-            replicas.record_follower_fetch(partition, follower, p.fetch_offset)
+            replicas.record_follower_fetch(partition, follower, p.fetch_offset,
+                                           p.log_start_offset)
         hw = partition.high_watermark
         region = None
         throttle = replicas.throttle_for(partition, follower) if follower is not None else None

@@ -173,16 +173,21 @@ def encode_batch(
     return bytes(head) + payload
 
 
-def first_record_at_or_after(batch: bytes, timestamp: int) -> tuple[int, int]:
-    """(offset, timestamp) of the first record with timestamp >= ``timestamp``.
+def first_record_at_or_after(batch: bytes, timestamp: int, min_offset: int = 0
+                             ) -> tuple[int, int] | None:
+    """(offset, timestamp) of the first record at or after ``min_offset`` (the log start,
+    which DeleteRecords can put inside a batch) with timestamp >= ``timestamp``.
 
     The caller picked the batch because its max timestamp reaches ``timestamp``; for a
-    LogAppendTime batch every record carries the batch's max timestamp.
+    LogAppendTime batch every record carries the batch's max timestamp. None if the only
+    records that reach it lie below ``min_offset``.
     """
     header = parse_header(batch)
     if header.attributes & 0x08:
-        return header.base_offset, header.max_timestamp
+        if header.last_offset < min_offset:
+            return None
+        return max(header.base_offset, min_offset), header.max_timestamp
     for offset, ts in record_offsets_and_timestamps(batch):
-        if ts >= timestamp:
+        if ts >= timestamp and offset >= min_offset:
             return offset, ts
-    return header.last_offset, header.max_timestamp
+    return None

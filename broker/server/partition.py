@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -41,6 +42,7 @@ class FollowerProgress:
     """What the leader knows of one follower, from its fetches (Kafka's Replica)."""
 
     log_end_offset: int = -1
+    log_start_offset: int = -1  # as the follower last reported it (-1: not yet)
     last_caught_up_ms: float = 0.0
     last_fetch_ms: float = 0.0
     last_fetch_leader_leo: int = -1
@@ -76,6 +78,7 @@ class Partition:
         self.followers: dict[int, FollowerProgress] = {}
         self.epoch_start_offset = 0
         self._waiters: set[asyncio.Future[None]] = set()
+        self._start_waiters: set[asyncio.Future[None]] = set()
         self._acks: list[tuple[int, int, asyncio.Future[ErrorCode]]] = []
 
     def __repr__(self) -> str:
@@ -115,6 +118,7 @@ class Partition:
         if was_leader:
             self._fail_acks(ErrorCode.not_leader_or_follower)
             self.wake_fetchers()
+            _wake(self._start_waiters)
         return changed
 
     def _apply(self, state: PartitionState) -> None:
@@ -132,6 +136,7 @@ class Partition:
         self._fail_acks(ErrorCode.not_leader_or_follower)
         self.leader_id = NO_LEADER
         self.wake_fetchers()
+        _wake(self._start_waiters)
 
     # -- produce -------------------------------------------------------------------------
 
@@ -216,7 +221,8 @@ class Partition:
 
     # -- replication, as leader -----------------------------------------------------------
 
-    def record_follower_fetch(self, replica_id: int, fetch_offset: int) -> bool:
+    def record_follower_fetch(self, replica_id: int, fetch_offset: int,
+                              log_start_offset: int = -1) -> bool:
         """Note a follower's position; True if it now qualifies to join the ISR."""
         progress = self.followers.get(replica_id)
         if progress is None:
@@ -224,6 +230,9 @@ class Partition:
                 return False
             progress = self.followers[replica_id] = FollowerProgress()
         progress.record_fetch(fetch_offset, self.log.log_end_offset, now_ms())
+        if log_start_offset != progress.log_start_offset:
+            progress.log_start_offset = log_start_offset
+            _wake(self._start_waiters)
         if replica_id in self.isr:
             self.maybe_advance_high_watermark()
             return False
@@ -275,6 +284,55 @@ class Partition:
                 if not fut.done():
                     fut.set_result(self._committed_error(min_isr))
 
+    # -- deleting records, as leader (Kafka's deleteRecordsOnLeader, DelayedDeleteRecords) --
+
+    def delete_records(self, offset: int) -> tuple[int, ErrorCode, str | None]:
+        """Move the log start to ``offset`` (-1: the high watermark); (the offset, error,
+        message). The records below go for readers at once; retention removes their files.
+        """
+        if not self.is_leader:
+            return -1, ErrorCode.not_leader_or_follower, None
+        if "delete" not in self.log.config.cleanup_policy:
+            return -1, ErrorCode.policy_violation, (
+                f"records of {self.topic}-{self.index} cannot be deleted: cleanup.policy is "
+                f"{','.join(self.log.config.cleanup_policy)}")
+        target = self.high_watermark if offset == -1 else offset
+        if target < 0 or target > self.high_watermark:
+            return -1, ErrorCode.offset_out_of_range, (
+                f"offset {offset} is outside [0, {self.high_watermark}] (the high watermark)")
+        self.log.maybe_increment_log_start_offset(target)
+        return target, ErrorCode.none, None
+
+    def low_watermark(self, alive: Collection[int]) -> int:
+        """The smallest log start offset of the replicas on live brokers, this one included
+        (Kafka's lowWatermarkIfLeader): how far a DeleteRecords has taken effect."""
+        starts = [self.log.log_start_offset]
+        for r, progress in self.followers.items():
+            if r in alive and r in self.replicas and progress.log_start_offset >= 0:
+                starts.append(progress.log_start_offset)
+        return min(starts)
+
+    async def wait_low_watermark(self, offset: int, alive: Callable[[], Collection[int]],
+                                 timeout: float) -> tuple[int, ErrorCode]:
+        """Wait until every live replica has moved its log start to ``offset``."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while (low := self.low_watermark(alive())) < offset:
+            if not self.is_leader:
+                return low, ErrorCode.not_leader_or_follower
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return low, ErrorCode.request_timed_out
+            fut: asyncio.Future[None] = loop.create_future()
+            self._start_waiters.add(fut)
+            try:
+                await asyncio.wait_for(fut, remaining)
+            except TimeoutError:
+                pass
+            finally:
+                self._start_waiters.discard(fut)
+        return low, ErrorCode.none
+
     # -- replication, as follower ---------------------------------------------------------
 
     def append_as_follower(self, records: bytes, leader_high_watermark: int) -> int:
@@ -287,6 +345,12 @@ class Partition:
         if hw > self.high_watermark:
             self.high_watermark = hw
 
+    def follow_log_start_offset(self, leader_log_start_offset: int) -> None:
+        """Records the leader deleted go here too, up to what we know is committed."""
+        if leader_log_start_offset > self.log.log_start_offset:
+            self.log.maybe_increment_log_start_offset(
+                min(leader_log_start_offset, self.high_watermark))
+
     def truncate_to(self, offset: int) -> None:
         self.log.truncate_to(offset)
         self.high_watermark = min(self.high_watermark, self.log.log_end_offset)
@@ -294,12 +358,9 @@ class Partition:
     # -- fetch waiting and reads ------------------------------------------------------------
 
     def wake_fetchers(self) -> None:
-        if not self._waiters:
-            return
-        waiters, self._waiters = self._waiters, set()
-        for fut in waiters:
-            if not fut.done():
-                fut.set_result(None)
+        if self._waiters:
+            waiters, self._waiters = self._waiters, set()
+            _wake(waiters)
 
     def add_waiter(self, fut: asyncio.Future[None]) -> None:
         self._waiters.add(fut)
@@ -320,3 +381,9 @@ class Partition:
         if current_leader_epoch > self.leader_epoch:
             return ErrorCode.unknown_leader_epoch
         return ErrorCode.fenced_leader_epoch
+
+
+def _wake(waiters: Collection[asyncio.Future[None]]) -> None:
+    for fut in list(waiters):
+        if not fut.done():
+            fut.set_result(None)

@@ -305,3 +305,5 @@ class ReplicaFetcher:
             log.warning("%s: fetched data does not continue our log (%s); truncating",
                         partition, e)
             state.truncating = True
+            return
+        partition.follow_log_start_offset(p.log_start_offset)

@@ -38,6 +38,7 @@ CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 RECOVERY_CHECKPOINT = "recovery-point-offset-checkpoint"
 CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
 REPLICATION_CHECKPOINT = "replication-offset-checkpoint"
+LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
 PARTITION_METADATA = "partition.metadata"
 DELETE_SUFFIX = "-delete"
 HANDOVER_POLL_S = 0.05
@@ -75,6 +76,7 @@ class ReplicaManager:
         # each LogConfig was made from, so a change to either makes a new one.
         self._log_configs: dict[str, tuple[dict[str, str], int, LogConfig]] = {}
         self._recovery: dict[TopicPartition, int] = {}
+        self._log_starts: dict[TopicPartition, int] = {}
         self._high_watermarks: dict[TopicPartition, int] = {}
         self._clean: dict[Path, bool] = {}
         self._existing: dict[TopicPartition, Path] = {}
@@ -103,6 +105,7 @@ class ReplicaManager:
             self._clean[log_dir] = (log_dir / CLEAN_SHUTDOWN_FILE).exists()
             self._recovery.update(read_offset_checkpoint(log_dir / RECOVERY_CHECKPOINT))
             self._high_watermarks.update(read_offset_checkpoint(log_dir / REPLICATION_CHECKPOINT))
+            self._log_starts.update(read_offset_checkpoint(log_dir / LOG_START_CHECKPOINT))
             self.cleaner.checkpoints.update(read_offset_checkpoint(log_dir / CLEANER_CHECKPOINT))
             for child in log_dir.iterdir():
                 if child.is_dir() and child.name.endswith(DELETE_SUFFIX):
@@ -154,12 +157,18 @@ class ReplicaManager:
     def write_checkpoints(self) -> None:
         recovery: dict[Path, dict[TopicPartition, int]] = {d: {} for d in self.log_dirs}
         hws: dict[Path, dict[TopicPartition, int]] = {d: {} for d in self.log_dirs}
+        starts: dict[Path, dict[TopicPartition, int]] = {d: {} for d in self.log_dirs}
         for tp, partition in self.partitions.items():
-            recovery[partition.log.dir.parent][tp] = partition.log.recovery_point
-            hws[partition.log.dir.parent][tp] = partition.high_watermark
+            partition_log = partition.log
+            recovery[partition_log.dir.parent][tp] = partition_log.recovery_point
+            hws[partition_log.dir.parent][tp] = partition.high_watermark
+            if partition_log.log_start_offset > partition_log.segments[0].base_offset:
+                # Only a start inside the first segment needs remembering, as in Kafka.
+                starts[partition_log.dir.parent][tp] = partition_log.log_start_offset
         for log_dir in self.log_dirs:
             write_offset_checkpoint(log_dir / RECOVERY_CHECKPOINT, recovery[log_dir])
             write_offset_checkpoint(log_dir / REPLICATION_CHECKPOINT, hws[log_dir])
+            write_offset_checkpoint(log_dir / LOG_START_CHECKPOINT, starts[log_dir])
 
     # -- topics --------------------------------------------------------------------------
 
@@ -194,6 +203,7 @@ class ReplicaManager:
             recovery_point=self._recovery.get(tp, 0),
             clean_shutdown=self._clean.get(directory.parent, True),
             scheduler=self._schedule,
+            log_start_offset=self._log_starts.get(tp, 0),
         )
         _write_partition_metadata(directory, topic.topic_id)
         hw = self._high_watermarks.get(tp, 0)
@@ -244,6 +254,9 @@ class ReplicaManager:
                 continue
             config = self.log_config(topic)
             if partition.log.config is not config:
+                if partition.log.config != config:
+                    log.info("%s: log config now %s", partition, config.changes_from(
+                        partition.log.config))
                 partition.log.config = config
 
     def _take_role(self, tp: TopicPartition, partition: Partition, state: PartitionState) -> None:
@@ -431,8 +444,9 @@ class ReplicaManager:
             return None
         return self.follower_throttle
 
-    def record_follower_fetch(self, partition: Partition, replica_id: int, offset: int) -> None:
-        if partition.record_follower_fetch(replica_id, offset):
+    def record_follower_fetch(self, partition: Partition, replica_id: int, offset: int,
+                              log_start_offset: int = -1) -> None:
+        if partition.record_follower_fetch(replica_id, offset, log_start_offset):
             self._change_isr(partition, add=replica_id)
 
     def _change_isr(self, partition: Partition, add: int | None = None,
@@ -507,6 +521,12 @@ class ReplicaManager:
                 partition.remove_waiter(fut)
 
     # -- retention -----------------------------------------------------------------------
+
+    async def wait_low_watermark(self, partition: Partition, offset: int,
+                                 timeout: float) -> tuple[int, ErrorCode]:
+        """DeleteRecords completes when every replica on a live broker dropped the records."""
+        return await partition.wait_low_watermark(
+            offset, lambda: self.metadata.brokers.keys(), timeout)
 
     def enforce_retention(self, now_ms: int | None = None) -> int:
         deleted = 0

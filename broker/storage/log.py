@@ -15,7 +15,7 @@ import os
 import time
 from bisect import bisect_right
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -86,6 +86,12 @@ class LogConfig:
         )
 
 
+    def changes_from(self, old: LogConfig) -> str:
+        """What differs from ``old``, for the log line a run-time change leaves."""
+        return ", ".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self)
+                         if getattr(self, f.name) != getattr(old, f.name)) or "unchanged"
+
+
 def _replica_list(items: list[str]) -> tuple[str, ...]:
     """``0 : 1`` and ``0:1`` name the same replica."""
     return tuple(":".join(part.strip() for part in item.split(":")) for item in items)
@@ -117,7 +123,10 @@ class Log:
         recovery_point: int = 0,
         clean_shutdown: bool = True,
         scheduler: Callable[[float, Callable[[], None]], Any] | None = None,
+        log_start_offset: int = 0,
     ) -> None:
+        """``log_start_offset`` is the checkpointed one: DeleteRecords can put it inside the
+        first segment, where only the checkpoint remembers it across a restart."""
         self.dir = directory
         self.config = config
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -127,9 +136,12 @@ class Log:
         self.producer_state = ProducerStateManager()
         self.epoch_cache = LeaderEpochCache(directory)
         self.recovery_point = recovery_point
+        self.log_start_offset = 0  # set by _load
         self._unflushed_messages = 0
         self._last_flush_ms = time.monotonic() * 1000
         self._load(clean_shutdown)
+        self.log_start_offset = min(max(log_start_offset, self.segments[0].base_offset),
+                                    self.log_end_offset)
 
     # -- loading -------------------------------------------------------------------------
 
@@ -195,10 +207,6 @@ class Log:
         return self.segments[-1]
 
     @property
-    def log_start_offset(self) -> int:
-        return self.segments[0].base_offset
-
-    @property
     def log_end_offset(self) -> int:
         return self.active_segment.next_offset
 
@@ -254,7 +262,10 @@ class Log:
                     f"fetched batch at offset {header.base_offset}, log end is "
                     f"{self.log_end_offset}"
                 )
-            if pending and self._needs_roll(pos - start + header.size, header):
+            run = pos - start + header.size
+            # A run bound for an empty active segment must still respect segment.bytes:
+            # one fetch response can hold many segments' worth of batches.
+            if pending and (self._needs_roll(run, header) or run > self.config.segment_bytes):
                 self._append_run(view[start:pos], pending)
                 start, pending = pos, []
             pending.append(header)
@@ -289,6 +300,18 @@ class Log:
         self.epoch_cache.truncate_from_end(0)
         self.producer_state.truncate_to(0)
         self.recovery_point = offset
+        self.log_start_offset = offset
+
+    def maybe_increment_log_start_offset(self, offset: int) -> bool:
+        """Move the log start forward (DeleteRecords on a leader, the leader's start on a
+        follower); records below it are gone for readers at once, their segments go with
+        the next retention pass. Never past the log end."""
+        offset = min(offset, self.log_end_offset)
+        if offset <= self.log_start_offset:
+            return False
+        self.log_start_offset = offset
+        self.epoch_cache.truncate_from_start(offset)
+        return True
 
     def _maybe_roll(self, incoming: int, first: BatchHeader) -> None:
         if self._needs_roll(incoming, first):
@@ -377,16 +400,23 @@ class Log:
         return ReadResult(segment.region(found.position, end), first.base_offset, next_offset)
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int, int] | None:
-        """(offset, timestamp, leader epoch) of the first record with ts >= ``timestamp``."""
+        """(offset, timestamp, leader epoch) of the first record at or after the log start
+        with ts >= ``timestamp``."""
+        start = self.log_start_offset
         for segment in self.segments:
-            if segment.max_timestamp < timestamp:
+            if segment.max_timestamp < timestamp or segment.next_offset <= start:
                 continue
             found = segment.find_timestamp(timestamp)
             if found is None:
                 continue
-            raw = segment.read_bytes(found.position, found.header.size)
-            offset, ts = first_record_at_or_after(raw, timestamp)
-            return offset, ts, found.header.partition_leader_epoch
+            for batch in segment.batches_from(found.position):
+                header = batch.header
+                if header.max_timestamp < timestamp or header.last_offset < start:
+                    continue
+                raw = segment.read_bytes(batch.position, header.size)
+                hit = first_record_at_or_after(raw, timestamp, start)
+                if hit is not None:
+                    return hit[0], hit[1], header.partition_leader_epoch
         return None
 
     def max_timestamp_offset(self) -> tuple[int, int, int] | None:
@@ -400,26 +430,37 @@ class Log:
         if found is None:
             return None
         raw = segment.read_bytes(found.position, found.header.size)
-        offset, ts = first_record_at_or_after(raw, found.header.max_timestamp)
-        return offset, ts, found.header.partition_leader_epoch
+        hit = first_record_at_or_after(raw, found.header.max_timestamp)
+        return None if hit is None else (hit[0], hit[1], found.header.partition_leader_epoch)
 
     # -- retention -----------------------------------------------------------------------
 
     def delete_old_segments(self, now_ms: int | None = None,
                             high_watermark: int | None = None) -> int:
-        """Delete the oldest segments past retention.ms or beyond retention.bytes.
+        """Delete the oldest segments: those wholly below the log start offset (which
+        DeleteRecords moves; never the active one) and, under cleanup.policy delete alone or
+        with compact, those past retention.ms or beyond retention.bytes.
 
-        Kafka's rules: only under cleanup.policy delete (alone or with compact: a compact-only
-        log keeps everything the cleaner leaves); never a record at or above the high
-        watermark, since a follower may not have it yet; and the active segment too once it
-        is wholly past retention (rolled first, so the log keeps an empty active segment at
-        its end offset), which is what lets a topic whose retention.ms was just lowered lose
-        records it wrote into one large segment.
+        Retention follows Kafka's rules: never a record at or above the high watermark,
+        since a follower may not have it yet; and the active segment too once it is wholly
+        past retention (rolled first, so the log keeps an empty active segment at its end
+        offset), which is what lets a topic whose retention.ms was just lowered lose records
+        it wrote into one large segment.
         """
-        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        doomed = sum(1 for i in range(len(self.segments) - 1)
+                     if self.segments[i + 1].base_offset <= self.log_start_offset)
+        if "delete" in self.config.cleanup_policy:
+            now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+            doomed = max(doomed, self._past_retention(now_ms, high_watermark))
+        if doomed == len(self.segments):
+            self.roll()
+        if doomed:
+            self._delete_segments(doomed)
+        return doomed
+
+    def _past_retention(self, now_ms: int, high_watermark: int | None) -> int:
+        """How many of the oldest segments retention.ms or retention.bytes lets go."""
         cfg = self.config
-        if "delete" not in cfg.cleanup_policy:
-            return 0
         limit = self.log_end_offset if high_watermark is None else high_watermark
         candidates = []
         for i, segment in enumerate(self.segments):
@@ -447,16 +488,13 @@ class Log:
                 excess -= segment.size
                 by_size += 1
             doomed = max(doomed, by_size)
-        if doomed == len(self.segments):
-            self.roll()
-        if doomed:
-            self._delete_segments(doomed)
         return doomed
 
     def _delete_segments(self, count: int) -> None:
         doomed = self.segments[:count]
         del self.segments[:count]
         del self._bases[:count]
+        self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
         self.epoch_cache.truncate_from_start(self.log_start_offset)
         for segment in doomed:
             log.info("%s: deleting segment %s", self.dir.name, segment.log_path.name)
@@ -504,6 +542,10 @@ class Log:
         """Remove everything at or after ``offset`` (a diverged follower's tail)."""
         if offset >= self.log_end_offset:
             return
+        if offset < self.segments[0].base_offset:
+            self.reset_to(offset)  # Kafka's truncateFullyAndStartAt
+            return
+        self.log_start_offset = min(self.log_start_offset, offset)
         while len(self.segments) > 1 and self.active_segment.base_offset >= offset:
             segment = self.segments.pop()
             self._bases.pop()
