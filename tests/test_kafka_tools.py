@@ -5,11 +5,24 @@ Each test asserts what the tool printed or did, not only that it exited 0.
 
 from __future__ import annotations
 
+import json
 import re
 
 from tests.cluster import cluster_factory  # noqa: F401
 from tests.conftest import wait_until
-from tests.kafka_tools import TOPIC_COMMAND, kafka_tools  # noqa: F401
+from tests.kafka_tools import (
+    LEADER_ELECTION_COMMAND,
+    TOPIC_COMMAND,
+    VERIFIABLE_CONSUMER,
+    VERIFIABLE_PRODUCER,
+    kafka_tools,  # noqa: F401
+)
+
+FAST = {
+    "broker.session.timeout.ms": "3000",
+    "broker.heartbeat.interval.ms": "500",
+    "offsets.topic.num.partitions": "3",
+}
 
 
 def test_topic_command_create_describe_list_delete(kafka_tools, cluster_factory):  # noqa: F811
@@ -39,3 +52,74 @@ def test_topic_command_create_describe_list_delete(kafka_tools, cluster_factory)
     kafka_tools.run(TOPIC_COMMAND, *b, "--delete", "--topic", "tools-topics")
     listed = kafka_tools.run(TOPIC_COMMAND, *b, "--list").stdout.split()
     assert "tools-topics" not in listed
+
+
+def test_leader_election_command_restores_preferred_leaders(kafka_tools, cluster_factory):  # noqa: F811
+    cluster = cluster_factory(3, FAST)
+    b = ("--bootstrap-server", cluster.bootstrap)
+    cluster.create_topic("elected", 6, 3)
+    # Restart one broker: the partitions it led move away and stay away when it is back.
+    victim = cluster.partitions("elected")[0].replicas[0]
+    cluster.restart(victim)
+    cluster.wait_for_brokers(3)
+    cluster.wait_for_isr("elected", 3)
+    moved = {p for p, s in cluster.partitions("elected").items()
+             if s.replicas[0] == victim and s.leader != victim}
+    assert moved, cluster.partitions("elected")
+    out = kafka_tools.run(LEADER_ELECTION_COMMAND, *b, "--election-type", "preferred",
+                          "--all-topic-partitions").stdout
+    elected = set(re.findall(r"elected-(\d+)", out.split("Successfully completed")[1]
+                             .split("\n")[0]))
+    assert {int(p) for p in elected} == moved, out
+    wait_until(lambda: all(s.leader == s.replicas[0]
+                           for s in cluster.partitions("elected").values()), 30,
+               "every partition led by its preferred replica")
+    # Nothing left to elect: the tool says so rather than failing.
+    again = kafka_tools.run(LEADER_ELECTION_COMMAND, *b, "--election-type", "preferred",
+                            "--topic", "elected", "--partition", "0")
+    assert "Valid replica already elected for partitions elected-0" in again.stdout, again
+
+
+def test_verifiable_producer_and_consumer_lose_nothing_across_a_kill(
+        kafka_tools, cluster_factory):  # noqa: F811
+    cluster = cluster_factory(3, FAST)
+    cluster.create_topic("verified", 3, 3, {"min.insync.replicas": 2})
+    b = ("--bootstrap-server", cluster.bootstrap)
+    total = 6000
+    with kafka_tools.spawn(VERIFIABLE_PRODUCER, *b, "--topic", "verified",
+                           "--max-messages", str(total), "--throughput", "1500",
+                           "--acks", "-1") as producer:
+        wait_until(lambda: _count(producer.lines, "producer_send_success") > total // 4, 60,
+                   "a quarter of the records acknowledged")
+        leader = cluster.leader_of("verified", 0)
+        cluster.kill(leader)  # SIGKILL, mid-stream
+        wait_until(lambda: _count(producer.lines, "producer_send_success") > total // 2, 60,
+                   "half acknowledged with a broker dead")
+        cluster.restart(leader)
+        assert producer.wait(120) == 0, producer.errors[-20:]
+    acked = {e["value"] for e in _events(producer.lines, "producer_send_success")}
+    assert len(acked) > total * 0.9, f"only {len(acked)} of {total} acknowledged"
+    cluster.wait_for_isr("verified", 3)
+    with kafka_tools.spawn(VERIFIABLE_CONSUMER, *b, "--topic", "verified",
+                           "--group-id", "verifier", "--verbose",
+                           "--reset-policy", "earliest") as consumer:
+        wait_until(lambda: acked <= {e["value"] for e in _events(consumer.lines, "record_data")},
+                   90, "every acknowledged record consumed")
+        consumer.stop()
+    records = _events(consumer.lines, "record_data")
+    positions = [(e["partition"], e["offset"]) for e in records]
+    assert len(set(positions)) == len(positions), "a record delivered twice in one session"
+    commits = _events(consumer.lines, "offsets_committed")
+    assert commits and all(c["success"] for c in commits), commits[-3:]
+
+
+def _events(lines: list[str], name: str) -> list[dict]:
+    events = []
+    for line in list(lines):
+        if line.startswith("{") and f'"name":"{name}"' in line.replace(" ", ""):
+            events.append(json.loads(line))
+    return events
+
+
+def _count(lines: list[str], name: str) -> int:
+    return len(_events(lines, name))
