@@ -174,6 +174,13 @@ BROKER_KEYS = _keys(
     ConfigKey("log.message.timestamp.type", "string", "CreateTime",
               "CreateTime keeps the producer's timestamp; LogAppendTime stamps the broker's.",
               one_of("CreateTime", "LogAppendTime")),
+    ConfigKey("log.message.timestamp.before.max.ms", "long", LONG_MAX,
+              "How far in the past a CreateTime record's timestamp may be; older records are "
+              "refused with INVALID_TIMESTAMP.", at_least(0)),
+    ConfigKey("log.message.timestamp.after.max.ms", "long", 3_600_000,
+              "How far in the future a CreateTime record's timestamp may be (Kafka 4's "
+              "default: an hour); later records are refused with INVALID_TIMESTAMP.",
+              at_least(0)),
     ConfigKey("log.flush.interval.messages", "long", LONG_MAX,
               "Messages appended before an fsync.", at_least(1)),
     ConfigKey("log.flush.interval.ms", "long", LONG_MAX, "Time before an fsync.", at_least(0)),
@@ -308,6 +315,8 @@ _topic("delete.retention.ms", "log.cleaner.delete.retention.ms")
 _topic("min.compaction.lag.ms", "log.cleaner.min.compaction.lag.ms")
 _topic("min.cleanable.dirty.ratio", "log.cleaner.min.cleanable.ratio")
 _topic("message.timestamp.type", "log.message.timestamp.type")
+_topic("message.timestamp.before.max.ms", "log.message.timestamp.before.max.ms")
+_topic("message.timestamp.after.max.ms", "log.message.timestamp.after.max.ms")
 _topic("max.message.bytes", "message.max.bytes")
 _topic("flush.messages", "log.flush.interval.messages")
 _topic("flush.ms", "log.flush.interval.ms")

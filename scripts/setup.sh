@@ -12,6 +12,11 @@ command -v kcat >/dev/null || need_apt+=(kcat)
 command -v javac >/dev/null || need_apt+=(default-jdk-headless)
 command -v mvn >/dev/null || need_apt+=(maven)
 python3 -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
+# The C module (broker/protocol/_recordscan.c) is compiled by pip install.
+command -v gcc >/dev/null || need_apt+=(gcc)
+python3 -c 'import os, sys, sysconfig
+sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
+  || need_apt+=(python3-dev)
 if ((${#need_apt[@]})); then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
@@ -21,7 +26,7 @@ fi
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
-stamp=".venv/.installed-$(sha1sum pyproject.toml | cut -c1-12)"
+stamp=".venv/.installed-$(cat pyproject.toml broker/protocol/*.c | sha1sum | cut -c1-12)"
 if [ ! -f "$stamp" ]; then
   PIP_CACHE_DIR="$CACHE/pip" .venv/bin/pip install -q --upgrade pip
   PIP_CACHE_DIR="$CACHE/pip" .venv/bin/pip install -q -e '.[test]'

@@ -23,6 +23,7 @@ from kio.schema.fetch.v12.request import FetchRequest, FetchTopic
 from kio.schema.list_offsets.v7.request import ListOffsetsRequest, ListOffsetsTopic
 from kio.schema.produce.v9.request import ProduceRequest, TopicProduceData
 
+from broker.protocol.batch_codec import CODEC_GZIP, CODEC_LZ4, compress
 from broker.protocol.codec import RequestHeader, encode_request
 from tests.conftest import wait_until
 from tests.wire import (
@@ -34,6 +35,7 @@ from tests.wire import (
     build_batch,
     create_topic,
     decode_response_exact,
+    encode_record,
     fetch,
     fetch_request,
     init_producer_id,
@@ -45,6 +47,7 @@ from tests.wire import (
     produce_request,
     recompute_crc,
     simple_batch,
+    varint,
 )
 
 _I32 = struct.Struct(">i")
@@ -58,6 +61,7 @@ UNKNOWN_TOPIC_OR_PARTITION = 3
 MESSAGE_TOO_LARGE = 10
 INVALID_TOPIC_EXCEPTION = 17
 INVALID_REQUIRED_ACKS = 21
+INVALID_TIMESTAMP = 32
 UNSUPPORTED_VERSION = 35
 INVALID_RECORD = 87
 
@@ -589,6 +593,93 @@ def test_invalid_batches_are_refused(broker, healthy, records, expected):
         assert list_offset(client, "inv") == 0, "a refused batch changed the log end offset"
         # The same connection carries on.
         assert produce(client, "inv", simple_batch([b"ok"])).base_offset == 0
+    healthy.check()
+
+
+def _batch_around(payload: bytes, count: int, codec: int = 0) -> bytes:
+    """A batch whose header is right for ``payload`` (length, count, codec, CRC), whatever
+    the payload holds: what passes the header checks and reaches the records."""
+    head = bytearray(simple_batch([b"x"])[:61])
+    struct.pack_into(">i", head, 8, 61 - 12 + len(payload))
+    struct.pack_into(">h", head, 21, codec)
+    struct.pack_into(">i", head, 23, count - 1)
+    struct.pack_into(">i", head, 57, count)
+    return recompute_crc(bytes(head) + payload)
+
+
+def _records(*records: bytes) -> bytes:
+    return b"".join(records)
+
+
+_NOW = int(time.time() * 1000)
+_A = encode_record(0, 0, b"k", b"a")
+_B = encode_record(1, 0, b"k", b"b")
+
+# Records that are not what their valid header (CRC recomputed) says, each with Kafka's
+# code: what DefaultRecord.readFrom and LogValidator refuse. Every one of these was stored
+# once, and then broke ListOffsets by timestamp and every consumer of the partition.
+CORRUPT_RECORDS = [
+    pytest.param(bytes.fromhex(
+        "000000000000000000000034000000000249d2ae8e000000000004000001a20b69199c000001a20b"
+        "69199cffffffffffffffffffffffffffff000000055e0000"), INVALID_RECORD,
+        id="five-records-in-three-bytes"),
+    pytest.param(_batch_around(bytes(range(40)), 3, codec=2), CORRUPT_MESSAGE,
+                 id="snappy-junk"),
+    pytest.param(_batch_around(b"\x1f\x8b" + bytes(38), 2, codec=1), CORRUPT_MESSAGE,
+                 id="gzip-junk"),
+    pytest.param(_batch_around(compress(CODEC_GZIP, b"\x05junk"), 1, codec=1), INVALID_RECORD,
+                 id="gzip-of-a-broken-record"),
+    pytest.param(_batch_around(compress(CODEC_LZ4, _records(_A, _B)), 3, codec=3),
+                 INVALID_RECORD, id="lz4-fewer-records-than-counted"),
+    pytest.param(_batch_around(_records(_A, _B) + b"\0\0", 2), INVALID_RECORD,
+                 id="trailing-bytes"),
+    pytest.param(_batch_around(_records(_A, encode_record(2, 0, b"k", b"b")), 2),
+                 INVALID_RECORD, id="offset-delta-skips"),
+    pytest.param(_batch_around(varint(len(_A) + 1) + _A[1:] + b"\0\0", 1), INVALID_RECORD,
+                 id="record-longer-than-its-fields"),
+    pytest.param(_batch_around(varint(6) + b"\0\0\0\0\0" + varint(-3), 1), INVALID_RECORD,
+                 id="negative-header-count"),
+    pytest.param(_batch_around(varint(7) + b"\0\0\0\0\0\x02" + varint(-1), 1),
+                 INVALID_RECORD, id="null-header-key"),
+]
+
+
+@pytest.mark.parametrize(("records", "expected"), CORRUPT_RECORDS)
+def test_corrupt_records_are_refused_and_leave_the_partition_readable(
+        broker, healthy, records, expected):
+    with WireClient.connect(broker.bootstrap) as client:
+        create_topic(client, "poison")
+        good = build_batch([(b"k", b"v%d" % i, (), i) for i in range(3)], _NOW)
+        assert produce(client, "poison", good).error_code == NONE
+        r = produce(client, "poison", records)
+        assert r.error_code == expected, r.error_message
+        assert r.error_message, "a refusal names its reason"
+        assert r.base_offset == -1
+        assert list_offset(client, "poison") == 3, "a refused batch reached the log"
+        # The partition stays readable by timestamp, and the connection carries on.
+        assert list_offset(client, "poison", _NOW + 1) == 1
+        assert produce(client, "poison", simple_batch([b"ok"])).base_offset == 3
+        (after,) = parse_batches(fetch(client, "poison", 3).records)
+        assert [rec.value for rec in after.records] == [b"ok"]
+    healthy.check()
+    assert_no_broker_errors(broker)
+
+
+def test_record_errors_name_the_record(broker, healthy):
+    """Produce v8+ carries Kafka's per-record errors; a timestamp an hour and more ahead
+    is refused by Kafka 4's message.timestamp.after.max.ms."""
+    with WireClient.connect(broker.bootstrap) as client:
+        create_topic(client, "stamps")
+        future = build_batch([(b"k", b"a", (), 0), (b"k", b"b", (), 2 * 3_600_000)], _NOW)
+        r = produce(client, "stamps", future)
+        assert r.error_code == INVALID_TIMESTAMP, r.error_message
+        assert [e.batch_index for e in r.record_errors] == [1]
+        assert "out of range" in r.record_errors[0].batch_index_error_message
+        skipping = _batch_around(_records(_A, encode_record(5, 0, b"k", b"b")), 2)
+        r = produce(client, "stamps", skipping)
+        assert r.error_code == INVALID_RECORD
+        assert [e.batch_index for e in r.record_errors] == [1]
+        assert list_offset(client, "stamps") == 0
     healthy.check()
 
 

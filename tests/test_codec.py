@@ -224,7 +224,9 @@ def test_produce_response_encoder_matches_kio(version):
     topics = [
         TopicResponse("a", [PartitionResponse(0, 0, 42, -1, 3),
                             PartitionResponse(1, ErrorCode.corrupt_message, -1, -1, -1,
-                                              "CRC mismatch")]),
+                                              "CRC mismatch"),
+                            PartitionResponse(2, ErrorCode.invalid_record, -1, -1, -1,
+                                              "bad records", ((1, "no key"), (4, "bad")))]),
         TopicResponse("b", []),
     ]
     expected = build(load_response_schema(0, version), {
@@ -237,6 +239,12 @@ def test_produce_response_encoder_matches_kio(version):
                 {"index": 1, "error_code": ErrorCode.corrupt_message, "base_offset": -1,
                  "log_append_time": None, "log_start_offset": -1, "record_errors": (),
                  "error_message": "CRC mismatch"},
+                {"index": 2, "error_code": ErrorCode.invalid_record, "base_offset": -1,
+                 "log_append_time": None, "log_start_offset": -1,
+                 "record_errors": ({"batch_index": 1, "batch_index_error_message": "no key"},
+                                   {"batch_index": 4, "batch_index_error_message": "bad"})
+                 if version >= 8 else (),
+                 "error_message": "bad records"},
             ]},
             {"name": "b", "partition_responses": []},
         ],

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import struct
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from broker.protocol.records import split_batches
 from broker.storage.leader_epoch import LeaderEpochCache
 from broker.storage.log import Log, LogConfig, OffsetOutOfRange
 from broker.storage.segment import TAIL_BATCHES
-from tests.wire import build_batch
+from tests.wire import build_batch, recompute_crc
 
 TS = 1_700_000_000_000
 
@@ -367,3 +368,18 @@ def test_reads_from_the_remembered_tail_agree_with_a_header_scan(tmp_path: Path)
     log.close()
     reopened = Log(tmp_path / "t-0", small_config(segment_bytes=1 << 30))
     check(reopened.active_segment)
+
+
+def test_unreadable_records_on_disk_are_passed_over(tmp_path: Path, caplog):
+    """A batch with a right CRC and unreadable records (stored by an older version, or
+    fetched from such a leader) leaves searches by timestamp working around it."""
+    log = Log(tmp_path / "t-0", small_config(segment_bytes=1 << 20))
+    append(log, batch(2, ts=TS))  # offsets 0-1
+    bad = bytearray(build_batch([(None, b"x", (), 50)], TS + 1000, base_offset=2))
+    bad[-3:] = b"\xff\xff\xff"  # the record's fields now run past its end
+    struct.pack_into(">q", bad, 35, TS + 5000)
+    log.append_as_follower(recompute_crc(bad))  # followers check CRCs, not records
+    append(log, batch(2, ts=TS + 2000))  # offsets 3-4
+    assert log.offset_for_timestamp(TS + 1000)[:2] == (3, TS + 2000)
+    assert "cannot be read" in caplog.text and "00000000000000000000.log" in caplog.text
+    assert log.max_timestamp_offset() is None  # the largest timestamp is in the bad batch

@@ -59,7 +59,7 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> bytes 
             outcome = partition.append(data.records, max_bytes, min_isr, acks)
             response = PartitionResponse(
                 index, outcome.error, outcome.base_offset, outcome.log_append_time,
-                partition.log.log_start_offset, outcome.message,
+                partition.log.log_start_offset, outcome.message, outcome.record_errors,
             )
             partitions.append(response)
             if outcome.error == ErrorCode.none:

@@ -99,8 +99,24 @@ def _read_bytes(buf: bytes, pos: int) -> tuple[bytes | None, int]:
     return bytes(buf[pos : pos + length]), pos + length
 
 
+class CorruptRecords(ValueError):
+    """A stored batch whose records cannot be read (written before records were checked on
+    append, or damaged on disk); its CRC may well be right."""
+
+
 def read_records(batch: bytes) -> list[Record]:
-    """Every record of one whole batch, decompressed and decoded."""
+    """Every record of one whole batch, decompressed and decoded; CorruptRecords if they
+    cannot be."""
+    try:
+        return _read_records(batch)
+    except (ValueError, IndexError, struct.error, cramjam.DecompressionError) as e:
+        header = parse_header(batch)
+        raise CorruptRecords(
+            f"records of the batch at offset {header.base_offset} cannot be read: "
+            f"{type(e).__name__}: {e}") from None
+
+
+def _read_records(batch: bytes) -> list[Record]:
     header = parse_header(batch)
     body = decompress(header.compression, batch[HEADER_SIZE : header.size])
     out = []

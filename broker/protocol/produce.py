@@ -49,6 +49,7 @@ class PartitionResponse:
     log_append_time_ms: int = -1
     log_start_offset: int = -1
     error_message: str | None = None
+    record_errors: tuple[tuple[int, str], ...] = ()  # (batch index, message), v8+
 
 
 @dataclass(slots=True)
@@ -117,7 +118,14 @@ def encode_produce_response(version: int, correlation_id: int, topics: list[Topi
                 out.append(fixed.pack(p.index, p.error_code, p.base_offset,
                                       p.log_append_time_ms))
             if version >= 8:
-                out.append(no_record_errors)  # we refuse whole batches
+                if p.record_errors:
+                    out.append(length(len(p.record_errors)))
+                    for index, message in p.record_errors:
+                        out.append(pack_i32(index) + string(message))
+                        if flexible:
+                            out.append(b"\0")
+                else:
+                    out.append(no_record_errors)
                 out.append(string(p.error_message))
             if flexible:
                 out.append(b"\0")

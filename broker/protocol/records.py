@@ -46,11 +46,14 @@ _COMPRESSED_MAGIC = {1: b"\x1f\x8b", 3: b"\x04\x22\x4d\x18", 4: b"\x28\xb5\x2f\x
 
 
 class InvalidRecordError(ValueError):
-    """The bytes are not an acceptable v2 record batch; the message says which check failed."""
+    """The bytes are not an acceptable v2 record batch; the message says which check failed,
+    ``record_errors`` which records (index in the batch, reason), as Produce v8+ reports."""
 
-    def __init__(self, message: str, code: int = INVALID_RECORD) -> None:
+    def __init__(self, message: str, code: int = INVALID_RECORD,
+                 record_errors: tuple[tuple[int, str], ...] = ()) -> None:
         super().__init__(message)
         self.code = code
+        self.record_errors = record_errors
 
 
 class BatchHeader(NamedTuple):
@@ -199,12 +202,15 @@ def stamp_header(
     base_offset: int,
     leader_epoch: int,
     log_append_time: int | None = None,
+    max_timestamp: int | None = None,
 ) -> bytearray:
     """A copy of the batch's 61-byte header with the broker's fields written in.
 
     Base offset and partition leader epoch lie outside the CRC. For LogAppendTime the
-    timestamp-type bit and maxTimestamp change too, so the CRC is recomputed, continuing
-    from the header over the untouched records (no copy of the records is made).
+    timestamp-type bit and maxTimestamp change too, and a CreateTime batch whose
+    maxTimestamp is not its records' largest gets theirs (``max_timestamp``), as Kafka's
+    LogValidator sets it; then the CRC is recomputed, continuing from the header over the
+    untouched records (no copy of the records is made).
     """
     head = bytearray(batch[:HEADER_SIZE])
     _I64.pack_into(head, 0, base_offset)
@@ -212,9 +218,12 @@ def stamp_header(
     if log_append_time is not None:
         (attributes,) = _I16.unpack_from(head, 21)
         _I16.pack_into(head, 21, attributes | ATTR_TIMESTAMP_TYPE)
-        _I64.pack_into(head, 35, log_append_time)
-        (length,) = _I32.unpack_from(head, 8)
-        crc = crc32c.crc32c(memoryview(head)[21:])
-        crc = crc32c.crc32c(memoryview(batch)[HEADER_SIZE : length + LOG_OVERHEAD], crc)
-        _U32.pack_into(head, 17, crc)
+        max_timestamp = log_append_time
+    elif max_timestamp is None or max_timestamp == _I64.unpack_from(head, 35)[0]:
+        return head
+    _I64.pack_into(head, 35, max_timestamp)
+    (length,) = _I32.unpack_from(head, 8)
+    crc = crc32c.crc32c(memoryview(head)[21:])
+    crc = crc32c.crc32c(memoryview(batch)[HEADER_SIZE : length + LOG_OVERHEAD], crc)
+    _U32.pack_into(head, 17, crc)
     return head

@@ -22,7 +22,8 @@ from kio.schema.errors import ErrorCode
 
 from broker.cluster.image import NO_LEADER, PartitionState
 from broker.protocol.records import InvalidRecordError, validate_produce_payload
-from broker.storage.log import Log, ReadResult
+from broker.protocol.validation import RecordRules, validate_records
+from broker.storage.log import Log, LogConfig, ReadResult
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +36,7 @@ class ProduceOutcome(NamedTuple):  # a tuple: one is built per partition of ever
     records: int = 0
     bytes: int = 0
     last_offset: int = -1
+    record_errors: tuple[tuple[int, str], ...] = ()
 
 
 @dataclass(slots=True)
@@ -80,6 +82,8 @@ class Partition:
         self._waiters: set[asyncio.Future[None]] = set()
         self._start_waiters: set[asyncio.Future[None]] = set()
         self._acks: list[tuple[int, int, asyncio.Future[ErrorCode]]] = []
+        self._rules_for: LogConfig | None = None
+        self._rules = RecordRules()
 
     def __repr__(self) -> str:
         return f"Partition({self.topic}-{self.index})"
@@ -150,8 +154,12 @@ class Partition:
             return ProduceOutcome(ErrorCode.invalid_record, message="empty record set")
         try:
             header = validate_produce_payload(records)
+            max_timestamp = validate_records(records, header, self._record_rules(),
+                                             int(time.time() * 1000))
         except InvalidRecordError as e:
-            return ProduceOutcome(ErrorCode(e.code), message=str(e))
+            log.debug("%s: produce refused: %s", self, e)
+            return ProduceOutcome(ErrorCode(e.code), message=str(e),
+                                  record_errors=e.record_errors)
         if header.size > max_message_bytes:
             return ProduceOutcome(
                 ErrorCode.message_too_large,
@@ -179,7 +187,7 @@ class Partition:
                     message=f"producer {header.producer_id} epoch {header.producer_epoch} "
                     f"sequence {header.base_sequence}",
                 )
-        result = self.log.append_as_leader(records, header, self.leader_epoch)
+        result = self.log.append_as_leader(records, header, self.leader_epoch, max_timestamp)
         self.wake_fetchers()  # followers wait for new data, consumers for a new HW
         self.maybe_advance_high_watermark()
         return ProduceOutcome(
@@ -189,6 +197,14 @@ class Partition:
             bytes=len(records),
             last_offset=result.last_offset,
         )
+
+    def _record_rules(self) -> RecordRules:
+        """The topic's rules for records, rebuilt only when its config changes."""
+        config = self.log.config
+        if self._rules_for is not config:
+            self._rules = _record_rules(config)
+            self._rules_for = config
+        return self._rules
 
     async def wait_committed(self, last_offset: int, min_insync_replicas: int,
                              timeout: float) -> ErrorCode:
@@ -387,3 +403,12 @@ def _wake(waiters: Collection[asyncio.Future[None]]) -> None:
     for fut in list(waiters):
         if not fut.done():
             fut.set_result(None)
+
+
+def _record_rules(config: LogConfig) -> RecordRules:
+    return RecordRules(
+        compacted="compact" in config.cleanup_policy,
+        log_append_time=config.message_timestamp_type == "LogAppendTime",
+        timestamp_before_max_ms=config.message_timestamp_before_max_ms,
+        timestamp_after_max_ms=config.message_timestamp_after_max_ms,
+    )

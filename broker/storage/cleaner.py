@@ -75,9 +75,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import cramjam
-
-from broker.protocol.batch_codec import Record, encode_batch, read_records
+from broker.protocol.batch_codec import CorruptRecords, Record, encode_batch, read_records
 from broker.protocol.records import (
     ATTR_TIMESTAMP_TYPE,
     HEADER_SIZE,
@@ -370,7 +368,7 @@ def _decode(header: BatchHeader, data: bytes) -> list[Record] | None:
     """The batch's records, or None if they cannot be decoded (the batch is then kept)."""
     try:
         records = read_records(data)
-    except (ValueError, IndexError, cramjam.DecompressionError) as e:
+    except CorruptRecords as e:
         log.warning("batch at offset %d has undecodable records (%s); kept as is",
                     header.base_offset, e)
         return None

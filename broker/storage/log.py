@@ -19,7 +19,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from broker.protocol.batch_codec import first_record_at_or_after
+from broker.protocol.batch_codec import CorruptRecords, first_record_at_or_after
 from broker.protocol.records import (
     HEADER_SIZE,
     BatchHeader,
@@ -31,7 +31,13 @@ from broker.protocol.records import (
 from broker.storage.cleaner import finish_interrupted_swaps
 from broker.storage.leader_epoch import LeaderEpochCache
 from broker.storage.producer_state import ProducerStateManager
-from broker.storage.segment import LOG_SUFFIX, SWAP_SUFFIX, FileRegion, LogSegment
+from broker.storage.segment import (
+    LOG_SUFFIX,
+    SWAP_SUFFIX,
+    BatchPosition,
+    FileRegion,
+    LogSegment,
+)
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +55,8 @@ class LogConfig:
     file_delete_delay_ms: int = 60000
     max_message_bytes: int = 1048588
     message_timestamp_type: str = "CreateTime"
+    message_timestamp_before_max_ms: int = 2**63 - 1
+    message_timestamp_after_max_ms: int = 3_600_000
     flush_messages: int = 2**63 - 1
     flush_ms: int = 2**63 - 1
     cleanup_policy: tuple[str, ...] = ("delete",)
@@ -73,6 +81,8 @@ class LogConfig:
             file_delete_delay_ms=values["file.delete.delay.ms"],
             max_message_bytes=values["max.message.bytes"],
             message_timestamp_type=values["message.timestamp.type"],
+            message_timestamp_before_max_ms=values["message.timestamp.before.max.ms"],
+            message_timestamp_after_max_ms=values["message.timestamp.after.max.ms"],
             flush_messages=values["flush.messages"],
             flush_ms=values["flush.ms"],
             cleanup_policy=tuple(values["cleanup.policy"]),
@@ -84,7 +94,6 @@ class LogConfig:
             follower_throttled_replicas=_replica_list(
                 values["follower.replication.throttled.replicas"]),
         )
-
 
     def changes_from(self, old: LogConfig) -> str:
         """What differs from ``old``, for the log line a run-time change leaves."""
@@ -220,19 +229,21 @@ class Log:
     # -- appending -----------------------------------------------------------------------
 
     def append_as_leader(
-        self, batch: bytes | memoryview, header: BatchHeader, leader_epoch: int
+        self, batch: bytes | memoryview, header: BatchHeader, leader_epoch: int,
+        max_timestamp: int | None = None,
     ) -> AppendResult:
         """Give an already-validated batch its offsets and leader epoch, and write it.
 
         Only a patched copy of the 61-byte header is made; the records go to the file
-        straight from the request buffer. Idempotence checks (duplicates, sequence and epoch
+        straight from the request buffer. ``max_timestamp`` is the records' largest, as the
+        validator found it. Idempotence checks (duplicates, sequence and epoch
         errors) are done by the caller through ``producer_state`` first.
         """
         offset = self.log_end_offset
         append_time = None
         if self.config.message_timestamp_type == "LogAppendTime":
             append_time = int(time.time() * 1000)
-        head = stamp_header(batch, offset, leader_epoch, append_time)
+        head = stamp_header(batch, offset, leader_epoch, append_time, max_timestamp)
         assigned = parse_header(head)  # the header exactly as it goes to disk
         size = assigned.size
         self._maybe_roll(size, assigned)
@@ -413,8 +424,7 @@ class Log:
                 header = batch.header
                 if header.max_timestamp < timestamp or header.last_offset < start:
                     continue
-                raw = segment.read_bytes(batch.position, header.size)
-                hit = first_record_at_or_after(raw, timestamp, start)
+                hit = self._first_record(segment, batch, timestamp, start)
                 if hit is not None:
                     return hit[0], hit[1], header.partition_leader_epoch
         return None
@@ -429,9 +439,21 @@ class Log:
         found = segment.first_batch_with_max_timestamp()
         if found is None:
             return None
-        raw = segment.read_bytes(found.position, found.header.size)
-        hit = first_record_at_or_after(raw, found.header.max_timestamp)
+        hit = self._first_record(segment, found, found.header.max_timestamp, 0)
         return None if hit is None else (hit[0], hit[1], found.header.partition_leader_epoch)
+
+    def _first_record(self, segment: LogSegment, batch: BatchPosition, timestamp: int,
+                      min_offset: int) -> tuple[int, int] | None:
+        """The batch's first record at or after ``min_offset`` reaching ``timestamp``. A
+        batch whose records cannot be read (stored before they were checked on append, or
+        damaged on disk) is passed over with a warning: one bad batch must not make the
+        partition unsearchable."""
+        raw = segment.read_bytes(batch.position, batch.header.size)
+        try:
+            return first_record_at_or_after(raw, timestamp, min_offset)
+        except CorruptRecords as e:
+            log.warning("%s: %s in %s; passed over", self.dir.name, e, segment.log_path.name)
+            return None
 
     # -- retention -----------------------------------------------------------------------
 
