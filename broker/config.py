@@ -138,6 +138,18 @@ BROKER_KEYS = _keys(
               "Largest record batch a topic accepts, after compression.", at_least(0)),
     ConfigKey("socket.request.max.bytes", "int", 104857600,
               "Largest request frame accepted.", at_least(1)),
+    ConfigKey("queued.max.request.bytes", "long", -1,
+              "Request bytes all connections may hold at once; a connection that would go "
+              "over waits before reading more (-1: no limit).", at_least(-1)),
+    ConfigKey("connections.max.idle.ms", "long", 600000,
+              "A connection with no request in flight and nothing read or written for this "
+              "long is closed.", at_least(1)),
+    ConfigKey("max.connections", "int", 2147483647,
+              "Connections the broker keeps open at once; beyond it, new ones wait to be "
+              "accepted.", at_least(1)),
+    ConfigKey("max.connections.per.ip", "int", 2147483647,
+              "Connections one client address may hold; beyond it, new ones are closed.",
+              at_least(1)),
     ConfigKey("log.segment.bytes", "int", 1073741824, "Segment size before rolling.",
               at_least(14)),
     ConfigKey("log.roll.ms", "long", None, "Segment age before rolling; log.roll.hours if unset.",
@@ -431,6 +443,12 @@ class BrokerConfig:
             parse_listener(listener)
         if not self.log_dirs:
             raise ConfigError("log.dirs: no log directory given")
+        queued = self.values["queued.max.request.bytes"]
+        if 0 <= queued < self.values["socket.request.max.bytes"]:
+            raise ConfigError(
+                f"queued.max.request.bytes: {queued} is below socket.request.max.bytes "
+                f"{self.values['socket.request.max.bytes']}: the largest request could never "
+                f"be read")
 
     def __getitem__(self, name: str) -> Any:
         return self.values[name]

@@ -163,6 +163,16 @@ class BrokerMetrics:
         self.connections = Gauge(
             "kafka_network_connections", "Open client connections", registry=r
         )
+        self.memory_waiting = Gauge(
+            "kafka_network_socketserver_connectionswaitingformemory",
+            "Connections that stopped reading until the request memory pool has room",
+            registry=r,
+        )
+        self.memory_pool_used = Gauge(
+            "kafka_network_socketserver_memorypoolused",
+            "Request bytes reserved by connections (queued.max.request.bytes bounds them)",
+            registry=r,
+        )
         self._topics: dict[str, TopicCounters] = {}
         self._request_meters: dict[tuple[str, int], tuple[Any, Any]] = {}
 

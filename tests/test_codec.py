@@ -50,22 +50,46 @@ def test_frame_reader_splits_and_limits():
 
 
 def test_frame_reader_can_be_filled_in_place():
-    """The network layer receives the rest of a large frame straight into its buffer."""
+    """The network layer receives the rest of a large frame straight into its buffer,
+    which grows with what arrives."""
     frames = FrameReader(1 << 20)
     body = bytes(range(256)) * 1000
     assert frames.unfilled(1) is None  # no frame started yet
     assert frames.feed(struct.pack(">i", len(body)) + body[:100]) == []
+    assert frames.in_progress == len(body)
     assert frames.unfilled(len(body)) is None  # fewer bytes than that are missing
-    view = frames.unfilled(1000)
-    assert len(view) == len(body) - 100
-    view[:50_000] = body[100:50_100]
-    assert frames.filled(50_000) == []
-    view = frames.unfilled(1)
-    view[:] = body[50_100:]
-    assert frames.filled(len(view)) == [body]
-    assert frames.buffered == 0 and frames.unfilled(1) is None
+    filled, done = 100, []
+    while not done:
+        view = frames.unfilled(1000)
+        assert view is not None and 0 < len(view) <= len(body) - filled
+        take = min(len(view), 50_000)
+        view[:take] = body[filled : filled + take]
+        del view
+        filled += take
+        done = frames.filled(take)
+    assert done == [body]
+    assert frames.buffered == 0 and frames.unfilled(1) is None and frames.in_progress is None
     # Bytes fed after an in-place fill start the next frame as usual.
     assert frames.feed(struct.pack(">i", 2) + b"ok") == [b"ok"]
+
+
+def test_frame_memory_grows_with_the_bytes_that_arrive():
+    """A frame declared at the maximum and barely sent holds little memory."""
+    frames = FrameReader(100 << 20)
+    assert frames.feed(struct.pack(">i", 100 << 20) + b"x" * 10) == []
+    assert frames.in_progress == 100 << 20
+    assert frames.allocated <= 64 << 10
+    chunk = b"y" * (1 << 20)
+    for _ in range(3):
+        assert frames.feed(chunk) == []
+    assert 3 << 20 < frames.allocated <= 8 << 20  # doubling, not the declared size
+    # What arrives at once is taken at once; the rest grows it to its size, no further.
+    small = FrameReader(1 << 20)
+    assert small.feed(struct.pack(">i", 200_000) + b"z" * 150_000) == []
+    assert small.allocated == 150_000
+    assert small.feed(b"z" * 10) == []
+    assert small.allocated == 200_000
+    assert small.feed(b"z" * 49_990) == [b"z" * 200_000]
 
 
 def test_request_round_trip_and_errors():

@@ -8,6 +8,12 @@ and a writer awaits the queued tasks and responses in order, so responses leave 
 order while slow requests do not stop the reader. At most ``MAX_IN_FLIGHT`` responses wait
 per connection; beyond that the reader stops reading and TCP pushes back on the client.
 
+Memory is bounded the way Kafka bounds it: a frame's buffer grows with the bytes that
+arrive, its declared size is reserved from the pool all connections share
+(``queued.max.request.bytes``) before its body is read and returned when its request has
+been handled; a connection idle for ``connections.max.idle.ms`` is closed; and
+``max.connections`` / ``max.connections.per.ip`` cap how many there are.
+
 Raw non-blocking sockets with the loop's ``sock_*`` calls work on both asyncio and uvloop,
 and leave the file descriptor free for ``os.sendfile``: file regions of a fetch response go
 from the page cache to the socket without passing through Python.
@@ -22,6 +28,7 @@ import logging
 import os
 import socket
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -29,6 +36,7 @@ from broker.handlers import REGISTRY
 from broker.handlers.api_versions import unsupported_version_response
 from broker.handlers.context import BrokerServices, RequestContext
 from broker.network import eager
+from broker.network.memory_pool import MemoryPool
 from broker.protocol.codec import (
     API_VERSIONS_KEY,
     FrameReader,
@@ -61,6 +69,13 @@ class KafkaServer:
         self._sock: socket.socket | None = None
         self._accept_task: asyncio.Task[None] | None = None
         self._connections: set[asyncio.Task[None]] = set()
+        config = services.config
+        self.pool = MemoryPool(config["queued.max.request.bytes"],
+                               services.metrics.memory_pool_used.set)
+        self.max_connections = config["max.connections"]
+        self.max_per_ip = config["max.connections.per.ip"]
+        self._per_ip: Counter[str] = Counter()
+        self._slot_freed = asyncio.Event()
 
     async def start(self) -> None:
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
@@ -77,6 +92,11 @@ class KafkaServer:
         loop = asyncio.get_running_loop()
         assert self._sock is not None
         while True:
+            while len(self._connections) >= self.max_connections:
+                # Kafka's acceptor waits for a free slot too: the client's connect queues in
+                # the listen backlog meanwhile.
+                self._slot_freed.clear()
+                await self._slot_freed.wait()
             try:
                 conn, addr = await loop.sock_accept(self._sock)
             except OSError as e:
@@ -85,11 +105,26 @@ class KafkaServer:
                     await asyncio.sleep(0.1)
                     continue
                 raise
+            ip = addr[0] if isinstance(addr, tuple) else ""
+            if self._per_ip[ip] >= self.max_per_ip:
+                log.info("closing a connection from %s: it already has %d "
+                         "(max.connections.per.ip)", ip, self._per_ip[ip])
+                self.services.metrics.request_errors.labels("connection_limit").inc()
+                conn.close()
+                continue
             conn.setblocking(False)
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            task = asyncio.create_task(Connection(self.services, conn, addr).run())
+            self._per_ip[ip] += 1
+            task = asyncio.create_task(Connection(self.services, conn, addr, self.pool).run())
             self._connections.add(task)
-            task.add_done_callback(self._connections.discard)
+            task.add_done_callback(lambda t, ip=ip: self._closed(t, ip))
+
+    def _closed(self, task: asyncio.Task[None], ip: str) -> None:
+        self._connections.discard(task)
+        self._per_ip[ip] -= 1
+        if not self._per_ip[ip]:
+            del self._per_ip[ip]
+        self._slot_freed.set()
 
     async def stop(self) -> None:
         if self._accept_task:
@@ -104,7 +139,8 @@ class KafkaServer:
 
 
 class Connection:
-    def __init__(self, services: BrokerServices, sock: socket.socket, addr: Any) -> None:
+    def __init__(self, services: BrokerServices, sock: socket.socket, addr: Any,
+                 pool: MemoryPool) -> None:
         self.services = services
         self.sock = sock
         self.peer = f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) else str(addr)
@@ -112,6 +148,11 @@ class Connection:
         self.local_host = sock.getsockname()[0]
         self.loop = asyncio.get_running_loop()
         self.frames = FrameReader(services.config["socket.request.max.bytes"])
+        self.pool = pool
+        self._reserved = 0  # pool bytes held for the frame being read
+        self._idle_s = services.config["connections.max.idle.ms"] / 1000
+        self.last_active = self.loop.time()
+        self._idle_timer: asyncio.TimerHandle | None = None
         self.queue: asyncio.Queue[Any] = asyncio.Queue(MAX_IN_FLIGHT)
         self._backlog = 0  # responses queued, or being written by the writer
         self._writer: asyncio.Task[None] | None = None
@@ -120,6 +161,7 @@ class Connection:
     async def run(self) -> None:
         self.metrics.connections.inc()
         writer = self._writer = asyncio.create_task(self._write_loop())
+        self._idle_timer = self.loop.call_later(self._idle_s, self._check_idle)
         try:
             await self._read_loop()
         except (ConnectionError, OSError) as e:
@@ -132,13 +174,42 @@ class Connection:
                 await self.queue.put(_CLOSE)
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 await writer
+            if self._idle_timer is not None:
+                self._idle_timer.cancel()
+            self.pool.release(self._reserved)
+            self._reserved = 0
             self.sock.close()
             self.metrics.connections.dec()
+
+    def _check_idle(self) -> None:
+        """Close the connection after connections.max.idle.ms with nothing read, written
+        or pending (a long-poll fetch is pending, so its consumer is not idle)."""
+        quiet = self.loop.time() - self.last_active
+        if quiet >= self._idle_s and self._backlog == 0:
+            self._refuse("idle", ConnectionError(
+                f"idle for {quiet:.0f} s (connections.max.idle.ms)"))
+            with contextlib.suppress(OSError):
+                self.sock.shutdown(socket.SHUT_RDWR)
+            return
+        self._idle_timer = self.loop.call_later(
+            max(self._idle_s - quiet, 0.01) if self._backlog == 0 else self._idle_s,
+            self._check_idle)
 
     # -- reading -------------------------------------------------------------------------
 
     async def _read_loop(self) -> None:
         while True:
+            pending = self.frames.in_progress
+            if pending is not None and not self._reserved:
+                # A frame begun in the last read: its whole size from the shared pool before
+                # any more of it is read (waiting here is Kafka's muted channel).
+                if not self.pool.try_reserve(pending):
+                    self.metrics.memory_waiting.inc()
+                    try:
+                        await self.pool.reserve(pending)
+                    finally:
+                        self.metrics.memory_waiting.dec()
+                self._reserved = pending
             target = self.frames.unfilled(DIRECT_RECV_BYTES)
             if target is not None:  # the rest of a large frame: receive straight into it
                 count = await self.loop.sock_recv_into(self.sock, target)
@@ -155,16 +226,36 @@ class Connection:
                 except ProtocolError as e:
                     self._refuse("frame", e)
                     return
+            self.last_active = self.loop.time()
             for frame in frames:
-                if not await self._dispatch(frame):
+                if self._reserved:  # the frame that was in progress, reserved already
+                    held, self._reserved = self._reserved, 0
+                else:  # arrived whole within this read
+                    held = len(frame)
+                    self.pool.force(held)
+                if not await self._dispatch(frame, held):
                     return
 
     def _refuse(self, reason: str, error: Exception) -> None:
         self.metrics.request_errors.labels(reason).inc()
         log.info("%s: closing connection: %s", self.peer, error)
 
-    async def _dispatch(self, frame: bytes) -> bool:
-        """Start handling one frame; False when the connection must close after it."""
+    async def _dispatch(self, frame: bytes, held: int) -> bool:
+        """Start handling one frame; False when the connection must close after it.
+        ``held`` pool bytes go back when the request has been handled."""
+        task: asyncio.Task[Any] | None = None
+        try:
+            keep_open, task = await self._start(frame)
+            return keep_open
+        finally:
+            if task is not None and not task.done():
+                task.add_done_callback(lambda _: self.pool.release(held))
+            else:
+                self.pool.release(held)
+
+    async def _start(self, frame: bytes) -> tuple[bool, asyncio.Task[Any] | None]:
+        """Decode the frame and start its handler; (keep the connection open, the handler's
+        task if it is still running)."""
         started = time.perf_counter()
         try:
             request = decode_request(frame)
@@ -175,12 +266,12 @@ class Connection:
                 await self._respond(self._ready(
                     encode_response(e.correlation_id, unsupported_version_response())
                 ))
-                return True
+                return True, None
             self._refuse("unsupported_api", e)
-            return False
+            return False, None
         except ProtocolError as e:
             self._refuse("malformed", e)
-            return False
+            return False, None
         spec = REGISTRY.get(request.header.api_key)
         version = request.header.api_version
         if spec is None or not spec.accepts_from <= version <= spec.max_version:
@@ -188,7 +279,7 @@ class Connection:
                 "unsupported_api",
                 ProtocolError(f"API {request.header.api_key} v{version} is not supported"),
             )
-            return False
+            return False, None
         ctx = RequestContext(self.services, request.header, self.client_host, self.local_host)
         try:
             step = eager.start(self._handle(spec.handler, ctx, request, started))
@@ -196,9 +287,10 @@ class Connection:
             failed = self.loop.create_future()
             failed.set_exception(e)
             await self._respond(failed)
-            return True
+            return True, None
         if not step.done:
             await self._respond(step.task)
+            return True, step.task
         elif self._backlog == 0:
             # Nothing is waiting to be written before this response: send it from here.
             rest = self._try_write(step.result) if step.result is not None else None
@@ -206,7 +298,7 @@ class Connection:
                 await self._respond(self._ready(rest))
         else:
             await self._respond(self._ready(step.result))
-        return True
+        return True, None
 
     async def _respond(self, item: asyncio.Future[Any]) -> None:
         """Queue a response (or the task making it) for the writer, behind earlier ones."""
@@ -276,6 +368,7 @@ class Connection:
                         await self._send_chunks(response)
                     elif response is not None:
                         await self.loop.sock_sendall(self.sock, response)
+                    self.last_active = self.loop.time()
                 finally:
                     self._backlog -= 1
         except (ConnectionError, OSError) as e:

@@ -66,19 +66,32 @@ class Request:
     size: int  # bytes on the wire, for metrics and limits
 
 
+# A frame's first buffer: what already arrived, or this much; it doubles from there.
+_FIRST_ALLOCATION = 64 << 10
+
+
 class FrameReader:
     """Splits a byte stream into Kafka frames (a 4-byte big-endian size, then the frame).
 
     Rejects a size above ``max_frame_bytes`` (Kafka's socket.request.max.bytes) or below
-    zero as soon as the 4 size bytes arrive, before buffering the body. Each byte is copied
-    once, into a buffer allocated for its whole frame, which is handed on as it is.
+    zero as soon as the 4 size bytes arrive. A frame's buffer grows with the bytes that
+    actually arrive (doubling, from what is already at hand), so a client that declares a
+    huge frame and sends nothing costs nothing; the network layer decides, from
+    ``in_progress``, whether memory is left to read more (queued.max.request.bytes). Each
+    byte is copied once into the frame's buffer, which is handed on as it is.
     """
 
     def __init__(self, max_frame_bytes: int) -> None:
         self._max = max_frame_bytes
         self._size_bytes = bytearray()
         self._frame: bytearray | None = None
+        self._size = 0  # the declared size of the frame in progress
         self._filled = 0
+
+    @property
+    def in_progress(self) -> int | None:
+        """The declared size of a frame begun and not yet complete, else None."""
+        return self._size if self._frame is not None else None
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[bytearray]:
         view = memoryview(data)
@@ -99,31 +112,44 @@ class FrameReader:
                     raise FrameTooLarge(
                         f"frame size {size} outside [0, {self._max}] (socket.request.max.bytes)"
                     )
-                self._frame, self._filled = bytearray(size), 0
-            take = min(len(self._frame) - self._filled, end - pos)
+                self._size, self._filled = size, 0
+                self._frame = bytearray(min(size, max(end - pos, _FIRST_ALLOCATION)))
+            take = min(self._size - self._filled, end - pos)
+            self._make_room(take)
             self._frame[self._filled : self._filled + take] = view[pos : pos + take]
             self._filled += take
             pos += take
-            if self._filled < len(self._frame):
+            if self._filled < self._size:
                 break
             frames.append(self._frame)
             self._frame = None
         return frames
 
-    def unfilled(self, at_least: int) -> memoryview | None:
-        """The rest of the frame being read, when at least ``at_least`` bytes of it are
-        missing: the caller can receive straight into it (``recv_into``) and report the
-        count to ``filled``, saving a copy of large frames."""
+    def _make_room(self, count: int) -> None:
+        """Grow the frame's buffer to hold ``count`` more bytes: at least double, never
+        past the declared size."""
         frame = self._frame
-        if frame is None or len(frame) - self._filled < at_least:
+        assert frame is not None
+        need = self._filled + count
+        if need > len(frame):
+            frame.extend(bytes(min(self._size, max(need, 2 * len(frame))) - len(frame)))
+
+    def unfilled(self, at_least: int) -> memoryview | None:
+        """Room for the rest of the frame being read, when at least ``at_least`` bytes of it
+        are missing: the caller can receive straight into it (``recv_into``) and report the
+        count to ``filled``, saving a copy of large frames. The room grows as the frame's
+        bytes arrive, so the view may be shorter than what is missing."""
+        frame = self._frame
+        if frame is None or self._size - self._filled < at_least:
             return None
+        self._make_room(min(at_least, self._size - self._filled))
         return memoryview(frame)[self._filled :]
 
     def filled(self, count: int) -> list[bytearray]:
         """``count`` bytes were written into the view ``unfilled`` returned."""
         assert self._frame is not None and self._filled + count <= len(self._frame)
         self._filled += count
-        if self._filled < len(self._frame):
+        if self._filled < self._size:
             return []
         frame, self._frame = self._frame, None
         return [frame]
@@ -131,6 +157,11 @@ class FrameReader:
     @property
     def buffered(self) -> int:
         return len(self._size_bytes) + (self._filled if self._frame is not None else 0)
+
+    @property
+    def allocated(self) -> int:
+        """Bytes held for the frame in progress."""
+        return len(self._frame) if self._frame is not None else 0
 
 
 @cache
