@@ -64,6 +64,7 @@ INVALID_REQUIRED_ACKS = 21
 INVALID_TIMESTAMP = 32
 UNSUPPORTED_VERSION = 35
 INVALID_RECORD = 87
+UNKNOWN_TOPIC_ID = 100
 
 
 class Healthy:
@@ -681,6 +682,26 @@ def test_record_errors_name_the_record(broker, healthy):
         assert [e.batch_index for e in r.record_errors] == [1]
         assert list_offset(client, "stamps") == 0
     healthy.check()
+
+
+@pytest.mark.parametrize(("version", "frame"), [
+    (10, "000000230003000a00000001000178000200000000000000000000000000000001000000000000"),
+    (11, "000000220003000b000000010001780002000000000000000000000000000000010000000000"),
+    (12, "000000220003000c000000010001780002000000000000000000000000000000010000000000"),
+])
+def test_metadata_for_an_unknown_topic_id(broker, healthy, version, frame):
+    """A null name with an id the broker does not know: UNKNOWN_TOPIC_ID, in every version
+    that can carry an id (the name is not nullable before v12, so it comes back empty)."""
+    with WireClient.connect(broker.bootstrap) as client:
+        client.send_raw(bytes.fromhex(frame))
+        correlation_id, response = decode_response_exact(client.recv_frame(10), 3, version)
+        assert correlation_id == 1
+        (topic,) = response.topics
+        assert topic.error_code == UNKNOWN_TOPIC_ID
+        assert topic.topic_id.int == 1
+        assert topic.name == ("" if version < 12 else None)
+    healthy.check()
+    assert_no_broker_errors(broker)
 
 
 def test_batch_claiming_compression_it_does_not_have_is_refused(broker, healthy):

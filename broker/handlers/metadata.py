@@ -20,20 +20,23 @@ log = logging.getLogger(__name__)
 AUTHORIZED_OPERATIONS_OMITTED = -2147483648
 
 
-def _requested_names(ctx: RequestContext, request: Any) -> list[str | None] | None:
-    """Names asked for, or None for every topic (v0: an empty list means all)."""
+def _requested(ctx: RequestContext, request: Any) -> list[tuple[str | None, Any]] | None:
+    """(name, topic id) asked for, or None for every topic (v0: an empty list means all).
+    A topic asked for by id (v10+) gets its name from the image, or None if unknown."""
     topics = request.topics
     if topics is None or (ctx.version == 0 and not topics):
         return None
-    names: list[str | None] = []
+    wanted: list[tuple[str | None, Any]] = []
     for t in topics:
         name = getattr(t, "name", None)
         topic_id = getattr(t, "topic_id", None)
+        if topic_id is not None and topic_id.int == 0:
+            topic_id = None  # the zero UUID: "by name"
         if name is None and topic_id is not None:
             meta = ctx.services.store.topic_by_id(topic_id)
             name = meta.name if meta else None
-        names.append(name)
-    return names
+        wanted.append((name, topic_id))
+    return wanted
 
 
 def auto_create(services: BrokerServices, name: str) -> bool:
@@ -101,12 +104,18 @@ def live_brokers(ctx: RequestContext) -> list[dict[str, Any]]:
 @handles(3, 0, 12)
 async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
     services = ctx.services
-    names = _requested_names(ctx, request)
+    wanted = _requested(ctx, request)
     allow_create = getattr(request, "allow_auto_topic_creation", True)
-    if names is None:
-        names = sorted(services.store.topics)
+    if wanted is None:
+        wanted = [(name, None) for name in sorted(services.store.topics)]
     topics = []
-    for name in names:
+    for name, topic_id in wanted:
+        if name is None and topic_id is not None:
+            # Kafka's answer for an id it does not know; the name is not nullable before v12.
+            topics.append({"error_code": ErrorCode.unknown_topic_id,
+                           "name": None if ctx.version >= 12 else "", "topic_id": topic_id,
+                           "partitions": []})
+            continue
         if name and name not in services.store.topics and allow_create:
             auto_create(services, name)
         topics.append(describe_topic(services, name))
