@@ -138,6 +138,9 @@ BROKER_KEYS = _keys(
               "Largest record batch a topic accepts, after compression.", at_least(0)),
     ConfigKey("socket.request.max.bytes", "int", 104857600,
               "Largest request frame accepted.", at_least(1)),
+    ConfigKey("max.request.partition.size.limit", "int", 2000,
+              "Most partitions one DescribeTopicPartitions response carries; the client pages "
+              "through the rest with the cursor.", at_least(1)),
     ConfigKey("queued.max.request.bytes", "long", -1,
               "Request bytes all connections may hold at once; a connection that would go "
               "over waits before reading more (-1: no limit).", at_least(-1)),

@@ -909,6 +909,13 @@ def test_group_request_errors(broker_factory):
         assert delete_groups(client, "g") == {"g": ErrorCode.group_id_not_found}
         listed = client.request(req(LIST_GROUPS, 4, {"states_filter": []}))
         assert [g.group_id for g in listed.groups] == ["s"], listed
+        # v5 (KIP-848): every group here is a classic one; type filters are case-blind.
+        typed = client.request(req(LIST_GROUPS, 5, {"states_filter": [],
+                                                    "types_filter": ["Classic"]}))
+        assert [(g.group_id, g.group_type) for g in typed.groups] == [("s", "classic")]
+        consumer = client.request(req(LIST_GROUPS, 5, {"states_filter": [],
+                                                       "types_filter": ["consumer"]}))
+        assert consumer.groups == ()
     assert_no_broker_errors(broker)
 
 

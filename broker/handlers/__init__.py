@@ -50,6 +50,7 @@ def load_all() -> dict[int, ApiSpec]:
         groups,
         leadership,
         list_offsets,
+        log_dirs,
         metadata,
         offset_for_leader_epoch,
         produce,

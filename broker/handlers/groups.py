@@ -290,14 +290,22 @@ async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
     return build_response(request, {"throttle_time": NO_TIMEOUT, "groups": described})
 
 
-@handles(16, 0, 4)
+# Every group kafkube coordinates is a classic one (JoinGroup/SyncGroup); KIP-848's
+# "consumer" groups (ConsumerGroupHeartbeat) are not served, so never listed.
+GROUP_TYPE = "classic"
+
+
+@handles(16, 0, 5)
 async def handle_list_groups(ctx: RequestContext, request: Any) -> Any:
+    """Filters as Kafka applies them, case-insensitively: states (v4+), types (v5+)."""
     states = {s.lower() for s in getattr(request, "states_filter", ()) or ()}
+    types = {t.lower() for t in getattr(request, "types_filter", ()) or ()}
+    listed = types == set() or GROUP_TYPE in types
     groups = [
         {"group_id": g.group_id, "protocol_type": g.protocol_type or "",
-         "group_state": g.state.value}
+         "group_state": g.state.value, "group_type": GROUP_TYPE}
         for g in _coordinator(ctx).list_groups()
-        if not states or g.state.value.lower() in states
+        if listed and (not states or g.state.value.lower() in states)
     ]
     return build_response(request, {
         "throttle_time": NO_TIMEOUT, "error_code": ErrorCode.none, "groups": groups,

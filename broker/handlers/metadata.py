@@ -1,10 +1,12 @@
 """Metadata: live brokers, the cluster id, the controller, and topics with partition leaders
-and ISRs from the cluster image; auto-creates topics."""
+and ISRs from the cluster image; auto-creates topics. DescribeTopicPartitions (KIP-966), which
+Kafka 4's admin client uses to describe topics, answers the same partitions page by page."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import uuid
 from datetime import timedelta
 from typing import Any
 
@@ -127,3 +129,53 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
         "topics": topics,
         "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
     })
+
+
+@handles(75, 0, 0)
+async def handle_describe_topic_partitions(ctx: RequestContext, request: Any) -> Any:
+    """Topics in name order from the cursor on, at most ``response_partition_limit``
+    partitions (and max.request.partition.size.limit), the cursor where the next page
+    starts; unknown topics answer with an error only when asked for by name."""
+    services = ctx.services
+    cursor = request.cursor
+    after = cursor.topic_name if cursor is not None else ""
+    by_name = bool(request.topics)
+    if by_name:
+        names = sorted({t.name for t in request.topics if t.name >= after})
+        bad_cursor = cursor is not None and cursor.topic_name not in names
+    else:
+        names = sorted(n for n in services.store.topics if n >= after)
+        bad_cursor = False
+    if bad_cursor or (cursor is not None and cursor.partition_index < 0):
+        return build_response(request, {"throttle_time": timedelta(0), "topics": [
+            _topic_page(t.name, ErrorCode.invalid_request) for t in request.topics]})
+    remaining = max(min(services.config["max.request.partition.size.limit"],
+                        request.response_partition_limit), 1)
+    topics: list[dict[str, Any]] = []
+    next_cursor = None
+    for name in names:
+        if remaining == 0:
+            next_cursor = {"topic_name": name, "partition_index": 0}
+            break
+        described = describe_topic(services, name)
+        if described["error_code"] != ErrorCode.none:
+            if by_name:
+                topics.append(_topic_page(name, described["error_code"]))
+            continue
+        first = cursor.partition_index if cursor is not None and name == after else 0
+        partitions = described["partitions"][first : first + remaining]
+        topics.append(_topic_page(name, ErrorCode.none, described["topic_id"], [
+            {**p, "eligible_leader_replicas": [], "last_known_elr": []} for p in partitions]))
+        if first + len(partitions) < len(described["partitions"]):
+            next_cursor = {"topic_name": name, "partition_index": first + len(partitions)}
+            break
+        remaining -= len(partitions)
+    return build_response(request, {"throttle_time": timedelta(0), "topics": topics,
+                                    "next_cursor": next_cursor})
+
+
+def _topic_page(name: str, error: ErrorCode, topic_id: uuid.UUID | None = None,
+                partitions: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    return {"error_code": error, "name": name, "topic_id": topic_id,  # None: the zero UUID
+            "is_internal": name.startswith("__"), "partitions": partitions or [],
+            "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED}

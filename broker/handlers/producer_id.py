@@ -1,4 +1,5 @@
-"""InitProducerId for idempotent producers (transactions come later)."""
+"""Producer ids: InitProducerId for idempotent producers (transactions come later), and
+DescribeProducers, what a partition's leader knows of the producers writing to it."""
 
 from __future__ import annotations
 
@@ -27,3 +28,31 @@ async def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
     # id and epoch the client names (TransactionCoordinator.handleInitProducerId): naming
     # another producer's id must not fence it.
     return reply(ErrorCode.none, ctx.services.store.next_producer_id(), 0)
+
+
+@handles(61, 0, 0)
+async def handle_describe_producers(ctx: RequestContext, request: Any) -> Any:
+    """The active producers of each partition, from its leader's producer state (Kafka's
+    activeProducerState): id, epoch, last sequence and the timestamp of its last batch.
+    No transactions yet, so no coordinator epoch or open transaction."""
+    replicas = ctx.services.replicas
+    topics = []
+    for topic in request.topics:
+        partitions = []
+        for index in topic.partition_indexes:
+            partition, error = replicas.leader_for(topic.name, index)
+            if partition is None:
+                partitions.append({"partition_index": index, "error_code": error,
+                                   "active_producers": []})
+                continue
+            producers = [
+                {"producer_id": entry.producer_id, "producer_epoch": entry.epoch,
+                 "last_sequence": entry.last_sequence,
+                 "last_timestamp": entry.batches[-1].timestamp if entry.batches else -1,
+                 "coordinator_epoch": -1, "current_txn_start_offset": -1}
+                for entry in partition.log.producer_state.producers.values()
+            ]
+            partitions.append({"partition_index": index, "error_code": ErrorCode.none,
+                               "active_producers": producers})
+        topics.append({"name": topic.name, "partitions": partitions})
+    return build_response(request, {"throttle_time": timedelta(0), "topics": topics})
