@@ -1,6 +1,6 @@
 # The two commands of the README. Each sets up what it needs first (scripts/setup.sh is
 # idempotent and caches under ~/.cache/kafkube).
-.PHONY: demo test setup lint bench
+.PHONY: demo test setup lint bench fuzz
 
 setup:
 	bash scripts/setup.sh
@@ -14,3 +14,6 @@ test: setup
 
 bench: setup
 	.venv/bin/python -m bench all
+
+fuzz: setup
+	.venv/bin/python -m bench fuzz

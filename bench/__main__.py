@@ -154,9 +154,13 @@ def main(argv: list[str] | None = None) -> int:
         from bench import compare
 
         return compare.main(argv[1:])
+    if argv[:1] == ["fuzz"]:  # structure-aware fuzzing of every API; its own options
+        from bench import fuzz
+
+        return fuzz.main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("name", choices=["produce", "consume", "all", "group", "failover",
-                                         "replicated", "requests", "compare"])
+                                         "replicated", "requests", "compare", "fuzz"])
     parser.add_argument("--members", type=_positive, default=3,
                         help="consumer processes in the group, for 'group' (3)")
     parser.add_argument("--records", type=_positive, default=None,

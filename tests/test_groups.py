@@ -950,3 +950,45 @@ if __name__ == "__main__":
     if sys.argv[1:2] != ["consume"]:
         sys.exit("usage: python -m tests.test_groups consume <bootstrap> <topic> <group> ...")
     consume_main(sys.argv[2:])
+
+
+def test_names_too_long_to_store_are_refused_up_front(broker_factory):
+    """A flexible request can carry a 40,000-character name; the offsets topic and the
+    legacy responses cannot hold one. Such names are refused before any state exists, so
+    ListGroups v0 keeps working for everyone."""
+    broker = broker_factory(**NO_DELAY)
+    huge = "g" * 40_000
+    with WireClient.connect(broker.bootstrap) as client:
+        create_topic(client, "named")
+        response = client.request(req(OFFSET_COMMIT, 9, {
+            "group_id": huge, "generation_id_or_member_epoch": -1, "member_id": "",
+            "group_instance_id": None,
+            "topics": [{"name": "named", "partitions": [
+                {"partition_index": 0, "committed_offset": 5, "committed_leader_epoch": -1,
+                 "committed_metadata": ""}]}]}))
+        assert response.topics[0].partitions[0].error_code == ErrorCode.invalid_group_id
+        assert join(client, huge, version=9).error_code == ErrorCode.invalid_group_id
+        find_coordinator(client, "ok")
+        assert join(client, "ok", instance_id="i" * 40_000, version=9).error_code == (
+            ErrorCode.invalid_request)
+        assert join(client, "ok", protocol_type="p" * 40_000, version=9).error_code == (
+            ErrorCode.invalid_request)
+        assert join(client, "ok", protocols=("r" * 40_000,), version=9).error_code == (
+            ErrorCode.invalid_request)
+        for version in (0, 2, 5):
+            listed = client.request(req(LIST_GROUPS, version, {"states_filter": [],
+                                                               "types_filter": []}))
+            assert listed.error_code == ErrorCode.none and listed.groups == (), listed
+        # A commit for a topic the cluster does not have is refused, as Kafka refuses it.
+        assert commit(client, "ok", -1, "", "no-such-topic") == (
+            ErrorCode.unknown_topic_or_partition)
+    assert_no_broker_errors(broker)
+
+
+def test_generated_member_ids_stay_storable():
+    from broker.coordinator.group_coordinator import MAX_NAME_BYTES, _new_member_id
+
+    assert _new_member_id("rdkafka").startswith("rdkafka-")
+    long_id = _new_member_id("é" * 20_000)  # 40,000 bytes of client id
+    assert len(long_id.encode()) <= MAX_NAME_BYTES
+    assert long_id.startswith("é" * 100)

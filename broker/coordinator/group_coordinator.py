@@ -54,6 +54,27 @@ class JoinResult:
     skip_assignment: bool = False
 
 
+# The longest name a group keeps: the offsets topic's keys and the legacy (non-flexible)
+# responses that list groups and members write strings with a 16-bit length, so a longer
+# name sent in a flexible request would be stored and then break every later reader.
+MAX_NAME_BYTES = 32767
+_UUID_SUFFIX = 37  # "-" and a UUID
+
+
+def _check_length(name: str | None, what: str, error: ErrorCode) -> None:
+    if name is not None and len(name.encode()) > MAX_NAME_BYTES:
+        raise CoordinatorError(error, f"the {what} is longer than {MAX_NAME_BYTES} bytes")
+
+
+def _new_member_id(prefix: str) -> str:
+    """Kafka's member id, ``<client id or instance id>-<uuid>``, kept within MAX_NAME_BYTES
+    however long the client id (which the request header allows up to that length)."""
+    room = MAX_NAME_BYTES - _UUID_SUFFIX
+    if len(prefix.encode()) > room:
+        prefix = prefix.encode()[:room].decode(errors="ignore")
+    return f"{prefix}-{uuid.uuid4()}"
+
+
 class GroupCoordinator:
     def __init__(self, config: BrokerConfig, replicas: ReplicaManager) -> None:
         self.config = config
@@ -223,6 +244,7 @@ class GroupCoordinator:
     def _validate_group_id(self, group_id: str | None) -> None:
         if not group_id:
             raise CoordinatorError(ErrorCode.invalid_group_id, "the group id is empty")
+        _check_length(group_id, "group id", ErrorCode.invalid_group_id)
 
     async def join_group(
         self, group_id: str, member_id: str, group_instance_id: str | None, client_id: str,
@@ -231,6 +253,10 @@ class GroupCoordinator:
     ) -> JoinResult:
         try:
             self._validate_group_id(group_id)
+            for name, what in ((group_instance_id, "group instance id"),
+                               (protocol_type, "protocol type"),
+                               *((p, "protocol name") for p, _ in protocols)):
+                _check_length(name, what, ErrorCode.invalid_request)
         except CoordinatorError as e:
             return JoinResult(e.code, member_id=member_id)
         low = self.config["group.min.session.timeout.ms"]
@@ -259,7 +285,7 @@ class GroupCoordinator:
                                              client_host, session_timeout_ms,
                                              rebalance_timeout_ms, protocol_type, protocols)
         if not member_id:
-            member_id = f"{client_id}-{uuid.uuid4()}"
+            member_id = _new_member_id(client_id)
             if require_known_member and not group_instance_id:
                 # KIP-394: hand out the id first, so a client that dies before its first
                 # JoinGroup completes leaves no member behind.
@@ -311,7 +337,7 @@ class GroupCoordinator:
         """
         old_id = group.static_members[instance_id]
         old = group.members[old_id]
-        new_id = f"{instance_id}-{uuid.uuid4()}"
+        new_id = _new_member_id(instance_id)
         was_leader = group.leader_id == old_id
         group.remove(old_id)
         for fut in (old.join_future, old.sync_future):
@@ -585,6 +611,10 @@ class GroupCoordinator:
 
         The empty group id is accepted, as Kafka still does for old clients' commits.
         """
+        try:
+            _check_length(group_id, "group id", ErrorCode.invalid_group_id)
+        except CoordinatorError as e:
+            return e.code
         group = self.groups.get(group_id)
         if generation < 0 and not member_id:
             # A "simple" commit from a consumer that manages partitions itself.

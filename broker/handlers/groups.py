@@ -17,7 +17,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.coordinator import offsets_topic as ot
 from broker.coordinator.group import GroupState
-from broker.coordinator.group_coordinator import GroupCoordinator
+from broker.coordinator.group_coordinator import MAX_NAME_BYTES, GroupCoordinator
 from broker.coordinator.offsets_topic import OffsetValue
 from broker.handlers import handles
 from broker.handlers.context import RequestContext
@@ -33,7 +33,10 @@ def _coordinator(ctx: RequestContext) -> GroupCoordinator:
 
 
 def _not_ours(ctx: RequestContext, group_id: str | None) -> bool:
-    return bool(group_id) and not _coordinator(ctx).owns(group_id)
+    """Another broker coordinates this group. An invalid group id (empty, too long) is
+    nobody's: the coordinator refuses it with INVALID_GROUP_ID, as Kafka checks it first."""
+    return (bool(group_id) and len(group_id.encode()) <= MAX_NAME_BYTES
+            and not _coordinator(ctx).owns(group_id))
 
 
 def _ms(value: timedelta | int) -> int:
@@ -175,7 +178,7 @@ async def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
         for p in topic.partitions:
             tp = (topic.name, p.partition_index)
             metadata = p.committed_metadata or ""
-            if services.replicas.get(*tp) is None:
+            if services.store.partition(*tp) is None:  # Kafka: the topic must exist
                 errors[tp] = ErrorCode.unknown_topic_or_partition
             elif len(metadata.encode()) > max_metadata:
                 errors[tp] = ErrorCode.offset_metadata_too_large
