@@ -70,6 +70,12 @@ def test_describe_producers(services: BrokerServices) -> None:
         (7, 1, 5, TS + 3, -1, -1), (9, 0, 0, TS, -1, -1)]
     assert (p1.error_code, p1.active_producers) == (ErrorCode.none, ())
     assert p9.error_code == ErrorCode.unknown_topic_or_partition
+    # A follower answers from its own replica, as Kafka's does; no replica here at all:
+    follower = services.replicas.get("a", 1)
+    follower.leader_id = 2  # as if broker 2 led it
+    again = call(services, request(DESCRIBE_PRODUCERS, 0, {"topics": [
+        {"name": "a", "partition_indexes": [1]}]}))
+    assert again.topics[0].partitions[0].error_code == ErrorCode.none
     assert nope.partitions[0].error_code == ErrorCode.unknown_topic_or_partition
 
 

@@ -210,6 +210,7 @@ def test_reassignment_with_throttle_then_verify_clears_it(
     assert configs_of(kafka_tools, cluster,
                       ("--entity-type", "topics", "--entity-name", "moved")) == {}
     # ~600 kB at 150 kB/s: the new replica was held back for seconds, not milliseconds.
+    print(f"throttled move of ~600 kB at {rate} B/s: {elapsed:.1f} s")
     assert elapsed > 2.0, f"the move took {elapsed:.2f}s: the throttle did not apply"
     assert set(cluster.partitions("moved")[0].isr) == set(target)
     consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "moved-check",

@@ -20,6 +20,10 @@ from broker.server.replica_manager import TopicExists
 
 log = logging.getLogger(__name__)
 AUTHORIZED_OPERATIONS_OMITTED = -2147483648
+# DescribeTopicPartitions always reports them (no request flag); with no authorizer, every
+# topic operation: READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE, DESCRIBE_CONFIGS,
+# ALTER_CONFIGS as AclOperation bits.
+ALL_TOPIC_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
 
 
 def _requested(ctx: RequestContext, request: Any) -> list[tuple[str | None, Any]] | None:
@@ -178,4 +182,5 @@ def _topic_page(name: str, error: ErrorCode, topic_id: uuid.UUID | None = None,
                 partitions: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     return {"error_code": error, "name": name, "topic_id": topic_id,  # None: the zero UUID
             "is_internal": name.startswith("__"), "partitions": partitions or [],
-            "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED}
+            "topic_authorized_operations": ALL_TOPIC_OPERATIONS if topic_id else
+            AUTHORIZED_OPERATIONS_OMITTED}

@@ -32,16 +32,18 @@ async def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
 
 @handles(61, 0, 0)
 async def handle_describe_producers(ctx: RequestContext, request: Any) -> Any:
-    """The active producers of each partition, from its leader's producer state (Kafka's
-    activeProducerState): id, epoch, last sequence and the timestamp of its last batch.
+    """The active producers of each partition, from this broker's replica's producer state
+    (Kafka's activeProducerState, which a follower answers too, as `TransactionsCommand
+    --broker-id` asks it): id, epoch, last sequence and the timestamp of its last batch.
     No transactions yet, so no coordinator epoch or open transaction."""
     replicas = ctx.services.replicas
     topics = []
     for topic in request.topics:
         partitions = []
         for index in topic.partition_indexes:
-            partition, error = replicas.leader_for(topic.name, index)
+            partition = replicas.get(topic.name, index)
             if partition is None:
+                _, error = replicas.leader_for(topic.name, index)  # Kafka's code for why
                 partitions.append({"partition_index": index, "error_code": error,
                                    "active_producers": []})
                 continue
