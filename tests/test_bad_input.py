@@ -684,10 +684,26 @@ def test_record_errors_name_the_record(broker, healthy):
     healthy.check()
 
 
+def test_a_frame_declaring_billions_of_elements_is_refused(broker, healthy):
+    """Found by the fuzzer: a 69-byte CreateTopics v5 whose topic count is a five-byte
+    uvarint made the decoder reserve 130 GB and the broker abort. Declared lengths are
+    now checked against the frame first: a framing error, the connection closed."""
+    with WireClient.connect(broker.bootstrap) as client:
+        client.send_raw(bytes.fromhex(
+            "000000410013000500004070000466757a7a008780aafa3c8d8830020566757a7a00000001ffff"
+            "0200000000020000000000020566757a7a0566757a7a0000000000010000"))
+        assert client.closed_by_peer(CLOSE_TIMEOUT)
+    assert broker.alive()
+    healthy.check()
+    assert_no_broker_errors(broker)
+
+
 @pytest.mark.parametrize(("version", "frame"), [
     (10, "000000230003000a00000001000178000200000000000000000000000000000001000000000000"),
     (11, "000000220003000b000000010001780002000000000000000000000000000000010000000000"),
     (12, "000000220003000c000000010001780002000000000000000000000000000000010000000000"),
+    # found by the fuzzer: neither a name nor an id (the zero UUID)
+    (10, "000000260003000a000032da000466757a7a000200000000000000000000000000000000000001000000"),
 ])
 def test_metadata_for_an_unknown_topic_id(broker, healthy, version, frame):
     """A null name with an id the broker does not know: UNKNOWN_TOPIC_ID, in every version
@@ -695,10 +711,13 @@ def test_metadata_for_an_unknown_topic_id(broker, healthy, version, frame):
     with WireClient.connect(broker.bootstrap) as client:
         client.send_raw(bytes.fromhex(frame))
         correlation_id, response = decode_response_exact(client.recv_frame(10), 3, version)
-        assert correlation_id == 1
+        assert correlation_id == int(frame[16:24], 16)
         (topic,) = response.topics
-        assert topic.error_code == UNKNOWN_TOPIC_ID
-        assert topic.topic_id.int == 1
+        if topic.topic_id is None or topic.topic_id.int == 0:
+            assert topic.error_code == INVALID_TOPIC_EXCEPTION
+        else:
+            assert topic.error_code == UNKNOWN_TOPIC_ID
+            assert topic.topic_id.int == 1
         assert topic.name == ("" if version < 12 else None)
     healthy.check()
     assert_no_broker_errors(broker)

@@ -124,7 +124,10 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
             continue
         if name and name not in services.store.topics and allow_create:
             auto_create(services, name)
-        topics.append(describe_topic(services, name))
+        described = describe_topic(services, name)
+        if described["name"] is None and ctx.version < 12:
+            described["name"] = ""  # neither name nor id: refused, in a non-nullable name
+        topics.append(described)
     return build_response(request, {
         "throttle_time": timedelta(0),
         "brokers": live_brokers(ctx),

@@ -25,6 +25,7 @@ from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeade
 from kio.serial import entity_reader, entity_writer
 
 from broker.protocol import fetch, produce
+from broker.protocol.bounds import LengthError, check_lengths
 from broker.protocol.primitives import ProtocolError, skip_tagged_fields
 
 _FRAME_SIZE = struct.Struct(">i")
@@ -250,6 +251,10 @@ def decode_request(frame: bytes | bytearray) -> Request:
         body = decoder[1](frame, pos, api_version)
         return Request(RequestHeader(api_key, api_version, correlation_id, client_id), body,
                        len(frame))
+    try:
+        check_lengths(schema, frame, pos)  # before kio reserves what a count claims
+    except LengthError as e:
+        raise ProtocolError(f"cannot decode {schema.__name__} v{api_version}: {e}") from None
     try:
         # kio's native reader takes read-only buffers; a read-only view avoids copying.
         body, _ = reader(memoryview(frame).toreadonly(), pos)
