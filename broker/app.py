@@ -166,6 +166,7 @@ class BrokerApp:
             "replica.fetch.backoff.ms"]
         try:
             handover = await self.replicas.handover(wait_ms / 1000)
+            await self.replicas.stop_all_fetchers()
             self.membership.leave_roles(handover)
         except Exception:
             log.exception("controlled shutdown could not move leadership")
@@ -197,7 +198,8 @@ class BrokerApp:
               f"{', '.join(self.bound_listeners())}{metrics}", flush=True)
         await self._stopped.wait()
         try:
-            await asyncio.wait_for(self.stop(), STOP_TIMEOUT_SECONDS)
+            async with asyncio.timeout(STOP_TIMEOUT_SECONDS):
+                await self.stop()
         except TimeoutError:
             # Never hang on the way out: say what was stuck, then exit non-zero.
             for task in asyncio.all_tasks():

@@ -72,7 +72,9 @@ class BrokerProcess:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(10)
 
-    def stop(self, timeout: float = 20) -> int:
+    def stop(self, timeout: float = 30) -> int:
+        """SIGTERM, then wait longer than the broker's own stop deadline (20 s), so a stuck
+        shutdown logs what it was stuck on before we kill it."""
         if self.proc is None:
             return 0
         if self.proc.poll() is None:

@@ -32,8 +32,8 @@ class KafkaConnection:
 
     async def request(self, api_key: int, api_version: int, body: Any) -> Any:
         try:
-            return await asyncio.wait_for(self._roundtrip(api_key, api_version, body),
-                                          self.timeout)
+            async with asyncio.timeout(self.timeout):
+                return await self._roundtrip(api_key, api_version, body)
         except (OSError, EOFError, asyncio.IncompleteReadError, TimeoutError) as e:
             self.close()
             raise BrokerConnectionError(f"{self.host}:{self.port}: {e!r}") from None

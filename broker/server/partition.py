@@ -217,7 +217,8 @@ class Partition:
         entry = (last_offset, min_insync_replicas, fut)
         self._acks.append(entry)
         try:
-            return await asyncio.wait_for(fut, timeout)
+            async with asyncio.timeout(timeout):
+                return await fut
         except TimeoutError:
             return ErrorCode.request_timed_out
         finally:
@@ -342,7 +343,8 @@ class Partition:
             fut: asyncio.Future[None] = loop.create_future()
             self._start_waiters.add(fut)
             try:
-                await asyncio.wait_for(fut, remaining)
+                async with asyncio.timeout(remaining):
+                    await fut
             except TimeoutError:
                 pass
             finally:

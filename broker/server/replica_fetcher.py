@@ -101,6 +101,9 @@ class ReplicaFetcher:
         self._task = asyncio.create_task(self._run(), name=f"fetcher-{self.leader_id}")
 
     async def stop(self) -> None:
+        # Every wait in the loop is asyncio.timeout, never asyncio.wait_for: Python 3.11's
+        # wait_for drops a cancellation that arrives with the answer (CPython gh-86296), and
+        # a fetcher that outlives its cancel hangs here, and with it the broker's shutdown.
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -140,7 +143,8 @@ class ReplicaFetcher:
             if delay:
                 # A partition joining (a new leader epoch) ends the pause early.
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._changed.wait(), delay)
+                    async with asyncio.timeout(delay):
+                        await self._changed.wait()
 
     def _connect(self) -> KafkaConnection | None:
         endpoint = self._endpoint(self.leader_id)

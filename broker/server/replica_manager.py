@@ -70,6 +70,7 @@ class ReplicaManager:
         self.partitions: dict[TopicPartition, Partition] = {}
         self._topic_ids: dict[TopicPartition, str] = {}
         self.fetchers: dict[int, ReplicaFetcher] = {}
+        self._fetchers_stopped = False
         self._tasks: list[asyncio.Task[None]] = []
         self.cleaner = LogCleaner()
         # By topic id (ids are never reused): the topic configs and dynamic-config generation
@@ -142,9 +143,7 @@ class ReplicaManager:
         self.cleaner.stop()
         for task in self._tasks:
             task.cancel()
-        for fetcher in list(self.fetchers.values()):
-            await fetcher.stop()
-        self.fetchers.clear()
+        await self.stop_all_fetchers()
         for partition in self.partitions.values():
             partition.close()
             partition.log.flush()
@@ -153,6 +152,14 @@ class ReplicaManager:
             partition.log.close()
         for log_dir in self.log_dirs:
             (log_dir / CLEAN_SHUTDOWN_FILE).touch()
+
+    async def stop_all_fetchers(self) -> None:
+        """Stop following leaders for good: at shutdown, and in a controlled shutdown before
+        we leave the ISRs, where a fetch that caught up would earn our place back."""
+        self._fetchers_stopped = True
+        for fetcher in list(self.fetchers.values()):
+            await fetcher.stop()
+        self.fetchers.clear()
 
     def write_checkpoints(self) -> None:
         recovery: dict[Path, dict[TopicPartition, int]] = {d: {} for d in self.log_dirs}
@@ -291,7 +298,8 @@ class ReplicaManager:
             fetcher = self.fetchers[leader_id] = ReplicaFetcher(
                 leader_id, self.fetcher_config, self.metadata.broker, self.follower_throttle_for
             )
-            fetcher.start()
+            if not self._fetchers_stopped:
+                fetcher.start()
         return fetcher
 
     def _stop_fetching(self, tp: TopicPartition) -> None:
@@ -451,11 +459,19 @@ class ReplicaManager:
 
     def _change_isr(self, partition: Partition, add: int | None = None,
                     remove: Iterable[int] = ()) -> bool:
-        """Compare-and-set the ISR as leader of this epoch (Kafka's AlterPartition)."""
+        """Compare-and-set the ISR as leader of this epoch (Kafka's AlterPartition). Only a
+        registered broker joins (KIP-841's eligibility): one whose lease has lapsed, or that
+        left in a controlled shutdown, may still be fetching for a moment, and adding it back
+        would undo the controller's fencing at every fetch."""
         removed = set(remove)
         epoch = partition.leader_epoch
+        if add is not None and add not in self.metadata.live_brokers():
+            add = None
+        changed = False
 
         def change(image: ClusterImage) -> ClusterImage | None:
+            nonlocal changed
+            changed = False
             state = image.partition(partition.topic, partition.index)
             if state is None or state.leader != self.node_id or state.leader_epoch != epoch:
                 return None
@@ -464,9 +480,12 @@ class ReplicaManager:
                 isr.append(add)
             if tuple(isr) == state.isr:
                 return None
+            changed = True
             updated = state.with_isr(tuple(isr))
             return image.with_partition(partition.topic, partition.index, updated)
 
+        if add is None and not removed:
+            return False
         before = list(partition.isr)
         try:
             image = self.metadata.update(change)
@@ -474,7 +493,7 @@ class ReplicaManager:
             log.warning("%s: ISR change lost: %s", partition, e)
             return False
         state = image.partition(partition.topic, partition.index)
-        if state is None or state.leader != self.node_id or state.leader_epoch != epoch:
+        if not changed or state is None:
             return False
         if len(state.isr) > len(before):
             self.isr_expands += 1
