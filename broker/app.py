@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,7 +13,7 @@ from pathlib import Path
 from prometheus_client import start_http_server
 
 from broker import handlers
-from broker.cluster.backend import BrokerRegistration
+from broker.cluster.backend import BrokerRegistration, CoordinationBackend
 from broker.cluster.membership import Membership
 from broker.cluster.sqlite import SqliteBackend
 from broker.config import BrokerConfig, parse_listener
@@ -33,6 +34,23 @@ STOP_TIMEOUT_SECONDS = 20.0
 COORDINATION_FILE = "cluster.db"
 
 
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+def open_backend(config: BrokerConfig) -> CoordinationBackend:
+    """The configured coordination backend (``kafkube.coordination.backend``)."""
+    if config["kafkube.coordination.backend"] != "kubernetes":
+        return SqliteBackend(coordination_path(config))
+    from broker.cluster.kubernetes import KubernetesBackend, KubernetesSettings
+
+    namespace = config["kafkube.kubernetes.namespace"]
+    if not namespace and SERVICE_ACCOUNT_NAMESPACE.exists():
+        namespace = SERVICE_ACCOUNT_NAMESPACE.read_text().strip()
+    namespace = namespace or os.environ.get("POD_NAMESPACE") or "default"
+    return KubernetesBackend(KubernetesSettings(
+        namespace, config["kafkube.cluster.name"], config["kafkube.kubernetes.kubeconfig"]))
+
+
 def coordination_path(config: BrokerConfig) -> Path:
     """The embedded backend's file: shared by a local cluster, else in the first log dir."""
     path = config["kafkube.coordination.path"]
@@ -44,7 +62,7 @@ class BrokerApp:
         self.config = config
         handlers.load_all()
         log_dirs = [Path(d) for d in config.log_dirs]
-        self.backend = SqliteBackend(coordination_path(config))
+        self.backend = open_backend(config)
         self.store = ClusterMetadata(self.backend, log_dirs, config.node_id)
         follow_dynamic_configs(config, self.store)
         self.replicas = ReplicaManager(config, self.store)
@@ -140,12 +158,18 @@ class BrokerApp:
 
     async def _follow_metadata(self) -> None:
         """Renew the liveness lease and take up image changes, as KRaft brokers follow the
-        metadata log: polled, since the embedded backend has no watch."""
+        metadata log: at once when the backend watches, else by polling every 100 ms."""
         assert self.membership is not None
         heartbeat = self.config["broker.heartbeat.interval.ms"] / 1000
         next_heartbeat = 0.0
         loop = asyncio.get_running_loop()
+        changed = asyncio.Event()
+        pause = METADATA_POLL_SECONDS
+        if self.backend.notifies_changes:
+            self.backend.add_listener(lambda: loop.call_soon_threadsafe(changed.set))
+            pause = heartbeat
         while True:
+            changed.clear()
             try:
                 if loop.time() >= next_heartbeat:
                     next_heartbeat = loop.time() + heartbeat
@@ -153,7 +177,9 @@ class BrokerApp:
                 self.store.refresh()  # the replica manager follows every new image
             except Exception:
                 log.exception("following the cluster metadata failed")
-            await asyncio.sleep(METADATA_POLL_SECONDS)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(min(pause, max(0.0, next_heartbeat - loop.time()))):
+                    await changed.wait()
 
     async def controlled_shutdown(self) -> None:
         """Move leadership to other in-sync replicas before stopping (KIP-143's purpose),

@@ -250,6 +250,18 @@ BROKER_KEYS = _keys(
     ConfigKey("offsets.topic.replication.factor", "int", 3,
               "Replication factor of __consumer_offsets (capped at the live brokers).",
               at_least(1)),
+    ConfigKey("kafkube.coordination.backend", "string", "sqlite",
+              "Where leases and the cluster image live: sqlite (a local cluster, one shared "
+              "file) or kubernetes (Leases and ConfigMaps in kafkube.kubernetes.namespace).",
+              one_of("sqlite", "kubernetes")),
+    ConfigKey("kafkube.cluster.name", "string", "kafkube",
+              "The cluster's name on Kubernetes: it prefixes its Leases and ConfigMaps."),
+    ConfigKey("kafkube.kubernetes.namespace", "string", None,
+              "Namespace of the coordination objects; default the pod's own (its service "
+              "account's), else POD_NAMESPACE, else default."),
+    ConfigKey("kafkube.kubernetes.kubeconfig", "string", None,
+              "Kubeconfig for a broker outside the cluster; default the service account's "
+              "credentials in a pod, else ~/.kube/config."),
     ConfigKey("kafkube.coordination.path", "string", None,
               "SQLite file of the embedded coordination backend, shared by every broker of "
               "a local cluster; default cluster.db in the first log dir."),

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything kafkube needs on a fresh Debian machine: Debian packages, a Python
-# virtualenv with the project and its test extras, and the Java client jars from Maven
-# Central. Idempotent; downloads and builds are cached under ~/.cache/kafkube.
+# virtualenv with the project and its test extras, the Java client jars from Maven Central,
+# and Kubernetes binaries built from the Go module proxy. Idempotent; downloads and builds are cached under ~/.cache/kafkube.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CACHE="${KAFKUBE_CACHE:-$HOME/.cache/kafkube}"
@@ -14,6 +14,9 @@ command -v mvn >/dev/null || need_apt+=(maven)
 python3 -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
 # The C module (broker/protocol/_recordscan.c) is compiled by pip install.
 command -v gcc >/dev/null || need_apt+=(gcc)
+# The integration tier's Kubernetes API server: Debian's etcd, and openssl for its certificates.
+command -v etcd >/dev/null || need_apt+=(etcd-server)
+command -v openssl >/dev/null || need_apt+=(openssl)
 python3 -c 'import os, sys, sysconfig
 sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
   || need_apt+=(python3-dev)
@@ -32,6 +35,9 @@ if [ ! -f "$stamp" ]; then
   PIP_CACHE_DIR="$CACHE/pip" .venv/bin/pip install -q -e '.[test]'
   touch "$stamp"
 fi
+
+# kube-apiserver of the pinned release, built from the Go module proxy (cached; ~5 min cold).
+bash scripts/kubernetes.sh kube-apiserver >/dev/null
 
 # Apache Kafka's own jars: the command-line tools the tests run, and the broker `bench compare` runs.
 bash bench/setup_kafka.sh >/dev/null

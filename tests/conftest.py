@@ -162,3 +162,16 @@ def open_replicas(config, rack: str | None = None):
     replicas.load()
     replicas.apply_image(store.image)
     return store, replicas
+
+
+@pytest.fixture(scope="session")
+def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+    """A real kube-apiserver (and etcd) on loopback, shared by the session's tests; each test
+    keeps to a cluster name of its own."""
+    from tests.kube_control_plane import LocalControlPlane, build_apiserver
+
+    plane = LocalControlPlane(tmp_path_factory.mktemp("control-plane"), build_apiserver())
+    try:
+        yield plane.start()
+    finally:
+        plane.stop()

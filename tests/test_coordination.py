@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from broker.cluster.backend import BrokerRegistration
+from broker.cluster.backend import BrokerRegistration, CoordinationBackend
 from broker.cluster.image import NO_LEADER, ClusterImage, PartitionState, TopicMetadata
 from broker.cluster.sqlite import SqliteBackend
 from broker.controller.elections import (
@@ -21,16 +23,40 @@ from broker.controller.elections import (
 )
 
 
+@pytest.fixture(params=["sqlite", "kubernetes"])
+def open_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator:
+    """Opens backends over one store: the SQLite file, or one cluster's objects on a real
+    API server. The same rules hold for both."""
+    opened: list[CoordinationBackend] = []
+    if request.param == "sqlite":
+        def make() -> CoordinationBackend:
+            opened.append(SqliteBackend(tmp_path / "cluster.db"))
+            return opened[-1]
+    else:
+        from broker.cluster.kubernetes import KubernetesBackend, KubernetesSettings
+
+        plane = request.getfixturevalue("control_plane")
+        settings = KubernetesSettings("default", f"c{uuid.uuid4().hex[:10]}",
+                                      str(plane.kubeconfig))
+
+        def make() -> CoordinationBackend:
+            opened.append(KubernetesBackend(settings))
+            return opened[-1]
+    yield make
+    for backend in opened:
+        backend.close()
+
+
 @pytest.fixture
-def backend(tmp_path: Path) -> SqliteBackend:
-    return SqliteBackend(tmp_path / "cluster.db")
+def backend(open_backend) -> CoordinationBackend:
+    return open_backend()
 
 
 def reg(node: int) -> BrokerRegistration:
     return BrokerRegistration(node, "127.0.0.1", 9092 + node)
 
 
-def test_broker_lease_expires_and_a_lapsed_epoch_cannot_renew(backend: SqliteBackend) -> None:
+def test_broker_lease_expires_and_a_lapsed_epoch_cannot_renew(backend: CoordinationBackend) -> None:
     epoch = backend.register_broker(reg(1), ttl_ms=150)
     assert set(backend.live_brokers()) == {1}
     assert backend.renew_broker(1, epoch, ttl_ms=150)
@@ -46,7 +72,8 @@ def test_broker_lease_expires_and_a_lapsed_epoch_cannot_renew(backend: SqliteBac
     assert backend.renew_broker(1, again, ttl_ms=10_000)
 
 
-def test_controller_lease_has_one_holder_and_a_restart_takes_over(backend: SqliteBackend) -> None:
+def test_controller_lease_has_one_holder_and_a_restart_takes_over(
+        backend: CoordinationBackend) -> None:
     e1 = backend.register_broker(reg(1), 10_000)
     e2 = backend.register_broker(reg(2), 10_000)
     first = backend.acquire_controller(1, e1, 10_000)
@@ -63,7 +90,7 @@ def test_controller_lease_has_one_holder_and_a_restart_takes_over(backend: Sqlit
     assert backend.controller().holder == 2
 
 
-def test_image_writes_are_compare_and_set(backend: SqliteBackend) -> None:
+def test_image_writes_are_compare_and_set(backend: CoordinationBackend) -> None:
     image = backend.read_image()
     topic = TopicMetadata("t", "00000000-0000-0000-0000-000000000001", {},
                           (PartitionState((1, 2), (1, 2), 1),))
@@ -75,8 +102,8 @@ def test_image_writes_are_compare_and_set(backend: SqliteBackend) -> None:
     assert ClusterImage.from_json(stored.to_json(), stored.version) == stored
 
 
-def test_producer_id_blocks_never_overlap(tmp_path: Path) -> None:
-    one, two = SqliteBackend(tmp_path / "c.db"), SqliteBackend(tmp_path / "c.db")
+def test_producer_id_blocks_never_overlap(open_backend) -> None:
+    one, two = open_backend(), open_backend()
     blocks = [one.allocate_producer_ids(1000), two.allocate_producer_ids(1000),
               one.allocate_producer_ids(1000)]
     assert blocks == [0, 1000, 2000]

@@ -9,10 +9,11 @@ Three needs, each a lease or a compare-and-set, so a Kubernetes implementation m
   gone after ``broker.session.timeout.ms``; each registration gets a new broker epoch, so a
   paused broker that comes back learns it was fenced instead of carrying on;
 * the cluster image: a versioned document written with compare-and-set; brokers notice a
-  change by polling the version (a watch on Kubernetes).
+  change by polling the version, or at once where the backend watches (``notifies_changes``).
 
-Calls are short and synchronous: SQLite answers in well under a millisecond, and keeping
-them synchronous lets a handler create a topic and answer in one step.
+Calls are synchronous. Reads must never wait on the network: SQLite answers in well under a
+millisecond, the Kubernetes backend from its watch cache. Writes are short on SQLite; on
+Kubernetes they are HTTP calls with a bounded timeout.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import base64
 import uuid
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from broker.cluster.image import ClusterImage
@@ -46,6 +48,12 @@ class ControllerLease:
 
 
 class CoordinationBackend(ABC):
+    #: True if ``add_listener``'s callbacks fire on every change (a watch); else callers poll.
+    notifies_changes = False
+
+    def add_listener(self, listener: Callable[[], None]) -> None:  # noqa: B027 - optional
+        """Have ``listener`` called, from any thread, when a lease or the image changes."""
+
     @abstractmethod
     def cluster_id(self) -> str:
         """The cluster's id, created by the first broker to start."""

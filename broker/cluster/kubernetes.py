@@ -1,0 +1,551 @@
+"""The Kubernetes coordination backend: Leases and ConfigMaps in place of ZooKeeper.
+
+Objects, all in one namespace and labelled ``kafkube.io/cluster=<cluster>``:
+
+* ``<cluster>-controller``, a ``coordination.k8s.io/v1`` Lease: holder = the controller's
+  node id, its controller epoch and broker epoch as annotations;
+* ``<cluster>-broker-<id>``, one Lease per broker: holder = the node id, its endpoint, rack
+  and broker epoch as annotations, renewed every ``broker.heartbeat.interval.ms``;
+* ``<cluster>-metadata``, a ConfigMap holding the cluster image (gzip'd JSON in binaryData,
+  its version and the cluster id as annotations);
+* ``<cluster>-epochs``, a ConfigMap of counters: broker and controller epochs, producer ids.
+
+Every write is a compare-and-set on ``resourceVersion``, so two brokers acting on the same
+stale read cannot both win, as with the SQLite backend's guarded UPDATEs. Reads are answered
+from a cache kept by watches (client-go's informer pattern), so ``live_brokers``,
+``controller`` and ``image_version`` never wait on the API server and a broker keeps answering
+them while it is slow or down. Writes are blocking HTTP calls with a bounded timeout; callers on
+an event loop run them in a thread.
+
+Lease expiry is judged as Kubernetes leader election judges it: ``renewTime`` plus the lease
+duration, against the reader's own clock. The duration is kept in milliseconds in an
+annotation, as ``broker.session.timeout.ms`` need not be whole seconds;
+``leaseDurationSeconds`` carries it rounded up for kubectl and other readers.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import gzip
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client as k8s
+from kubernetes import watch
+from kubernetes.client.rest import ApiException
+
+from broker.cluster.backend import (
+    BrokerRegistration,
+    ControllerLease,
+    CoordinationBackend,
+    new_cluster_id,
+)
+from broker.cluster.image import ClusterImage
+
+log = logging.getLogger(__name__)
+
+GROUP = "kafkube.io"
+CLUSTER_LABEL = f"{GROUP}/cluster"
+ROLE_LABEL = f"{GROUP}/role"
+A_EPOCH = f"{GROUP}/broker-epoch"
+A_CONTROLLER_EPOCH = f"{GROUP}/controller-epoch"
+A_TTL_MS = f"{GROUP}/lease-duration-ms"
+A_HOST, A_PORT, A_RACK = f"{GROUP}/host", f"{GROUP}/port", f"{GROUP}/rack"
+A_IMAGE_VERSION, A_CLUSTER_ID = f"{GROUP}/image-version", f"{GROUP}/cluster-id"
+IMAGE_KEY = "image.json.gz"
+
+# The API server refuses a ConfigMap whose data exceed 1 MiB (its own check, before etcd's
+# 1.5 MiB request limit); refusing here first gives the caller a message that says why.
+MAX_IMAGE_BYTES = 1024 * 1024 - 4096
+REQUEST_TIMEOUT_S = 10.0
+WATCH_TIMEOUT_S = 60
+CONFLICT, NOT_FOUND, GONE = 409, 404, 410
+
+
+class ClusterImageTooLarge(Exception):
+    """The cluster image no longer fits in one Kubernetes object."""
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _micro_time(ms: int) -> dt.datetime:
+    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC)
+
+
+def _ms(value: dt.datetime | None) -> int:
+    return int(value.timestamp() * 1000) if value is not None else 0
+
+
+def _revision(obj: Any) -> int:
+    """An object's resourceVersion as a number. Kubernetes calls it opaque, but with etcd it
+    is the object's modification revision, which only grows; the watch cache compares them
+    so that a late watch event never replaces what a write of ours already returned."""
+    try:
+        return int(obj.metadata.resource_version)
+    except (TypeError, ValueError):
+        return 0
+
+
+@dataclass(frozen=True, slots=True)
+class KubernetesSettings:
+    namespace: str
+    cluster: str
+    kubeconfig: str | None = None  # None: in-cluster credentials, else ~/.kube/config
+
+
+def api_client(kubeconfig: str | None) -> k8s.ApiClient:
+    """In a pod, the service account's token and CA; outside one, a kubeconfig."""
+    from kubernetes import config as kube_config
+
+    configuration = k8s.Configuration()
+    if kubeconfig is None:
+        try:
+            kube_config.load_incluster_config(client_configuration=configuration)
+            return k8s.ApiClient(configuration)
+        except kube_config.ConfigException:
+            pass
+    kube_config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+    return k8s.ApiClient(configuration)
+
+
+class _WatchCache:
+    """Objects of one kind as of the latest list or watch event, kept by a daemon thread:
+    list, then watch from the list's resourceVersion, and list again when the watch ends in
+    410 Gone or an error (an API server restart)."""
+
+    def __init__(self, kind: str, list_fn: Callable[..., Any], selector: str,
+                 on_change: Callable[[], None]) -> None:
+        self.kind = kind
+        self._list = list_fn
+        self._selector = selector
+        self._on_change = on_change
+        self._objects: dict[str, Any] = {}
+        self._lock = threading.Lock()
+        self._synced = threading.Event()
+        self._stopped = threading.Event()
+        self._watch: watch.Watch | None = None
+        self._thread = threading.Thread(target=self._run, name=f"watch-{kind}", daemon=True)
+        self._thread.start()
+
+    def get(self, name: str) -> Any:
+        with self._lock:
+            return self._objects.get(name)
+
+    def items(self) -> list[Any]:
+        with self._lock:
+            return list(self._objects.values())
+
+    def put(self, obj: Any) -> None:
+        """Take in an object a write of ours returned (or a watch event), unless ours is
+        already newer."""
+        name = obj.metadata.name
+        with self._lock:
+            known = self._objects.get(name)
+            if known is not None and _revision(known) > _revision(obj):
+                return
+            self._objects[name] = obj
+        self._on_change()
+
+    def forget(self, name: str) -> None:
+        with self._lock:
+            self._objects.pop(name, None)
+        self._on_change()
+
+    def wait_synced(self, timeout: float) -> bool:
+        return self._synced.wait(timeout)
+
+    def stop(self) -> None:
+        self._stopped.set()
+        if self._watch is not None:
+            self._watch.stop()
+
+    def _run(self) -> None:
+        backoff = 0.2
+        while not self._stopped.is_set():
+            try:
+                listed = self._list(label_selector=self._selector,
+                                    _request_timeout=REQUEST_TIMEOUT_S)
+                with self._lock:
+                    self._objects = {o.metadata.name: o for o in listed.items}
+                self._synced.set()
+                self._on_change()
+                self._follow(listed.metadata.resource_version)
+                backoff = 0.2
+            except Exception as e:  # any failure: list again after a pause
+                if self._stopped.is_set():
+                    return
+                log.info("watch of %s ended (%s); listing again in %.1fs", self.kind, e, backoff)
+                self._stopped.wait(backoff)
+                backoff = min(backoff * 2, 5.0)
+
+    def _follow(self, resource_version: str) -> None:
+        while not self._stopped.is_set():
+            self._watch = watch.Watch()
+            for event in self._watch.stream(
+                    self._list, label_selector=self._selector, resource_version=resource_version,
+                    timeout_seconds=WATCH_TIMEOUT_S, allow_watch_bookmarks=True,
+                    _request_timeout=WATCH_TIMEOUT_S + REQUEST_TIMEOUT_S):
+                kind, obj = event["type"], event["object"]
+                if kind == "ERROR":
+                    raise RuntimeError(f"watch error: {getattr(obj, 'message', obj)}")
+                resource_version = obj.metadata.resource_version
+                if kind == "DELETED":
+                    self.forget(obj.metadata.name)
+                elif kind in ("ADDED", "MODIFIED"):
+                    self.put(obj)
+            # The server closed the watch after its timeout: go on from where it was.
+
+
+class KubernetesBackend(CoordinationBackend):
+    notifies_changes = True
+
+    def __init__(self, settings: KubernetesSettings, client: k8s.ApiClient | None = None,
+                 on_change: Callable[[], None] | None = None, sync_timeout: float = 30.0) -> None:
+        self.settings = settings
+        self.namespace = settings.namespace
+        self.cluster = settings.cluster
+        self._client = client or api_client(settings.kubeconfig)
+        self._leases_api = k8s.CoordinationV1Api(self._client)
+        self._core = k8s.CoreV1Api(self._client)
+        self._listeners: list[Callable[[], None]] = [on_change] if on_change else []
+        selector = f"{CLUSTER_LABEL}={self.cluster}"
+        self._ensure_cluster()
+        self._leases = _WatchCache(
+            "leases", lambda **kw: self._leases_api.list_namespaced_lease(self.namespace, **kw),
+            selector, self._changed)
+        self._config_maps = _WatchCache(
+            "configmaps",
+            lambda **kw: self._core.list_namespaced_config_map(self.namespace, **kw),
+            f"{selector},{ROLE_LABEL}=metadata", self._changed)
+        for cache in (self._leases, self._config_maps):
+            if not cache.wait_synced(sync_timeout):
+                raise TimeoutError(f"no list of {cache.kind} in namespace {self.namespace} "
+                                   f"within {sync_timeout:.0f}s")
+        self._decoded: tuple[int, ClusterImage] | None = None
+
+    # -- names and bodies ---------------------------------------------------------------
+
+    def add_listener(self, listener: Callable[[], None]) -> None:
+        """Called from the watch threads whenever a lease or the image changes."""
+        self._listeners.append(listener)
+
+    def _changed(self) -> None:
+        for listener in list(self._listeners):
+            try:
+                listener()
+            except Exception:  # e.g. the broker's event loop already closed
+                log.debug("coordination change listener failed", exc_info=True)
+
+    @property
+    def controller_lease_name(self) -> str:
+        return f"{self.cluster}-controller"
+
+    def broker_lease_name(self, node_id: int) -> str:
+        return f"{self.cluster}-broker-{node_id}"
+
+    @property
+    def metadata_name(self) -> str:
+        return f"{self.cluster}-metadata"
+
+    @property
+    def counters_name(self) -> str:
+        return f"{self.cluster}-epochs"
+
+    def _meta(self, name: str, role: str, annotations: dict[str, str],
+              resource_version: str | None = None) -> k8s.V1ObjectMeta:
+        return k8s.V1ObjectMeta(
+            name=name, namespace=self.namespace, resource_version=resource_version,
+            labels={"app.kubernetes.io/name": "kafkube", CLUSTER_LABEL: self.cluster,
+                    ROLE_LABEL: role},
+            annotations=annotations)
+
+    def _lease_body(self, name: str, role: str, holder: int, ttl_ms: int,
+                    annotations: dict[str, str], acquired_ms: int | None = None,
+                    transitions: int = 0, resource_version: str | None = None) -> k8s.V1Lease:
+        now = _now_ms()
+        return k8s.V1Lease(
+            metadata=self._meta(name, role, {**annotations, A_TTL_MS: str(ttl_ms)},
+                                resource_version),
+            spec=k8s.V1LeaseSpec(
+                holder_identity=str(holder),
+                lease_duration_seconds=max(1, math.ceil(ttl_ms / 1000)),
+                acquire_time=_micro_time(acquired_ms if acquired_ms is not None else now),
+                renew_time=_micro_time(now), lease_transitions=transitions))
+
+    @staticmethod
+    def _expiry_ms(lease: Any) -> int:
+        annotations = lease.metadata.annotations or {}
+        ttl = int(annotations.get(A_TTL_MS, (lease.spec.lease_duration_seconds or 0) * 1000))
+        return _ms(lease.spec.renew_time) + ttl
+
+    @staticmethod
+    def _annotation(obj: Any, key: str, default: str = "-1") -> str:
+        return (obj.metadata.annotations or {}).get(key, default)
+
+    # -- the cluster object and the counters ------------------------------------------
+
+    def _ensure_cluster(self) -> None:
+        """Create the metadata and counter ConfigMaps if this is the cluster's first broker;
+        brokers starting together race, and the API server lets exactly one create win."""
+        for name, role, body in (
+            (self.metadata_name, "metadata", self._image_body(ClusterImage(), 0,
+                                                              new_cluster_id(), None)),
+            (self.counters_name, "counters", k8s.V1ConfigMap(
+                metadata=self._meta(self.counters_name, "counters", {}),
+                data={"broker": "0", "controller": "0", "producer-id": "0"})),
+        ):
+            try:
+                self._core.create_namespaced_config_map(
+                    self.namespace, body, _request_timeout=REQUEST_TIMEOUT_S)
+                log.info("created %s %s/%s", role, self.namespace, name)
+            except ApiException as e:
+                if e.status != CONFLICT:
+                    raise
+
+    def _image_body(self, image: ClusterImage, version: int, cluster_id: str,
+                    resource_version: str | None) -> k8s.V1ConfigMap:
+        packed = gzip.compress(image.to_json().encode(), compresslevel=6, mtime=0)
+        if len(packed) > MAX_IMAGE_BYTES:
+            raise ClusterImageTooLarge(
+                f"the cluster image is {len(packed)} bytes compressed, over the "
+                f"{MAX_IMAGE_BYTES} bytes one ConfigMap can hold "
+                f"({sum(len(t.assignments) for t in image.topics.values())} partitions)")
+        return k8s.V1ConfigMap(
+            metadata=self._meta(self.metadata_name, "metadata",
+                                {A_IMAGE_VERSION: str(version), A_CLUSTER_ID: cluster_id},
+                                resource_version),
+            binary_data={IMAGE_KEY: base64.b64encode(packed).decode()})
+
+    def _next(self, counter: str, count: int = 1) -> int:
+        """Add ``count`` to a counter by compare-and-set; returns the first value taken."""
+        while True:
+            current = self._core.read_namespaced_config_map(
+                self.counters_name, self.namespace, _request_timeout=REQUEST_TIMEOUT_S)
+            first = int(current.data[counter]) + 1
+            current.data[counter] = str(first + count - 1)
+            try:
+                self._core.replace_namespaced_config_map(
+                    self.counters_name, self.namespace, current,
+                    _request_timeout=REQUEST_TIMEOUT_S)
+                return first
+            except ApiException as e:
+                if e.status != CONFLICT:
+                    raise
+
+    def _metadata_object(self) -> Any:
+        obj = self._config_maps.get(self.metadata_name)
+        if obj is None:
+            obj = self._refresh_metadata()
+        return obj
+
+    def _refresh_metadata(self) -> Any:
+        obj = self._core.read_namespaced_config_map(
+            self.metadata_name, self.namespace, _request_timeout=REQUEST_TIMEOUT_S)
+        self._config_maps.put(obj)
+        return self._config_maps.get(self.metadata_name)
+
+    def cluster_id(self) -> str:
+        return self._annotation(self._metadata_object(), A_CLUSTER_ID)
+
+    # -- broker liveness ------------------------------------------------------------------
+
+    def _read_lease(self, name: str) -> Any | None:
+        try:
+            lease = self._leases_api.read_namespaced_lease(
+                name, self.namespace, _request_timeout=REQUEST_TIMEOUT_S)
+        except ApiException as e:
+            if e.status == NOT_FOUND:
+                self._leases.forget(name)
+                return None
+            raise
+        self._leases.put(lease)
+        return lease
+
+    def _write_lease(self, body: k8s.V1Lease) -> bool:
+        """Create (no resourceVersion) or compare-and-set replace; False on a conflict."""
+        name = body.metadata.name
+        try:
+            if body.metadata.resource_version is None:
+                written = self._leases_api.create_namespaced_lease(
+                    self.namespace, body, _request_timeout=REQUEST_TIMEOUT_S)
+            else:
+                written = self._leases_api.replace_namespaced_lease(
+                    name, self.namespace, body, _request_timeout=REQUEST_TIMEOUT_S)
+        except ApiException as e:
+            if e.status in (CONFLICT, NOT_FOUND):
+                self._read_lease(name)
+                return False
+            raise
+        self._leases.put(written)
+        return True
+
+    def register_broker(self, registration: BrokerRegistration, ttl_ms: int) -> int:
+        r = registration
+        epoch = self._next("broker")
+        name = self.broker_lease_name(r.node_id)
+        annotations = {A_EPOCH: str(epoch), A_HOST: r.host, A_PORT: str(r.port)}
+        if r.rack is not None:
+            annotations[A_RACK] = r.rack
+        current = self._leases.get(name)
+        while True:
+            rv = current.metadata.resource_version if current is not None else None
+            transitions = (current.spec.lease_transitions or 0) + 1 if current else 0
+            body = self._lease_body(name, "broker", r.node_id, ttl_ms, annotations,
+                                    transitions=transitions, resource_version=rv)
+            if self._write_lease(body):
+                return epoch
+            current = self._leases.get(name)
+
+    def renew_broker(self, node_id: int, broker_epoch: int, ttl_ms: int) -> bool:
+        name = self.broker_lease_name(node_id)
+        lease = self._leases.get(name)
+        for _ in range(2):  # once more after a conflict, from a fresh read
+            if lease is None or int(self._annotation(lease, A_EPOCH)) != broker_epoch \
+                    or self._expiry_ms(lease) <= _now_ms():
+                return False
+            body = self._lease_body(
+                name, "broker", node_id, ttl_ms, dict(lease.metadata.annotations),
+                acquired_ms=_ms(lease.spec.acquire_time),
+                transitions=lease.spec.lease_transitions or 0,
+                resource_version=lease.metadata.resource_version)
+            if self._write_lease(body):
+                return True
+            lease = self._leases.get(name)
+        return False
+
+    def unregister_broker(self, node_id: int, broker_epoch: int) -> None:
+        name = self.broker_lease_name(node_id)
+        lease = self._leases.get(name)
+        if lease is None or int(self._annotation(lease, A_EPOCH)) != broker_epoch:
+            return
+        self._delete_lease(lease)
+
+    def _delete_lease(self, lease: Any) -> None:
+        name = lease.metadata.name
+        try:
+            self._leases_api.delete_namespaced_lease(
+                name, self.namespace, _request_timeout=REQUEST_TIMEOUT_S,
+                body=k8s.V1DeleteOptions(preconditions=k8s.V1Preconditions(
+                    resource_version=lease.metadata.resource_version)))
+            self._leases.forget(name)
+        except ApiException as e:
+            if e.status not in (CONFLICT, NOT_FOUND):
+                raise
+
+    def _broker_leases(self) -> list[Any]:
+        now = _now_ms()
+        return [
+            lease for lease in self._leases.items()
+            if (lease.metadata.labels or {}).get(ROLE_LABEL) == "broker"
+            and self._expiry_ms(lease) > now
+        ]
+
+    def live_brokers(self) -> dict[int, BrokerRegistration]:
+        brokers = {}
+        for lease in self._broker_leases():
+            a = lease.metadata.annotations or {}
+            node_id = int(lease.spec.holder_identity)
+            brokers[node_id] = BrokerRegistration(
+                node_id, a.get(A_HOST, ""), int(a.get(A_PORT, "0")), a.get(A_RACK),
+                int(a.get(A_EPOCH, "-1")))
+        return brokers
+
+    def lease_expiries(self) -> dict[int, int]:
+        return {int(lease.spec.holder_identity): self._expiry_ms(lease)
+                for lease in self._broker_leases()}
+
+    # -- controller election --------------------------------------------------------------
+
+    def acquire_controller(self, node_id: int, broker_epoch: int, ttl_ms: int) -> int | None:
+        name = self.controller_lease_name
+        lease = self._leases.get(name)
+        for _ in range(2):  # once more after a conflict, from a fresh read
+            now = _now_ms()
+            rv = transitions = acquired = None
+            if lease is not None:
+                holder = int(lease.spec.holder_identity) if lease.spec.holder_identity else -1
+                holder_epoch = int(self._annotation(lease, A_EPOCH))
+                epoch = int(self._annotation(lease, A_CONTROLLER_EPOCH))
+                expired = self._expiry_ms(lease) <= now
+                rv = lease.metadata.resource_version
+                transitions = lease.spec.lease_transitions or 0
+                if holder == node_id and holder_epoch == broker_epoch:
+                    acquired = _ms(lease.spec.acquire_time)
+                    if expired:
+                        # Our lease lapsed (we were paused): someone may have acted as
+                        # controller meanwhile, so this is a new term.
+                        epoch = self._next("controller")
+                elif not expired and holder != node_id:
+                    return None
+                else:
+                    epoch = self._next("controller")
+                    transitions += 1
+            else:
+                epoch = self._next("controller")
+            body = self._lease_body(
+                name, "controller", node_id, ttl_ms,
+                {A_EPOCH: str(broker_epoch), A_CONTROLLER_EPOCH: str(epoch)},
+                acquired_ms=acquired, transitions=transitions or 0, resource_version=rv)
+            if self._write_lease(body):
+                return epoch
+            lease = self._leases.get(name)
+        return None
+
+    def resign_controller(self, node_id: int) -> None:
+        lease = self._leases.get(self.controller_lease_name)
+        if lease is not None and lease.spec.holder_identity == str(node_id):
+            self._delete_lease(lease)
+
+    def controller(self) -> ControllerLease | None:
+        lease = self._leases.get(self.controller_lease_name)
+        if lease is None or not lease.spec.holder_identity or self._expiry_ms(lease) <= _now_ms():
+            return None
+        return ControllerLease(int(lease.spec.holder_identity),
+                               int(self._annotation(lease, A_CONTROLLER_EPOCH)))
+
+    # -- cluster image ---------------------------------------------------------------------
+
+    def image_version(self) -> int:
+        return int(self._annotation(self._metadata_object(), A_IMAGE_VERSION))
+
+    def read_image(self) -> ClusterImage:
+        obj = self._metadata_object()
+        version = int(self._annotation(obj, A_IMAGE_VERSION))
+        decoded = self._decoded
+        if decoded is None or decoded[0] != version:
+            text = gzip.decompress(base64.b64decode(obj.binary_data[IMAGE_KEY])).decode()
+            decoded = self._decoded = (version, ClusterImage.from_json(text, version))
+        return decoded[1]
+
+    def write_image(self, image: ClusterImage) -> bool:
+        current = self._metadata_object()
+        if int(self._annotation(current, A_IMAGE_VERSION)) != image.version:
+            return False
+        body = self._image_body(image, image.version + 1, self._annotation(current, A_CLUSTER_ID),
+                                current.metadata.resource_version)
+        try:
+            written = self._core.replace_namespaced_config_map(
+                self.metadata_name, self.namespace, body, _request_timeout=REQUEST_TIMEOUT_S)
+        except ApiException as e:
+            if e.status == CONFLICT:
+                self._refresh_metadata()  # the watch may lag: the caller re-reads from this
+                return False
+            raise
+        self._config_maps.put(written)
+        return True
+
+    def allocate_producer_ids(self, count: int) -> int:
+        return self._next("producer-id", count) - 1
+
+    def close(self) -> None:
+        for cache in (self._leases, self._config_maps):
+            cache.stop()
+        self._client.close()
