@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -14,7 +15,10 @@ def _broker(args: argparse.Namespace) -> int:
     from broker.app import run
 
     try:
-        config = BrokerConfig.from_sources(args.config, args.override)
+        overrides = list(args.override)
+        if args.pod_identity:
+            overrides = _pod_identity(args.config, overrides) + overrides
+        config = BrokerConfig.from_sources(args.config, overrides)
     except ConfigError as e:
         print(f"kafkube broker: invalid configuration: {e}", file=sys.stderr)
         return 2
@@ -27,6 +31,25 @@ def _broker(args: argparse.Namespace) -> int:
         print(f"kafkube broker: {e}", file=sys.stderr)
         return 1
     return 0
+
+
+def _pod_identity(file: Path | None, overrides: list[str]) -> list[str]:
+    """node.id, advertised.listeners and broker.rack from the StatefulSet pod's environment,
+    for whichever of them the configuration leaves unset (broker/cluster/pod_identity.py)."""
+    from broker.cluster.pod_identity import pod_overrides, zone_from_api
+
+    configured = BrokerConfig.from_sources(file, overrides)
+    lookup = zone_from_api(configured["kafkube.kubernetes.kubeconfig"])
+
+    def zone(node: str) -> str | None:
+        try:
+            return lookup(node)
+        except Exception as e:
+            raise ConfigError(f"--pod-identity: cannot read the zone label of node {node} "
+                              f"({e}); set broker.rack or allow get on nodes") from None
+
+    derived = pod_overrides(os.environ, configured.originals, zone)
+    return [f"{key}={value}" for key, value in derived.items()]
 
 
 def _dev(args: argparse.Namespace) -> int:
@@ -49,6 +72,10 @@ def main(argv: list[str] | None = None) -> int:
         "--override", action="append", default=[], metavar="KEY=VALUE",
         help="set a config key, overriding the file (repeatable)",
     )
+    broker.add_argument(
+        "--pod-identity", action="store_true",
+        help="as a StatefulSet pod: node.id from the pod ordinal, advertised.listeners from "
+             "its stable DNS name, broker.rack from its node's zone, unless set")
     broker.set_defaults(func=_broker)
     dev = sub.add_parser("dev", help="run a local multi-broker cluster as processes")
     dev.add_argument("--brokers", type=int, default=3, help="number of brokers (3)")
