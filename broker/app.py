@@ -193,7 +193,7 @@ class BrokerApp:
         try:
             handover = await self.replicas.handover(wait_ms / 1000)
             await self.replicas.stop_all_fetchers()
-            self.membership.leave_roles(handover)
+            await self.membership.leave_roles(handover)
         except Exception:
             log.exception("controlled shutdown could not move leadership")
 
@@ -207,8 +207,8 @@ class BrokerApp:
         await self.groups.stop()
         await self.replicas.shutdown()
         if self.membership is not None:
-            self.membership.leave()
-        self.backend.close()
+            await self.membership.leave()
+        self.store.close()
         if self.metrics_port is not None:
             self._httpd.shutdown()
         log.info("broker %d stopped cleanly", self.config.node_id)

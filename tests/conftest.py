@@ -175,3 +175,14 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
         yield plane.start()
     finally:
         plane.stop()
+
+
+def finish_now(coroutine):
+    """Run a coroutine that completes without ever waiting, from sync code even inside a
+    running event loop: with the SQLite backend, coordination writes are made inline."""
+    try:
+        coroutine.send(None)
+    except StopIteration as done:
+        return done.value
+    coroutine.close()
+    raise AssertionError("the coroutine waited; run it on an event loop instead")

@@ -433,9 +433,9 @@ def _replicas(log_dir: Path) -> ReplicaManager:
 
 def test_cleaner_checkpoint_survives_a_restart(tmp_path: Path):
     replicas = _replicas(tmp_path)
-    replicas.create_topic("plain", 1, {})
-    replicas.create_topic("table", 1, {"cleanup.policy": "compact",
-                                       "min.cleanable.dirty.ratio": "0.3"})
+    asyncio.run(replicas.create_topic("plain", 1, {}))
+    asyncio.run(replicas.create_topic("table", 1, {"cleanup.policy": "compact",
+                                                   "min.cleanable.dirty.ratio": "0.3"}))
     for name in ("plain", "table"):
         partition = replicas.get(name, 0)
         for r in range(20):
@@ -460,7 +460,7 @@ def test_cleaner_checkpoint_survives_a_restart(tmp_path: Path):
     again = asyncio.run(restarted.clean_logs(NOW))
     assert again is not None and again.end_offset == 65
     assert latest_per_key(consume(partition.log)) == {b"k0": b"new", b"k1": b"19", b"k2": b"19"}
-    restarted.delete_topic("table")
+    asyncio.run(restarted.delete_topic("table"))
     assert read_offset_checkpoint(checkpoint) == {}
     asyncio.run(restarted.shutdown())
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import Iterator
@@ -212,14 +213,14 @@ def test_controller_fences_a_dead_broker_and_hands_over(tmp_path: Path) -> None:
     topic = TopicMetadata("t", "00000000-0000-0000-0000-000000000002", {},
                           (state([1, 2], [1, 2], 1, epoch=0),))
     assert backend.write_image(backend.read_image().with_topic(topic))
-    controllers[1].round()
-    controllers[2].round()
+    asyncio.run(controllers[1].round())
+    asyncio.run(controllers[2].round())
     assert controllers[1].active and not controllers[2].active
     # Broker 1 stops heartbeating (killed); broker 2 keeps renewing its own lease.
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         assert backend.renew_broker(2, epochs[2], session)
-        controllers[2].round()
+        asyncio.run(controllers[2].round())
         if backend.read_image().topics["t"].assignments[0].leader == 2:
             break
         time.sleep(0.05)

@@ -32,7 +32,7 @@ TOPIC = "sessions"
 @pytest.fixture
 def services(tmp_path: Path) -> BrokerServices:
     services = make_services(tmp_path)
-    services.replicas.create_topic(TOPIC, 3, {})
+    asyncio.run(services.replicas.create_topic(TOPIC, 3, {}))
     return services
 
 

@@ -22,6 +22,7 @@ from kio.schema.errors import ErrorCode
 from broker.coordinator import offsets_topic as ot
 from broker.coordinator.group import Group, GroupState
 from broker.coordinator.group_coordinator import GroupCoordinator, JoinResult
+from tests.conftest import finish_now
 from tests.test_admin_handlers import make_services
 
 PROTOCOLS = (("range", b"range-meta"), ("roundrobin", b"rr-meta"))
@@ -29,8 +30,11 @@ SESSION_MS = 10_000
 
 
 def make(tmp_path: Path, **settings: str) -> GroupCoordinator:
+    """A coordinator whose offsets topic exists, as after a client's FindCoordinator."""
     defaults = {"group.initial.rebalance.delay.ms": "0", "offsets.topic.num.partitions": "5"}
-    return make_services(tmp_path, **{**defaults, **settings}).groups
+    coordinator = make_services(tmp_path, **{**defaults, **settings}).groups
+    finish_now(coordinator.ensure_offsets_topic())
+    return coordinator
 
 
 async def join(gc: GroupCoordinator, group: str, member_id: str = "", *,

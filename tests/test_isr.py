@@ -32,9 +32,15 @@ def follower_epoch(replicas: Any) -> int:
 
 
 def isr_after_catch_up(replicas: Any) -> list[int]:
-    """The ISR once the follower fetched at the leader's end (the image applied)."""
+    """The ISR once the follower fetched at the leader's end and the leader's background
+    ISR change (if any) is done and applied."""
     partition = replicas.partitions[("t", 0)]
-    replicas.record_follower_fetch(partition, FOLLOWER, partition.log.log_end_offset)
+
+    async def fetch() -> None:
+        replicas.record_follower_fetch(partition, FOLLOWER, partition.log.log_end_offset)
+        await asyncio.gather(*replicas.pending_isr_changes)
+
+    asyncio.run(fetch())
     replicas.metadata.refresh()
     replicas.apply_image(replicas.metadata.image)
     return list(partition.isr)
@@ -42,10 +48,10 @@ def isr_after_catch_up(replicas: Any) -> list[int]:
 
 def test_only_a_registered_broker_rejoins_the_isr(replicas: Any) -> None:
     epoch = follower_epoch(replicas)
-    replicas.create_topic("t", 1, {}, 2, [(LEADER, FOLLOWER)])
+    asyncio.run(replicas.create_topic("t", 1, {}, 2, [(LEADER, FOLLOWER)]))
     replicas.apply_image(replicas.metadata.image)
     partition = replicas.partitions[("t", 0)]
-    assert replicas._change_isr(partition, remove=[FOLLOWER])
+    assert asyncio.run(replicas._change_isr(partition, remove=[FOLLOWER]))
     replicas.apply_image(replicas.metadata.image)
     assert list(partition.isr) == [LEADER]
 

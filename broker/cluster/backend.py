@@ -13,7 +13,9 @@ Three needs, each a lease or a compare-and-set, so a Kubernetes implementation m
 
 Calls are synchronous. Reads must never wait on the network: SQLite answers in well under a
 millisecond, the Kubernetes backend from its watch cache. Writes are short on SQLite; on
-Kubernetes they are HTTP calls with a bounded timeout.
+Kubernetes (``remote``) they are HTTP calls with a bounded timeout, which a broker makes from
+a thread of its own (``ClusterMetadata.call``) so that its event loop keeps serving while the
+API server is slow or down.
 """
 
 from __future__ import annotations
@@ -30,6 +32,10 @@ from broker.cluster.image import ClusterImage
 def new_cluster_id() -> str:
     """A random UUID in Kafka's URL-safe base64 form (Uuid.randomUuid().toString())."""
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+
+
+class ClusterImageTooLarge(Exception):
+    """The cluster image no longer fits where the backend keeps it (one Kubernetes object)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +56,8 @@ class ControllerLease:
 class CoordinationBackend(ABC):
     #: True if ``add_listener``'s callbacks fire on every change (a watch); else callers poll.
     notifies_changes = False
+    #: True if writes cross the network (an API server): brokers make them off the event loop.
+    remote = False
 
     def add_listener(self, listener: Callable[[], None]) -> None:  # noqa: B027 - optional
         """Have ``listener`` called, from any thread, when a lease or the image changes."""

@@ -14,8 +14,8 @@ Every write is a compare-and-set on ``resourceVersion``, so two brokers acting o
 stale read cannot both win, as with the SQLite backend's guarded UPDATEs. Reads are answered
 from a cache kept by watches (client-go's informer pattern), so ``live_brokers``,
 ``controller`` and ``image_version`` never wait on the API server and a broker keeps answering
-them while it is slow or down. Writes are blocking HTTP calls with a bounded timeout; callers on
-an event loop run them in a thread.
+them while it is slow or down. Writes are blocking HTTP calls with a bounded timeout, which
+brokers make from a thread of their own (``ClusterMetadata.call``).
 
 Lease expiry is judged as Kubernetes leader election judges it: ``renewTime`` plus the lease
 duration, against the reader's own clock. The duration is kept in milliseconds in an
@@ -42,6 +42,7 @@ from kubernetes.client.rest import ApiException
 
 from broker.cluster.backend import (
     BrokerRegistration,
+    ClusterImageTooLarge,
     ControllerLease,
     CoordinationBackend,
     new_cluster_id,
@@ -66,10 +67,6 @@ MAX_IMAGE_BYTES = 1024 * 1024 - 4096
 REQUEST_TIMEOUT_S = 10.0
 WATCH_TIMEOUT_S = 60
 CONFLICT, NOT_FOUND, GONE = 409, 404, 410
-
-
-class ClusterImageTooLarge(Exception):
-    """The cluster image no longer fits in one Kubernetes object."""
 
 
 def _now_ms() -> int:
@@ -206,6 +203,7 @@ class _WatchCache:
 
 class KubernetesBackend(CoordinationBackend):
     notifies_changes = True
+    remote = True
 
     def __init__(self, settings: KubernetesSettings, client: k8s.ApiClient | None = None,
                  on_change: Callable[[], None] | None = None, sync_timeout: float = 30.0) -> None:

@@ -41,15 +41,16 @@ class Membership:
         return self.registration.node_id
 
     async def join(self) -> None:
-        self.broker_epoch = self.backend.register_broker(self.registration,
-                                                         self.session_timeout_ms)
+        self.broker_epoch = await self.metadata.call(
+            self.backend.register_broker, self.registration, self.session_timeout_ms)
         log.info("broker %d registered with broker epoch %d", self.node_id, self.broker_epoch)
         live = await self.renewing_brokers() if self._leads_with_others() else None
-        self.leave_roles(live=live)
+        await self.leave_roles(live=live)
 
     async def heartbeat(self) -> bool:
         """Renew the lease; on a lapsed lease rejoin. False if we had been fenced."""
-        if self.backend.renew_broker(self.node_id, self.broker_epoch, self.session_timeout_ms):
+        if await self.metadata.call(self.backend.renew_broker, self.node_id, self.broker_epoch,
+                                    self.session_timeout_ms):
             return True
         self.fenced_count += 1
         log.warning("broker %d: liveness lease lapsed (epoch %d was fenced); rejoining",
@@ -85,14 +86,14 @@ class Membership:
                         "them nothing", self.node_id, sorted(others - renewed))
         return renewed | {self.node_id}
 
-    def leave_roles(self, handover: Handover | None = None,
-                    live: set[int] | None = None) -> None:
+    async def leave_roles(self, handover: Handover | None = None,
+                          live: set[int] | None = None) -> None:
         """Hand leadership and ISR places to other in-sync replicas where there are any:
         among ``live`` (by default the brokers with live leases), and with ``handover`` (a
         controlled shutdown) only to those it names."""
         if live is None:
             live = set(self.backend.live_brokers())
-        self.metadata.update(lambda image: step_down(image, self.node_id, live, handover))
+        await self.metadata.update(lambda image: step_down(image, self.node_id, live, handover))
 
-    def leave(self) -> None:
-        self.backend.unregister_broker(self.node_id, self.broker_epoch)
+    async def leave(self) -> None:
+        await self.metadata.call(self.backend.unregister_broker, self.node_id, self.broker_epoch)

@@ -54,35 +54,31 @@ class Controller:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         if self.active:
-            self.backend.resign_controller(self.node_id)
+            await self.metadata.call(self.backend.resign_controller, self.node_id)
             self.epoch = None
 
     async def _run(self) -> None:
         while True:
             try:
-                self.round()
+                await self.round()
             except Exception:
                 log.exception("controller round failed")
             await asyncio.sleep(ROUND_SECONDS)
 
-    def round(self, now: float | None = None) -> None:
+    async def round(self, now: float | None = None) -> None:
         """One pass: hold the lease, then bring the image in line with the live brokers."""
         now = time.monotonic() if now is None else now
         renew_every = self.config["broker.heartbeat.interval.ms"] / 1000
         if self.epoch is None:
             lease = self.backend.controller()  # a read: most rounds end here on most brokers
             held_elsewhere = lease is not None and lease.holder != self.node_id
-            epoch = None if held_elsewhere else self.backend.acquire_controller(
-                self.node_id, self._broker_epoch(), self.config["broker.session.timeout.ms"]
-            )
+            epoch = None if held_elsewhere else await self._acquire()
             self._renewed = now
         elif now - self._renewed >= renew_every:
             # A write, so only as often as a heartbeat: the lease lasts a session timeout.
             # Monotonic time runs on while the process is paused, so a broker resumed after
             # its lease lapsed renews first, and finds another controller, before acting.
-            epoch = self.backend.acquire_controller(
-                self.node_id, self._broker_epoch(), self.config["broker.session.timeout.ms"]
-            )
+            epoch = await self._acquire()
             self._renewed = now
         else:
             epoch = self.epoch
@@ -96,19 +92,24 @@ class Controller:
         if epoch is None:
             return
         live = set(self.backend.live_brokers())
-        self._write(lambda image: self._fence_and_elect(image, live))
-        self._write(lambda image: map_partitions(
+        await self._write(lambda image: self._fence_and_elect(image, live))
+        await self._write(lambda image: map_partitions(
             image, lambda _, state: step_reassignment(state, live)))
         if self.config["auto.leader.rebalance.enable"] and now >= self._next_rebalance:
             self._next_rebalance = now + self._rebalance_interval()
-            self._write(lambda image: self.rebalance(image, live))
+            await self._write(lambda image: self.rebalance(image, live))
+
+    async def _acquire(self) -> int | None:
+        return await self.metadata.call(
+            self.backend.acquire_controller, self.node_id, self._broker_epoch(),
+            self.config["broker.session.timeout.ms"])
 
     def _rebalance_interval(self) -> float:
         return float(self.config["leader.imbalance.check.interval.seconds"])
 
-    def _write(self, change: Callable[[ClusterImage], ClusterImage | None]) -> None:
+    async def _write(self, change: Callable[[ClusterImage], ClusterImage | None]) -> None:
         try:
-            self.metadata.update(change)
+            await self.metadata.update(change)
         except ConcurrentUpdate as e:
             log.warning("controller: %s", e)
 

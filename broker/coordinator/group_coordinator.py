@@ -180,14 +180,15 @@ class GroupCoordinator:
                     if fut is not None and not fut.done():
                         fut.cancel()
 
-    def ensure_offsets_topic(self) -> None:
-        """Create ``__consumer_offsets`` on first use, compacted, as Kafka does."""
+    async def ensure_offsets_topic(self) -> None:
+        """Create ``__consumer_offsets`` on first use (FindCoordinator, JoinGroup), compacted,
+        as Kafka does."""
         if ot.TOPIC in self.replicas.metadata.topics:
             return
         live = max(1, len(self.replicas.metadata.brokers))
         replication_factor = min(self.config["offsets.topic.replication.factor"], live)
         with contextlib.suppress(TopicExists):  # another broker created it first
-            self.replicas.create_topic(ot.TOPIC, self.partitions, {
+            await self.replicas.create_topic(ot.TOPIC, self.partitions, {
                 "cleanup.policy": "compact",
                 "segment.bytes": str(self.config["offsets.topic.segment.bytes"]),
             }, replication_factor)
@@ -198,7 +199,6 @@ class GroupCoordinator:
         """Append records for ``group_id`` to its offsets partition; NONE once stored."""
         if not entries:
             return ErrorCode.none
-        self.ensure_offsets_topic()
         partition = self.replicas.get(ot.TOPIC, ot.partition_for(group_id, self.partitions))
         now = int(time.time() * 1000)
         batch = encode_batch(
@@ -263,7 +263,7 @@ class GroupCoordinator:
         high = self.config["group.max.session.timeout.ms"]
         if not low <= session_timeout_ms <= high:
             return JoinResult(ErrorCode.invalid_session_timeout, member_id=member_id)
-        self.ensure_offsets_topic()
+        await self.ensure_offsets_topic()
         group = self.groups.get(group_id)
         if group is None:
             if member_id:

@@ -18,6 +18,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.cluster.backend import ClusterImageTooLarge
 from broker.config import (
     TOPIC_KEYS,
     BrokerConfig,
@@ -276,7 +277,8 @@ def _creation_error(name: str, error: ApiError) -> dict[str, Any]:
     }
 
 
-def _create_topic(services: BrokerServices, topic: Any, validate_only: bool) -> dict[str, Any]:
+async def _create_topic(services: BrokerServices, topic: Any, validate_only: bool
+                        ) -> dict[str, Any]:
     try:
         new = validate_new_topic(services, topic)
     except ApiError as e:
@@ -284,7 +286,7 @@ def _create_topic(services: BrokerServices, topic: Any, validate_only: bool) -> 
     topic_id = None  # Kafka makes up an id that never exists for validate_only; zero is honest
     if not validate_only:
         try:
-            created = services.replicas.create_topic(
+            created = await services.replicas.create_topic(
                 new.name, new.partitions, new.configs, new.replication_factor, new.assignments
             )
         except TopicExists:
@@ -293,6 +295,8 @@ def _create_topic(services: BrokerServices, topic: Any, validate_only: bool) -> 
         except PlacementError as e:
             return _creation_error(topic.name, ApiError(
                 ErrorCode.invalid_replication_factor, str(e)))
+        except ClusterImageTooLarge as e:
+            return _creation_error(topic.name, ApiError(ErrorCode.policy_violation, str(e)))
         topic_id = created.uuid
     return {
         "name": new.name,
@@ -325,7 +329,7 @@ async def create_topics(ctx: RequestContext, request: Any) -> Any:
         results = [
             _creation_error(topic.name, duplicate)
             if counts[topic.name] > 1
-            else _create_topic(services, topic, request.validate_only)
+            else await _create_topic(services, topic, request.validate_only)
             for topic in topics
         ]
     return build_response(request, {"throttle_time": NO_THROTTLE, "topics": results})
@@ -416,7 +420,7 @@ async def delete_topics(ctx: RequestContext, request: Any) -> Any:
         return build_response(request, {"throttle_time": NO_THROTTLE, "responses": results})
     results, targets = _resolve_deletions(services.store, refs)
     for topic_id, name in targets.items():
-        services.replicas.delete_topic(name)
+        await services.replicas.delete_topic(name)
         services.groups.delete_topic_offsets(name)
         services.metrics.forget_topic(name)
         results.append(_deletion(name, topic_id, ErrorCode.none, None))
@@ -465,7 +469,8 @@ def _partitions_result(name: str, code: ErrorCode, message: str | None) -> dict[
     return {"name": name, "error_code": code, "error_message": message}
 
 
-def _add_partitions(services: BrokerServices, topic: Any, validate_only: bool) -> dict[str, Any]:
+async def _add_partitions(services: BrokerServices, topic: Any, validate_only: bool
+                         ) -> dict[str, Any]:
     try:
         check_new_partitions(services, topic)
     except ApiError as e:
@@ -475,9 +480,11 @@ def _add_partitions(services: BrokerServices, topic: Any, validate_only: bool) -
         if topic.assignments is not None:
             layout = [tuple(a.broker_ids) for a in topic.assignments]
         try:
-            services.replicas.create_partitions(topic.name, topic.count, layout)
+            await services.replicas.create_partitions(topic.name, topic.count, layout)
         except PlacementError as e:
             return _partitions_result(topic.name, ErrorCode.invalid_replication_factor, str(e))
+        except ClusterImageTooLarge as e:
+            return _partitions_result(topic.name, ErrorCode.policy_violation, str(e))
         except InvalidPartitions as e:
             return _partitions_result(topic.name, ErrorCode.invalid_partitions, str(e))
     return _partitions_result(topic.name, ErrorCode.none, None)
@@ -503,7 +510,7 @@ async def create_partitions(ctx: RequestContext, request: Any) -> Any:
             results.append(_partitions_result(topic.name, ErrorCode.policy_violation,
                                               TOO_MANY_PARTITIONS_MESSAGE))
         else:
-            results.append(_add_partitions(services, topic, request.validate_only))
+            results.append(await _add_partitions(services, topic, request.validate_only))
     return build_response(request, {"throttle_time": NO_THROTTLE, "results": results})
 
 

@@ -226,8 +226,8 @@ def _changes(request: Any, incremental: bool) -> list[ConfigChange]:
     ]
 
 
-def _alter(services: BrokerServices, changes: list[ConfigChange],
-           validate_only: bool) -> list[ConfigChangeError | None]:
+async def _alter(services: BrokerServices, changes: list[ConfigChange],
+                 validate_only: bool) -> list[ConfigChangeError | None]:
     """Decide every resource on the newest image and store the accepted ones at once."""
     counts = Counter((c.resource_type, c.resource_name) for c in changes)
     errors: list[ConfigChangeError | None] = []
@@ -251,7 +251,7 @@ def _alter(services: BrokerServices, changes: list[ConfigChange],
         return image if accepted and not validate_only else None
 
     try:
-        services.store.update(alter)
+        await services.store.update(alter)
     except ConcurrentUpdate as e:
         failed = ConfigChangeError(ErrorCode.unknown_server_error, str(e))
         return [error or failed for error in errors]
@@ -275,7 +275,7 @@ def _responses(changes: list[ConfigChange],
 async def alter_configs(ctx: RequestContext, request: Any) -> Any:
     """Legacy AlterConfigs: each resource's dynamic configs replaced by those given."""
     changes = _changes(request, incremental=False)
-    errors = _alter(ctx.services, changes, request.validate_only)
+    errors = await _alter(ctx.services, changes, request.validate_only)
     return build_response(request, {"throttle_time": NO_THROTTLE,
                                     "responses": _responses(changes, errors)})
 
@@ -284,6 +284,6 @@ async def alter_configs(ctx: RequestContext, request: Any) -> Any:
 async def incremental_alter_configs(ctx: RequestContext, request: Any) -> Any:
     """IncrementalAlterConfigs: SET, DELETE, APPEND, SUBTRACT per key (KIP-339)."""
     changes = _changes(request, incremental=True)
-    errors = _alter(ctx.services, changes, request.validate_only)
+    errors = await _alter(ctx.services, changes, request.validate_only)
     return build_response(request, {"throttle_time": NO_THROTTLE,
                                     "responses": _responses(changes, errors)})

@@ -51,7 +51,7 @@ async def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
     if keys is None:
         keys = (request.key,)
 
-    def answer(key: str) -> dict[str, Any]:
+    async def answer(key: str) -> dict[str, Any]:
         if key_type != KEY_TYPE_GROUP:
             return {"key": key, "error_code": ErrorCode.invalid_request, "node_id": -1,
                     "host": "", "port": -1,
@@ -60,7 +60,7 @@ async def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
             return {"key": key, "error_code": ErrorCode.invalid_group_id, "node_id": -1,
                     "host": "", "port": -1, "error_message": "the group id is empty"}
         coordinator = _coordinator(ctx)
-        coordinator.ensure_offsets_topic()
+        await coordinator.ensure_offsets_topic()
         services = ctx.services
         state = services.store.partition(ot.TOPIC, ot.partition_for(key, coordinator.partitions))
         node = state.leader if state is not None else -1
@@ -76,7 +76,7 @@ async def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
         return {"key": key, "error_code": ErrorCode.none, "node_id": node,
                 "host": host, "port": port, "error_message": None}
 
-    answers = [answer(k) for k in keys]
+    answers = [await answer(k) for k in keys]
     if ctx.version >= 4:
         return build_response(request, {"throttle_time": NO_TIMEOUT, "coordinators": answers})
     return build_response(request, {"throttle_time": NO_TIMEOUT, **answers[0]})

@@ -85,7 +85,7 @@ async def elect_leaders(ctx: RequestContext, request: Any) -> Any:
         return out if out is not image else None
 
     try:
-        store.update(change)
+        await store.update(change)
     except ConcurrentUpdate as e:
         return build_response(request, {"throttle_time": NO_THROTTLE,
                                         "error_code": ErrorCode.request_timed_out,
@@ -139,7 +139,7 @@ async def alter_partition_reassignments(ctx: RequestContext, request: Any) -> An
         return out if out is not image else None
 
     try:
-        store.update(change)
+        await store.update(change)
     except ConcurrentUpdate as e:
         return build_response(request, {"throttle_time": NO_THROTTLE,
                                         "error_code": ErrorCode.request_timed_out,

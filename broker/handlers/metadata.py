@@ -45,7 +45,7 @@ def _requested(ctx: RequestContext, request: Any) -> list[tuple[str | None, Any]
     return wanted
 
 
-def auto_create(services: BrokerServices, name: str) -> bool:
+async def auto_create(services: BrokerServices, name: str) -> bool:
     """Create ``name`` with the broker defaults, as a Metadata request may (Kafka's rule)."""
     cfg = services.config
     if not cfg["auto.create.topics.enable"] or topic_name_error(name):
@@ -60,7 +60,7 @@ def auto_create(services: BrokerServices, name: str) -> bool:
         return False
     log.info("auto-creating topic %s with %d partitions", name, cfg["num.partitions"])
     with contextlib.suppress(TopicExists):
-        services.replicas.create_topic(name, cfg["num.partitions"], {}, replication_factor)
+        await services.replicas.create_topic(name, cfg["num.partitions"], {}, replication_factor)
     return True
 
 
@@ -123,7 +123,7 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
                            "partitions": []})
             continue
         if name and name not in services.store.topics and allow_create:
-            auto_create(services, name)
+            await auto_create(services, name)
         described = describe_topic(services, name)
         if described["name"] is None and ctx.version < 12:
             described["name"] = ""  # neither name nor id: refused, in a non-nullable name

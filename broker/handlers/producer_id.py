@@ -27,7 +27,7 @@ async def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
     # Without a transactional id Kafka always hands out a fresh id with epoch 0, whatever
     # id and epoch the client names (TransactionCoordinator.handleInitProducerId): naming
     # another producer's id must not fence it.
-    return reply(ErrorCode.none, ctx.services.store.next_producer_id(), 0)
+    return reply(ErrorCode.none, await ctx.services.store.next_producer_id(), 0)
 
 
 @handles(61, 0, 0)

@@ -9,12 +9,15 @@ node.id) so a log dir is never mixed up between clusters or nodes.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import re
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any, TypeVar
 
 from broker.cluster.backend import BrokerRegistration, CoordinationBackend
 from broker.cluster.image import ClusterImage, PartitionState, TopicMetadata
@@ -26,6 +29,7 @@ MAX_TOPIC_NAME = 249
 MAX_CAS_ATTEMPTS = 50
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 __all__ = ["ClusterMetadata", "PartitionState", "TopicMetadata", "topic_name_error"]
 
@@ -67,6 +71,12 @@ class ClusterMetadata:
         self.listeners: list[Callable[[ClusterImage], None]] = []
         self._next_producer_id = 0
         self._producer_id_limit = 0
+        self._writer: ThreadPoolExecutor | None = None
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.shutdown(wait=False, cancel_futures=True)
+        self.backend.close()
 
     def _check_meta_properties(self) -> None:
         for d in self.log_dirs:
@@ -132,11 +142,22 @@ class ClusterMetadata:
 
     # -- writing ---------------------------------------------------------------------------
 
-    def update(self, change: Callable[[ClusterImage], ClusterImage | None]) -> ClusterImage:
+    async def call(self, write: Callable[..., T], *args: Any) -> T:
+        """Make a backend write: inline where it is local and short (SQLite), else on this
+        broker's one coordination thread, so the event loop goes on serving produce and
+        fetch while the API server is slow or down. One thread keeps our writes in order."""
+        if not self.backend.remote:
+            return write(*args)
+        if self._writer is None:
+            self._writer = ThreadPoolExecutor(1, thread_name_prefix="coordination")
+        return await asyncio.get_running_loop().run_in_executor(self._writer, write, *args)
+
+    async def update(self, change: Callable[[ClusterImage], ClusterImage | None]
+                     ) -> ClusterImage:
         """Apply ``change`` to the newest image with compare-and-set, retrying on conflict.
 
         ``change`` may raise to refuse (the caller's error), or return None for "nothing to
-        do"; it is called again on the fresh image after every lost race.
+        do"; it is called again on the fresh image after every lost race, on the event loop.
         """
         for _ in range(MAX_CAS_ATTEMPTS):
             current = self.backend.read_image()
@@ -144,16 +165,18 @@ class ClusterMetadata:
             if changed is None:
                 self._set_image(current)
                 return current
-            if self.backend.write_image(changed):
+            if await self.call(self.backend.write_image, changed):
                 self._set_image(self.backend.read_image())
                 return self.image
         raise ConcurrentUpdate(f"cluster metadata kept changing for {MAX_CAS_ATTEMPTS} attempts")
 
-    def next_producer_id(self) -> int:
+    async def next_producer_id(self) -> int:
         """Unique cluster-wide: each broker reserves blocks, as brokers do from the controller."""
         if self._next_producer_id >= self._producer_id_limit:
-            self._next_producer_id = self.backend.allocate_producer_ids(PRODUCER_ID_BLOCK)
-            self._producer_id_limit = self._next_producer_id + PRODUCER_ID_BLOCK
+            first = await self.call(self.backend.allocate_producer_ids, PRODUCER_ID_BLOCK)
+            if self._next_producer_id >= self._producer_id_limit:  # no one else refilled
+                self._next_producer_id = first
+                self._producer_id_limit = first + PRODUCER_ID_BLOCK
         pid = self._next_producer_id
         self._next_producer_id += 1
         return pid

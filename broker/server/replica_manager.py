@@ -71,6 +71,9 @@ class ReplicaManager:
         self._topic_ids: dict[TopicPartition, str] = {}
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self._fetchers_stopped = False
+        # ISR expansions in flight, by (topic, partition, follower): one at a time each.
+        self._expanding: set[tuple[str, int, int]] = set()
+        self.pending_isr_changes: set[asyncio.Task[bool]] = set()
         self._tasks: list[asyncio.Task[None]] = []
         self.cleaner = LogCleaner()
         # By topic id (ids are never reused): the topic configs and dynamic-config generation
@@ -141,7 +144,7 @@ class ReplicaManager:
 
     async def shutdown(self) -> None:
         self.cleaner.stop()
-        for task in self._tasks:
+        for task in [*self._tasks, *self.pending_isr_changes]:
             task.cancel()
         await self.stop_all_fetchers()
         for partition in self.partitions.values():
@@ -324,7 +327,7 @@ class ReplicaManager:
 
     # -- topic changes through the cluster metadata ----------------------------------------
 
-    def create_topic(
+    async def create_topic(
         self,
         name: str,
         partitions: int,
@@ -348,9 +351,9 @@ class ReplicaManager:
             states = tuple(PartitionState(tuple(r), tuple(r), r[0]) for r in assignments)
             return image.with_topic(TopicMetadata(name, topic_id, dict(configs), states))
 
-        return self.metadata.update(add).topics[name]
+        return (await self.metadata.update(add)).topics[name]
 
-    def create_partitions(self, name: str, total: int,
+    async def create_partitions(self, name: str, total: int,
                           assignments: list[tuple[int, ...]] | None = None) -> None:
         meta = self.metadata.topics[name]
         if assignments is None:
@@ -368,15 +371,15 @@ class ReplicaManager:
                 dataclasses.replace(topic, assignments=topic.assignments + added)
             )
 
-        self.metadata.update(grow)
+        await self.metadata.update(grow)
 
-    def delete_topic(self, name: str) -> None:
+    async def delete_topic(self, name: str) -> None:
         """Forget the topic now; its files go after file.delete.delay.ms, as in Kafka."""
 
         def remove(image: ClusterImage) -> ClusterImage | None:
             return image.without_topic(name) if name in image.topics else None
 
-        self.metadata.update(remove)
+        await self.metadata.update(remove)
 
     def get(self, topic: str, partition: int) -> Partition | None:
         return self.partitions.get(TopicPartition(topic, partition))
@@ -454,11 +457,28 @@ class ReplicaManager:
 
     def record_follower_fetch(self, partition: Partition, replica_id: int, offset: int,
                               log_start_offset: int = -1) -> None:
-        if partition.record_follower_fetch(replica_id, offset, log_start_offset):
-            self._change_isr(partition, add=replica_id)
+        """Note a follower's fetch; one that caught up joins the ISR in the background, as
+        Kafka's leader sends AlterPartition without holding the fetch up: the answer to this
+        fetch never waits on the coordination backend."""
+        if not partition.record_follower_fetch(replica_id, offset, log_start_offset):
+            return
+        key = (partition.topic, partition.index, replica_id)
+        if key in self._expanding:
+            return
+        self._expanding.add(key)
+        task = asyncio.get_running_loop().create_task(self._change_isr(partition, add=replica_id))
+        self.pending_isr_changes.add(task)
 
-    def _change_isr(self, partition: Partition, add: int | None = None,
-                    remove: Iterable[int] = ()) -> bool:
+        def done(finished: asyncio.Task[bool]) -> None:
+            self._expanding.discard(key)
+            self.pending_isr_changes.discard(finished)
+            if not finished.cancelled() and finished.exception() is not None:
+                log.error("%s: ISR expansion failed", partition, exc_info=finished.exception())
+
+        task.add_done_callback(done)
+
+    async def _change_isr(self, partition: Partition, add: int | None = None,
+                          remove: Iterable[int] = ()) -> bool:
         """Compare-and-set the ISR as leader of this epoch (Kafka's AlterPartition). Only a
         registered broker joins (KIP-841's eligibility): one whose lease has lapsed, or that
         left in a controlled shutdown, may still be fetching for a moment, and adding it back
@@ -488,7 +508,7 @@ class ReplicaManager:
             return False
         before = list(partition.isr)
         try:
-            image = self.metadata.update(change)
+            image = await self.metadata.update(change)
         except ConcurrentUpdate as e:
             log.warning("%s: ISR change lost: %s", partition, e)
             return False
@@ -503,20 +523,20 @@ class ReplicaManager:
             log.info("%s: ISR shrank from %s to %s", partition, before, list(state.isr))
         return True
 
-    def check_isr(self) -> None:
+    async def check_isr(self) -> None:
         lag = self.config["replica.lag.time.max.ms"]
         for partition in list(self.partitions.values()):
             if partition.is_leader:
                 stale = partition.out_of_sync_followers(lag)
                 if stale:
-                    self._change_isr(partition, remove=stale)
+                    await self._change_isr(partition, remove=stale)
 
     async def _isr_loop(self) -> None:
         interval = self.config["replica.lag.time.max.ms"] / 2000
         while True:
             await asyncio.sleep(interval)
             try:
-                self.check_isr()
+                await self.check_isr()
             except Exception:
                 log.exception("ISR check failed")
 
