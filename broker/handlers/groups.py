@@ -185,6 +185,9 @@ async def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
             else:
                 epoch = getattr(p, "committed_leader_epoch", -1)
                 offsets[tp] = OffsetValue(p.committed_offset, epoch, metadata, now)
+    if offsets:
+        # Old clients commit for the empty group id without asking for a coordinator.
+        await _coordinator(ctx).ensure_offsets_topic()
     if offsets and _not_ours(ctx, request.group_id):
         errors.update({tp: ErrorCode.not_coordinator for tp in offsets})
     elif offsets:
