@@ -55,7 +55,8 @@ import (
 	_ "k8s.io/kubernetes/cmd/kubelet"
 )
 EOF
-  (cd "$MODULE" && go mod tidy)
+  # Quiet unless it fails: tidy names every module it downloads.
+  (cd "$MODULE" && go mod tidy >"$ROOT/tidy.log" 2>&1) || { cat "$ROOT/tidy.log" >&2; exit 1; }
 fi
 
 released=$(go mod download -json "k8s.io/kubernetes@$K8S_VERSION" \

@@ -151,9 +151,14 @@ class _WatchCache:
             self._objects[name] = obj
         self._on_change()
 
-    def forget(self, name: str) -> None:
+    def forget(self, name: str, deleted: Any = None) -> None:
+        """Drop an object: one we found gone, or one a DELETED event names, unless what we
+        hold is newer (recreated by a write of ours after that deletion)."""
         with self._lock:
-            self._objects.pop(name, None)
+            known = self._objects.get(name)
+            if known is None or (deleted is not None and _revision(known) > _revision(deleted)):
+                return
+            del self._objects[name]
         self._on_change()
 
     def wait_synced(self, timeout: float) -> bool:
@@ -195,7 +200,7 @@ class _WatchCache:
                     raise RuntimeError(f"watch error: {getattr(obj, 'message', obj)}")
                 resource_version = obj.metadata.resource_version
                 if kind == "DELETED":
-                    self.forget(obj.metadata.name)
+                    self.forget(obj.metadata.name, obj)
                 elif kind in ("ADDED", "MODIFIED"):
                     self.put(obj)
             # The server closed the watch after its timeout: go on from where it was.
