@@ -15,6 +15,7 @@ import random
 import shutil
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -40,6 +41,7 @@ CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
 REPLICATION_CHECKPOINT = "replication-offset-checkpoint"
 LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
 PARTITION_METADATA = "partition.metadata"
+OPEN_PER_SLICE = 100
 DELETE_SUFFIX = "-delete"
 HANDOVER_POLL_S = 0.05
 
@@ -71,6 +73,8 @@ class ReplicaManager:
         self._topic_ids: dict[TopicPartition, str] = {}
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self._fetchers_stopped = False
+        self._per_log_dir: Counter[Path] = Counter()
+        self._more_pending = False  # a pass opening the partitions past OPEN_PER_SLICE
         # ISR expansions in flight, by (topic, partition, follower): one at a time each.
         self._expanding: set[tuple[str, int, int]] = set()
         self.pending_isr_changes: set[asyncio.Task[bool]] = set()
@@ -193,10 +197,10 @@ class ReplicaManager:
         return config
 
     def _pick_log_dir(self) -> Path:
-        counts = {d: 0 for d in self.log_dirs}
-        for partition in self.partitions.values():
-            counts[partition.log.dir.parent] = counts.get(partition.log.dir.parent, 0) + 1
-        return min(self.log_dirs, key=lambda d: counts[d])
+        """The log dir holding the fewest partitions, as Kafka places new ones. Counted as
+        partitions come and go: counting on every pick made creating N partitions cost N²
+        (2,048 at once blocked the event loop for 20 s, past the broker's own lease)."""
+        return min(self.log_dirs, key=lambda d: self._per_log_dir[d])
 
     def _open_partition(self, topic: TopicMetadata, index: int) -> Partition:
         tp = TopicPartition(topic.name, index)
@@ -219,6 +223,7 @@ class ReplicaManager:
         hw = self._high_watermarks.get(tp, 0)
         partition = Partition(topic.name, index, partition_log, self.node_id, hw)
         self.partitions[tp] = partition
+        self._per_log_dir[directory.parent] += 1
         self._topic_ids[tp] = topic.topic_id
         return partition
 
@@ -231,9 +236,16 @@ class ReplicaManager:
     # -- following the cluster image ---------------------------------------------------
 
     def apply_image(self, image: ClusterImage) -> None:
-        """Take the roles the image gives this broker: Kafka's applyDelta on a MetadataImage."""
+        """Take the roles the image gives this broker: Kafka's applyDelta on a MetadataImage.
+
+        Opening a partition creates or recovers its files (about a millisecond when new), so
+        at most OPEN_PER_SLICE are opened per pass and the rest in the next pass, after the
+        event loop has served what waits: a CreateTopics of 10,000 partitions, or a restart
+        with as many, never stalls produce and fetch (or the lease's heartbeat) for seconds.
+        A partition not yet open answers NOT_LEADER_OR_FOLLOWER, which clients retry."""
         self._apply_configs(image)
         wanted: set[TopicPartition] = set()
+        opened = replaced = 0
         for topic in image.topics.values():
             for index, state in enumerate(topic.assignments):
                 if self.node_id not in state.replicas:
@@ -243,14 +255,30 @@ class ReplicaManager:
                 partition = self.partitions.get(tp)
                 if partition is not None and self._topic_ids.get(tp) != topic.topic_id:
                     self._drop(tp, topic_deleted=True)
+                    replaced += 1
                     partition = None
                 if partition is None:
+                    if opened >= OPEN_PER_SLICE:
+                        continue
                     partition = self._open_partition(topic, index)
+                    opened += 1
                 self._take_role(tp, partition, state)
-        for tp in [tp for tp in self.partitions if tp not in wanted]:
+        dropped = [tp for tp in self.partitions if tp not in wanted]
+        for tp in dropped:
             topic = image.topics.get(tp.topic)
             deleted = topic is None or topic.topic_id != self._topic_ids.get(tp)
             self._drop(tp, topic_deleted=deleted)
+        if dropped or replaced:
+            # Once per image, not per replica: per replica made deleting N cost N².
+            self.write_checkpoints()
+            self.write_cleaner_checkpoints()
+        if opened >= OPEN_PER_SLICE and not self._more_pending:
+            self._more_pending = True
+            self._schedule(0, self._open_more)
+
+    def _open_more(self) -> None:
+        self._more_pending = False
+        self.apply_image(self.metadata.image)
 
     def _apply_configs(self, image: ClusterImage) -> None:
         """Configs changed at run time take effect now: each log gets its topic's settings as
@@ -312,6 +340,7 @@ class ReplicaManager:
     def _drop(self, tp: TopicPartition, topic_deleted: bool) -> None:
         """Stop hosting a replica: the topic is gone, or a reassignment moved it away."""
         partition = self.partitions.pop(tp)
+        self._per_log_dir[partition.log.dir.parent] -= 1
         self._topic_ids.pop(tp, None)
         self._stop_fetching(tp)
         self.cleaner.forget(tp)
@@ -322,8 +351,6 @@ class ReplicaManager:
         log.info("%s: removing the local replica (%s)", partition,
                  "topic deleted" if topic_deleted else "reassigned away")
         _schedule_removal(partition.log.dir, partition.log, delay, self._schedule)
-        self.write_checkpoints()
-        self.write_cleaner_checkpoints()
 
     # -- topic changes through the cluster metadata ----------------------------------------
 

@@ -1,0 +1,54 @@
+"""The replica manager following the cluster image, with a real log dir: large changes are
+taken in slices so that the event loop keeps serving between them."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from broker.config import BrokerConfig
+from broker.server.replica_manager import (
+    OPEN_PER_SLICE,
+    REPLICATION_CHECKPOINT,
+    read_offset_checkpoint,
+)
+from tests.conftest import open_replicas
+
+PARTITIONS = 5 * OPEN_PER_SLICE
+
+
+def test_a_large_topic_is_opened_in_slices_and_deleted_in_one_pass(tmp_path: Path) -> None:
+    config = BrokerConfig.from_dict({"log.dirs": str(tmp_path / "logs"), "node.id": "0"})
+    _, replicas = open_replicas(config)
+
+    async def scenario() -> int:
+        loop = asyncio.get_running_loop()
+        turns = 0
+
+        async def other_work() -> None:  # stands for produce and fetch on other partitions
+            nonlocal turns
+            while True:
+                turns += 1
+                await asyncio.sleep(0)
+
+        worker = asyncio.create_task(other_work())
+        await asyncio.sleep(0)
+        await replicas.create_topic("big", PARTITIONS, {}, 1, [(0,)] * PARTITIONS)
+        assert len(replicas.partitions) == OPEN_PER_SLICE  # the rest after the loop's turn
+        deadline = loop.time() + 60
+        while len(replicas.partitions) < PARTITIONS:
+            assert loop.time() < deadline, f"only {len(replicas.partitions)} opened"
+            await asyncio.sleep(0)
+        assert all(p.is_leader for p in replicas.partitions.values())
+        opened_after = turns
+        await replicas.delete_topic("big")
+        worker.cancel()
+        return opened_after
+
+    turns = asyncio.run(scenario())
+    # Other work ran between every two slices.
+    assert turns >= PARTITIONS // OPEN_PER_SLICE - 1
+    assert replicas.partitions == {}
+    checkpoint = Path(config.log_dirs[0]) / REPLICATION_CHECKPOINT
+    assert read_offset_checkpoint(checkpoint) == {}
+    asyncio.run(replicas.shutdown())
