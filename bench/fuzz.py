@@ -253,6 +253,8 @@ class FuzzStats:
     # answer, which must never happen (key, version).
     closed_intact: Counter[tuple[int, int]] = dataclasses.field(default_factory=Counter)
     slow_by_api: Counter[int] = dataclasses.field(default_factory=Counter)
+    # The first frames that went unanswered (key, version, frame as hex), to replay one.
+    hang_samples: list[tuple[int, int, str]] = dataclasses.field(default_factory=list)
 
     def summary(self) -> str:
         return (f"{self.frames} frames over {len(self.by_api)} APIs: {self.answered} answered, "
@@ -330,6 +332,8 @@ class Fuzzer:
         elif outcome == "slow":
             self.stats.slow += 1
             self.stats.slow_by_api[key] += 1
+            if key not in WAITING_APIS and len(self.stats.hang_samples) < 20:
+                self.stats.hang_samples.append((key, version, data.hex()))
             self._drop()
         else:
             self.stats.answered += 1
@@ -378,7 +382,8 @@ def run(bootstrap: str, *, frames: int, seconds: float, seed: int, check_every: 
                 progress(stats)
     fuzzer._drop()
     hangs = {api: n for api, n in stats.slow_by_api.items() if api not in WAITING_APIS}
-    assert not hangs, f"no answer within {SLOW_AFTER}s to requests of APIs {hangs}"
+    assert not hangs, (f"no answer within {SLOW_AFTER}s to requests of APIs {hangs}; first "
+                       f"frames (api, version, bytes): {stats.hang_samples[:5]}")
     assert not stats.closed_intact, (
         f"connections closed after well-formed requests (api, version): "
         f"{dict(stats.closed_intact)}")
@@ -393,6 +398,24 @@ def broker_failures(log_file: Path) -> list[str]:
         return []
     return [line for line in text.splitlines()
             if "handler failed" in line or " ERROR " in line or " CRITICAL " in line]
+
+
+def broker_stalls(log_file: Path) -> list[str]:
+    """The watchdog's reports of a held event loop, each with the stack that held it."""
+    try:
+        text = log_file.read_text(errors="replace")
+    except FileNotFoundError:
+        return []
+    reports, current = [], None
+    for line in text.splitlines():
+        if " WARNING broker.watchdog: " in line:
+            current = [line]
+            reports.append(current)
+        elif current is not None and line.startswith("  "):
+            current.append(line)
+        else:
+            current = None
+    return ["\n".join(report) for report in reports]
 
 
 def rss_of(pid: int) -> int:
@@ -442,10 +465,16 @@ def main(argv: list[str]) -> int:
         health()
         start_rss = rss_of(broker.pid)
         log_file = broker.log_dir / "broker.log"
-        stats = run(broker.bootstrap, frames=args.frames, seconds=args.minutes * 60,
-                    seed=seed, check_every=args.check_every, health=health,
-                    rss=lambda: rss_of(broker.pid),
-                    failures=lambda: broker_failures(log_file), progress=progress)
+        try:
+            stats = run(broker.bootstrap, frames=args.frames, seconds=args.minutes * 60,
+                        seed=seed, check_every=args.check_every, health=health,
+                        rss=lambda: rss_of(broker.pid),
+                        failures=lambda: broker_failures(log_file), progress=progress)
+        finally:
+            stalls = broker_stalls(log_file)
+            print(f"event-loop stalls the broker logged: {len(stalls)}")
+            for report in stalls[:10]:
+                print(report)
         consumer.close()
     elapsed = time.monotonic() - started
     print(f"\n{stats.summary()}")

@@ -26,6 +26,7 @@ from broker.server.dynamic_config import follow_dynamic_configs
 from broker.server.fetch_session import FetchSessionCache
 from broker.server.metadata import ClusterMetadata
 from broker.server.replica_manager import ReplicaManager
+from broker.watchdog import EventLoopWatchdog
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +77,8 @@ class BrokerApp:
         self.metrics.watch_replication(self._sample_replication)
         self.servers: list[KafkaServer] = []
         self.metrics_port: int | None = None
+        self.watchdog = EventLoopWatchdog(
+            config["kafkube.event.loop.stall.warn.ms"] / 1000, self.metrics.registry)
         self._stopped = asyncio.Event()
 
     def _sample_logs(self) -> Iterator[PartitionSample]:
@@ -107,6 +110,7 @@ class BrokerApp:
         )
 
     async def start(self) -> None:
+        self.watchdog.start()
         self.replicas.load()
         _, adv_host, adv_port = parse_listener(self.config.advertised_listeners[0])
         fetch_sessions = FetchSessionCache(
@@ -168,6 +172,7 @@ class BrokerApp:
         if self.backend.notifies_changes:
             self.backend.add_listener(lambda: loop.call_soon_threadsafe(changed.set))
             pause = heartbeat
+        failing = False
         while True:
             changed.clear()
             try:
@@ -175,8 +180,16 @@ class BrokerApp:
                     next_heartbeat = loop.time() + heartbeat
                     await self.membership.heartbeat()
                 self.store.refresh()  # the replica manager follows every new image
-            except Exception:
-                log.exception("following the cluster metadata failed")
+                if failing:
+                    log.info("following the cluster metadata works again")
+                failing = False
+            except Exception as e:
+                # Once with the stack; an outage of the store would repeat it every heartbeat.
+                if not failing:
+                    log.exception("following the cluster metadata failed")
+                else:
+                    log.debug("following the cluster metadata failed again: %s", e)
+                failing = True
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(min(pause, max(0.0, next_heartbeat - loop.time()))):
                     await changed.wait()
@@ -209,6 +222,7 @@ class BrokerApp:
         if self.membership is not None:
             await self.membership.leave()
         self.store.close()
+        await self.watchdog.stop()
         if self.metrics_port is not None:
             self._httpd.shutdown()
         log.info("broker %d stopped cleanly", self.config.node_id)

@@ -152,6 +152,24 @@ def test_watches_resume_after_an_api_server_restart(control_plane: Any, open_bac
     assert reader.live_brokers()[7] == BrokerRegistration(7, "127.0.0.1", 9099, "zone-7", epoch)
 
 
+def test_changes_arrive_by_watch_events_not_by_listing_again(open_backend) -> None:
+    """Each write reaches the other broker's cache as a watch event, so at once: listing
+    again (after an error) would also converge, seconds later, and hide a broken watch."""
+    writer, reader = open_backend(), open_backend()
+    caches = (reader._leases, reader._config_maps)
+    for n in range(5):
+        image = writer.read_image()
+        started = time.monotonic()
+        assert writer.write_image(image.with_topic(topic(f"watched-{n}", 1)))
+        wait_until(lambda n=n: f"watched-{n}" in reader.read_image().topics, 10,
+                   "the reader to see the write")
+        assert time.monotonic() - started < 2, "the change came by a relist, not the watch"
+        writer.register_broker(reg(n), 60_000)
+        wait_until(lambda n=n: n in reader.live_brokers(), 10, "the reader to see the lease")
+    assert [c.lists for c in caches] == [1, 1], "a watch failed and the cache listed again"
+    assert reader._contact.outage is None
+
+
 def placed_at_random(name: str, partitions: int, rng: random.Random) -> TopicMetadata:
     """A topic as a cluster of 12 brokers holds it: 3 replicas each, a leader epoch that
     moved on, now and then a follower out of the ISR. Less regular than ``topic``, so it

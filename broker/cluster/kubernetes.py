@@ -31,11 +31,11 @@ import gzip
 import logging
 import math
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import urllib3
 from kubernetes import client as k8s
 from kubernetes import watch
 from kubernetes.client.rest import ApiException
@@ -47,6 +47,7 @@ from broker.cluster.backend import (
     CoordinationBackend,
     new_cluster_id,
 )
+from broker.cluster.contact import Contact, now_ms
 from broker.cluster.image import ClusterImage
 
 log = logging.getLogger(__name__)
@@ -69,8 +70,12 @@ WATCH_TIMEOUT_S = 60
 CONFLICT, NOT_FOUND, GONE = 409, 404, 410
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
+def _unreachable(error: BaseException) -> bool:
+    """No answer from the API server (refused, reset, timed out), or one saying it cannot
+    serve (5xx, e.g. etcd down); a conflict or a 404 is an answer."""
+    if isinstance(error, ApiException):
+        return not 0 < (error.status or 0) < 500
+    return isinstance(error, OSError | urllib3.exceptions.HTTPError)
 
 
 def _micro_time(ms: int) -> dt.datetime:
@@ -118,9 +123,11 @@ class _WatchCache:
     list, then watch from the list's resourceVersion, and list again when the watch ends in
     410 Gone or an error (an API server restart)."""
 
-    def __init__(self, kind: str, list_fn: Callable[..., Any], selector: str,
-                 on_change: Callable[[], None]) -> None:
+    def __init__(self, kind: str, item_type: type, list_fn: Callable[..., Any], selector: str,
+                 on_change: Callable[[], None], contact: Contact) -> None:
         self.kind = kind
+        self._item_type = item_type  # the watch cannot tell it from a lambda's signature
+        self._contact = contact
         self._list = list_fn
         self._selector = selector
         self._on_change = on_change
@@ -129,6 +136,7 @@ class _WatchCache:
         self._synced = threading.Event()
         self._stopped = threading.Event()
         self._watch: watch.Watch | None = None
+        self.lists = self.watches = self.bookmarks = 0  # for tests and debugging
         self._thread = threading.Thread(target=self._run, name=f"watch-{kind}", daemon=True)
         self._thread.start()
 
@@ -175,22 +183,27 @@ class _WatchCache:
             try:
                 listed = self._list(label_selector=self._selector,
                                     _request_timeout=REQUEST_TIMEOUT_S)
+                self._contact.reached()
+                self.lists += 1
                 with self._lock:
                     self._objects = {o.metadata.name: o for o in listed.items}
                 self._synced.set()
                 self._on_change()
-                self._follow(listed.metadata.resource_version)
                 backoff = 0.2
+                self._follow(listed.metadata.resource_version)
             except Exception as e:  # any failure: list again after a pause
                 if self._stopped.is_set():
                     return
+                if _unreachable(e):
+                    self._contact.lost(now_ms(), e)
                 log.info("watch of %s ended (%s); listing again in %.1fs", self.kind, e, backoff)
                 self._stopped.wait(backoff)
                 backoff = min(backoff * 2, 5.0)
 
     def _follow(self, resource_version: str) -> None:
         while not self._stopped.is_set():
-            self._watch = watch.Watch()
+            self._watch = watch.Watch(return_type=self._item_type)
+            self.watches += 1
             for event in self._watch.stream(
                     self._list, label_selector=self._selector, resource_version=resource_version,
                     timeout_seconds=WATCH_TIMEOUT_S, allow_watch_bookmarks=True,
@@ -198,6 +211,10 @@ class _WatchCache:
                 kind, obj = event["type"], event["object"]
                 if kind == "ERROR":
                     raise RuntimeError(f"watch error: {getattr(obj, 'message', obj)}")
+                if kind == "BOOKMARK":  # only a resourceVersion to go on from, as a dict
+                    resource_version = obj["metadata"]["resourceVersion"]
+                    self.bookmarks += 1
+                    continue
                 resource_version = obj.metadata.resource_version
                 if kind == "DELETED":
                     self.forget(obj.metadata.name, obj)
@@ -219,20 +236,30 @@ class KubernetesBackend(CoordinationBackend):
         self._leases_api = k8s.CoordinationV1Api(self._client)
         self._core = k8s.CoreV1Api(self._client)
         self._listeners: list[Callable[[], None]] = [on_change] if on_change else []
+        self._contact = Contact()
         selector = f"{CLUSTER_LABEL}={self.cluster}"
         self._ensure_cluster()
         self._leases = _WatchCache(
-            "leases", lambda **kw: self._leases_api.list_namespaced_lease(self.namespace, **kw),
-            selector, self._changed)
+            "leases", k8s.V1Lease,
+            lambda **kw: self._leases_api.list_namespaced_lease(self.namespace, **kw),
+            selector, self._changed, self._contact)
         self._config_maps = _WatchCache(
-            "configmaps",
+            "configmaps", k8s.V1ConfigMap,
             lambda **kw: self._core.list_namespaced_config_map(self.namespace, **kw),
-            f"{selector},{ROLE_LABEL}=metadata", self._changed)
+            f"{selector},{ROLE_LABEL}=metadata", self._changed, self._contact)
         for cache in (self._leases, self._config_maps):
             if not cache.wait_synced(sync_timeout):
                 raise TimeoutError(f"no list of {cache.kind} in namespace {self.namespace} "
                                    f"within {sync_timeout:.0f}s")
         self._decoded: tuple[int, ClusterImage] | None = None
+
+    def _call(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """One request to the API server, with a bounded timeout, noting contact."""
+        with self._contact.request(_unreachable):
+            return method(*args, _request_timeout=REQUEST_TIMEOUT_S, **kwargs)
+
+    def _lapsed(self, lease: Any) -> bool:
+        return self._contact.lapsed(self._expiry_ms(lease), self._duration_ms(lease))
 
     # -- names and bodies ---------------------------------------------------------------
 
@@ -273,7 +300,7 @@ class KubernetesBackend(CoordinationBackend):
     def _lease_body(self, name: str, role: str, holder: int, ttl_ms: int,
                     annotations: dict[str, str], acquired_ms: int | None = None,
                     transitions: int = 0, resource_version: str | None = None) -> k8s.V1Lease:
-        now = _now_ms()
+        now = now_ms()
         return k8s.V1Lease(
             metadata=self._meta(name, role, {**annotations, A_TTL_MS: str(ttl_ms)},
                                 resource_version),
@@ -284,10 +311,13 @@ class KubernetesBackend(CoordinationBackend):
                 renew_time=_micro_time(now), lease_transitions=transitions))
 
     @staticmethod
-    def _expiry_ms(lease: Any) -> int:
+    def _duration_ms(lease: Any) -> int:
         annotations = lease.metadata.annotations or {}
-        ttl = int(annotations.get(A_TTL_MS, (lease.spec.lease_duration_seconds or 0) * 1000))
-        return _ms(lease.spec.renew_time) + ttl
+        return int(annotations.get(A_TTL_MS, (lease.spec.lease_duration_seconds or 0) * 1000))
+
+    @classmethod
+    def _expiry_ms(cls, lease: Any) -> int:
+        return _ms(lease.spec.renew_time) + cls._duration_ms(lease)
 
     @staticmethod
     def _annotation(obj: Any, key: str, default: str = "-1") -> str:
@@ -306,8 +336,7 @@ class KubernetesBackend(CoordinationBackend):
                 data={"broker": "0", "controller": "0", "producer-id": "0"})),
         ):
             try:
-                self._core.create_namespaced_config_map(
-                    self.namespace, body, _request_timeout=REQUEST_TIMEOUT_S)
+                self._call(self._core.create_namespaced_config_map, self.namespace, body)
                 log.info("created %s %s/%s", role, self.namespace, name)
             except ApiException as e:
                 if e.status != CONFLICT:
@@ -330,14 +359,13 @@ class KubernetesBackend(CoordinationBackend):
     def _next(self, counter: str, count: int = 1) -> int:
         """Add ``count`` to a counter by compare-and-set; returns the first value taken."""
         while True:
-            current = self._core.read_namespaced_config_map(
-                self.counters_name, self.namespace, _request_timeout=REQUEST_TIMEOUT_S)
+            current = self._call(self._core.read_namespaced_config_map,
+                                 self.counters_name, self.namespace)
             first = int(current.data[counter]) + 1
             current.data[counter] = str(first + count - 1)
             try:
-                self._core.replace_namespaced_config_map(
-                    self.counters_name, self.namespace, current,
-                    _request_timeout=REQUEST_TIMEOUT_S)
+                self._call(self._core.replace_namespaced_config_map,
+                           self.counters_name, self.namespace, current)
                 return first
             except ApiException as e:
                 if e.status != CONFLICT:
@@ -350,8 +378,8 @@ class KubernetesBackend(CoordinationBackend):
         return obj
 
     def _refresh_metadata(self) -> Any:
-        obj = self._core.read_namespaced_config_map(
-            self.metadata_name, self.namespace, _request_timeout=REQUEST_TIMEOUT_S)
+        obj = self._call(self._core.read_namespaced_config_map,
+                         self.metadata_name, self.namespace)
         self._config_maps.put(obj)
         return self._config_maps.get(self.metadata_name)
 
@@ -362,8 +390,7 @@ class KubernetesBackend(CoordinationBackend):
 
     def _read_lease(self, name: str) -> Any | None:
         try:
-            lease = self._leases_api.read_namespaced_lease(
-                name, self.namespace, _request_timeout=REQUEST_TIMEOUT_S)
+            lease = self._call(self._leases_api.read_namespaced_lease, name, self.namespace)
         except ApiException as e:
             if e.status == NOT_FOUND:
                 self._leases.forget(name)
@@ -377,11 +404,10 @@ class KubernetesBackend(CoordinationBackend):
         name = body.metadata.name
         try:
             if body.metadata.resource_version is None:
-                written = self._leases_api.create_namespaced_lease(
-                    self.namespace, body, _request_timeout=REQUEST_TIMEOUT_S)
+                written = self._call(self._leases_api.create_namespaced_lease, self.namespace, body)
             else:
-                written = self._leases_api.replace_namespaced_lease(
-                    name, self.namespace, body, _request_timeout=REQUEST_TIMEOUT_S)
+                written = self._call(self._leases_api.replace_namespaced_lease,
+                                     name, self.namespace, body)
         except ApiException as e:
             if e.status in (CONFLICT, NOT_FOUND):
                 self._read_lease(name)
@@ -412,7 +438,7 @@ class KubernetesBackend(CoordinationBackend):
         lease = self._leases.get(name)
         for _ in range(2):  # once more after a conflict, from a fresh read
             if lease is None or int(self._annotation(lease, A_EPOCH)) != broker_epoch \
-                    or self._expiry_ms(lease) <= _now_ms():
+                    or self._lapsed(lease):
                 return False
             body = self._lease_body(
                 name, "broker", node_id, ttl_ms, dict(lease.metadata.annotations),
@@ -434,8 +460,8 @@ class KubernetesBackend(CoordinationBackend):
     def _delete_lease(self, lease: Any) -> None:
         name = lease.metadata.name
         try:
-            self._leases_api.delete_namespaced_lease(
-                name, self.namespace, _request_timeout=REQUEST_TIMEOUT_S,
+            self._call(
+                self._leases_api.delete_namespaced_lease, name, self.namespace,
                 body=k8s.V1DeleteOptions(preconditions=k8s.V1Preconditions(
                     resource_version=lease.metadata.resource_version)))
             self._leases.forget(name)
@@ -444,11 +470,10 @@ class KubernetesBackend(CoordinationBackend):
                 raise
 
     def _broker_leases(self) -> list[Any]:
-        now = _now_ms()
         return [
             lease for lease in self._leases.items()
             if (lease.metadata.labels or {}).get(ROLE_LABEL) == "broker"
-            and self._expiry_ms(lease) > now
+            and not self._lapsed(lease)
         ]
 
     def live_brokers(self) -> dict[int, BrokerRegistration]:
@@ -471,13 +496,12 @@ class KubernetesBackend(CoordinationBackend):
         name = self.controller_lease_name
         lease = self._leases.get(name)
         for _ in range(2):  # once more after a conflict, from a fresh read
-            now = _now_ms()
             rv = transitions = acquired = None
             if lease is not None:
                 holder = int(lease.spec.holder_identity) if lease.spec.holder_identity else -1
                 holder_epoch = int(self._annotation(lease, A_EPOCH))
                 epoch = int(self._annotation(lease, A_CONTROLLER_EPOCH))
-                expired = self._expiry_ms(lease) <= now
+                expired = self._lapsed(lease)
                 rv = lease.metadata.resource_version
                 transitions = lease.spec.lease_transitions or 0
                 if holder == node_id and holder_epoch == broker_epoch:
@@ -509,7 +533,7 @@ class KubernetesBackend(CoordinationBackend):
 
     def controller(self) -> ControllerLease | None:
         lease = self._leases.get(self.controller_lease_name)
-        if lease is None or not lease.spec.holder_identity or self._expiry_ms(lease) <= _now_ms():
+        if lease is None or not lease.spec.holder_identity or self._lapsed(lease):
             return None
         return ControllerLease(int(lease.spec.holder_identity),
                                int(self._annotation(lease, A_CONTROLLER_EPOCH)))
@@ -535,8 +559,8 @@ class KubernetesBackend(CoordinationBackend):
         body = self._image_body(image, image.version + 1, self._annotation(current, A_CLUSTER_ID),
                                 current.metadata.resource_version)
         try:
-            written = self._core.replace_namespaced_config_map(
-                self.metadata_name, self.namespace, body, _request_timeout=REQUEST_TIMEOUT_S)
+            written = self._call(self._core.replace_namespaced_config_map,
+                                 self.metadata_name, self.namespace, body)
         except ApiException as e:
             if e.status == CONFLICT:
                 self._refresh_metadata()  # the watch may lag: the caller re-reads from this

@@ -58,11 +58,20 @@ class Controller:
             self.epoch = None
 
     async def _run(self) -> None:
+        failing = False
         while True:
             try:
                 await self.round()
-            except Exception:
-                log.exception("controller round failed")
+                if failing:
+                    log.info("controller rounds succeed again")
+                failing = False
+            except Exception as e:
+                # Once with the stack: while the store is down every round fails alike.
+                if not failing:
+                    log.exception("controller round failed")
+                else:
+                    log.debug("controller round failed again: %s", e)
+                failing = True
             await asyncio.sleep(ROUND_SECONDS)
 
     async def round(self, now: float | None = None) -> None:

@@ -1,0 +1,80 @@
+"""Finds where the event loop stalls, while it stalls.
+
+Every request, fetch and lease renewal of a broker runs on one event loop, so anything that
+holds it for a second delays all of them, and past ``broker.session.timeout.ms`` the broker
+loses its own lease. Such stalls are found by load (a 2,048-partition CreatePartitions once held
+the loop for 20 s), and a profile afterwards rarely shows which call it was. This watchdog
+notices the stall from a thread of its own while it lasts, logs the loop thread's stack at
+that moment, and when the loop runs again logs how long it was held and counts it in
+``kafkube_event_loop_stalls_total`` / ``kafkube_event_loop_stall_seconds``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sys
+import threading
+import time
+import traceback
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+log = logging.getLogger(__name__)
+
+TICK_SECONDS = 0.1
+
+
+class EventLoopWatchdog:
+    def __init__(self, threshold_seconds: float, registry: CollectorRegistry) -> None:
+        self.threshold = threshold_seconds
+        self.stalls = Counter(
+            "kafkube_event_loop_stalls", "Times the event loop was held past "
+            "kafkube.event.loop.stall.warn.ms", registry=registry)
+        self.stall_seconds = Histogram(
+            "kafkube_event_loop_stall_seconds", "How long each such stall held the loop",
+            buckets=(0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0), registry=registry)
+        self._last_tick = time.monotonic()
+        self._reported_at: float | None = None  # the tick a stall was reported for
+        self._loop_thread = threading.get_ident()
+        self._stop = threading.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self.threshold <= 0:
+            return
+        self._loop_thread = threading.get_ident()
+        self._last_tick = time.monotonic()
+        self._task = asyncio.get_running_loop().create_task(self._tick())
+        self._thread = threading.Thread(target=self._watch, name="loop-watchdog", daemon=True)
+        self._thread.start()
+
+    async def stop(self) -> None:
+        self._stop.set()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _tick(self) -> None:
+        while True:
+            now = time.monotonic()
+            held = now - self._last_tick - TICK_SECONDS
+            if held >= self.threshold:
+                self.stalls.inc()
+                self.stall_seconds.observe(held)
+                log.warning("event loop was held for %.1f s", held)
+            self._last_tick = now
+            await asyncio.sleep(TICK_SECONDS)
+
+    def _watch(self) -> None:
+        while not self._stop.wait(min(self.threshold / 4, 0.25)):
+            last = self._last_tick
+            if time.monotonic() - last < self.threshold + TICK_SECONDS or self._reported_at == last:
+                continue
+            self._reported_at = last
+            frame = sys._current_frames().get(self._loop_thread)
+            stack = "".join(traceback.format_stack(frame)) if frame is not None else "(gone)"
+            log.warning("event loop held for over %.1f s, now at:\n%s", self.threshold, stack)

@@ -1,0 +1,59 @@
+"""The event-loop watchdog names the call that holds the loop, while it holds it."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from prometheus_client import CollectorRegistry
+
+from broker.watchdog import EventLoopWatchdog
+
+
+def hold_the_loop_for(seconds: float) -> None:
+    time.sleep(seconds)  # the stall under test: a synchronous call on the event loop
+
+
+def test_a_stall_is_logged_with_its_stack_and_counted(caplog) -> None:
+    registry = CollectorRegistry()
+
+    async def scenario() -> None:
+        watchdog = EventLoopWatchdog(0.3, registry)
+        watchdog.start()
+        await asyncio.sleep(0.25)  # let a tick or two pass: no stall yet
+        assert registry.get_sample_value("kafkube_event_loop_stalls_total") == 0
+        hold_the_loop_for(1.0)
+        deadline = time.monotonic() + 5
+        while registry.get_sample_value("kafkube_event_loop_stalls_total") == 0:
+            assert time.monotonic() < deadline, "the stall was never counted"
+            await asyncio.sleep(0.05)
+        await watchdog.stop()
+
+    with caplog.at_level(logging.WARNING, logger="broker.watchdog"):
+        asyncio.run(scenario())
+    during = [r.getMessage() for r in caplog.records if "now at:" in r.getMessage()]
+    assert len(during) == 1 and "hold_the_loop_for" in during[0]
+    after = [r.getMessage() for r in caplog.records if "was held for" in r.getMessage()]
+    assert len(after) == 1
+    held = float(after[0].split("for ")[1].split(" s")[0])
+    assert 0.8 <= held <= 1.5
+    assert registry.get_sample_value("kafkube_event_loop_stall_seconds_count") == 1
+
+
+def test_a_busy_but_yielding_loop_is_not_a_stall(caplog) -> None:
+    registry = CollectorRegistry()
+
+    async def scenario() -> None:
+        watchdog = EventLoopWatchdog(0.3, registry)
+        watchdog.start()
+        end = time.monotonic() + 1.0
+        while time.monotonic() < end:
+            hold_the_loop_for(0.05)
+            await asyncio.sleep(0)
+        await watchdog.stop()
+
+    with caplog.at_level(logging.WARNING, logger="broker.watchdog"):
+        asyncio.run(scenario())
+    assert registry.get_sample_value("kafkube_event_loop_stalls_total") == 0
+    assert not [r for r in caplog.records if r.name == "broker.watchdog"]
