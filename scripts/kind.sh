@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The e2e suite's Kubernetes: a 3-node kind cluster (1 untainted control plane + 2 workers,
+# zones zone-a/b/c) built offline by the repository itself and run inside a network namespace
+# this script creates, with a Docker engine of its own there (../shared/notes/kind-offline.md).
+#
+#   scripts/kind.sh build              # everything kind would pull, built and cached (idempotent)
+#   scripts/kind.sh up NAME            # netns + dockerd + cluster; prints netns and kubeconfig
+#   scripts/kind.sh down NAME          # cluster, dockerd and netns removed
+#   scripts/kind.sh exec NAME -- CMD…  # CMD in the cluster's netns with KUBECONFIG set
+#
+# Caches under ${KAFKUBE_CACHE:-~/.cache/kafkube}/kind; run state under /run/kafkube-kind/NAME.
+set -euo pipefail
+here="$(dirname "$0")/kind"
+cmd=${1:-}
+shift || true
+case "$cmd" in
+  build) exec bash "$here/build.sh" "$@" ;;
+  up|down|exec) exec bash "$here/cluster.sh" "$cmd" "$@" ;;
+  *) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+esac

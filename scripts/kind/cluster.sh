@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# up / down / exec of one e2e kind cluster, everything inside a network namespace of its own
+# (see scripts/kind.sh). kindnetd cannot be had offline, so `up` does its job once: each node
+# gets a bridge CNI config with its podCIDR and a route to every other node's podCIDR.
+set -euo pipefail
+source "$(dirname "$0")/common.sh"
+cmd=$1 name=${2:?cluster name}
+shift 2
+[[ "$name" =~ ^[a-z0-9][a-z0-9-]{0,30}$ ]] || die "bad cluster name: $name"
+ns=$(netns_of "$name"); state=$(state_of "$name")
+KUBECTL_BIN="$CACHE/kubernetes/$K8S_VERSION/bin"
+export DOCKER_HOST="unix://$state/docker.sock" KUBECONFIG="$state/kubeconfig"
+ZONES=(zone-a zone-b zone-c)
+IMAGE_ARCHIVES=("${KAFKUBE_KIND_IMAGES:-$CACHE/images/kafkube.oci.tar $CACHE/images/kafkube-workload.oci.tar}")
+
+kubectl() { in_netns "$ns" "$KUBECTL_BIN/kubectl" --request-timeout=30s "$@"; }
+
+down() {
+  if [ -S "$state/docker.sock" ] && docker version >/dev/null 2>&1; then
+    timeout 180 in_netns "$ns" kind delete cluster --name "$name" >/dev/null 2>&1 || true
+  fi
+  dockerd_stop "$name"
+}
+
+# kind_config: 1 control plane + 2 workers, one zone each; no default CNI (kindnetd is not
+# available offline), kubelet allowed on cgroup v1.
+kind_config() {
+  cat <<YAML
+kind: Cluster
+apiVersion: kind.x-k8s.io/v1alpha4
+networking:
+  disableDefaultCNI: true
+  apiServerAddress: 127.0.0.1
+  podSubnet: 10.244.0.0/16
+  serviceSubnet: 10.96.0.0/16
+kubeadmConfigPatches:
+  - |
+    kind: KubeletConfiguration
+    failCgroupV1: false
+nodes:
+  - role: control-plane
+    labels: {topology.kubernetes.io/zone: ${ZONES[0]}}
+  - role: worker
+    labels: {topology.kubernetes.io/zone: ${ZONES[1]}}
+  - role: worker
+    labels: {topology.kubernetes.io/zone: ${ZONES[2]}}
+YAML
+}
+
+# pod_network: what kindnetd would do, once — each node's CNI config carries its podCIDR and
+# every node routes the other nodes' podCIDRs to them.
+pod_network() {
+  local nodes=() cidrs=() ips=() i j
+  mapfile -t nodes < <(in_netns "$ns" kind get nodes --name "$name")
+  for i in "${!nodes[@]}"; do
+    wait_for 120 "a podCIDR for ${nodes[i]}" \
+      test -n "$(kubectl get node "${nodes[i]}" -o 'jsonpath={.spec.podCIDR}' 2>/dev/null)"
+    cidrs[i]=$(kubectl get node "${nodes[i]}" -o 'jsonpath={.spec.podCIDR}')
+    ips[i]=$(docker inspect -f '{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}' "${nodes[i]}")
+  done
+  for i in "${!nodes[@]}"; do
+    for j in "${!nodes[@]}"; do
+      ((i == j)) || docker exec "${nodes[i]}" ip route replace "${cidrs[j]}" via "${ips[j]}"
+    done
+    docker exec -i "${nodes[i]}" sh -c 'cat > /etc/cni/net.d/10-kafkube.conflist' <<JSON
+{
+  "cniVersion": "0.4.0",
+  "name": "kafkube",
+  "plugins": [
+    {"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": false,
+     "hairpinMode": true,
+     "ipam": {"type": "host-local", "ranges": [[{"subnet": "${cidrs[i]}"}]],
+              "routes": [{"dst": "0.0.0.0/0"}]}},
+    {"type": "portmap", "capabilities": {"portMappings": true}}
+  ]
+}
+JSON
+  done
+}
+
+# load_images: the project's OCI archives (scripts/image.sh) into every node's containerd.
+load_images() {
+  local archive node pids=()
+  for archive in ${IMAGE_ARCHIVES[*]}; do
+    [ -f "$archive" ] || continue
+    for node in $(in_netns "$ns" kind get nodes --name "$name"); do
+      docker exec -i "$node" ctr --namespace=k8s.io images import --all-platforms --digests \
+        - <"$archive" >"$state/load-$node-$(basename "$archive").log" 2>&1 &
+      pids+=($!)
+    done
+  done
+  for pid in "${pids[@]}"; do wait "$pid" || die "image import failed (logs in $state)"; done
+}
+
+up() {
+  bash "$REPO/scripts/kind/build.sh"
+  local node_tar node_image
+  read -r node_tar node_image < "$KIMAGES/node.current"
+  trap 'echo "kind.sh: up $name failed; tearing it down" >&2; down' ERR
+  dockerd_start "$name"
+  docker image inspect "$node_image" >/dev/null 2>&1 \
+    || run_quiet "$state/load-node.log" docker load -i "$node_tar"
+  in_netns "$ns" kind delete cluster --name "$name" >/dev/null 2>&1 || true
+  kind_config > "$state/kind.yaml"
+  run_quiet "$state/kind-create.log" in_netns "$ns" kind create cluster --name "$name" \
+    --image "$node_image" --config "$state/kind.yaml" --kubeconfig "$KUBECONFIG"
+  pod_network
+  kubectl taint nodes "$name-control-plane" node-role.kubernetes.io/control-plane:NoSchedule- \
+    >/dev/null
+  load_images
+  kubectl wait --for=condition=Ready nodes --all --timeout=180s >/dev/null
+  kubectl -n kube-system rollout status deployment/coredns --timeout=180s >/dev/null
+  kubectl -n local-path-storage rollout status deployment/local-path-provisioner \
+    --timeout=180s >/dev/null
+  trap - ERR
+  echo "NETNS=$ns"
+  echo "KUBECONFIG=$KUBECONFIG"
+}
+
+case "$cmd" in
+  up) up ;;
+  down) down ;;
+  exec)
+    [ "${1:-}" = "--" ] && shift
+    [ -f "$KUBECONFIG" ] || die "no cluster $name (run: scripts/kind.sh up $name)"
+    PATH="$KUBECTL_BIN:$PATH" in_netns "$ns" "$@"
+    ;;
+esac

@@ -1,0 +1,121 @@
+"""The Kubernetes cluster the e2e suite runs on, and the two ways to reach it.
+
+Here (and in CI) `scripts/kind.sh up` makes a 3-node kind cluster inside a network namespace of
+its own: every cluster address lives there, so kubectl and anything that talks to a pod must
+run inside that namespace too (`run_in_netns`). Pointed at an existing cluster instead
+(KAFKUBE_E2E_KUBECONFIG), the same helpers run commands directly with that kubeconfig.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+KIND_SH = REPO / "scripts" / "kind.sh"
+IMAGE_SH = REPO / "scripts" / "image.sh"
+# Long enough for a warm `up` (~2 min) and, with an empty cache, the whole build.
+UP_TIMEOUT = 3600.0
+DOWN_TIMEOUT = 600.0
+
+
+class KubectlError(RuntimeError):
+    """A kubectl (or other cluster command) that exited non-zero; carries its output."""
+
+    def __init__(self, argv: list[str], returncode: int, stdout: str, stderr: str) -> None:
+        said = stderr.strip() or stdout[-2000:]
+        super().__init__(f"{' '.join(argv)} exited {returncode}: {said}")
+        self.returncode = returncode
+        self.stdout = stdout
+        self.stderr = stderr
+
+
+@dataclass
+class Cluster:
+    """A reachable cluster: a kind cluster of our own (name and netns set) or an existing one."""
+
+    kubeconfig: Path
+    netns: str | None = None
+    name: str | None = None
+    kubectl_bin: str = "kubectl"
+    env: dict[str, str] = field(default_factory=dict)
+
+    def run_in_netns(
+        self, argv: list[str], input: str | None = None, timeout: float = 120.0,
+        check: bool = True,
+    ) -> subprocess.CompletedProcess[str]:
+        """Runs argv where the cluster's addresses are reachable (its netns, if it has one),
+        with KUBECONFIG set; raises KubectlError on failure when check is set."""
+        full = list(argv)
+        if self.netns:
+            full = ["nsenter", f"--net=/var/run/netns/{self.netns}", "--", *full]
+        env = {**os.environ, **self.env, "KUBECONFIG": str(self.kubeconfig)}
+        result = subprocess.run(
+            full, input=input, capture_output=True, text=True, timeout=timeout, env=env)
+        if check and result.returncode != 0:
+            raise KubectlError(list(argv), result.returncode, result.stdout, result.stderr)
+        return result
+
+    def kubectl(self, *args: str, input: str | None = None, timeout: float = 120.0) -> str:
+        """kubectl ARGS against the cluster; its stdout. Raises KubectlError on failure."""
+        argv = [self.kubectl_bin, f"--request-timeout={int(timeout)}s", *args]
+        return self.run_in_netns(argv, input=input, timeout=timeout + 10).stdout
+
+    def apply(self, manifest: str, namespace: str | None = None, timeout: float = 120.0) -> str:
+        """kubectl apply of a YAML manifest given as text."""
+        ns = ["-n", namespace] if namespace else []
+        return self.kubectl(*ns, "apply", "-f", "-", input=manifest, timeout=timeout)
+
+
+def cache_dir() -> Path:
+    """Where scripts/kind.sh and scripts/kubernetes.sh keep their builds."""
+    return Path(os.environ.get("KAFKUBE_CACHE", Path.home() / ".cache" / "kafkube"))
+
+
+def existing_cluster() -> Cluster | None:
+    """The cluster named by KAFKUBE_E2E_KUBECONFIG (a laptop's kind, any real cluster), if set.
+
+    kubectl comes from KAFKUBE_E2E_KUBECTL or PATH; the project's images must already be
+    loadable there (e.g. `kind load docker-image localhost/kafkube:dev`)."""
+    kubeconfig = os.environ.get("KAFKUBE_E2E_KUBECONFIG")
+    if not kubeconfig:
+        return None
+    return Cluster(kubeconfig=Path(kubeconfig),
+                   kubectl_bin=os.environ.get("KAFKUBE_E2E_KUBECTL", "kubectl"))
+
+
+def parse_up_output(stdout: str) -> dict[str, str]:
+    """`kind.sh up` ends with NETNS=… and KUBECONFIG=… lines."""
+    pairs = (line.split("=", 1) for line in stdout.splitlines() if "=" in line)
+    return {key.strip(): value.strip() for key, value in pairs}
+
+
+def build_images() -> None:
+    """The broker and workload images from the working tree, so the suite tests this code."""
+    run_script([str(IMAGE_SH)], timeout=1800)
+
+
+def kind_up(name: str) -> Cluster:
+    """`scripts/kind.sh up NAME`: a fresh 3-node cluster in its own network namespace."""
+    out = run_script([str(KIND_SH), "up", name], timeout=UP_TIMEOUT)
+    values = parse_up_output(out)
+    kubectl = cache_dir() / "kubernetes" / os.environ.get("K8S_VERSION", "v1.35.4") / "bin"
+    return Cluster(kubeconfig=Path(values["KUBECONFIG"]), netns=values["NETNS"], name=name,
+                   kubectl_bin=str(kubectl / "kubectl"))
+
+
+def kind_down(name: str) -> None:
+    """`scripts/kind.sh down NAME`: cluster, Docker engine and network namespace removed."""
+    run_script([str(KIND_SH), "down", name], timeout=DOWN_TIMEOUT)
+
+
+def run_script(argv: list[str], timeout: float) -> str:
+    """Runs one of the repository's bash scripts; its stdout, or its stderr in the error."""
+    result = subprocess.run(["bash", *argv], capture_output=True, text=True, timeout=timeout,
+                            cwd=REPO)
+    if result.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed ({result.returncode}):\n"
+                           f"{result.stderr[-4000:]}")
+    return result.stdout
