@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from broker.config import BrokerConfig
 from broker.controller.controller import Controller
@@ -12,6 +16,24 @@ from broker.protocol.codec import RequestHeader
 from broker.server.fetch_session import FetchSessionCache
 from broker.server.metadata import ClusterMetadata
 from broker.server.replica_manager import ReplicaManager
+
+T = TypeVar("T")
+SLICE_SECONDS = 0.05
+
+
+async def cooperatively(items: Iterable[T]) -> AsyncIterator[T]:
+    """The items, letting the event loop run every ``SLICE_SECONDS`` of work on them.
+
+    A request may name a hundred thousand groups or topics (up to
+    ``socket.request.max.bytes``), and Kafka's request threads would take them in parallel
+    with other requests; on one event loop, every other client and the broker's own lease
+    renewal would wait for the last of them."""
+    started = time.monotonic()
+    for item in items:
+        yield item
+        if time.monotonic() - started >= SLICE_SECONDS:
+            await asyncio.sleep(0)
+            started = time.monotonic()
 
 
 @dataclass(frozen=True, slots=True)

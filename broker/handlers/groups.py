@@ -20,8 +20,8 @@ from broker.coordinator.group import GroupState
 from broker.coordinator.group_coordinator import MAX_NAME_BYTES, GroupCoordinator
 from broker.coordinator.offsets_topic import OffsetValue
 from broker.handlers import handles
-from broker.handlers.context import RequestContext
-from broker.protocol.messages import build_response
+from broker.handlers.context import RequestContext, cooperatively
+from broker.protocol.messages import build_long_response, build_response
 
 AUTHORIZED_OPERATIONS_OMITTED = -2147483648
 KEY_TYPE_GROUP = 0
@@ -56,9 +56,10 @@ async def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
             return {"key": key, "error_code": ErrorCode.invalid_request, "node_id": -1,
                     "host": "", "port": -1,
                     "error_message": "transactions are not supported by this broker yet"}
-        if not key:
+        if not key or len(key) > MAX_NAME_BYTES or len(key.encode()) > MAX_NAME_BYTES:
+            problem = "empty" if not key else f"longer than {MAX_NAME_BYTES} bytes"
             return {"key": key, "error_code": ErrorCode.invalid_group_id, "node_id": -1,
-                    "host": "", "port": -1, "error_message": "the group id is empty"}
+                    "host": "", "port": -1, "error_message": f"the group id is {problem}"}
         coordinator = _coordinator(ctx)
         await coordinator.ensure_offsets_topic()
         services = ctx.services
@@ -76,9 +77,15 @@ async def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
         return {"key": key, "error_code": ErrorCode.none, "node_id": node,
                 "host": host, "port": port, "error_message": None}
 
-    answers = [await answer(k) for k in keys]
+    known: dict[str, dict[str, Any]] = {}  # a key asked for again gets the same answer
+    answers = []
+    async for k in cooperatively(keys):
+        if k not in known:
+            known[k] = await answer(k)
+        answers.append(known[k])
     if ctx.version >= 4:
-        return build_response(request, {"throttle_time": NO_TIMEOUT, "coordinators": answers})
+        return await build_long_response(
+            request, {"throttle_time": NO_TIMEOUT, "coordinators": answers}, len(answers))
     return build_response(request, {"throttle_time": NO_TIMEOUT, **answers[0]})
 
 
@@ -258,42 +265,48 @@ async def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
     })
 
 
+def _describe_group(ctx: RequestContext, group_id: str) -> dict[str, Any]:
+    if _not_ours(ctx, group_id):
+        return {
+            "error_code": ErrorCode.not_coordinator, "group_id": group_id,
+            "group_state": "", "protocol_type": "", "protocol_data": "", "members": [],
+            "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+        }
+    group = _coordinator(ctx).describe(group_id)
+    if group is None:
+        return {
+            "error_code": ErrorCode.none, "group_id": group_id, "group_state": "Dead",
+            "protocol_type": "", "protocol_data": "", "members": [],
+            "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+        }
+    stable = group.is_(GroupState.STABLE)
+    return {
+        "error_code": ErrorCode.none,
+        "group_id": group_id,
+        "group_state": group.state.value,
+        "protocol_type": group.protocol_type or "",
+        "protocol_data": group.protocol or "" if stable else "",
+        "members": [
+            {"member_id": m.member_id, "group_instance_id": m.group_instance_id,
+             "client_id": m.client_id, "client_host": m.client_host,
+             "member_metadata": m.metadata_for(group.protocol) if stable else b"",
+             "member_assignment": m.assignment if stable else b""}
+            for m in group.members.values()
+        ],
+        "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+    }
+
+
 @handles(15, 0, 5)
 async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
-    described = []
-    for group_id in request.groups:
-        if _not_ours(ctx, group_id):
-            described.append({
-                "error_code": ErrorCode.not_coordinator, "group_id": group_id,
-                "group_state": "", "protocol_type": "", "protocol_data": "", "members": [],
-                "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
-            })
-            continue
-        group = _coordinator(ctx).describe(group_id)
-        if group is None:
-            described.append({
-                "error_code": ErrorCode.none, "group_id": group_id, "group_state": "Dead",
-                "protocol_type": "", "protocol_data": "", "members": [],
-                "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
-            })
-            continue
-        stable = group.is_(GroupState.STABLE)
-        described.append({
-            "error_code": ErrorCode.none,
-            "group_id": group_id,
-            "group_state": group.state.value,
-            "protocol_type": group.protocol_type or "",
-            "protocol_data": group.protocol or "" if stable else "",
-            "members": [
-                {"member_id": m.member_id, "group_instance_id": m.group_instance_id,
-                 "client_id": m.client_id, "client_host": m.client_host,
-                 "member_metadata": m.metadata_for(group.protocol) if stable else b"",
-                 "member_assignment": m.assignment if stable else b""}
-                for m in group.members.values()
-            ],
-            "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
-        })
-    return build_response(request, {"throttle_time": NO_TIMEOUT, "groups": described})
+    described: list[dict[str, Any]] = []
+    known: dict[str, dict[str, Any]] = {}  # a group asked for again gets the same answer
+    async for group_id in cooperatively(request.groups):
+        if group_id not in known:
+            known[group_id] = _describe_group(ctx, group_id)
+        described.append(known[group_id])
+    return await build_long_response(
+        request, {"throttle_time": NO_TIMEOUT, "groups": described}, len(described))
 
 
 # Every group kafkube coordinates is a classic one (JoinGroup/SyncGroup); KIP-848's
