@@ -143,6 +143,11 @@ class BrokerMetrics:
         self.bytes_out = Counter(
             "kafka_server_bytes_out", "Bytes fetched from a topic", ["topic"], registry=r
         )
+        # Kafka's ReplicationBytesOutPerSec: what followers fetched, kept out of bytes_out.
+        self.replication_bytes_out = Counter(
+            "kafka_server_replication_bytes_out", "Bytes fetched by follower replicas",
+            registry=r,
+        )
         self.messages_in = Counter(
             "kafka_server_messages_in", "Records produced to a topic", ["topic"], registry=r
         )

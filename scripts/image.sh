@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Builds the kafkube image from the root Dockerfile without a Docker engine or a registry
 # (../shared/notes/containers.md): a Debian bookworm base made with debootstrap, the wheels
-# built on the host, buildah for the build. Writes an OCI archive that nodes import.
+# built on the host, buildah for the build. Writes OCI archives that nodes import: the broker
+# image, and the e2e suite's client image (kafkube-workload.oci.tar beside it).
 #
-#   bash scripts/image.sh            # prints the archive's path
+#   bash scripts/image.sh            # prints the broker image archive's path
 #
 # Elsewhere `docker build -t kafkube:dev .` (after `pip wheel -w build/wheels .`) builds the
 # same image from python:3.11-slim. The base and the archive are cached under ~/.cache/kafkube.
@@ -53,4 +54,14 @@ buildah bud -q --isolation chroot --network host --runtime runc \
 archive="$IMAGES/kafkube.oci.tar"
 rm -f "$archive"
 buildah push -q "$IMAGE" "oci-archive:$archive:$IMAGE" >/dev/null
+
+# The e2e suite's client pods (tests/e2e/workload.py): the same image plus confluent-kafka.
+WORKLOAD="${KAFKUBE_WORKLOAD_IMAGE:-localhost/kafkube-workload:dev}"
+rm -rf build/e2e-wheels
+client=$(sed -n 's/.*"\(confluent-kafka==[^"]*\)".*/\1/p' pyproject.toml)
+PIP_CACHE_DIR="$CACHE/pip" .venv/bin/pip wheel -q --no-deps -w build/e2e-wheels "$client" >/dev/null
+buildah bud -q --isolation chroot --network host --runtime runc --build-arg BASE="$IMAGE" \
+  -f tests/e2e/workload.Dockerfile -t "$WORKLOAD" . >/dev/null
+rm -f "$IMAGES/kafkube-workload.oci.tar"
+buildah push -q "$WORKLOAD" "oci-archive:$IMAGES/kafkube-workload.oci.tar:$WORKLOAD" >/dev/null
 echo "$archive"

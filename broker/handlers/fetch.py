@@ -161,10 +161,13 @@ async def handle_fetch(ctx: RequestContext, request: FetchRequest) -> EncodedRes
                 reported.append((name, result))
         results = reported
     metrics = ctx.services.metrics
-    for topic, size, records in found.sent if follower is None else ():
-        counters = metrics.topic(topic)
-        counters.bytes_out.inc(size)
-        counters.messages_out.inc(records)
+    if follower is not None:
+        metrics.replication_bytes_out.inc(sum(size for _, size, _ in found.sent))
+    else:
+        for topic, size, records in found.sent:
+            counters = metrics.topic(topic)
+            counters.bytes_out.inc(size)
+            counters.messages_out.inc(records)
     return encode_fetch_response(
         ctx.version, ctx.header.correlation_id, _by_topic(results),
         session_id=session.session_id if session is not None else NO_SESSION)

@@ -1,0 +1,166 @@
+"""The e2e suite's client workload, run as a pod next to the brokers (the `kafkube-workload`
+image: the broker image plus confluent-kafka), because the brokers' advertised addresses are
+the pods' stable DNS names, which resolve only inside the cluster.
+
+It prints what the client saw, one line per event, for the queue checker on the test's
+side (tests/queue_checker.py) to judge:
+
+    produce BOOTSTRAP TOPIC --count N [--acks all] [--rate R] [--seconds S]
+        A <i> <partition> <offset> <unix ms>    record v-<i> acknowledged there
+        F <i> <error>                           record v-<i> failed (or indeterminate)
+        D <sent> <acked> <failed>               the end
+    create-topic BOOTSTRAP TOPIC --partitions P --replication-factor R [--config K=V ...]
+        C <topic>                               created (or already there)
+    describe BOOTSTRAP TOPIC
+        P <partition> <leader> <replicas,> <isr,>   one line a partition
+    drain BOOTSTRAP TOPIC
+        R <partition> <offset> <value>          every record, from the log start to the
+        D <records>                             high watermark of each partition
+
+Values are ``v-<i>``. Bounded by count and time, so a broken cluster ends the pod, not the
+test's patience.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+
+def produce(args: argparse.Namespace) -> int:
+    producer = Producer({
+        "bootstrap.servers": args.bootstrap, "acks": args.acks, "linger.ms": 5,
+        "enable.idempotence": args.acks == "all", "message.timeout.ms": 60_000,
+        "retries": 1_000_000, "retry.backoff.ms": 100,
+    })
+    acked = failed = 0
+    out = sys.stdout
+
+    def delivered(err: KafkaError | None, msg) -> None:
+        nonlocal acked, failed
+        i = int(msg.value()[2:])
+        if err is None:
+            acked += 1
+            out.write(f"A {i} {msg.partition()} {msg.offset()} {int(time.time() * 1000)}\n")
+        else:
+            failed += 1
+            out.write(f"F {i} {err.name()}\n")
+
+    deadline = time.monotonic() + args.seconds
+    interval = 1.0 / args.rate if args.rate else 0.0
+    sent = 0
+    next_send = time.monotonic()
+    while sent < args.count and time.monotonic() < deadline:
+        if interval:
+            pause = next_send - time.monotonic()
+            if pause > 0:
+                producer.poll(pause)
+            next_send += interval
+        try:
+            producer.produce(args.topic, value=b"v-%d" % sent, on_delivery=delivered)
+        except BufferError:
+            producer.poll(0.1)
+            continue
+        sent += 1
+        producer.poll(0)
+    left = producer.flush(90)
+    out.write(f"D {sent} {acked} {failed + left}\n")
+    out.flush()
+    return 0
+
+
+def drain(args: argparse.Namespace) -> int:
+    consumer = Consumer({"bootstrap.servers": args.bootstrap, "group.id": "e2e-drain",
+                         "enable.auto.commit": False, "enable.partition.eof": True})
+    metadata = consumer.list_topics(args.topic, timeout=30)
+    partitions = sorted(metadata.topics[args.topic].partitions)
+    ends = {p: consumer.get_watermark_offsets(TopicPartition(args.topic, p), timeout=30)[1]
+            for p in partitions}
+    consumer.assign([TopicPartition(args.topic, p, 0) for p in partitions])
+    pending = {p for p in partitions if ends[p] > 0}
+    positions = {p: 0 for p in partitions}
+    records = 0
+    deadline = time.monotonic() + args.seconds
+    out = sys.stdout
+    while pending and time.monotonic() < deadline:
+        for msg in consumer.consume(10_000, 1.0):
+            if msg.error() is not None:
+                if msg.error().code() != KafkaError._PARTITION_EOF:
+                    out.write(f"E {msg.error().name()}\n")
+                continue
+            p, offset = msg.partition(), msg.offset()
+            if offset < ends[p]:
+                out.write(f"R {p} {offset} {msg.value().decode()}\n")
+                records += 1
+            positions[p] = offset + 1
+            if positions[p] >= ends[p]:
+                pending.discard(p)
+    consumer.close()
+    out.write(f"D {records} {' '.join(f'{p}:{ends[p]}' for p in partitions)}\n")
+    out.flush()
+    return 0 if not pending else 1
+
+
+def create_topic(args: argparse.Namespace) -> int:
+    admin = AdminClient({"bootstrap.servers": args.bootstrap})
+    configs = dict(item.split("=", 1) for item in args.config)
+    future = admin.create_topics([NewTopic(args.topic, args.partitions, args.replication_factor,
+                                           config=configs)], request_timeout=60)[args.topic]
+    try:
+        future.result(90)
+    except KafkaException as e:
+        if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+            raise
+    print(f"C {args.topic}", flush=True)
+    return 0
+
+
+def describe(args: argparse.Namespace) -> int:
+    topic = AdminClient({"bootstrap.servers": args.bootstrap}).list_topics(
+        args.topic, timeout=30).topics[args.topic]
+    if topic.error is not None:
+        print(f"E {topic.error.name()}", flush=True)
+        return 1
+    for p in sorted(topic.partitions.values(), key=lambda p: p.id):
+        print(f"P {p.id} {p.leader} {','.join(map(str, p.replicas))} "
+              f"{','.join(map(str, p.isrs))}")
+    sys.stdout.flush()
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="workload", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="mode", required=True)
+    p = sub.add_parser("produce")
+    p.add_argument("bootstrap")
+    p.add_argument("topic")
+    p.add_argument("--count", type=int, default=100_000)
+    p.add_argument("--acks", default="all")
+    p.add_argument("--rate", type=float, default=0.0, help="records a second (0: as fast)")
+    p.add_argument("--seconds", type=float, default=300.0)
+    d = sub.add_parser("drain")
+    d.add_argument("bootstrap")
+    d.add_argument("topic")
+    d.add_argument("--seconds", type=float, default=300.0)
+    c = sub.add_parser("create-topic")
+    c.add_argument("bootstrap")
+    c.add_argument("topic")
+    c.add_argument("--partitions", type=int, default=6)
+    c.add_argument("--replication-factor", type=int, default=3)
+    c.add_argument("--config", action="append", default=[], help="K=V, repeatable")
+    e = sub.add_parser("describe")
+    e.add_argument("bootstrap")
+    e.add_argument("topic")
+    args = parser.parse_args(argv)
+    modes = {"produce": produce, "drain": drain, "create-topic": create_topic,
+             "describe": describe}
+    return modes[args.mode](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
