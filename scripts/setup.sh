@@ -45,3 +45,7 @@ bash bench/setup_kafka.sh >/dev/null
 if [ -f tests/clients/java/setup.sh ]; then
   bash tests/clients/java/setup.sh
 fi
+
+# The e2e suite's kind cluster: Docker engine, kind, node image with every image it needs, all
+# built offline and cached (scripts/kind.sh; ~15 min cold, nothing warm).
+bash scripts/kind.sh build

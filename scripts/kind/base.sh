@@ -72,7 +72,9 @@ chroot "$rootfs" systemctl mask systemd-binfmt.service >/dev/null 2>&1
 mkdir -p "$rootfs/etc/kubernetes/manifests"
 rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
 
-tar -C "$rootfs" -c . | docker import -q \
-  --change 'ENV container=docker' --change 'STOPSIGNAL SIGRTMIN+3' \
-  --change "LABEL stamp=$stamp" \
-  --change 'ENTRYPOINT ["/usr/local/bin/entrypoint", "/sbin/init"]' - "$image" >/dev/null
+# docker import takes no STOPSIGNAL or LABEL: a metadata-only build on top adds them.
+tar -C "$rootfs" -c . | docker import --change 'ENV container=docker' \
+  --change 'ENTRYPOINT ["/usr/local/bin/entrypoint", "/sbin/init"]' - "$image-rootfs" >/dev/null
+printf 'FROM %s\nSTOPSIGNAL SIGRTMIN+3\nLABEL stamp=%s\n' "$image-rootfs" "$stamp" \
+  | DOCKER_BUILDKIT=0 run_quiet "$KCACHE/logs/base-image.log" docker build -t "$image" -
+docker rmi "$image-rootfs" >/dev/null

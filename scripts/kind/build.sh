@@ -101,7 +101,7 @@ scratch_image() {
   for spec in "$@"; do
     install -D -m 0755 "${spec%%=*}" "$dir/${spec#*=}"
   done
-  tar -C "$dir" -c . | docker import -q --change "ENTRYPOINT $entrypoint" \
+  tar -C "$dir" -c . | docker import --change "ENTRYPOINT $entrypoint" \
     --change 'ENV PATH=/usr/local/bin:/usr/bin:/bin' - "$tag" >/dev/null
 }
 
@@ -133,7 +133,7 @@ lpp_dir=$(mktemp -d "$WORK/img.XXXXXX")
 install -D -m 0755 "$KBIN/local-path-provisioner" "$lpp_dir/usr/bin/local-path-provisioner"
 install -D -m 0755 /bin/busybox "$lpp_dir/bin/busybox"
 for tool in sh mkdir rm rmdir chmod ls cat; do ln -s busybox "$lpp_dir/bin/$tool"; done
-tar -C "$lpp_dir" -c . | docker import -q --change 'ENTRYPOINT ["/usr/bin/local-path-provisioner"]' \
+tar -C "$lpp_dir" -c . | docker import --change 'ENTRYPOINT ["/usr/bin/local-path-provisioner"]' \
   --change 'ENV PATH=/usr/bin:/bin' - "$LPP_IMAGE" >/dev/null
 images+=("$etcd_tag" "$dns_tag" "$pause_tag" "$LPP_IMAGE")
 
@@ -152,7 +152,7 @@ docker exec "$node" sh -c 'kill "$(cat /run/containerd-build.pid)"'
 wait_for 30 "containerd in the node image to stop" \
   docker exec "$node" sh -c '! kill -0 "$(cat /run/containerd-build.pid)"'
 docker exec "$node" rm -f /run/containerd-build.pid /run/containerd-build.log
-docker commit -q --change 'ENTRYPOINT ["/usr/local/bin/entrypoint", "/sbin/init"]' \
+docker commit --change 'ENTRYPOINT ["/usr/local/bin/entrypoint", "/sbin/init"]' \
   "$node" "$NODE_IMAGE" >/dev/null
 docker rm -f -v "$node" >/dev/null
 rm -f "$KIMAGES"/node-*.tar

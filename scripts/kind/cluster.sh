@@ -14,6 +14,8 @@ ZONES=(zone-a zone-b zone-c)
 IMAGE_ARCHIVES=("${KAFKUBE_KIND_IMAGES:-$CACHE/images/kafkube.oci.tar $CACHE/images/kafkube-workload.oci.tar}")
 
 kubectl() { in_netns "$ns" "$KUBECTL_BIN/kubectl" --request-timeout=30s "$@"; }
+pod_cidr() { kubectl get node "$1" -o 'jsonpath={.spec.podCIDR}'; }
+has_pod_cidr() { [ -n "$(pod_cidr "$1")" ]; }
 
 down() {
   if [ -S "$state/docker.sock" ] && docker version >/dev/null 2>&1; then
@@ -53,9 +55,8 @@ pod_network() {
   local nodes=() cidrs=() ips=() i j
   mapfile -t nodes < <(in_netns "$ns" kind get nodes --name "$name")
   for i in "${!nodes[@]}"; do
-    wait_for 120 "a podCIDR for ${nodes[i]}" \
-      test -n "$(kubectl get node "${nodes[i]}" -o 'jsonpath={.spec.podCIDR}' 2>/dev/null)"
-    cidrs[i]=$(kubectl get node "${nodes[i]}" -o 'jsonpath={.spec.podCIDR}')
+    wait_for 120 "a podCIDR for ${nodes[i]}" has_pod_cidr "${nodes[i]}"
+    cidrs[i]=$(pod_cidr "${nodes[i]}")
     ips[i]=$(docker inspect -f '{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}' "${nodes[i]}")
   done
   for i in "${!nodes[@]}"; do
@@ -92,11 +93,21 @@ load_images() {
   for pid in "${pids[@]}"; do wait "$pid" || die "image import failed (logs in $state)"; done
 }
 
+# failed_up: keeps the run's logs for a look afterwards, then removes everything.
+failed_up() {
+  local keep="$KCACHE/logs/failed-up-$name"
+  rm -rf "$keep"; mkdir -p "$keep"
+  cp "$state"/*.log "$keep/" 2>/dev/null || true
+  echo "kind.sh: up $name failed; tearing it down (logs in $keep)" >&2
+  down
+}
+
 up() {
   bash "$REPO/scripts/kind/build.sh"
   local node_tar node_image
   read -r node_tar node_image < "$KIMAGES/node.current"
-  trap 'echo "kind.sh: up $name failed; tearing it down" >&2; down' ERR
+  ok=0
+  trap '[ "$ok" = 1 ] || failed_up' EXIT
   dockerd_start "$name"
   docker image inspect "$node_image" >/dev/null 2>&1 \
     || run_quiet "$state/load-node.log" docker load -i "$node_tar"
@@ -112,7 +123,7 @@ up() {
   kubectl -n kube-system rollout status deployment/coredns --timeout=180s >/dev/null
   kubectl -n local-path-storage rollout status deployment/local-path-provisioner \
     --timeout=180s >/dev/null
-  trap - ERR
+  ok=1
   echo "NETNS=$ns"
   echo "KUBECONFIG=$KUBECONFIG"
 }

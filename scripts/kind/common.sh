@@ -104,7 +104,8 @@ dockerd_stop() {
   fi
   # Whatever dockerd left mounted under its exec root (netns files, shm) would pin the netns.
   if [ -d "$state" ]; then
-    grep -o " $state/[^ ]*" /proc/self/mounts | sort -r | while read -r m; do umount -l "$m" || true; done
+    { grep -o " $state/[^ ]*" /proc/self/mounts || true; } | sort -r \
+      | while read -r m; do umount -l "$m" || true; done
   fi
   if ip netns list | grep -qx "$ns\( .*\)\?"; then ip netns delete "$ns"; fi
   if [ -f "$state/throwaway-root" ]; then rm -rf "$(cat "$state/throwaway-root")"; fi

@@ -1,4 +1,4 @@
-"""The e2e suite's cluster: one 3-node kind cluster per session (scripts/kind.sh), or an
+"""The e2e suite's cluster: one 3-node kind cluster for the suite (scripts/kind.sh), or an
 existing cluster named by KAFKUBE_E2E_KUBECONFIG. KAFKUBE_E2E=0 skips the suite."""
 
 from __future__ import annotations
@@ -41,9 +41,11 @@ def skip_reason() -> str | None:
     return None
 
 
-@pytest.fixture(scope="session")
+# Package scope: one cluster for all of tests/e2e (sub-packages included), gone as soon as the
+# last e2e test is done, so it does not load the machine while the rest of the suite runs.
+@pytest.fixture(scope="package")
 def kind_cluster() -> Iterator[Cluster]:
-    """The cluster the scenarios run on; torn down at the end of the session if ours."""
+    """The cluster the scenarios run on; torn down after the last e2e test if ours."""
     existing = existing_cluster()
     if existing is not None:
         yield existing
