@@ -75,7 +75,10 @@ if [ -f "$NODE_TAR" ]; then echo "$NODE_TAR $NODE_IMAGE" > "$KIMAGES/node.curren
 
 # The images need an engine: one of our own, in a network namespace of its own, for the build.
 BUILD=build-$$
-cleanup() { dockerd_stop "$BUILD"; rm -rf "${WORK:-}"; }
+cleanup() {
+  if [ -n "${node:-}" ]; then docker rm -f -v "$node" >/dev/null 2>&1 || true; fi
+  dockerd_stop "$BUILD"; rm -rf "${WORK:-}"
+}
 trap cleanup EXIT
 WORK=$(mktemp -d /var/tmp/kafkube-kind.XXXXXX)
 dockerd_start "$BUILD"
@@ -155,6 +158,12 @@ docker exec "$node" rm -f /run/containerd-build.pid /run/containerd-build.log
 docker commit --change 'ENTRYPOINT ["/usr/local/bin/entrypoint", "/sbin/init"]' \
   "$node" "$NODE_IMAGE" >/dev/null
 docker rm -f -v "$node" >/dev/null
+node=""
+# Only the node image (and the base, for the next rebuild) stay in the engine's data root.
+docker rmi "${images[@]}" >/dev/null
+docker images --format '{{.Repository}}:{{.Tag}}' "${NODE_IMAGE%:*}" | grep -vxF "$NODE_IMAGE" \
+  | xargs -r docker rmi >/dev/null
+docker image prune -f >/dev/null
 rm -f "$KIMAGES"/node-*.tar
 docker save -o "$NODE_TAR.tmp" "$NODE_IMAGE" && mv "$NODE_TAR.tmp" "$NODE_TAR"
 echo "$NODE_TAR $NODE_IMAGE" > "$KIMAGES/node.current"

@@ -19,7 +19,11 @@ has_pod_cidr() { [ -n "$(pod_cidr "$1")" ]; }
 
 down() {
   if [ -S "$state/docker.sock" ] && docker version >/dev/null 2>&1; then
-    timeout 180 in_netns "$ns" kind delete cluster --name "$name" >/dev/null 2>&1 || true
+    timeout 180 nsenter --net="/var/run/netns/$ns" -- kind delete cluster --name "$name" \
+      >/dev/null 2>&1 || true
+    local left
+    left=$(docker ps -aq --filter "label=io.x-k8s.kind.cluster=$name")
+    [ -z "$left" ] || docker rm -f -v $left >/dev/null
   fi
   dockerd_stop "$name"
 }

@@ -87,6 +87,14 @@ JSON
   exec {lockfd}>&-
   wait_for 60 "dockerd in $ns" docker version \
     || { tail -n 20 "$state/dockerd.log" >&2; return 1; }
+  # Holding the shared root means no other engine uses it: any container or volume there is
+  # left over from a run that died (and would restart with its restart policy). Remove them.
+  if [ ! -f "$state/throwaway-root" ]; then
+    local stale
+    stale=$(docker ps -aq)
+    [ -z "$stale" ] || docker rm -f -v $stale >/dev/null
+    docker volume prune -f >/dev/null
+  fi
 }
 
 # dockerd_stop NAME: stops the engine and deletes the namespace and the run state.
