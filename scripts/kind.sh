@@ -7,6 +7,7 @@
 #   scripts/kind.sh up NAME            # netns + dockerd + cluster; prints netns and kubeconfig
 #   scripts/kind.sh down NAME          # cluster, dockerd and netns removed
 #   scripts/kind.sh exec NAME -- CMD…  # CMD in the cluster's netns with KUBECONFIG set
+#   scripts/kind.sh config             # the cluster's kind config, for kind anywhere else
 #
 # Caches under ${KAFKUBE_CACHE:-~/.cache/kafkube}/kind; run state under /run/kafkube-kind/NAME.
 set -euo pipefail
@@ -15,6 +16,7 @@ cmd=${1:-}
 shift || true
 case "$cmd" in
   build) exec bash "$here/build.sh" "$@" ;;
+  config) exec bash "$here/config.sh" "$@" ;;
   up|down|exec) exec bash "$here/cluster.sh" "$cmd" "$@" ;;
-  *) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+  *) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0" >&2; exit 2 ;;
 esac

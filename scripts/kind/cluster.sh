@@ -10,8 +10,8 @@ shift 2
 ns=$(netns_of "$name"); state=$(state_of "$name")
 KUBECTL_BIN="$CACHE/kubernetes/$K8S_VERSION/bin"
 export DOCKER_HOST="unix://$state/docker.sock" KUBECONFIG="$state/kubeconfig"
-ZONES=(zone-a zone-b zone-c)
-IMAGE_ARCHIVES=("${KAFKUBE_KIND_IMAGES:-$CACHE/images/kafkube.oci.tar $CACHE/images/kafkube-workload.oci.tar}")
+# The project's images (scripts/image.sh), loaded into every node; space-separated paths.
+IMAGE_ARCHIVES=${KAFKUBE_KIND_IMAGES:-$CACHE/images/kafkube.oci.tar $CACHE/images/kafkube-workload.oci.tar}
 
 kubectl() { in_netns "$ns" "$KUBECTL_BIN/kubectl" --request-timeout=30s "$@"; }
 pod_cidr() { kubectl get node "$1" -o 'jsonpath={.spec.podCIDR}'; }
@@ -26,31 +26,6 @@ down() {
     [ -z "$left" ] || docker rm -f -v $left >/dev/null
   fi
   dockerd_stop "$name"
-}
-
-# kind_config: 1 control plane + 2 workers, one zone each; no default CNI (kindnetd is not
-# available offline), kubelet allowed on cgroup v1.
-kind_config() {
-  cat <<YAML
-kind: Cluster
-apiVersion: kind.x-k8s.io/v1alpha4
-networking:
-  disableDefaultCNI: true
-  apiServerAddress: 127.0.0.1
-  podSubnet: 10.244.0.0/16
-  serviceSubnet: 10.96.0.0/16
-kubeadmConfigPatches:
-  - |
-    kind: KubeletConfiguration
-    failCgroupV1: false
-nodes:
-  - role: control-plane
-    labels: {topology.kubernetes.io/zone: ${ZONES[0]}}
-  - role: worker
-    labels: {topology.kubernetes.io/zone: ${ZONES[1]}}
-  - role: worker
-    labels: {topology.kubernetes.io/zone: ${ZONES[2]}}
-YAML
 }
 
 # pod_network: what kindnetd would do, once — each node's CNI config carries its podCIDR and
@@ -86,11 +61,11 @@ JSON
 # load_images: the project's OCI archives (scripts/image.sh) into every node's containerd.
 load_images() {
   local archive node pids=()
-  for archive in ${IMAGE_ARCHIVES[*]}; do
+  for archive in $IMAGE_ARCHIVES; do
     [ -f "$archive" ] || continue
     for node in $(in_netns "$ns" kind get nodes --name "$name"); do
-      docker exec -i "$node" ctr --namespace=k8s.io images import --all-platforms --digests \
-        - <"$archive" >"$state/load-$node-$(basename "$archive").log" 2>&1 &
+      timeout 300 docker exec -i "$node" ctr --namespace=k8s.io images import --all-platforms \
+        --digests - <"$archive" >"$state/load-$node-$(basename "$archive").log" 2>&1 &
       pids+=($!)
     done
   done
@@ -114,14 +89,13 @@ up() {
   trap '[ "$ok" = 1 ] || failed_up' EXIT
   dockerd_start "$name"
   docker image inspect "$node_image" >/dev/null 2>&1 \
-    || run_quiet "$state/load-node.log" docker load -i "$node_tar"
+    || run_quiet "$state/load-node.log" timeout 600 docker load -i "$node_tar"
   in_netns "$ns" kind delete cluster --name "$name" >/dev/null 2>&1 || true
-  kind_config > "$state/kind.yaml"
-  run_quiet "$state/kind-create.log" in_netns "$ns" kind create cluster --name "$name" \
-    --image "$node_image" --config "$state/kind.yaml" --kubeconfig "$KUBECONFIG"
+  bash "$REPO/scripts/kind/config.sh" --offline > "$state/kind.yaml"
+  run_quiet "$state/kind-create.log" timeout 900 nsenter --net="/var/run/netns/$ns" -- \
+    kind create cluster --name "$name" \
+      --image "$node_image" --config "$state/kind.yaml" --kubeconfig "$KUBECONFIG"
   pod_network
-  kubectl taint nodes "$name-control-plane" node-role.kubernetes.io/control-plane:NoSchedule- \
-    >/dev/null
   load_images
   kubectl wait --for=condition=Ready nodes --all --timeout=180s >/dev/null
   kubectl -n kube-system rollout status deployment/coredns --timeout=180s >/dev/null

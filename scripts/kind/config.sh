@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The e2e suite's kind cluster: 1 control plane + 2 workers, one zone each
+# (topology.kubernetes.io/zone), brokers allowed on the control plane too (no taint).
+# Portable as is, e.g. on a laptop with kind and a registry:
+#   kind create cluster --name kafkube --config <(scripts/kind.sh config)
+# `--offline` (what scripts/kind.sh up uses) also leaves out kind's CNI, kindnetd, which no
+# registry here can serve; up wires the pod network itself.
+set -euo pipefail
+offline=0
+[ "${1:-}" = "--offline" ] && offline=1
+cat <<'YAML'
+kind: Cluster
+apiVersion: kind.x-k8s.io/v1alpha4
+networking:
+  apiServerAddress: 127.0.0.1
+  podSubnet: 10.244.0.0/16
+  serviceSubnet: 10.96.0.0/16
+YAML
+((offline)) && echo "  disableDefaultCNI: true"
+cat <<'YAML'
+kubeadmConfigPatches:
+  - |
+    kind: InitConfiguration
+    nodeRegistration:
+      taints: []
+  # Kubernetes >= 1.35 refuses cgroup v1 hosts unless told otherwise; harmless on v2.
+  - |
+    kind: KubeletConfiguration
+    failCgroupV1: false
+nodes:
+  - role: control-plane
+    labels: {topology.kubernetes.io/zone: zone-a}
+  - role: worker
+    labels: {topology.kubernetes.io/zone: zone-b}
+  - role: worker
+    labels: {topology.kubernetes.io/zone: zone-c}
+YAML
