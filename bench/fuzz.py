@@ -36,6 +36,7 @@ from kio.index import load_request_schema
 
 from broker.handlers import load_all
 from broker.protocol.batch_codec import CODEC_GZIP, CODEC_NONE, Record, compress, encode_batch
+from broker.protocol.bounds import MAX_ENTRIES
 from broker.protocol.codec import RequestHeader, encode_request
 
 TOPIC = "fuzz"
@@ -223,6 +224,22 @@ def _mutated_field(rng: random.Random, kafka_type: str | None, current: Any) -> 
     return new
 
 
+def entries(obj: Any) -> int:
+    """Array elements in a request, nested ones included (``bounds.MAX_ENTRIES``)."""
+    if not dataclasses.is_dataclass(obj):
+        return 0
+    total = 0
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if isinstance(value, tuple):
+            total += len(value)
+            if value and dataclasses.is_dataclass(value[0]):
+                total += sum(entries(v) for v in value)
+        else:
+            total += entries(value)
+    return total
+
+
 def mutate_bytes(rng: random.Random, frame: bytes) -> bytes:
     data = bytearray(frame)
     for _ in range(rng.randint(1, 3)):
@@ -298,7 +315,8 @@ class Fuzzer:
         self.sock = None
 
     def next_frame(self) -> tuple[int, int, bytes, bool] | None:
-        """(api key, version, frame, whether its bytes were cut or flipped)."""
+        """(api key, version, frame, whether it may be refused as malformed: its bytes cut
+        or flipped, or too many entries)."""
         key, version, valid = self.rng.choice(self.targets)
         request = valid
         for _ in range(self.rng.randint(1, 3)):
@@ -313,7 +331,9 @@ class Fuzzer:
         mangled = self.rng.random() < 0.2
         if mangled:
             data = mutate_bytes(self.rng, data)
-        return key, version, data, mangled
+        # Past the broker's element limit a request is refused as malformed, like a frame
+        # past socket.request.max.bytes: a close is its answer.
+        return key, version, data, mangled or entries(request) > MAX_ENTRIES
 
     def send_one(self) -> None:
         built = self.next_frame()

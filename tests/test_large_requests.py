@@ -65,3 +65,24 @@ def test_a_huge_request_is_answered_and_holds_nobody_up(broker, case: str) -> No
           f"meanwhile: {len(waits)} answered, slowest {max(waits) * 1000:.0f} ms")
     assert max(waits) < BUSY_AFTER_S, f"another client waited {max(waits):.2f} s"
     assert scrape(broker.metrics_port).get("kafkube_event_loop_stalls_total") == 0
+
+
+def test_a_request_naming_too_many_things_is_refused_as_malformed(broker) -> None:
+    """25 million partition indexes fit in socket.request.max.bytes (the long fuzz run sent
+    them): past bounds.MAX_ENTRIES the connection is closed, as for an oversized frame, in
+    well under a second, and the broker goes on serving."""
+    from kio.schema.describe_producers.v0.request import DescribeProducersRequest, TopicRequest
+
+    from broker.protocol.bounds import MAX_ENTRIES
+
+    request = DescribeProducersRequest(topics=(TopicRequest(
+        name="t", partition_indexes=tuple(range(MAX_ENTRIES + 1))),))
+    with WireClient.connect(broker.bootstrap) as client:
+        started = time.monotonic()
+        client.send(request)
+        assert client.closed_by_peer(timeout=10)
+        took = time.monotonic() - started
+    with WireClient.connect(broker.bootstrap) as other:
+        other.request(api_versions_request())
+    print(f"{MAX_ENTRIES + 1} partition indexes: refused in {took * 1000:.0f} ms")
+    assert took < 2.0

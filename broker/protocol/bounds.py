@@ -6,6 +6,12 @@ and aborted the whole broker (found by ``bench/fuzz.py``). This walk follows the
 schema without building anything and refuses, as a framing error, any array count, string
 or bytes length, or tagged field that runs past the end of the frame. Produce and Fetch
 have their own decoders and never come here.
+
+It also refuses a request naming more than ``MAX_ENTRIES`` array elements in all. Kafka has
+no such limit, only ``socket.request.max.bytes``, but 100 MB of partition indexes are 25
+million of them: minutes of a Python broker's time and gigabytes of objects, for an answer
+no client asks for (the long fuzz run sent such DescribeProducers). No Kafka client names
+that many; the cluster image holds about 100,000 partitions at most.
 """
 
 from __future__ import annotations
@@ -28,14 +34,18 @@ _I32 = struct.Struct(">i")
 _Field = tuple[str, str | None, bool, type | None, bool]
 
 
+MAX_ENTRIES = 200_000
+
+
 class LengthError(ValueError):
     pass
 
 
 def check_lengths(schema: type, buf: bytes | bytearray | memoryview, pos: int) -> None:
-    """Raise LengthError if some declared length in the body at ``pos`` overruns it."""
+    """Raise LengthError if some declared length in the body at ``pos`` overruns it, or
+    its arrays hold more than ``MAX_ENTRIES`` elements in all."""
     try:
-        _entity(schema, buf, pos, len(buf))
+        _entity(schema, buf, pos, len(buf), [MAX_ENTRIES])
     except (IndexError, struct.error) as e:
         raise LengthError(f"truncated {schema.__name__}: {e}") from None
 
@@ -81,7 +91,7 @@ def _need(pos: int, count: int, end: int, what: str) -> None:
         raise LengthError(f"{what} declares {count} bytes or items, {end - pos} bytes remain")
 
 
-def _entity(cls: type, buf: Any, pos: int, end: int) -> int:
+def _entity(cls: type, buf: Any, pos: int, end: int, budget: list[int]) -> int:
     flexible = cls.__flexible__
     for name, kafka_type, is_array, entity, nullable_struct in _fields(cls):
         if nullable_struct:
@@ -99,19 +109,23 @@ def _entity(cls: type, buf: Any, pos: int, end: int) -> int:
             if count <= 0:
                 continue  # null or empty
             _need(pos, count, end, name)
+            budget[0] -= count
+            if budget[0] < 0:
+                raise LengthError(f"the request names more than {MAX_ENTRIES} array elements "
+                                  f"({name} alone {count})")
             for _ in range(count):
-                pos = _one(kafka_type, entity, flexible, buf, pos, end, name)
+                pos = _one(kafka_type, entity, flexible, buf, pos, end, name, budget)
         else:
-            pos = _one(kafka_type, entity, flexible, buf, pos, end, name)
+            pos = _one(kafka_type, entity, flexible, buf, pos, end, name, budget)
     if flexible:
         pos = _tagged(buf, pos, end)
     return pos
 
 
 def _one(kafka_type: str | None, entity: type | None, flexible: bool, buf: Any, pos: int,
-         end: int, name: str) -> int:
+         end: int, name: str, budget: list[int]) -> int:
     if entity is not None:
-        return _entity(entity, buf, pos, end)
+        return _entity(entity, buf, pos, end, budget)
     size = _FIXED.get(kafka_type or "")
     if size is not None:
         _need(pos, size, end, name)
