@@ -83,8 +83,8 @@ trap cleanup EXIT
 WORK=$(mktemp -d /var/tmp/kafkube-kind.XXXXXX)
 dockerd_start "$BUILD"
 
-base_stamp=$(cat "$REPO/scripts/kind/node/base-packages" "$REPO/scripts/kind/base.sh" \
-  "$REPO/scripts/kind/common.sh" | sha1sum | cut -c1-12)
+base_stamp=$( { echo "$KIND_VERSION $PAUSE_TAG"
+  cat "$REPO/scripts/kind/node/base-packages" "$REPO/scripts/kind/base.sh"; } | sha1sum | cut -c1-12)
 BASE_TAR="$KIMAGES/base-$base_stamp.tar"
 if ! docker image inspect "$BASE_IMAGE" --format '{{index .Config.Labels "stamp"}}' 2>/dev/null \
     | grep -qx "$base_stamp"; then
@@ -161,8 +161,8 @@ docker rm -f -v "$node" >/dev/null
 node=""
 # Only the node image (and the base, for the next rebuild) stay in the engine's data root.
 docker rmi "${images[@]}" >/dev/null
-docker images --format '{{.Repository}}:{{.Tag}}' "${NODE_IMAGE%:*}" | grep -vxF "$NODE_IMAGE" \
-  | xargs -r docker rmi >/dev/null
+docker images --format '{{.Repository}}:{{.Tag}}' "${NODE_IMAGE%:*}" \
+  | { grep -vxF "$NODE_IMAGE" || true; } | xargs -r docker rmi >/dev/null
 docker image prune -f >/dev/null
 rm -f "$KIMAGES"/node-*.tar
 docker save -o "$NODE_TAR.tmp" "$NODE_IMAGE" && mv "$NODE_TAR.tmp" "$NODE_TAR"

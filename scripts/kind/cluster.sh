@@ -81,7 +81,24 @@ failed_up() {
   down
 }
 
+# sweep_stale: the run state of clusters whose engine is gone (a run killed outright) —
+# their network namespaces and mounts go too.
+sweep_stale() {
+  local dir other pid
+  for dir in "$RUNROOT"/*/; do
+    [ -d "$dir" ] || continue
+    other=$(basename "$dir")
+    pid=$(cat "$dir/docker.pid" 2>/dev/null || true)
+    if [ -z "$pid" ] || ! kill -0 "$pid" 2>/dev/null; then
+      # A build or up that is still starting its engine has no pid file yet: spare young ones.
+      [ -n "$(find "$dir" -maxdepth 0 -mmin +10)" ] && dockerd_stop "$other"
+    fi
+  done
+  return 0
+}
+
 up() {
+  sweep_stale
   bash "$REPO/scripts/kind/build.sh"
   local node_tar node_image
   read -r node_tar node_image < "$KIMAGES/node.current"

@@ -64,7 +64,7 @@ dockerd_start() {
   root="$KCACHE/docker"
   exec {lockfd}>"$KCACHE/docker.lock"
   if ! flock -n "$lockfd"; then
-    root="$state/docker-root"; echo "$root" > "$state/throwaway-root"
+    root="$KCACHE/docker-$name"; echo "$root" > "$state/throwaway-root"
   fi
   cat > "$state/daemon.json" <<JSON
 {

@@ -53,7 +53,8 @@ def kind_cluster() -> Iterator[Cluster]:
     reason = skip_reason()
     if reason:
         pytest.skip(reason)
-    name = os.environ.get("KAFKUBE_E2E_CLUSTER", "kafkube-e2e")
+    # One name per run: two suites on one machine get two clusters, not one fight.
+    name = os.environ.get("KAFKUBE_E2E_CLUSTER") or f"e2e-{os.getpid()}"
     build_images()
     try:
         cluster = kind_up(name)
