@@ -25,33 +25,39 @@ def clock() -> Clock:
     return Clock()
 
 
-def test_without_an_outage_a_lease_lapses_at_its_expiry(clock: Clock) -> None:
+def test_a_lease_lapses_once_the_store_answered_after_its_expiry(clock: Clock) -> None:
     contact = Contact(clock)
     expiry = clock.ms + SESSION
     assert not contact.lapsed(expiry, SESSION)
-    clock.ms = expiry
+    clock.ms = expiry + 500
+    assert not contact.lapsed(expiry, SESSION), "no answer since it expired: cannot tell"
+    contact.reached()  # e.g. a watch event: the store is there, the holder did not renew
     assert contact.lapsed(expiry, SESSION)
 
 
 def test_a_lease_live_when_contact_was_lost_stays_live_until_a_duration_after_it_returns(
         clock: Clock) -> None:
     contact = Contact(clock)
-    alive = clock.ms + 5000       # renewed 4 s before the outage
     dead = clock.ms - 1           # its holder stopped renewing before the outage
-    contact.lost(clock.ms, "connection refused")
+    alive = clock.ms + 5000       # renewed 4 s before the outage
+    contact.reached()
+    clock.ms += 100
+    contact.lost("connection refused")
     clock.ms += 30_000            # a 30 s outage
     assert not contact.lapsed(alive, SESSION)
     assert contact.lapsed(dead, SESSION)
     contact.reached()
     back = clock.ms
     clock.ms = back + SESSION - 1
+    contact.reached()
     assert not contact.lapsed(alive, SESSION), "no time yet to renew after the outage"
-    assert not contact.lapsed(clock.ms + SESSION, SESSION)  # renewed since: judged as usual
+    assert contact.lapsed(dead, SESSION)
     clock.ms = back + SESSION
+    contact.reached()
     assert contact.lapsed(alive, SESSION), "a whole duration passed without a renewal"
 
 
-def test_a_request_stalled_past_the_threshold_counts_as_lost_contact(clock: Clock) -> None:
+def test_a_paused_store_answering_late_is_an_outage_with_a_grace(clock: Clock) -> None:
     contact = Contact(clock)
     expiry = clock.ms + 500
     inside, release = threading.Event(), threading.Event()
@@ -64,15 +70,13 @@ def test_a_request_stalled_past_the_threshold_counts_as_lost_contact(clock: Cloc
     worker = threading.Thread(target=stalled_request)
     worker.start()
     assert inside.wait(10)
-    clock.ms += STALLED_MS - 1
-    assert contact.outage is None
-    clock.ms += 1000  # past the lease's expiry, and the request outstanding past the threshold
-    assert contact.outage is not None and contact.outage.lost_at_ms == expiry - 500
+    clock.ms += STALLED_MS + 1000  # past the lease's expiry, nothing heard meanwhile
     assert not contact.lapsed(expiry, SESSION)
     release.set()  # the server answers at last: the outage ends, and its grace begins
     worker.join(10)
     back = clock.ms
-    assert contact.outage is not None and contact.outage.back_at_ms == back
+    outage = contact.outage
+    assert outage is not None and outage.back_at_ms == back
     assert not contact.lapsed(expiry, SESSION)
     clock.ms = back + SESSION
     assert contact.lapsed(expiry, SESSION)
@@ -88,36 +92,21 @@ def test_answers_prove_contact_and_failures_without_one_lose_it(clock: Clock) ->
     with pytest.raises(KeyError), contact.request(lambda e: False):
         raise KeyError("409 Conflict: the server answered")
     assert contact.outage is not None and contact.outage.back_at_ms == clock.ms
+    assert contact.last_answer_ms == clock.ms
 
 
 def test_losses_close_together_are_one_outage(clock: Clock) -> None:
     contact = Contact(clock)
     first = clock.ms
-    contact.lost(first)
+    contact.lost()
     clock.ms += 5000
     contact.reached()
     clock.ms += MERGE_MS - 1
-    contact.lost(clock.ms)
+    contact.lost()
     assert contact.outage is not None and contact.outage.lost_at_ms == first
     clock.ms += 1000
     contact.reached()
     clock.ms += MERGE_MS
-    contact.lost(clock.ms)
+    contact.reached()
+    contact.lost()
     assert contact.outage is not None and contact.outage.lost_at_ms == clock.ms
-
-
-def test_an_outage_starts_when_the_oldest_unanswered_request_was_sent(clock: Clock) -> None:
-    """A paused server: a renewal waits unanswered; then the server dies and a watch reports
-    the loss before the renewal fails. The outage began when the renewal was sent."""
-    contact = Contact(clock)
-    sent = clock.ms
-    expiry = sent + 500
-    with pytest.raises(ConnectionError), contact.request(lambda e: True):
-        clock.ms += 15_000
-        contact.lost(clock.ms, "watch: connection reset")
-        assert contact.outage is not None and contact.outage.lost_at_ms == sent
-        raise ConnectionError("connection reset")
-    assert contact.outage is not None and contact.outage.lost_at_ms == sent
-    contact.lost(sent - 100, "a request older still fails at last")
-    assert contact.outage is not None and contact.outage.lost_at_ms == sent - 100
-    assert not contact.lapsed(expiry, SESSION)

@@ -127,8 +127,10 @@ def test_a_stale_holder_is_fenced_and_its_lease_taken_over(open_backend) -> None
     e2 = two.register_broker(reg(2), 60_000)
     assert one.acquire_controller(1, first, 400) is not None
     assert two.acquire_controller(2, e2, 60_000) is None
-    # Broker 1 stops renewing (paused): both leases lapse; broker 2 takes the controller.
-    won = wait_until(lambda: two.acquire_controller(2, e2, 60_000), 10, "the takeover")
+    # Broker 1 stops renewing (paused): its leases lapse while broker 2 goes on renewing its
+    # own (so the store is seen answering), and broker 2 takes the controller.
+    won = wait_until(lambda: two.renew_broker(2, e2, 60_000)
+                     and two.acquire_controller(2, e2, 60_000), 10, "the takeover")
     assert not one.renew_broker(1, first, 400)  # the paused broker learns it was fenced
     assert one.acquire_controller(1, first, 400) is None
     assert wait_until(lambda: one.controller(), 10, "broker 1 to see the new controller") \

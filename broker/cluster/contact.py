@@ -11,22 +11,23 @@ controller gives every broker a full session before fencing it.
 So a reader judges a lease by its own contact with the store:
 
 * a lease unexpired now is live;
-* a lease that expired before this reader lost contact is lapsed (its holder stopped
-  renewing while renewals were possible);
-* a lease still live when contact was lost stays live during the outage, and for one lease
-  duration after contact returns, which is time enough for a live holder to renew it.
+* a lease that expired after the last answer this reader had from the store is live: the
+  store may have been unreachable since, for its holder too, so nothing says the holder
+  failed (a decision taken on it could also be written only after the store returns);
+* after an outage, a lease live when contact was lost stays live for one lease duration
+  from the first answer, time for its holder to renew it;
+* any other expired lease lapsed: the store answered after it expired, so its holder could
+  have renewed and did not.
 
-Contact is lost at the start of a request that failed without an answer from the server
-(refused, reset, timed out) or that has been outstanding for ``STALLED_MS`` (a paused
-server answers nothing, and a request waits out its whole timeout), and it is back at the
-first answer of any kind. Losses close together count as one outage, so a flapping server
-does not cut a grace short.
+Every answer counts, a watch event included; a request that got none (refused, reset,
+timed out, 5xx) starts an outage at the last answer before it, and so does one answered only
+after ``STALLED_MS`` (a paused server); the next answer ends it. Losses close together count
+as one outage, so a flapping server does not cut a grace short.
 """
 
 from __future__ import annotations
 
 import contextlib
-import itertools
 import logging
 import threading
 import time
@@ -35,7 +36,9 @@ from dataclasses import dataclass
 
 log = logging.getLogger(__name__)
 
-STALLED_MS = 1000
+# Answered only after this long, a request was waiting on a paused or overloaded server: an
+# outage, and its holders get a grace to renew once it answers again.
+STALLED_MS = 5000
 MERGE_MS = 60_000  # a loss this soon after the last outage ended extends that outage
 
 
@@ -45,7 +48,7 @@ def now_ms() -> int:
 
 @dataclass(frozen=True, slots=True)
 class Outage:
-    lost_at_ms: int
+    lost_at_ms: int  # the last answer before it
     back_at_ms: int | None = None  # None while it lasts
 
 
@@ -53,87 +56,80 @@ class Contact:
     def __init__(self, clock: Callable[[], int] = now_ms) -> None:
         self._clock = clock
         self._lock = threading.Lock()
+        self._last_answer_ms = clock()
         self._outage: Outage | None = None
-        self._in_flight: dict[int, int] = {}
-        self._tokens = itertools.count()
 
     @property
     def outage(self) -> Outage | None:
-        """The current or latest outage, counting a request stalled past ``STALLED_MS``."""
-        now = self._clock()
+        """The current or latest outage."""
         with self._lock:
-            outage = self._outage
-            stalled = min(self._in_flight.values(), default=None)
-        if stalled is not None and now - stalled >= STALLED_MS and (
-                outage is None or outage.back_at_ms is not None):
-            return self._merged(outage, stalled)
-        return outage
+            return self._outage
+
+    @property
+    def last_answer_ms(self) -> int:
+        with self._lock:
+            return self._last_answer_ms
 
     def lapsed(self, expiry_ms: int, duration_ms: int, now: int | None = None) -> bool:
-        """Whether a lease that ran to ``expiry_ms`` lapsed, as this reader can tell."""
+        """Whether a lease that ran to ``expiry_ms`` lapsed, as far as this reader can tell."""
         now = self._clock() if now is None else now
         if expiry_ms > now:
             return False
-        outage = self.outage
-        if outage is None or expiry_ms <= outage.lost_at_ms:
-            return True
-        return outage.back_at_ms is not None and now >= outage.back_at_ms + duration_ms
+        with self._lock:
+            last_answer, outage = self._last_answer_ms, self._outage
+        if expiry_ms > last_answer:
+            return False  # not heard from the store since: it may be down for the holder too
+        # Live when contact was lost: it had a lease duration to renew since it came back.
+        in_grace = (outage is not None and outage.back_at_ms is not None
+                    and expiry_ms > outage.lost_at_ms
+                    and now < outage.back_at_ms + duration_ms)
+        return not in_grace
 
     @contextlib.contextmanager
     def request(self, unreachable: Callable[[BaseException], bool]) -> Iterator[None]:
         """Around one request to the store: ``unreachable`` tells an exception that means no
         answer (refused, reset, timed out) from one that is the server's own (a conflict)."""
         started = self._clock()
-        token = next(self._tokens)
-        with self._lock:
-            self._in_flight[token] = started
         try:
             yield
         except BaseException as e:
             if unreachable(e):
-                self.lost(started, e)
+                self.lost(e)
             else:
                 self._answered(started)
             raise
         else:
             self._answered(started)
-        finally:
-            with self._lock:
-                self._in_flight.pop(token, None)
 
     def _answered(self, started_ms: int) -> None:
         waited = self._clock() - started_ms
         if waited >= STALLED_MS:  # a paused server answers at last: it was out meanwhile
-            self.lost(started_ms, f"no answer for {waited / 1000:.1f} s")
+            self.lost(f"no answer for {waited / 1000:.1f} s")
         self.reached()
 
-    def lost(self, at_ms: int, cause: object = None) -> None:
-        """No answer since ``at_ms``, or since the oldest request still waiting for one."""
+    def lost(self, cause: object = None) -> None:
+        """No answer: an outage since the last one, unless one is already under way."""
         with self._lock:
-            at_ms = min([at_ms, *self._in_flight.values()])
             outage = self._outage
             if outage is not None and outage.back_at_ms is None:
-                if at_ms < outage.lost_at_ms:  # a request that stalled earlier tells it now
-                    self._outage = Outage(at_ms)
                 return
-            self._outage = self._merged(outage, at_ms)
-        log.warning("coordination store unreachable since %d ms ago (%s): leases live then "
-                    "stay live until a lease duration after it answers again",
-                    self._clock() - at_ms, cause)
+            if outage is not None and self._last_answer_ms - outage.back_at_ms < MERGE_MS:
+                self._outage = Outage(outage.lost_at_ms)  # flapping: one outage
+            else:
+                self._outage = Outage(self._last_answer_ms)
+            since = self._clock() - self._outage.lost_at_ms
+        log.warning("coordination store unreachable (%s), no answer for %.1f s: leases live "
+                    "then stay live until a lease duration after it answers again", cause,
+                    since / 1000)
 
     def reached(self) -> None:
+        """An answer (a request's, or a watch event)."""
         now = self._clock()
         with self._lock:
+            self._last_answer_ms = max(self._last_answer_ms, now)
             outage = self._outage
             if outage is None or outage.back_at_ms is not None:
                 return
             self._outage = Outage(outage.lost_at_ms, now)
-        log.info("coordination store answers again, after %.1f s", (now - outage.lost_at_ms)
-                 / 1000)
-
-    @staticmethod
-    def _merged(previous: Outage | None, lost_at_ms: int) -> Outage:
-        if previous is not None and previous.back_at_ms is not None \
-                and lost_at_ms - previous.back_at_ms < MERGE_MS:
-            return Outage(previous.lost_at_ms)
-        return Outage(lost_at_ms)
+        log.info("coordination store answers again, after %.1f s",
+                 (now - outage.lost_at_ms) / 1000)

@@ -195,7 +195,7 @@ class _WatchCache:
                 if self._stopped.is_set():
                     return
                 if _unreachable(e):
-                    self._contact.lost(now_ms(), e)
+                    self._contact.lost(e)
                 log.info("watch of %s ended (%s); listing again in %.1fs", self.kind, e, backoff)
                 self._stopped.wait(backoff)
                 backoff = min(backoff * 2, 5.0)
@@ -209,6 +209,7 @@ class _WatchCache:
                     timeout_seconds=WATCH_TIMEOUT_S, allow_watch_bookmarks=True,
                     _request_timeout=WATCH_TIMEOUT_S + REQUEST_TIMEOUT_S):
                 kind, obj = event["type"], event["object"]
+                self._contact.reached()  # the server is there: leases are judged by it
                 if kind == "ERROR":
                     raise RuntimeError(f"watch error: {getattr(obj, 'message', obj)}")
                 if kind == "BOOKMARK":  # only a resourceVersion to go on from, as a dict
