@@ -15,6 +15,7 @@ from tests.e2e.platform import Cluster, KubectlError
 
 IMAGE = "localhost/kafkube:dev"
 ZONE = "topology.kubernetes.io/zone"
+ZONES = ["zone-a", "zone-b", "zone-c"]
 
 # Answers every connection with the node it runs on.
 SERVER = """
@@ -94,13 +95,16 @@ def test_three_ready_nodes_in_three_zones(kind_cluster: Cluster) -> None:
         taints = node["spec"].get("taints") or []
         assert not [t for t in taints if t["effect"] in ("NoSchedule", "NoExecute")], taints
     zones = sorted(n["metadata"]["labels"].get(ZONE, "") for n in items)
-    assert zones == ["zone-a", "zone-b", "zone-c"]
+    assert zones == ZONES
     assert len(worker_zones(kind_cluster)) == 2
 
 
-def test_pod_reaches_a_service_on_another_node(kind_cluster: Cluster, kube_namespace: str) -> None:
+def test_pods_on_every_node_reach_a_service_on_a_worker(
+        kind_cluster: Cluster, kube_namespace: str) -> None:
+    """One client per zone: two CoreDNS replicas cover at most two nodes, so at least one
+    client's lookups cross nodes, and at least two clients' connections do."""
     ns = kube_namespace
-    server_zone, client_zone = worker_zones(kind_cluster)
+    server_zone = worker_zones(kind_cluster)[0]
     server = pod("echo", server_zone, ["python3", "-c", SERVER],
                  container={"readinessProbe": {"tcpSocket": {"port": 7000},
                                                "periodSeconds": 1}})
@@ -112,21 +116,25 @@ def test_pod_reaches_a_service_on_another_node(kind_cluster: Cluster, kube_names
          "spec": {"clusterIP": "None", "selector": {"app": "echo"}, "ports": [{"port": 7000}]}},
     ]
     # The image's own command works, then: ClusterIP (kube-proxy) and pod IP (headless).
-    client = pod("client", client_zone, [
+    clients = [pod(f"client-{zone}", zone, [
         "sh", "-c", 'kafkube --help >/dev/null && exec python3 -c "$0" "$@"', CLIENT,
-        "echo", f"echo-direct.{ns}.svc.cluster.local"])
+        "echo", f"echo-direct.{ns}.svc.cluster.local"]) for zone in ZONES]
     kind_cluster.apply(json.dumps({"apiVersion": "v1", "kind": "List",
-                                   "items": [server, *services, client]}), namespace=ns)
-    out = wait_succeeded(kind_cluster, ns, "client").splitlines()
+                                   "items": [server, *services, *clients]}), namespace=ns)
+    outputs = {c["metadata"]["name"]: wait_succeeded(kind_cluster, ns, c["metadata"]["name"])
+               for c in clients}
 
     placed = json.loads(kind_cluster.kubectl("-n", ns, "get", "pods", "-o", "json"))["items"]
     where = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in placed}
     server_ip = next(p["status"]["podIP"] for p in placed if p["metadata"]["name"] == "echo")
     cluster_ip = kind_cluster.kubectl("-n", ns, "get", "service", "echo",
                                       "-o", "jsonpath={.spec.clusterIP}")
-    assert where["echo"] != where["client"]
-    assert out == [f"echo {cluster_ip} hello from {where['echo']}",
-                   f"echo-direct.{ns}.svc.cluster.local {server_ip} hello from {where['echo']}"]
+    assert len({where[name] for name in outputs}) == 3
+    for name, out in outputs.items():
+        assert out.splitlines() == [
+            f"echo {cluster_ip} hello from {where['echo']}",
+            f"echo-direct.{ns}.svc.cluster.local {server_ip} hello from {where['echo']}",
+        ], name
 
 
 def test_default_storage_class_provisions_a_writable_volume(
