@@ -104,6 +104,7 @@ up() {
   read -r node_tar node_image < "$KIMAGES/node.current"
   ok=0
   trap '[ "$ok" = 1 ] || failed_up' EXIT
+  trap 'exit 130' INT TERM
   dockerd_start "$name"
   docker image inspect "$node_image" >/dev/null 2>&1 \
     || run_quiet "$state/load-node.log" timeout 600 docker load -i "$node_tar"
