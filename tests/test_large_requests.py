@@ -86,3 +86,27 @@ def test_a_request_naming_too_many_things_is_refused_as_malformed(broker) -> Non
         other.request(api_versions_request())
     print(f"{MAX_ENTRIES + 1} partition indexes: refused in {took * 1000:.0f} ms")
     assert took < 2.0
+
+
+def test_a_partition_named_again_and_again_is_answered_once(broker) -> None:
+    """DescribeProducers naming one partition 100,000 times (the long fuzz run's, with
+    thousands of producers on it) gets that partition's producers once, in a second or two,
+    not 100,000 copies of them."""
+    from confluent_kafka import Producer
+    from kio.schema.describe_producers.v0.request import DescribeProducersRequest, TopicRequest
+
+    for _ in range(3):  # three idempotent producers: three active producer ids
+        producer = Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True})
+        producer.produce("described", b"x", partition=0)
+        assert producer.flush(30) == 0
+    request = DescribeProducersRequest(topics=(
+        TopicRequest(name="described", partition_indexes=(0,) * 100_000),))
+    with WireClient.connect(broker.bootstrap, timeout=60) as client:
+        started = time.monotonic()
+        answer = client.request(request)
+        took = time.monotonic() - started
+    (topic,) = answer.topics
+    (partition,) = topic.partitions
+    assert partition.partition_index == 0 and len(partition.active_producers) == 3
+    print(f"one partition named 100,000 times: answered once, in {took:.2f} s")
+    assert took < 10

@@ -10,7 +10,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.handlers import handles
 from broker.handlers.context import RequestContext
-from broker.protocol.messages import build_response
+from broker.protocol.messages import build_long_response, build_response
 
 
 @handles(22, 0, 4)
@@ -38,9 +38,15 @@ async def handle_describe_producers(ctx: RequestContext, request: Any) -> Any:
     No transactions yet, so no coordinator epoch or open transaction."""
     replicas = ctx.services.replicas
     topics = []
+    seen: set[tuple[str, int]] = set()
     for topic in request.topics:
         partitions = []
         for index in topic.partition_indexes:
+            # A partition named twice is answered once: its active producers, thousands
+            # perhaps, repeated for each copy would make an answer of billions of entries.
+            if (topic.name, index) in seen:
+                continue
+            seen.add((topic.name, index))
             partition = replicas.get(topic.name, index)
             if partition is None:
                 _, error = replicas.leader_for(topic.name, index)  # Kafka's code for why
@@ -56,5 +62,7 @@ async def handle_describe_producers(ctx: RequestContext, request: Any) -> Any:
             ]
             partitions.append({"partition_index": index, "error_code": ErrorCode.none,
                                "active_producers": producers})
-        topics.append({"name": topic.name, "partitions": partitions})
-    return build_response(request, {"throttle_time": timedelta(0), "topics": topics})
+        if partitions or not topic.partition_indexes:
+            topics.append({"name": topic.name, "partitions": partitions})
+    return await build_long_response(request, {"throttle_time": timedelta(0), "topics": topics},
+                                     len(seen))
