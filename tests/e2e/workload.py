@@ -6,6 +6,8 @@ It prints what the client saw, one line per event, for the queue checker on the 
 side (tests/queue_checker.py) to judge:
 
     produce BOOTSTRAP TOPIC --count N [--acks all] [--rate R] [--seconds S]
+            [--partition P] [--trace]
+        S <i> <unix ms>                         record v-<i> sent (--trace only)
         A <i> <partition> <offset> <unix ms>    record v-<i> acknowledged there
         F <i> <error>                           record v-<i> failed (or indeterminate)
         D <sent> <acked> <failed>               the end
@@ -24,6 +26,7 @@ test's patience.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import time
 
@@ -46,6 +49,8 @@ def produce(args: argparse.Namespace) -> int:
         if err is None:
             acked += 1
             out.write(f"A {i} {msg.partition()} {msg.offset()} {int(time.time() * 1000)}\n")
+            if args.trace:
+                out.flush()
         else:
             failed += 1
             out.write(f"F {i} {err.name()}\n")
@@ -54,17 +59,23 @@ def produce(args: argparse.Namespace) -> int:
     interval = 1.0 / args.rate if args.rate else 0.0
     sent = 0
     next_send = time.monotonic()
-    while sent < args.count and time.monotonic() < deadline:
+    stopping: list[int] = []  # SIGTERM (the pod deleted): stop sending, flush, report
+    signal.signal(signal.SIGTERM, lambda signum, _: stopping.append(signum))
+    while sent < args.count and time.monotonic() < deadline and not stopping:
         if interval:
             pause = next_send - time.monotonic()
             if pause > 0:
                 producer.poll(pause)
             next_send += interval
         try:
-            producer.produce(args.topic, value=b"v-%d" % sent, on_delivery=delivered)
+            producer.produce(args.topic, value=b"v-%d" % sent, on_delivery=delivered,
+                             **({"partition": args.partition} if args.partition >= 0 else {}))
         except BufferError:
             producer.poll(0.1)
             continue
+        if args.trace:
+            out.write(f"S {sent} {int(time.time() * 1000)}\n")
+            out.flush()
         sent += 1
         producer.poll(0)
     left = producer.flush(90)
@@ -143,6 +154,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--acks", default="all")
     p.add_argument("--rate", type=float, default=0.0, help="records a second (0: as fast)")
     p.add_argument("--seconds", type=float, default=300.0)
+    p.add_argument("--partition", type=int, default=-1, help="this partition only")
+    p.add_argument("--trace", action="store_true", help="a line per send too, flushed")
     d = sub.add_parser("drain")
     d.add_argument("bootstrap")
     d.add_argument("topic")

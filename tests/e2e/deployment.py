@@ -1,0 +1,140 @@
+"""The reference deployment (deploy/kafkube.yaml) on a cluster, and the client pods run
+against it (tests/e2e/workload.py): what the e2e scenarios and `bench failover --kubernetes`
+drive."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+from tests.conftest import wait_until
+from tests.e2e.platform import Cluster, KubectlError
+
+REPO = Path(__file__).resolve().parents[2]
+NAMESPACE = "kafkube"  # the reference manifest's ClusterRoleBinding names it
+BOOTSTRAP = f"kafkube-bootstrap.{NAMESPACE}.svc:9092"
+WORKLOAD_IMAGE = "localhost/kafkube-workload:dev"
+BROKERS = 3
+
+
+class Brokers:
+    """The deployed brokers, and the client pods run against them."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+
+    def kubectl(self, *args: str, **kw) -> str:
+        return self.cluster.kubectl("-n", NAMESPACE, *args, **kw)
+
+    # -- client pods -----------------------------------------------------------------------
+
+    def start(self, *args: str) -> str:
+        name = f"client-{uuid.uuid4().hex[:8]}"
+        pod = {
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "labels": {"kafkube.io/e2e": "client"}},
+            "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 120,
+                     "containers": [{
+                "name": "client", "image": WORKLOAD_IMAGE, "imagePullPolicy": "IfNotPresent",
+                "args": list(args)}]},
+        }
+        self.cluster.apply(json.dumps(pod), namespace=NAMESPACE)
+        return name
+
+    def phase(self, pod: str) -> str:
+        return self.kubectl("get", "pod", pod, "-o", "jsonpath={.status.phase}")
+
+    def wait_running(self, pod: str, timeout: float) -> None:
+        wait_until(lambda: self.phase(pod) == "Running", timeout, f"client pod {pod} running",
+                   1.0)
+
+    def logs(self, pod: str) -> list[str]:
+        return self.kubectl("logs", pod, timeout=300).splitlines()
+
+    def finish(self, pod: str, timeout: float) -> list[str]:
+        """Wait for a client pod to end; its output. It must have succeeded."""
+        phase = wait_until(lambda: (p := self.phase(pod)) in ("Succeeded", "Failed") and p,
+                           timeout, f"client pod {pod} to finish", 1.0)
+        lines = self.logs(pod)
+        assert phase == "Succeeded", f"client pod {pod} failed:\n" + "\n".join(lines[-20:])
+        self.kubectl("delete", "pod", pod, "--wait=false")
+        return lines
+
+    def run(self, *args: str, timeout: float = 300) -> list[str]:
+        return self.finish(self.start(*args), timeout)
+
+    def create_topic(self, topic: str, partitions: int) -> None:
+        self.run("create-topic", BOOTSTRAP, topic, "--partitions", str(partitions),
+                 "--replication-factor", "3", "--config", "min.insync.replicas=2")
+
+    def describe(self, topic: str) -> dict[int, tuple[int, list[int], list[int]]]:
+        """Partition -> (leader, replicas, ISR)."""
+        out = {}
+        for line in self.run("describe", BOOTSTRAP, topic, timeout=120):
+            if line.startswith("P "):
+                _, p, leader, replicas, isr = line.split()
+                out[int(p)] = (int(leader), [int(r) for r in replicas.split(",")],
+                               [int(r) for r in isr.split(",") if r])
+        return out
+
+    # -- the brokers -----------------------------------------------------------------------
+
+    def leases(self) -> dict[str, dict]:
+        items = json.loads(self.kubectl("get", "leases", "-o", "json"))["items"]
+        return {lease["metadata"]["name"]: lease for lease in items}
+
+    def controller(self) -> int:
+        return int(self.leases()["kafkube-controller"]["spec"]["holderIdentity"])
+
+    def ready_pods(self) -> set[str]:
+        pods = json.loads(self.kubectl("get", "pods", "-l", "app.kubernetes.io/name=kafkube",
+                                       "-o", "json"))["items"]
+        return {p["metadata"]["name"] for p in pods
+                if p["metadata"].get("deletionTimestamp") is None
+                and any(c["type"] == "Ready" and c["status"] == "True"
+                        for c in p["status"].get("conditions", []))}
+
+    def metrics(self, broker: int) -> dict[str, float]:
+        text = self.kubectl("exec", f"kafkube-{broker}", "--", "python3", "-c",
+                            "import urllib.request as u; print(u.urlopen("
+                            "'http://127.0.0.1:9404/metrics', timeout=10).read().decode())")
+        samples = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                name, _, value = line.rpartition(" ")
+                samples[name] = float(value)
+        return samples
+
+    def wait_whole(self, timeout: float = 300) -> None:
+        """Every broker Ready and no partition under-replicated, as each broker sees it."""
+        wait_until(lambda: len(self.ready_pods()) == BROKERS, timeout, "3 Ready broker pods", 1.0)
+
+        def in_sync() -> bool:
+            try:
+                return all(self.metrics(b).get(
+                    "kafka_server_replicamanager_underreplicatedpartitions") == 0
+                    for b in range(BROKERS))
+            except KubectlError:
+                return False
+        wait_until(in_sync, timeout, "no under-replicated partition on any broker", 2)
+
+
+
+def deploy(cluster: Cluster, timeout: float = 600) -> Brokers:
+    """The reference deployment in its namespace, every broker Ready and in sync."""
+    cluster.kubectl("create", "namespace", NAMESPACE)
+    cluster.apply((REPO / "deploy" / "kafkube.yaml").read_text(), namespace=NAMESPACE)
+    deployed = Brokers(cluster)
+    deployed.wait_whole(timeout)
+    return deployed
+
+
+def undeploy(cluster: Cluster) -> None:
+    """What was deployed, printed for the record, then its namespace deleted."""
+    for what in ("pods", "statefulset", "leases", "configmaps"):
+        try:
+            print(cluster.kubectl("-n", NAMESPACE, "get", what, "-o", "wide"))
+        except KubectlError as e:
+            print(e)
+    cluster.kubectl("delete", "namespace", NAMESPACE, "--wait=false")

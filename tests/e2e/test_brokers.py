@@ -1,0 +1,188 @@
+"""Brokers on Kubernetes, end to end: the reference deployment (deploy/kafkube.yaml) on the
+suite's cluster, clients in pods of their own (tests/e2e/workload.py), the queue checker
+judging what they saw. The scenarios run in order on one deployment, each leaving it whole."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from tests.conftest import wait_until
+from tests.e2e.deployment import BOOTSTRAP, BROKERS, Brokers, deploy, undeploy
+from tests.e2e.history import Produced, read_drain, read_produce
+from tests.e2e.platform import KIND_SH, Cluster, KubectlError, run_script
+from tests.queue_checker import History
+
+
+@pytest.fixture(scope="module")
+def brokers(kind_cluster: Cluster) -> Iterator[Brokers]:
+    try:
+        yield deploy(kind_cluster)
+    finally:
+        undeploy(kind_cluster)
+
+
+def checked(history: History, produced: Produced, drained: int, idempotent: bool = True) -> str:
+    """The queue checker's verdict; the workload's producer is idempotent with acks=all."""
+    report = history.check()
+    assert produced.finished, "the producer did not finish"
+    assert report.ok(idempotent=idempotent), report.summary()
+    return (f"{produced.sent} sent, {produced.acked} acknowledged, {produced.failed} failed; "
+            f"{drained} read back; no acknowledged record lost")
+
+
+def test_three_brokers_with_their_leases_carry_100000_records(brokers: Brokers) -> None:
+    leases = brokers.leases()
+    holders = {name: lease["spec"]["holderIdentity"] for name, lease in leases.items()}
+    assert {holders[f"kafkube-broker-{b}"] for b in range(BROKERS)} == {"0", "1", "2"}
+    assert holders["kafkube-controller"] in {"0", "1", "2"}
+    print("leases:", holders)
+
+    brokers.create_topic("e2e-records", 6)
+    history = History()
+    produced = read_produce(brokers.run("produce", BOOTSTRAP, "e2e-records", "--count",
+                                        "100000", "--acks", "all", timeout=600), history)
+    drained = read_drain(brokers.run("drain", BOOTSTRAP, "e2e-records", timeout=600), history)
+    assert produced.acked == 100_000 and drained == 100_000
+    print("100,000 records, acks=all:", checked(history, produced, drained))
+
+
+def test_the_controller_pod_killed_during_an_acks_all_stream(brokers: Brokers) -> None:
+    brokers.create_topic("e2e-failover", 6)
+    before = brokers.describe("e2e-failover")
+    history = History()
+    pod = brokers.start("produce", BOOTSTRAP, "e2e-failover", "--count", "60000",
+                        "--rate", "1000", "--seconds", "120")
+    brokers.wait_running(pod, 120)
+    wait_until(lambda: sum(1 for line in brokers.logs(pod) if line.startswith("A ")) >= 5000,
+             120, "5,000 acknowledged records before the kill", 1.0)
+    victim = brokers.controller()
+    led = sorted(p for p, (leader, _, _) in before.items() if leader == victim)
+    killed = time.monotonic()
+    brokers.kubectl("delete", "pod", f"kafkube-{victim}", "--grace-period=0", "--force")
+    def other_controller() -> tuple[int] | None:
+        try:
+            holder = brokers.controller()
+        except (KeyError, KubectlError):
+            return None
+        return (holder,) if holder != victim else None  # a tuple: broker 0 is falsy
+
+    new = wait_until(other_controller, 120, "another broker to take the controller Lease", 1.0)[0]
+    took_over = time.monotonic() - killed
+    produced = read_produce(brokers.finish(pod, 300), history)
+    drained = read_drain(brokers.run("drain", BOOTSTRAP, "e2e-failover", timeout=600), history)
+    summary = checked(history, produced, drained)
+    gaps = produced.longest_gap_ms(led)
+    print(f"controller broker {victim} killed (grace 0): broker {new} took the controller "
+          f"Lease within {took_over:.1f} s (as kubectl saw it); partitions it led {led} "
+          f"unwritable for at most {max(gaps.values(), default=0) / 1000:.1f} s "
+          f"({ {p: g / 1000 for p, g in gaps.items()} } s); {summary}")
+    brokers.wait_whole()
+
+
+def test_a_recreated_broker_pod_recovers_its_log_from_its_volume(brokers: Brokers) -> None:
+    victim = (brokers.controller() + 1) % BROKERS
+    size = sum(v for k, v in brokers.metrics(victim).items()
+               if k.startswith('kafka_log_size_bytes{') and 'topic="e2e-records"' in k)
+    assert size > 1_000_000, f"broker {victim} holds only {size} bytes of e2e-records"
+
+    def served() -> float:  # bytes the others served to followers (only the victim fetches)
+        return sum(brokers.metrics(b)["kafka_server_replication_bytes_out_total"]
+                   for b in range(BROKERS) if b != victim)
+
+    before = served()
+    brokers.kubectl("delete", "pod", f"kafkube-{victim}")  # a clean stop, the volume kept
+    wait_until(lambda: f"kafkube-{victim}" not in brokers.ready_pods(), 120, "the pod to go", 1.0)
+    brokers.wait_whole()
+    fetched = served() - before
+    log = brokers.kubectl("logs", f"kafkube-{victim}")
+    loaded = [line for line in log.splitlines() if "loaded" in line and "partitions" in line]
+    print(f"broker {victim} recreated: {loaded[-1] if loaded else '?'}; it holds {size:.0f} "
+          f"bytes of e2e-records, and fetched {fetched:.0f} bytes to rejoin every ISR")
+    assert loaded and not loaded[-1].split("loaded ")[1].startswith("0 "), \
+        "the recreated broker found no partitions on its volume"
+    assert fetched < size / 10, "the recreated broker re-replicated its log"
+
+
+def on_control_plane(cluster: Cluster, *argv: str) -> None:
+    """A command on the kind control-plane node (a container of the suite's Docker engine)."""
+    run_script([str(KIND_SH), "exec", str(cluster.name), "--", "docker", "exec",
+                f"{cluster.name}-control-plane", *argv], timeout=60)
+
+
+def broker_epochs(brokers: Brokers) -> dict[str, str]:
+    return {name: lease["metadata"]["annotations"]["kafkube.io/broker-epoch"]
+            for name, lease in brokers.leases().items() if "-broker-" in name}
+
+
+def test_an_api_server_outage_moves_nothing(brokers: Brokers, kind_cluster: Cluster) -> None:
+    """30 s without an API server (paused, then killed and restarted by the kubelet) while
+    acks=1 and acks=all producers run: the brokers go on serving, and afterwards no broker
+    was fenced, none re-registered and no leader moved."""
+    if kind_cluster.name is None:
+        pytest.skip("stopping the API server needs the suite's own kind cluster")
+    topics = {acks: f"e2e-outage-{acks}" for acks in ("1", "all")}
+    for topic in topics.values():
+        brokers.create_topic(topic, 6)
+    before = {acks: brokers.describe(topic) for acks, topic in topics.items()}
+    epochs = broker_epochs(brokers)
+    histories = {acks: History() for acks in topics}
+    pods = {acks: brokers.start("produce", BOOTSTRAP, topic, "--count", "60000",
+                                "--acks", acks, "--rate", "400", "--seconds", "150")
+            for acks, topic in topics.items()}
+    for pod in pods.values():
+        brokers.wait_running(pod, 120)
+        wait_until(lambda pod=pod: sum(1 for x in brokers.logs(pod) if x.startswith("A ")) > 2000,
+                 120, "2,000 acknowledged records before the outage", 1.0)
+    stopped = time.time()
+    on_control_plane(kind_cluster, "pkill", "-STOP", "-f", "kube-apiserver")
+    try:
+        time.sleep(25)  # the outage is the scenario: 25 s paused, then killed and restarted
+    finally:
+        on_control_plane(kind_cluster, "pkill", "-KILL", "-f", "kube-apiserver")
+    wait_until(lambda: _answers(kind_cluster), 300, "the API server to answer again", 2)
+    back = time.time()
+    session_s = 9  # broker.session.timeout.ms's default
+    wait_until(lambda: all(lease_renewed_after(lease, back + 2 * session_s)
+                         for name, lease in brokers.leases().items() if "-broker-" in name),
+             120, "every broker lease renewed two sessions after the API server returned", 1.0)
+    lapsed_from = (stopped + session_s) * 1000
+    for acks, pod in pods.items():
+        produced = read_produce(brokers.finish(pod, 300), histories[acks])
+        during = sum(1 for times in produced.ack_times.values() for t in times
+                     if lapsed_from <= t < back * 1000)
+        print(f"acks={acks}: {during} records acknowledged while the API server was down and "
+              f"every lease had lapsed ({back - stopped - session_s:.0f} s); "
+              f"{produced.acked} of {produced.sent} in all, {produced.failed} failed")
+        assert during > 1000, f"acks={acks}: the brokers stopped serving during the outage"
+        assert produced.failed == 0
+        drained = read_drain(brokers.run("drain", BOOTSTRAP, topics[acks], timeout=600),
+                             histories[acks])
+        print(f"acks={acks}:", checked(histories[acks], produced, drained, acks == "all"))
+    for acks, topic in topics.items():
+        after = brokers.describe(topic)
+        assert {p: s[0] for p, s in after.items()} == {p: s[0] for p, s in before[acks].items()}, \
+            f"a leader of {topic} moved"
+    assert broker_epochs(brokers) == epochs, "a broker re-registered (it was fenced)"
+    for b in range(BROKERS):
+        assert "lease lapsed" not in brokers.kubectl("logs", f"kafkube-{b}")
+
+
+def _answers(cluster: Cluster) -> bool:
+    try:
+        return cluster.kubectl("get", "--raw", "/readyz", timeout=10).strip() == "ok"
+    except (KubectlError, subprocess.TimeoutExpired):
+        return False
+
+
+def lease_renewed_after(lease: dict, moment: float) -> bool:
+    renewed = lease["spec"].get("renewTime")
+    return renewed is not None and _rfc3339(renewed) > moment
+
+
+def _rfc3339(text: str) -> float:
+    from datetime import datetime
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
