@@ -185,6 +185,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="'failover': seed of the random pause before each kill (random)")
     parser.add_argument("--idempotent", action="store_true",
                         help="'failover': the probe producer uses enable.idempotence=true")
+    parser.add_argument("--kubernetes", action="store_true",
+                        help="'failover': brokers as pods of deploy/kafkube.yaml on a kind "
+                             "cluster of its own (or KAFKUBE_E2E_KUBECONFIG's), pods deleted "
+                             "with --grace-period=0")
     parser.add_argument("--keep", action="store_true",
                         help="'failover'/'replicated': keep the cluster's data dir and broker "
                              "output (always kept when the run fails)")
@@ -287,7 +291,14 @@ def _cluster_main(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
         "  (other work is running: expect lower, noisier figures)"
         if os.getloadavg()[0] > 0.5 else ""), flush=True)
     code = 0
-    if args.name == "failover":
+    if args.name == "failover" and args.kubernetes:
+        from bench import failover_kubernetes
+
+        print(f"workload: {args.kills} deletions (grace 0) of the pod leading a 1-partition "
+              "topic, RF 3, min.insync.replicas=2, 3 brokers of deploy/kafkube.yaml on kind",
+              flush=True)
+        code, lines = failover_kubernetes.run(args.kills, args.seed)
+    elif args.name == "failover":
         print(f"workload: {args.kills} SIGKILLs of the leader of a 1-partition topic, RF 3, "
               "min.insync.replicas=2, 3 brokers with default settings "
               "(broker.session.timeout.ms=9000, broker.heartbeat.interval.ms=2000)",
