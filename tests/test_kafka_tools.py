@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 
 from tests.cluster import cluster_factory  # noqa: F401
 from tests.conftest import wait_until
@@ -98,7 +99,8 @@ def test_verifiable_producer_and_consumer_lose_nothing_across_a_kill(
         cluster.restart(leader)
         assert producer.wait(120) == 0, producer.errors[-20:]
     acked = {e["value"] for e in _events(producer.lines, "producer_send_success")}
-    assert len(acked) > total * 0.9, f"only {len(acked)} of {total} acknowledged"
+    failures = Counter(e.get("exception") for e in _events(producer.lines, "producer_send_error"))
+    assert len(acked) > total * 0.9, f"only {len(acked)} of {total} acknowledged: {failures}"
     cluster.wait_for_isr("verified", 3)
     with kafka_tools.spawn(VERIFIABLE_CONSUMER, *b, "--topic", "verified",
                            "--group-id", "verifier", "--verbose",
