@@ -22,6 +22,7 @@ from broker.coordinator.group_coordinator import GroupCoordinator
 from broker.handlers.context import BrokerServices, Endpoint
 from broker.metrics import BrokerMetrics, PartitionSample, ReplicationSample
 from broker.network.server import KafkaServer
+from broker.repeated_failure import RepeatedFailure
 from broker.server.dynamic_config import follow_dynamic_configs
 from broker.server.fetch_session import FetchSessionCache
 from broker.server.metadata import ClusterMetadata
@@ -172,7 +173,7 @@ class BrokerApp:
         if self.backend.notifies_changes:
             self.backend.add_listener(lambda: loop.call_soon_threadsafe(changed.set))
             pause = heartbeat
-        failing = False
+        failures = RepeatedFailure(log, "following the cluster metadata")
         while True:
             changed.clear()
             try:
@@ -180,16 +181,9 @@ class BrokerApp:
                     next_heartbeat = loop.time() + heartbeat
                     await self.membership.heartbeat()
                 self.store.refresh()  # the replica manager follows every new image
-                if failing:
-                    log.info("following the cluster metadata works again")
-                failing = False
+                failures.succeeded()
             except Exception as e:
-                # Once with the stack; an outage of the store would repeat it every heartbeat.
-                if not failing:
-                    log.exception("following the cluster metadata failed")
-                else:
-                    log.debug("following the cluster metadata failed again: %s", e)
-                failing = True
+                failures.failed(e)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(min(pause, max(0.0, next_heartbeat - loop.time()))):
                     await changed.wait()

@@ -20,6 +20,7 @@ from broker.cluster.image import ClusterImage, PartitionState
 from broker.config import BrokerConfig
 from broker.controller.elections import fence_and_elect, map_partitions, step_reassignment
 from broker.controller.rebalance import elect_preferred, preferred_leader_moves
+from broker.repeated_failure import RepeatedFailure
 from broker.server.metadata import ClusterMetadata, ConcurrentUpdate
 
 log = logging.getLogger(__name__)
@@ -58,20 +59,13 @@ class Controller:
             self.epoch = None
 
     async def _run(self) -> None:
-        failing = False
+        failures = RepeatedFailure(log, "controller round")
         while True:
             try:
                 await self.round()
-                if failing:
-                    log.info("controller rounds succeed again")
-                failing = False
+                failures.succeeded()
             except Exception as e:
-                # Once with the stack: while the store is down every round fails alike.
-                if not failing:
-                    log.exception("controller round failed")
-                else:
-                    log.debug("controller round failed again: %s", e)
-                failing = True
+                failures.failed(e)
             await asyncio.sleep(ROUND_SECONDS)
 
     async def round(self, now: float | None = None) -> None:
