@@ -13,8 +13,8 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from broker.handlers import handles
-from broker.handlers.context import BrokerServices, RequestContext
-from broker.protocol.messages import build_response
+from broker.handlers.context import BrokerServices, RequestContext, cooperatively
+from broker.protocol.messages import build_long_response, build_response
 from broker.server.metadata import topic_name_error
 from broker.server.replica_manager import TopicExists
 
@@ -115,7 +115,7 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
     if wanted is None:
         wanted = [(name, None) for name in sorted(services.store.topics)]
     topics = []
-    for name, topic_id in wanted:
+    async for name, topic_id in cooperatively(wanted):
         if name is None and topic_id is not None:
             # Kafka's answer for an id it does not know; the name is not nullable before v12.
             topics.append({"error_code": ErrorCode.unknown_topic_id,
@@ -128,14 +128,14 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
         if described["name"] is None and ctx.version < 12:
             described["name"] = ""  # neither name nor id: refused, in a non-nullable name
         topics.append(described)
-    return build_response(request, {
+    return await build_long_response(request, {
         "throttle_time": timedelta(0),
         "brokers": live_brokers(ctx),
         "cluster_id": services.store.cluster_id,
         "controller_id": services.store.controller_id,
         "topics": topics,
         "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
-    })
+    }, sum(1 + len(t["partitions"]) for t in topics))
 
 
 @handles(75, 0, 0)
