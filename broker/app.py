@@ -7,7 +7,7 @@ import contextlib
 import logging
 import os
 import signal
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from prometheus_client import start_http_server
@@ -15,6 +15,7 @@ from prometheus_client import start_http_server
 from broker import handlers
 from broker.cluster.backend import BrokerRegistration, CoordinationBackend
 from broker.cluster.membership import Membership
+from broker.cluster.pod_liveness import DEFAULT_CONTAINER, PodRef
 from broker.cluster.sqlite import SqliteBackend
 from broker.config import BrokerConfig, parse_listener
 from broker.controller.controller import Controller
@@ -50,7 +51,17 @@ def open_backend(config: BrokerConfig) -> CoordinationBackend:
         namespace = SERVICE_ACCOUNT_NAMESPACE.read_text().strip()
     namespace = namespace or os.environ.get("POD_NAMESPACE") or "default"
     return KubernetesBackend(KubernetesSettings(
-        namespace, config["kafkube.cluster.name"], config["kafkube.kubernetes.kubeconfig"]))
+        namespace, config["kafkube.cluster.name"], config["kafkube.kubernetes.kubeconfig"],
+        pod_ref(os.environ)))
+
+
+def pod_ref(env: Mapping[str, str]) -> PodRef | None:
+    """The pod this broker runs in, when the downward API says so (POD_NAME and POD_UID;
+    KAFKUBE_CONTAINER_NAME names the broker's container if it is not ``broker``)."""
+    if not env.get("POD_NAME") or not env.get("POD_UID"):
+        return None
+    return PodRef(env["POD_NAME"], env["POD_UID"],
+                  env.get("KAFKUBE_CONTAINER_NAME") or DEFAULT_CONTAINER)
 
 
 def coordination_path(config: BrokerConfig) -> Path:

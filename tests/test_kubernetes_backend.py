@@ -5,6 +5,9 @@ on both in test_coordination.py."""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import datetime as dt
 import random
 import threading
 import time
@@ -15,6 +18,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer
 from kubernetes import client as k8s
+from kubernetes.client.rest import ApiException
 
 from broker.cluster.backend import BrokerRegistration
 from broker.cluster.image import PartitionState, TopicMetadata
@@ -25,6 +29,7 @@ from broker.cluster.kubernetes import (
     KubernetesSettings,
     api_client,
 )
+from broker.cluster.pod_liveness import PodRef
 from tests.cluster import cluster_factory  # noqa: F401 (fixture)
 from tests.conftest import wait_until
 
@@ -170,6 +175,79 @@ def test_changes_arrive_by_watch_events_not_by_listing_again(open_backend) -> No
         wait_until(lambda n=n: n in reader.live_brokers(), 10, "the reader to see the lease")
     assert [c.lists for c in caches] == [1, 1], "a watch failed and the cache listed again"
     assert reader._contact.outage is None
+
+
+def _broker_pod(core: k8s.CoreV1Api, settings: KubernetesSettings, name: str) -> PodRef:
+    """A pod object in the real API server, labelled as the cluster's (no kubelet runs it:
+    the test writes its status, as a kubelet would)."""
+    with contextlib.suppress(ApiException):  # no controller-manager here makes it
+        core.create_namespaced_service_account(
+            settings.namespace, k8s.V1ServiceAccount(metadata=k8s.V1ObjectMeta(name="default")))
+    body = k8s.V1Pod(
+        metadata=k8s.V1ObjectMeta(name=name, labels={CLUSTER_LABEL: settings.cluster}),
+        spec=k8s.V1PodSpec(containers=[k8s.V1Container(name="broker", image="kafkube")]))
+    created = core.create_namespaced_pod(settings.namespace, body)
+    return PodRef(name, created.metadata.uid, "broker")
+
+
+def _container_ended(core: k8s.CoreV1Api, settings: KubernetesSettings,
+                     ref: PodRef) -> dt.datetime:
+    """Report the broker container killed now, as the kubelet does (finishedAt in whole
+    seconds: the next one, so it is after the registration)."""
+    at = dt.datetime.now(dt.UTC).replace(microsecond=0) + dt.timedelta(seconds=1)
+    state = k8s.V1ContainerState(terminated=k8s.V1ContainerStateTerminated(
+        exit_code=137, reason="Error", finished_at=at))
+    core.patch_namespaced_pod_status(ref.name, settings.namespace, {"status": {
+        "phase": "Running", "containerStatuses": [core.api_client.sanitize_for_serialization(
+            k8s.V1ContainerStatus(name="broker", image="kafkube", image_id="", ready=False,
+                                  restart_count=0, state=state))]}})
+    return at
+
+
+def test_a_broker_whose_pod_shows_it_dead_is_fenced_before_its_lease_expires(
+        settings: KubernetesSettings) -> None:
+    """Leases of 60 s; the pods' watch fences a broker within seconds of its container's end
+    or its pod's deletion, the controller lease with it; a broker fenced wrongly is only
+    refused its renewal, and registering again makes it live."""
+    ttl = 60_000
+    with api_client(settings.kubeconfig) as api:
+        core = k8s.CoreV1Api(api)
+        refs = [_broker_pod(core, settings, f"{settings.cluster}-{i}") for i in range(2)]
+        backends = [KubernetesBackend(dataclasses.replace(settings, pod=ref)) for ref in refs]
+        try:
+            observer = backends[1]
+            epochs = [b.register_broker(reg(i), ttl) for i, b in enumerate(backends)]
+            assert backends[0].acquire_controller(0, epochs[0], ttl) is not None
+            wait_until(lambda: set(observer.live_brokers()) == {0, 1}, 10, "both brokers live")
+            assert observer.acquire_controller(1, epochs[1], ttl) is None
+
+            started = time.monotonic()
+            ended_at = _container_ended(core, settings, refs[0])
+            wait_until(lambda: set(observer.live_brokers()) == {1}, 10, "broker 0 fenced")
+            assert time.monotonic() - started < 5  # its lease had a minute left
+            assert observer.controller() is None  # the controller's process is the one gone
+            assert observer.acquire_controller(1, epochs[1], ttl) is not None
+            wait_until(lambda: not backends[0].renew_broker(0, epochs[0], ttl), 10,
+                       "broker 0 refused its renewal")
+            # A process registering after that end (were it fenced wrongly, or the
+            # container's next one) gets a new epoch and is live again.
+            wait_until(lambda: dt.datetime.now(dt.UTC) > ended_at, 3, "the reported end")
+            again = backends[0].register_broker(reg(0), ttl)
+            assert again > epochs[0]
+            wait_until(lambda: observer.live_brokers().get(0, reg(0)).broker_epoch == again, 10,
+                       "broker 0 live with its new epoch")
+
+            core.delete_namespaced_pod(refs[1].name, settings.namespace, grace_period_seconds=0)
+            wait_until(lambda: 1 not in backends[0].live_brokers(), 10,
+                       "broker 1 fenced when its pod is deleted")
+            assert backends[0].controller() is None
+        finally:
+            for backend in backends:
+                backend.close()
+            for ref in refs:
+                with contextlib.suppress(ApiException):
+                    core.delete_namespaced_pod(ref.name, settings.namespace,
+                                               grace_period_seconds=0)
 
 
 def placed_at_random(name: str, partitions: int, rng: random.Random) -> TopicMetadata:

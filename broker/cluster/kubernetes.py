@@ -49,6 +49,7 @@ from broker.cluster.backend import (
 )
 from broker.cluster.contact import Contact, now_ms
 from broker.cluster.image import ClusterImage
+from broker.cluster.pod_liveness import PodRef, process_ended
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +61,7 @@ A_CONTROLLER_EPOCH = f"{GROUP}/controller-epoch"
 A_TTL_MS = f"{GROUP}/lease-duration-ms"
 A_HOST, A_PORT, A_RACK = f"{GROUP}/host", f"{GROUP}/port", f"{GROUP}/rack"
 A_IMAGE_VERSION, A_CLUSTER_ID = f"{GROUP}/image-version", f"{GROUP}/cluster-id"
+A_POD, A_POD_UID, A_CONTAINER = f"{GROUP}/pod", f"{GROUP}/pod-uid", f"{GROUP}/container"
 IMAGE_KEY = "image.json.gz"
 
 # The API server refuses a ConfigMap whose data exceed 1 MiB (its own check, before etcd's
@@ -101,6 +103,7 @@ class KubernetesSettings:
     namespace: str
     cluster: str
     kubeconfig: str | None = None  # None: in-cluster credentials, else ~/.kube/config
+    pod: PodRef | None = None  # the pod this broker runs in; brokers in pods watch pods
 
 
 def api_client(kubeconfig: str | None) -> k8s.ApiClient:
@@ -132,6 +135,7 @@ class _WatchCache:
         self._selector = selector
         self._on_change = on_change
         self._objects: dict[str, Any] = {}
+        self._gone: dict[str, str] = {}  # name -> uid of the last one seen deleted
         self._lock = threading.Lock()
         self._synced = threading.Event()
         self._stopped = threading.Event()
@@ -147,6 +151,12 @@ class _WatchCache:
     def items(self) -> list[Any]:
         with self._lock:
             return list(self._objects.values())
+
+    def gone_uid(self, name: str) -> str | None:
+        """The uid of the last object of this name seen deleted (by an event, or by its
+        absence from a fresh list), if any."""
+        with self._lock:
+            return self._gone.get(name)
 
     def put(self, obj: Any) -> None:
         """Take in an object a write of ours returned (or a watch event), unless ours is
@@ -167,6 +177,8 @@ class _WatchCache:
             if known is None or (deleted is not None and _revision(known) > _revision(deleted)):
                 return
             del self._objects[name]
+            if deleted is not None:
+                self._gone[name] = deleted.metadata.uid
         self._on_change()
 
     def wait_synced(self, timeout: float) -> bool:
@@ -186,7 +198,11 @@ class _WatchCache:
                 self._contact.reached()
                 self.lists += 1
                 with self._lock:
-                    self._objects = {o.metadata.name: o for o in listed.items}
+                    fresh = {o.metadata.name: o for o in listed.items}
+                    for name, obj in self._objects.items():  # deleted while we were not watching
+                        if fresh.get(name) is None or fresh[name].metadata.uid != obj.metadata.uid:
+                            self._gone[name] = obj.metadata.uid
+                    self._objects = fresh
                 self._synced.set()
                 self._on_change()
                 backoff = 0.2
@@ -248,7 +264,13 @@ class KubernetesBackend(CoordinationBackend):
             "configmaps", k8s.V1ConfigMap,
             lambda **kw: self._core.list_namespaced_config_map(self.namespace, **kw),
             f"{selector},{ROLE_LABEL}=metadata", self._changed, self._contact)
-        for cache in (self._leases, self._config_maps):
+        # The brokers' pods carry the cluster label too (deploy/kafkube.yaml, the operator).
+        self._pods = _WatchCache(
+            "pods", k8s.V1Pod,
+            lambda **kw: self._core.list_namespaced_pod(self.namespace, **kw),
+            selector, self._changed, self._contact) if settings.pod is not None else None
+        self._ended_logged: set[tuple[str, str]] = set()
+        for cache in self._caches:
             if not cache.wait_synced(sync_timeout):
                 raise TimeoutError(f"no list of {cache.kind} in namespace {self.namespace} "
                                    f"within {sync_timeout:.0f}s")
@@ -259,8 +281,42 @@ class KubernetesBackend(CoordinationBackend):
         with self._contact.request(_unreachable):
             return method(*args, _request_timeout=REQUEST_TIMEOUT_S, **kwargs)
 
+    @property
+    def _caches(self) -> list[_WatchCache]:
+        return [c for c in (self._leases, self._config_maps, self._pods) if c is not None]
+
     def _lapsed(self, lease: Any) -> bool:
         return self._contact.lapsed(self._expiry_ms(lease), self._duration_ms(lease))
+
+    def _ended(self, lease: Any) -> str | None:
+        """Why the broker process holding this lease is known to be gone, by its pod
+        (broker/cluster/pod_liveness.py), or None."""
+        a = lease.metadata.annotations or {}
+        if self._pods is None or A_POD not in a:
+            return None
+        ref = PodRef(a[A_POD], a.get(A_POD_UID, ""), a.get(A_CONTAINER, ""))
+        reason = process_ended(ref, _ms(lease.spec.acquire_time), self._pods.get(ref.name),
+                               self._pods.gone_uid(ref.name))
+        if reason is not None and (key := (lease.metadata.name, a.get(A_EPOCH, ""))) \
+                not in self._ended_logged:
+            self._ended_logged.add(key)
+            log.warning("broker %s (epoch %s) fenced before its lease expired: %s",
+                        lease.spec.holder_identity, key[1], reason)
+        return reason
+
+    def _alive(self, lease: Any) -> bool:
+        return not self._lapsed(lease) and self._ended(lease) is None
+
+    def _controller_alive(self, lease: Any) -> bool:
+        """The controller lease holds while it is renewed and its holder's process, the one
+        registered with the broker epoch it names, is not seen gone."""
+        if self._lapsed(lease):
+            return False
+        if not lease.spec.holder_identity:
+            return True
+        holder = self._leases.get(self.broker_lease_name(int(lease.spec.holder_identity)))
+        return holder is None or self._annotation(holder, A_EPOCH) != \
+            self._annotation(lease, A_EPOCH) or self._ended(holder) is None
 
     # -- names and bodies ---------------------------------------------------------------
 
@@ -424,6 +480,8 @@ class KubernetesBackend(CoordinationBackend):
         annotations = {A_EPOCH: str(epoch), A_HOST: r.host, A_PORT: str(r.port)}
         if r.rack is not None:
             annotations[A_RACK] = r.rack
+        if (pod := self.settings.pod) is not None:
+            annotations |= {A_POD: pod.name, A_POD_UID: pod.uid, A_CONTAINER: pod.container}
         current = self._leases.get(name)
         while True:
             rv = current.metadata.resource_version if current is not None else None
@@ -439,7 +497,7 @@ class KubernetesBackend(CoordinationBackend):
         lease = self._leases.get(name)
         for _ in range(2):  # once more after a conflict, from a fresh read
             if lease is None or int(self._annotation(lease, A_EPOCH)) != broker_epoch \
-                    or self._lapsed(lease):
+                    or not self._alive(lease):
                 return False
             body = self._lease_body(
                 name, "broker", node_id, ttl_ms, dict(lease.metadata.annotations),
@@ -473,8 +531,7 @@ class KubernetesBackend(CoordinationBackend):
     def _broker_leases(self) -> list[Any]:
         return [
             lease for lease in self._leases.items()
-            if (lease.metadata.labels or {}).get(ROLE_LABEL) == "broker"
-            and not self._lapsed(lease)
+            if (lease.metadata.labels or {}).get(ROLE_LABEL) == "broker" and self._alive(lease)
         ]
 
     def live_brokers(self) -> dict[int, BrokerRegistration]:
@@ -502,7 +559,7 @@ class KubernetesBackend(CoordinationBackend):
                 holder = int(lease.spec.holder_identity) if lease.spec.holder_identity else -1
                 holder_epoch = int(self._annotation(lease, A_EPOCH))
                 epoch = int(self._annotation(lease, A_CONTROLLER_EPOCH))
-                expired = self._lapsed(lease)
+                expired = not self._controller_alive(lease)
                 rv = lease.metadata.resource_version
                 transitions = lease.spec.lease_transitions or 0
                 if holder == node_id and holder_epoch == broker_epoch:
@@ -534,7 +591,8 @@ class KubernetesBackend(CoordinationBackend):
 
     def controller(self) -> ControllerLease | None:
         lease = self._leases.get(self.controller_lease_name)
-        if lease is None or not lease.spec.holder_identity or self._lapsed(lease):
+        if lease is None or not lease.spec.holder_identity \
+                or not self._controller_alive(lease):
             return None
         return ControllerLease(int(lease.spec.holder_identity),
                                int(self._annotation(lease, A_CONTROLLER_EPOCH)))
@@ -574,6 +632,6 @@ class KubernetesBackend(CoordinationBackend):
         return self._next("producer-id", count) - 1
 
     def close(self) -> None:
-        for cache in (self._leases, self._config_maps):
+        for cache in self._caches:
             cache.stop()
         self._client.close()
