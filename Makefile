@@ -1,6 +1,6 @@
 # The two commands of the README. Each sets up what it needs first (scripts/setup.sh is
 # idempotent and caches under ~/.cache/kafkube).
-.PHONY: demo test setup lint bench fuzz
+.PHONY: demo test e2e setup lint bench fuzz
 
 setup:
 	bash scripts/setup.sh
@@ -11,6 +11,10 @@ demo: setup
 test: setup
 	.venv/bin/ruff check .
 	.venv/bin/pytest -q -p no:cacheprovider
+
+# Only the end-to-end scenarios on kind (tests/e2e); KAFKUBE_DRY_RUN=1 prints the commands.
+e2e: setup
+	.venv/bin/pytest -q -p no:cacheprovider -s tests/e2e
 
 bench: setup
 	.venv/bin/python -m bench all

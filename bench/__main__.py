@@ -187,8 +187,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="'failover': the probe producer uses enable.idempotence=true")
     parser.add_argument("--kubernetes", action="store_true",
                         help="'failover': brokers as pods of deploy/kafkube.yaml on a kind "
-                             "cluster of its own (or KAFKUBE_E2E_KUBECONFIG's), pods deleted "
-                             "with --grace-period=0")
+                             "cluster of its own (or KAFKUBE_E2E_KUBECONFIG's), the leader's "
+                             "process SIGKILLed from its node")
+    parser.add_argument("--delete-pods", action="store_true",
+                        help="'failover --kubernetes': delete the leader's pod with "
+                             "--grace-period=0 --force instead")
     parser.add_argument("--keep", action="store_true",
                         help="'failover'/'replicated': keep the cluster's data dir and broker "
                              "output (always kept when the run fails)")
@@ -294,10 +297,11 @@ def _cluster_main(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
     if args.name == "failover" and args.kubernetes:
         from bench import failover_kubernetes
 
-        print(f"workload: {args.kills} deletions (grace 0) of the pod leading a 1-partition "
-              "topic, RF 3, min.insync.replicas=2, 3 brokers of deploy/kafkube.yaml on kind",
-              flush=True)
-        code, lines = failover_kubernetes.run(args.kills, args.seed)
+        how = ("deletions (grace 0, forced) of the pod" if args.delete_pods
+               else "SIGKILLs, from its node, of the process")
+        print(f"workload: {args.kills} {how} leading a 1-partition topic, RF 3, "
+              "min.insync.replicas=2, 3 brokers of deploy/kafkube.yaml on kind", flush=True)
+        code, lines = failover_kubernetes.run(args.kills, args.seed, args.delete_pods)
     elif args.name == "failover":
         print(f"workload: {args.kills} SIGKILLs of the leader of a 1-partition topic, RF 3, "
               "min.insync.replicas=2, 3 brokers with default settings "

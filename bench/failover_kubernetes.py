@@ -6,18 +6,20 @@ A probe pod (tests/e2e/workload.py, ``acks=all``, idempotent) sends one numbered
 15 ms to partition 0 of a topic with RF 3 and ``min.insync.replicas=2``, printing each send
 and each acknowledgement with its wall-clock time; the bench follows its log. Each round
 waits a random 0-2 s (one heartbeat interval: kills must not all fall at the same point of
-the lease cycle), reads the leader of partition 0, deletes its pod with
-``--grace-period=0 --force`` (t0, a SIGKILL of the container), and measures the
-**unavailability**: the longest time between two acknowledgements from t0 until the broker
-is back (the kubelet stops the container a moment after the deletion returns; with grace 0 it
-still sends SIGTERM first, and two seconds later SIGKILL). The StatefulSet
-recreates the pod on its volume; the next round starts once every broker is Ready and no
-partition is under-replicated. At the end the partition is read back and every acknowledged
-value must be there, where its acknowledgement said.
+the lease cycle), reads the leader of partition 0 and kills it (t0): by default a SIGKILL of
+the broker's process from its node (a crash: no SIGTERM, no controlled shutdown, the pod left
+alone; the kubelet restarts the container), with ``--delete-pods`` a deletion of its pod with
+``--grace-period=0 --force`` (the kubelet then still sends SIGTERM first, so the broker mostly
+shuts down in a controlled way; the StatefulSet recreates the pod on its volume). It measures
+the **unavailability**: the longest time between two acknowledgements from t0 until the
+broker is back. The next round starts once the pod was replaced or restarted, every broker
+is Ready and no partition is under-replicated. At the end the partition is read back and
+every acknowledged value must be there, where its acknowledgement said.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import subprocess
@@ -27,7 +29,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 
 from bench.failover import summary
-from tests.e2e.deployment import BOOTSTRAP, NAMESPACE, deploy, undeploy
+from tests.e2e.deployment import BOOTSTRAP, NAMESPACE, Brokers, deploy, undeploy
 from tests.e2e.history import read_drain, read_produce
 from tests.e2e.platform import Cluster, build_images, existing_cluster, kind_down, kind_up
 from tests.queue_checker import History
@@ -103,13 +105,20 @@ def wait(predicate, timeout: float):
     return value
 
 
-def run(kills: int, seed: int | None) -> tuple[int, list[str]]:
+def incarnation(brokers: Brokers, broker: int) -> tuple[str, int]:
+    """The broker's pod uid and container restarts: either changes once the kill took."""
+    pod = json.loads(brokers.kubectl("get", "pod", f"kafkube-{broker}", "-o", "json"))
+    restarts = sum(c.get("restartCount", 0) for c in pod["status"].get("containerStatuses", []))
+    return pod["metadata"]["uid"], restarts
+
+
+def run(kills: int, seed: int | None, delete_pods: bool = False) -> tuple[int, list[str]]:
     seed = random.randrange(2**32) if seed is None else seed
     rng = random.Random(seed)
     cluster = existing_cluster()
     ours = cluster is None
     if ours:
-        print("building the images and bringing up a 3-node kind cluster ...", flush=True)
+        print("building the images and bringing up a 4-node kind cluster ...", flush=True)
         build_images()
         cluster = kind_up("kafkube-bench")
     rounds: list[Round] = []
@@ -134,8 +143,17 @@ def run(kills: int, seed: int | None) -> tuple[int, list[str]]:
             leader = brokers.describe(TOPIC)[0][0]
             r = Round(number, leader)
             rounds.append(r)
+            was = incarnation(brokers, leader)
             t0 = time.time()
-            brokers.kubectl("delete", "pod", f"kafkube-{leader}", "--grace-period=0", "--force")
+            if delete_pods:
+                brokers.kubectl("delete", "pod", f"kafkube-{leader}", "--grace-period=0",
+                                "--force")
+            else:
+                brokers.crash(leader)
+            # Until the pod is replaced or its container restarted, "whole" is the old one.
+            if wait(lambda b=leader, was=was: (incarnation(brokers, b) != was) or None,
+                    120) is None:
+                raise RuntimeError(f"kafkube-{leader} was neither replaced nor restarted")
             brokers.wait_whole()
             r.whole_again_s = time.time() - t0
             acked = wait(lambda t0=t0: probe.first_ack_after(time.time() - 1), 60)
@@ -144,7 +162,7 @@ def run(kills: int, seed: int | None) -> tuple[int, list[str]]:
                 failed = True
                 break
             r.unavailable_s = probe.longest_silence(t0 - 1, acked)
-            print(f"kill {number}/{kills}: pod kafkube-{leader} (leader); writes stopped for "
+            print(f"kill {number}/{kills}: kafkube-{leader} (leader); writes stopped for "
                   f"{r.unavailable_s:.2f} s at most; recreated and back in the ISR after "
                   f"{r.whole_again_s:.1f} s", flush=True)
         brokers.kubectl("delete", "pod", pod, "--wait=false")  # SIGTERM: it flushes and ends

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# The e2e suite's Kubernetes: a 3-node kind cluster (1 untainted control plane + 2 workers,
-# zones zone-a/b/c) built offline by the repository itself and run inside a network namespace
+# The e2e suite's Kubernetes: a 4-node kind cluster (1 control plane + 3 workers in zones
+# zone-a/b/c) built offline by the repository itself and run inside a network namespace
 # this script creates, with a Docker engine of its own there (../shared/notes/kind-offline.md).
 #
 #   scripts/kind.sh build              # everything kind would pull, built and cached (idempotent)
 #   scripts/kind.sh up NAME            # netns + dockerd + cluster; prints netns and kubeconfig
 #   scripts/kind.sh down NAME          # cluster, dockerd and netns removed
+#   scripts/kind.sh up|down NAME --dry-run  # prints the commands, runs none
 #   scripts/kind.sh exec NAME -- CMD…  # CMD in the cluster's netns with KUBECONFIG set
 #   scripts/kind.sh config             # the cluster's kind config, for kind anywhere else
 #

@@ -13,11 +13,24 @@ export DOCKER_HOST="unix://$state/docker.sock" KUBECONFIG="$state/kubeconfig"
 # The project's images (scripts/image.sh), loaded into every node; space-separated paths.
 IMAGE_ARCHIVES=${KAFKUBE_KIND_IMAGES:-$CACHE/images/kafkube.oci.tar $CACHE/images/kafkube-workload.oci.tar}
 
+# KAFKUBE_DRY_RUN=1 (or `--dry-run` after the name): `up` and `down` print the commands they
+# would run, with this machine's names and paths, and run none of them.
+DRY_RUN=${KAFKUBE_DRY_RUN:-}
+[ "${1:-}" = "--dry-run" ] && { DRY_RUN=1; shift; }
+# x CMD...: runs CMD, or prints it in a dry run.
+x() { if [ -n "$DRY_RUN" ]; then printf '%q ' "$@"; echo; else "$@"; fi; }
+
 kubectl() { in_netns "$ns" "$KUBECTL_BIN/kubectl" --request-timeout=30s "$@"; }
 pod_cidr() { kubectl get node "$1" -o 'jsonpath={.spec.podCIDR}'; }
 has_pod_cidr() { [ -n "$(pod_cidr "$1")" ]; }
 
 down() {
+  if [ -n "$DRY_RUN" ]; then
+    x nsenter --net="/var/run/netns/$ns" -- kind delete cluster --name "$name"
+    echo "# then: stop the Docker engine (pid in $state/docker.pid), unmount what it left" \
+      "under $state, ip netns delete $ns, rm -rf $state"
+    return 0
+  fi
   if [ -S "$state/docker.sock" ] && docker version >/dev/null 2>&1; then
     timeout 180 nsenter --net="/var/run/netns/$ns" -- kind delete cluster --name "$name" \
       >/dev/null 2>&1 || true
@@ -32,6 +45,11 @@ down() {
 # every node routes the other nodes' podCIDRs to them.
 pod_network() {
   local nodes=() cidrs=() ips=() i j
+  if [ -n "$DRY_RUN" ]; then
+    echo "# each node: ip route replace <each other node's podCIDR> via <that node's address>;"
+    echo "#   /etc/cni/net.d/10-kafkube.conflist: bridge cni0, host-local IPAM over its podCIDR"
+    return 0
+  fi
   mapfile -t nodes < <(in_netns "$ns" kind get nodes --name "$name")
   for i in "${!nodes[@]}"; do
     wait_for 120 "a podCIDR for ${nodes[i]}" has_pod_cidr "${nodes[i]}"
@@ -63,7 +81,11 @@ load_images() {
   local archive node pids=()
   for archive in $IMAGE_ARCHIVES; do
     [ -f "$archive" ] || continue
-    for node in $(in_netns "$ns" kind get nodes --name "$name"); do
+    for node in $(nodes); do
+      if [ -n "$DRY_RUN" ]; then
+        x docker exec -i "$node" ctr --namespace=k8s.io images import --all-platforms \
+          --digests - ; echo "#   (stdin: $archive)"; continue
+      fi
       timeout 300 docker exec -i "$node" ctr --namespace=k8s.io images import --all-platforms \
         --digests - <"$archive" >"$state/load-$node-$(basename "$archive").log" 2>&1 &
       pids+=($!)
@@ -97,7 +119,33 @@ sweep_stale() {
   return 0
 }
 
+# nodes: the cluster's node containers (in a dry run, the names kind will give them).
+nodes() {
+  if [ -n "$DRY_RUN" ]; then echo "$name-control-plane $name-worker $name-worker2 $name-worker3"
+  else in_netns "$ns" kind get nodes --name "$name"; fi
+}
+
+dry_up() {
+  local node_tar="$KIMAGES/node-<hash>.tar" node_image=$NODE_IMAGE
+  [ -f "$KIMAGES/node.current" ] && read -r node_tar node_image < "$KIMAGES/node.current"
+  x bash "$REPO/scripts/kind/build.sh"
+  x ip netns add "$ns"
+  x nsenter --net="/var/run/netns/$ns" -- dockerd --config-file "$state/daemon.json"
+  echo "#   (data root $KCACHE/docker, socket $state/docker.sock, runtime scripts/kind/runc-wrapper)"
+  x docker load -i "$node_tar"
+  echo "# $state/kind.yaml:"; bash "$REPO/scripts/kind/config.sh" --offline | sed 's/^/#   /'
+  x nsenter --net="/var/run/netns/$ns" -- kind create cluster --name "$name" \
+    --image "$node_image" --config "$state/kind.yaml" --kubeconfig "$KUBECONFIG"
+  pod_network
+  load_images
+  x kubectl wait --for=condition=Ready nodes --all --timeout=180s
+  x kubectl -n kube-system rollout status deployment/coredns --timeout=180s
+  x kubectl -n local-path-storage rollout status deployment/local-path-provisioner \
+    --timeout=180s
+}
+
 up() {
+  if [ -n "$DRY_RUN" ]; then dry_up; return 0; fi
   sweep_stale
   bash "$REPO/scripts/kind/build.sh"
   local node_tar node_image

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The e2e suite's kind cluster: 1 control plane + 2 workers, one zone each
-# (topology.kubernetes.io/zone), brokers allowed on the control plane too (no taint).
+# The e2e suite's kind cluster: 1 control plane + 3 workers, one zone per worker
+# (topology.kubernetes.io/zone), so 3 brokers spread over 3 zones as in production.
 # Portable as is, e.g. on a laptop with kind and a registry:
 #   kind create cluster --name kafkube --config <(scripts/kind.sh config)
 # `--offline` (what scripts/kind.sh up uses) also leaves out kind's CNI, kindnetd, which no
@@ -19,16 +19,13 @@ YAML
 ((offline)) && echo "  disableDefaultCNI: true"
 cat <<'YAML'
 kubeadmConfigPatches:
-  - |
-    kind: InitConfiguration
-    nodeRegistration:
-      taints: []
   # Kubernetes >= 1.35 refuses cgroup v1 hosts unless told otherwise; harmless on v2.
   - |
     kind: KubeletConfiguration
     failCgroupV1: false
 nodes:
   - role: control-plane
+  - role: worker
     labels: {topology.kubernetes.io/zone: zone-a}
   - role: worker
     labels: {topology.kubernetes.io/zone: zone-b}

@@ -1,4 +1,4 @@
-"""The e2e suite's cluster: one 3-node kind cluster for the suite (scripts/kind.sh), or an
+"""The e2e suite's cluster: one 4-node kind cluster for the suite (scripts/kind.sh), or an
 existing cluster named by KAFKUBE_E2E_KUBECONFIG. KAFKUBE_E2E=0 skips the suite."""
 
 from __future__ import annotations
@@ -10,13 +10,16 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.e2e.deployment import NAMESPACE, WORKLOAD_IMAGE
 from tests.e2e.platform import (
+    KIND_SH,
     Cluster,
     KubectlError,
     build_images,
     existing_cluster,
     kind_down,
     kind_up,
+    run_script,
 )
 
 # The session's cluster comes up inside the first e2e test: pytest-timeout counts fixture set-up.
@@ -29,6 +32,33 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if str(item.path).startswith(here):
             item.add_marker(pytest.mark.timeout(E2E_TIMEOUT))
+
+
+_durations: list[tuple[str, float, str]] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when == "call" and "tests/e2e/" in report.nodeid.replace("\\", "/"):
+        _durations.append((report.nodeid.split("::")[-1], report.duration, report.outcome))
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Each scenario's duration, also under -q (set-up, i.e. bringing the cluster up, apart)."""
+    if _durations:
+        terminalreporter.section("e2e scenarios")
+        for name, seconds, outcome in _durations:
+            terminalreporter.write_line(f"{seconds:7.1f} s  {outcome:7}  {name}")
+
+
+def dry_run(name: str) -> None:
+    """What the kind driver would run, printed: the images, the cluster, the deployment."""
+    print("\n# the images (scripts/image.sh)\nbash scripts/image.sh")
+    print(f"# the cluster\n{run_script([str(KIND_SH), 'up', name, '--dry-run'], 60)}", end="")
+    print("# each scenario module: the reference deployment, then its client pods\n"
+          f"kubectl create namespace {NAMESPACE}\n"
+          f"kubectl -n {NAMESPACE} apply -f deploy/kafkube.yaml\n"
+          f"kubectl -n {NAMESPACE} apply -f - # a Pod of {WORKLOAD_IMAGE} per client")
+    print(f"# afterwards\n{run_script([str(KIND_SH), 'down', name, '--dry-run'], 60)}", end="")
 
 
 def skip_reason() -> str | None:
@@ -50,11 +80,14 @@ def kind_cluster() -> Iterator[Cluster]:
     if existing is not None:
         yield existing
         return
+    # One name per run: two suites on one machine get two clusters, not one fight.
+    name = os.environ.get("KAFKUBE_E2E_CLUSTER") or f"e2e-{os.getpid()}"
+    if os.environ.get("KAFKUBE_DRY_RUN"):
+        dry_run(name)
+        pytest.skip("KAFKUBE_DRY_RUN: the commands were printed, none was run")
     reason = skip_reason()
     if reason:
         pytest.skip(reason)
-    # One name per run: two suites on one machine get two clusters, not one fight.
-    name = os.environ.get("KAFKUBE_E2E_CLUSTER") or f"e2e-{os.getpid()}"
     build_images()
     try:
         cluster = kind_up(name)

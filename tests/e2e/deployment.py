@@ -106,6 +106,19 @@ class Brokers:
                 samples[name] = float(value)
         return samples
 
+    def crash(self, broker: int) -> None:
+        """SIGKILL the broker's process from its node, as a crash would (an OOM kill, a
+        segfault): no SIGTERM, no controlled shutdown, the pod object untouched; the kubelet
+        sees the container end and starts it again in the same pod."""
+        pod = f"kafkube-{broker}"
+        node = self.kubectl("get", "pod", pod, "-o", "jsonpath={.spec.nodeName}")
+        # The node's /proc holds its pods' processes; the broker's has POD_NAME=<pod>.
+        killed = self.cluster.on_node(node, "sh", "-c", (
+            "for p in /proc/[0-9]*; do tr '\\0' '\\n' < $p/environ 2>/dev/null | "
+            f"grep -qx POD_NAME={pod} && kill -9 ${{p#/proc/}} && echo ${{p#/proc/}}; done;"
+            " exit 0"))
+        assert killed.split(), f"no process of pod {pod} found on node {node}"
+
     def wait_whole(self, timeout: float = 300) -> None:
         """Every broker Ready and no partition under-replicated, as each broker sees it."""
         wait_until(lambda: len(self.ready_pods()) == BROKERS, timeout, "3 Ready broker pods", 1.0)

@@ -1,6 +1,6 @@
 """The Kubernetes cluster the e2e suite runs on, and the two ways to reach it.
 
-Here (and in CI) `scripts/kind.sh up` makes a 3-node kind cluster inside a network namespace of
+Here (and in CI) `scripts/kind.sh up` makes a 4-node kind cluster inside a network namespace of
 its own: every cluster address lives there, so kubectl and anything that talks to a pod must
 run inside that namespace too (`run_in_netns`). Pointed at an existing cluster instead
 (KAFKUBE_E2E_KUBECONFIG), the same helpers run commands directly with that kubeconfig.
@@ -63,6 +63,14 @@ class Cluster:
         argv = [self.kubectl_bin, f"--request-timeout={int(timeout)}s", *args]
         return self.run_in_netns(argv, input=input, timeout=timeout + 10).stdout
 
+    def on_node(self, node: str, *argv: str, timeout: float = 60.0) -> str:
+        """A command on one node of our own kind cluster (a container of its Docker engine);
+        its stdout. An existing cluster's nodes are not ours to reach."""
+        if self.name is None:
+            raise RuntimeError("running commands on nodes needs the suite's own kind cluster")
+        return run_script([str(KIND_SH), "exec", self.name, "--", "docker", "exec", node,
+                           *argv], timeout=timeout)
+
     def apply(self, manifest: str, namespace: str | None = None, timeout: float = 120.0) -> str:
         """kubectl apply of a YAML manifest given as text."""
         ns = ["-n", namespace] if namespace else []
@@ -98,7 +106,7 @@ def build_images() -> None:
 
 
 def kind_up(name: str) -> Cluster:
-    """`scripts/kind.sh up NAME`: a fresh 3-node cluster in its own network namespace."""
+    """`scripts/kind.sh up NAME`: a fresh 4-node cluster in its own network namespace."""
     out = run_script([str(KIND_SH), "up", name], timeout=UP_TIMEOUT)
     values = parse_up_output(out)
     kubectl = cache_dir() / "kubernetes" / os.environ.get("K8S_VERSION", "v1.35.4") / "bin"

@@ -13,7 +13,7 @@ import pytest
 from tests.conftest import wait_until
 from tests.e2e.deployment import BOOTSTRAP, BROKERS, Brokers, deploy, undeploy
 from tests.e2e.history import Produced, read_drain, read_produce
-from tests.e2e.platform import KIND_SH, Cluster, KubectlError, run_script
+from tests.e2e.platform import Cluster, KubectlError
 from tests.queue_checker import History
 
 
@@ -83,6 +83,45 @@ def test_the_controller_pod_killed_during_an_acks_all_stream(brokers: Brokers) -
     brokers.wait_whole()
 
 
+def test_a_crashed_broker_is_fenced_by_its_pod_before_its_lease_expires(
+        brokers: Brokers, kind_cluster: Cluster) -> None:
+    """A leader's process (not the controller's) SIGKILLed from its node during an acks=all
+    stream: no SIGTERM, no controlled shutdown, its pod left alone. The kubelet reports the
+    container's end, the controller fences the broker on that evidence instead of waiting
+    out its lease, nothing acknowledged is lost, and the restarted container registers with
+    a new broker epoch and rejoins."""
+    if kind_cluster.name is None:
+        pytest.skip("killing a process from its node needs the suite's own kind cluster")
+    brokers.create_topic("e2e-crash", 6)
+    before = brokers.describe("e2e-crash")
+    controller = brokers.controller()
+    victim = next(leader for leader, _, _ in before.values() if leader != controller)
+    led = sorted(p for p, (leader, _, _) in before.items() if leader == victim)
+    epoch = broker_epochs(brokers)[f"kafkube-broker-{victim}"]
+    history = History()
+    pod = brokers.start("produce", BOOTSTRAP, "e2e-crash", "--count", "40000",
+                        "--rate", "1000", "--seconds", "90")
+    brokers.wait_running(pod, 120)
+    wait_until(lambda: sum(1 for line in brokers.logs(pod) if line.startswith("A ")) >= 3000,
+               120, "3,000 acknowledged records before the crash", 1.0)
+    brokers.crash(victim)
+    fenced = f"broker {victim} (epoch {epoch}) fenced before its lease expired"
+    said = wait_until(
+        lambda: next((x for x in brokers.kubectl("logs", f"kafkube-{controller}").splitlines()
+                      if fenced in x), None),
+        60, f"the controller to fence broker {victim} on its pod's evidence", 1.0)
+    produced = read_produce(brokers.finish(pod, 300), history)
+    drained = read_drain(brokers.run("drain", BOOTSTRAP, "e2e-crash", timeout=600), history)
+    summary = checked(history, produced, drained)
+    brokers.wait_whole()
+    assert broker_epochs(brokers)[f"kafkube-broker-{victim}"] != epoch
+    gaps = produced.longest_gap_ms(led)
+    print(f"broker {victim} crashed (SIGKILL from its node): {said.split(': ', 1)[-1]}; "
+          f"partitions it led {led} unwritable for at most "
+          f"{max(gaps.values(), default=0) / 1000:.1f} s "
+          f"({ {p: g / 1000 for p, g in gaps.items()} } s); {summary}")
+
+
 def test_a_recreated_broker_pod_recovers_its_log_from_its_volume(brokers: Brokers) -> None:
     victim = (brokers.controller() + 1) % BROKERS
     size = sum(v for k, v in brokers.metrics(victim).items()
@@ -108,9 +147,7 @@ def test_a_recreated_broker_pod_recovers_its_log_from_its_volume(brokers: Broker
 
 
 def on_control_plane(cluster: Cluster, *argv: str) -> None:
-    """A command on the kind control-plane node (a container of the suite's Docker engine)."""
-    run_script([str(KIND_SH), "exec", str(cluster.name), "--", "docker", "exec",
-                f"{cluster.name}-control-plane", *argv], timeout=60)
+    cluster.on_node(f"{cluster.name}-control-plane", *argv)
 
 
 def broker_epochs(brokers: Brokers) -> dict[str, str]:

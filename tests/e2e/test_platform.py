@@ -85,18 +85,18 @@ def pod(name: str, zone: str, command: list[str], **extra: object) -> dict:
             "metadata": {"name": name, "labels": {"app": name}}, "spec": spec}
 
 
-def test_three_ready_nodes_in_three_zones(kind_cluster: Cluster) -> None:
+def test_a_control_plane_and_three_workers_in_three_zones(kind_cluster: Cluster) -> None:
     items = nodes(kind_cluster)
-    assert len(items) == 3
+    assert len(items) == 4
     for node in items:
         ready = [c for c in node["status"]["conditions"] if c["type"] == "Ready"]
         assert ready and ready[0]["status"] == "True", node["metadata"]["name"]
-        # Brokers may run on every node, the control plane included.
-        taints = node["spec"].get("taints") or []
-        assert not [t for t in taints if t["effect"] in ("NoSchedule", "NoExecute")], taints
-    zones = sorted(n["metadata"]["labels"].get(ZONE, "") for n in items)
-    assert zones == ZONES
-    assert len(worker_zones(kind_cluster)) == 2
+    assert worker_zones(kind_cluster) == ZONES
+    # Brokers run on the workers only: the control plane keeps its NoSchedule taint.
+    planes = [n for n in items
+              if "node-role.kubernetes.io/control-plane" in n["metadata"]["labels"]]
+    assert len(planes) == 1
+    assert [t["effect"] for t in planes[0]["spec"].get("taints") or []] == ["NoSchedule"]
 
 
 def test_pods_on_every_node_reach_a_service_on_a_worker(
