@@ -163,7 +163,7 @@ def run(kills: int, seed: int | None, delete_pods: bool = False) -> tuple[int, l
                 break
             r.unavailable_s = probe.longest_silence(t0 - 1, acked)
             print(f"kill {number}/{kills}: kafkube-{leader} (leader); writes stopped for "
-                  f"{r.unavailable_s:.2f} s at most; recreated and back in the ISR after "
+                  f"{r.unavailable_s:.2f} s at most; back (restarted or recreated) and in every ISR after "
                   f"{r.whole_again_s:.1f} s", flush=True)
         brokers.kubectl("delete", "pod", pod, "--wait=false")  # SIGTERM: it flushes and ends
         history = History()
@@ -173,7 +173,7 @@ def run(kills: int, seed: int | None, delete_pods: bool = False) -> tuple[int, l
         lines = ["",
                  summary("unavailability (longest time between two acks after the deletion)",
                          [r.unavailable_s for r in rounds if r.unavailable_s is not None]),
-                 summary("pod recreated and every partition in sync again",
+                 summary("broker back and every partition in sync again",
                          [r.whole_again_s for r in rounds if r.whole_again_s is not None]),
                  f"probe: {produced.sent} sent, {produced.acked} acknowledged; "
                  + ("no acknowledged value lost" if report.ok(idempotent=True)

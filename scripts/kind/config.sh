@@ -20,9 +20,12 @@ YAML
 cat <<'YAML'
 kubeadmConfigPatches:
   # Kubernetes >= 1.35 refuses cgroup v1 hosts unless told otherwise; harmless on v2.
+  # A crashed container restarts within a second, not after a back-off growing to 5 min:
+  # the failover bench kills the same brokers twenty times.
   - |
     kind: KubeletConfiguration
     failCgroupV1: false
+    crashLoopBackOff: {maxContainerRestartPeriod: 1s}
 nodes:
   - role: control-plane
   - role: worker
