@@ -163,7 +163,7 @@ def run(kills: int, seed: int | None, delete_pods: bool = False) -> tuple[int, l
                 break
             r.unavailable_s = probe.longest_silence(t0 - 1, acked)
             print(f"kill {number}/{kills}: kafkube-{leader} (leader); writes stopped for "
-                  f"{r.unavailable_s:.2f} s at most; back (restarted or recreated) and in every ISR after "
+                  f"{r.unavailable_s:.2f} s at most; back and in every ISR after "
                   f"{r.whole_again_s:.1f} s", flush=True)
         brokers.kubectl("delete", "pod", pod, "--wait=false")  # SIGTERM: it flushes and ends
         history = History()
