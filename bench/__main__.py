@@ -301,7 +301,8 @@ def _cluster_main(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
                else "SIGKILLs, from its node, of the process")
         print(f"workload: {args.kills} {how} leading a 1-partition topic, RF 3, "
               "min.insync.replicas=2, 3 brokers of deploy/kafkube.yaml on kind", flush=True)
-        code, lines = failover_kubernetes.run(args.kills, args.seed, args.delete_pods)
+        code, lines = failover_kubernetes.run(args.kills, args.seed, args.delete_pods,
+                                              _props(parser, args.producer_prop))
     elif args.name == "failover":
         print(f"workload: {args.kills} SIGKILLs of the leader of a 1-partition topic, RF 3, "
               "min.insync.replicas=2, 3 brokers with default settings "

@@ -23,10 +23,12 @@ import json
 import os
 import random
 import subprocess
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
 from itertools import pairwise
+from pathlib import Path
 
 from bench.failover import summary
 from tests.e2e.deployment import BOOTSTRAP, NAMESPACE, Brokers, deploy, undeploy
@@ -112,7 +114,8 @@ def incarnation(brokers: Brokers, broker: int) -> tuple[str, int]:
     return pod["metadata"]["uid"], restarts
 
 
-def run(kills: int, seed: int | None, delete_pods: bool = False) -> tuple[int, list[str]]:
+def run(kills: int, seed: int | None, delete_pods: bool = False,
+        producer_props: dict[str, str] | None = None) -> tuple[int, list[str]]:
     seed = random.randrange(2**32) if seed is None else seed
     rng = random.Random(seed)
     cluster = existing_cluster()
@@ -130,7 +133,8 @@ def run(kills: int, seed: int | None, delete_pods: bool = False) -> tuple[int, l
         seconds = kills * 90 + 120
         pod = brokers.start("produce", BOOTSTRAP, TOPIC, "--partition", "0", "--acks", "all",
                             "--rate", str(1 / INTERVAL_S), "--seconds", str(seconds),
-                            "--count", str(int(seconds / INTERVAL_S)), "--trace")
+                            "--count", str(int(seconds / INTERVAL_S)), "--trace",
+                            *(f"--config={k}={v}" for k, v in (producer_props or {}).items()))
         brokers.wait_running(pod, 120)
         probe = ProbeLog(cluster, pod)
         if wait(lambda: probe.first_ack_after(time.time() - 1), 120) is None:
@@ -167,7 +171,11 @@ def run(kills: int, seed: int | None, delete_pods: bool = False) -> tuple[int, l
                   f"{r.whole_again_s:.1f} s", flush=True)
         brokers.kubectl("delete", "pod", pod, "--wait=false")  # SIGTERM: it flushes and ends
         history = History()
-        produced = read_produce(probe.close(), history)
+        probe_lines = probe.close()
+        saved = Path(tempfile.gettempdir()) / f"kafkube-failover-probe-{seed}.log"
+        saved.write_text("".join(probe_lines))
+        print(f"the probe's log: {saved}", flush=True)
+        produced = read_produce(probe_lines, history)
         read_drain(brokers.run("drain", BOOTSTRAP, TOPIC, timeout=600), history)
         report = history.check()
         lines = ["",

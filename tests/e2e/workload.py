@@ -39,6 +39,7 @@ def produce(args: argparse.Namespace) -> int:
         "bootstrap.servers": args.bootstrap, "acks": args.acks, "linger.ms": 5,
         "enable.idempotence": args.acks == "all", "message.timeout.ms": 60_000,
         "retries": 1_000_000, "retry.backoff.ms": 100,
+        **dict(kv.split("=", 1) for kv in args.config),
     })
     acked = failed = 0
     out = sys.stdout
@@ -156,6 +157,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--seconds", type=float, default=300.0)
     p.add_argument("--partition", type=int, default=-1, help="this partition only")
     p.add_argument("--trace", action="store_true", help="a line per send too, flushed")
+    p.add_argument("--config", action="append", default=[],
+                   help="K=V, a librdkafka producer property (repeatable)")
     d = sub.add_parser("drain")
     d.add_argument("bootstrap")
     d.add_argument("topic")
