@@ -390,6 +390,15 @@ def parse_properties(text: str) -> dict[str, str]:
     return props
 
 
+def render_properties(props: Mapping[str, str]) -> str:
+    """java.util.Properties text that parse_properties reads back as ``props``, keys sorted.
+    Values must be single lines: a line break has no meaning in a Kafka config."""
+    for key, value in props.items():
+        if "\n" in value or "\r" in value or value.endswith("\\"):
+            raise ConfigError(f"{key}: a value must be a single line (and not end in \\)")
+    return "".join(f"{key}={props[key]}\n" for key in sorted(props))
+
+
 @dataclass
 class BrokerConfig:
     """The broker's effective configuration: parsed values for every declared key.

@@ -1,0 +1,76 @@
+"""A KafkaCluster's spec → its brokers' server.properties, with Kafka's names.
+
+The operator owns the keys that tie a broker to its pod and to the cluster (identity,
+listeners, log dirs, coordination): a value the user gives for one of them would break the
+deployment, so it is left out and reported instead. Every other key of ``spec.config`` is
+judged by the broker's own config definitions (``broker.config``), the same ones a broker
+starting with that file applies, so a key the broker does not know or a value it would refuse
+is reported here, with the broker's message, instead of crash-looping a pod.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from broker.config import BROKER_KEYS, IGNORED_KAFKA_KEYS, ConfigError, render_properties
+
+# Set per pod (--pod-identity, the downward API) or by the operator for the whole cluster.
+OWNED_KEYS = frozenset({
+    "node.id", "broker.id", "broker.rack", "listeners", "advertised.listeners", "log.dirs",
+    "log.dir", "kafkube.coordination.backend", "kafkube.cluster.name",
+    "kafkube.kubernetes.namespace", "kafkube.kubernetes.kubeconfig", "kafkube.coordination.path",
+})
+DATA_DIR = "/var/lib/kafkube/data"
+PORT = 9092
+
+
+@dataclass(frozen=True)
+class BrokerProperties:
+    """What goes into the brokers' ConfigMap, and what of spec.config could not."""
+
+    properties: dict[str, str]
+    refused: dict[str, str] = field(default_factory=dict)  # key -> why, for a Warning
+
+    @property
+    def text(self) -> str:
+        return render_properties(self.properties)
+
+
+def _as_text(value: object) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def broker_properties(cluster: str, spec: Mapping) -> BrokerProperties:
+    """server.properties for every broker of KafkaCluster ``cluster``. Replication defaults
+    follow the broker count up to Kafka's production values (RF 3, min ISR 2), so a
+    one-broker cluster can still create topics."""
+    replicas = int(spec.get("replicas", 3))
+    properties = {
+        "listeners": f"PLAINTEXT://0.0.0.0:{PORT}",
+        "log.dirs": DATA_DIR,
+        "kafkube.coordination.backend": "kubernetes",
+        "kafkube.cluster.name": cluster,
+        "default.replication.factor": str(min(3, replicas)),
+        "min.insync.replicas": str(min(2, replicas)),
+        "offsets.topic.replication.factor": str(min(3, replicas)),
+    }
+    refused: dict[str, str] = {}
+    for key, value in sorted((spec.get("config") or {}).items()):
+        text = _as_text(value)
+        if key in OWNED_KEYS:
+            refused[key] = "set by the operator for each broker; remove it from spec.config"
+            continue
+        known = BROKER_KEYS.get(key)
+        if known is None and key not in IGNORED_KAFKA_KEYS:
+            refused[key] = "not a broker config kafkube knows"
+            continue
+        try:
+            if known is not None:
+                known.parse(text)
+            render_properties({key: text})
+        except ConfigError as e:
+            refused[key] = str(e)
+            continue
+        properties[key] = text
+    return BrokerProperties(properties, refused)
