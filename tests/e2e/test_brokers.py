@@ -34,6 +34,29 @@ def checked(history: History, produced: Produced, drained: int, idempotent: bool
             f"{drained} read back; no acknowledged record lost")
 
 
+def acked(brokers: Brokers, pod: str) -> int:
+    """Acknowledgements a producer pod has printed so far."""
+    return sum(1 for line in brokers.logs(pod) if line.startswith("A "))
+
+
+def stream(brokers: Brokers, topic: str, count: int, seconds: int, first: int) -> str:
+    """An acks=all producer pod sending 1,000 records/s, once ``first`` are acknowledged."""
+    pod = brokers.start("produce", BOOTSTRAP, topic, "--count", str(count),
+                        "--rate", "1000", "--seconds", str(seconds))
+    brokers.wait_running(pod, 120)
+    wait_until(lambda: acked(brokers, pod) >= first, 120,
+               f"{first:,} acknowledged records before the fault", 1.0)
+    return pod
+
+
+def unwritable(produced: Produced, led: list[int]) -> str:
+    """How long the partitions a killed broker led went without an acknowledgement."""
+    gaps = produced.longest_gap_ms(led)
+    return (f"partitions it led {led} unwritable for at most "
+            f"{max(gaps.values(), default=0) / 1000:.1f} s "
+            f"({ {p: g / 1000 for p, g in gaps.items()} } s)")
+
+
 def test_three_brokers_with_their_leases_carry_100000_records(brokers: Brokers) -> None:
     leases = brokers.leases()
     holders = {name: lease["spec"]["holderIdentity"] for name, lease in leases.items()}
@@ -54,11 +77,7 @@ def test_the_controller_pod_killed_during_an_acks_all_stream(brokers: Brokers) -
     brokers.create_topic("e2e-failover", 6)
     before = brokers.describe("e2e-failover")
     history = History()
-    pod = brokers.start("produce", BOOTSTRAP, "e2e-failover", "--count", "60000",
-                        "--rate", "1000", "--seconds", "120")
-    brokers.wait_running(pod, 120)
-    wait_until(lambda: sum(1 for line in brokers.logs(pod) if line.startswith("A ")) >= 5000,
-             120, "5,000 acknowledged records before the kill", 1.0)
+    pod = stream(brokers, "e2e-failover", 60_000, 120, 5000)
     victim = brokers.controller()
     led = sorted(p for p, (leader, _, _) in before.items() if leader == victim)
     killed = time.monotonic()
@@ -75,11 +94,9 @@ def test_the_controller_pod_killed_during_an_acks_all_stream(brokers: Brokers) -
     produced = read_produce(brokers.finish(pod, 300), history)
     drained = read_drain(brokers.run("drain", BOOTSTRAP, "e2e-failover", timeout=600), history)
     summary = checked(history, produced, drained)
-    gaps = produced.longest_gap_ms(led)
     print(f"controller broker {victim} killed (grace 0): broker {new} took the controller "
-          f"Lease within {took_over:.1f} s (as kubectl saw it); partitions it led {led} "
-          f"unwritable for at most {max(gaps.values(), default=0) / 1000:.1f} s "
-          f"({ {p: g / 1000 for p, g in gaps.items()} } s); {summary}")
+          f"Lease within {took_over:.1f} s (as kubectl saw it); {unwritable(produced, led)}; "
+          f"{summary}")
     brokers.wait_whole()
 
 
@@ -99,11 +116,7 @@ def test_a_crashed_broker_is_fenced_by_its_pod_before_its_lease_expires(
     led = sorted(p for p, (leader, _, _) in before.items() if leader == victim)
     epoch = broker_epochs(brokers)[f"kafkube-broker-{victim}"]
     history = History()
-    pod = brokers.start("produce", BOOTSTRAP, "e2e-crash", "--count", "40000",
-                        "--rate", "1000", "--seconds", "90")
-    brokers.wait_running(pod, 120)
-    wait_until(lambda: sum(1 for line in brokers.logs(pod) if line.startswith("A ")) >= 3000,
-               120, "3,000 acknowledged records before the crash", 1.0)
+    pod = stream(brokers, "e2e-crash", 40_000, 90, 3000)
     brokers.crash(victim)
     fenced = f"broker {victim} (epoch {epoch}) fenced before its lease expired"
     said = wait_until(
@@ -115,11 +128,8 @@ def test_a_crashed_broker_is_fenced_by_its_pod_before_its_lease_expires(
     summary = checked(history, produced, drained)
     brokers.wait_whole()
     assert broker_epochs(brokers)[f"kafkube-broker-{victim}"] != epoch
-    gaps = produced.longest_gap_ms(led)
     print(f"broker {victim} crashed (SIGKILL from its node): {said.split(': ', 1)[-1]}; "
-          f"partitions it led {led} unwritable for at most "
-          f"{max(gaps.values(), default=0) / 1000:.1f} s "
-          f"({ {p: g / 1000 for p, g in gaps.items()} } s); {summary}")
+          f"{unwritable(produced, led)}; {summary}")
 
 
 def test_a_recreated_broker_pod_recovers_its_log_from_its_volume(brokers: Brokers) -> None:
@@ -172,7 +182,7 @@ def test_an_api_server_outage_moves_nothing(brokers: Brokers, kind_cluster: Clus
             for acks, topic in topics.items()}
     for pod in pods.values():
         brokers.wait_running(pod, 120)
-        wait_until(lambda pod=pod: sum(1 for x in brokers.logs(pod) if x.startswith("A ")) > 2000,
+        wait_until(lambda pod=pod: acked(brokers, pod) > 2000,
                  120, "2,000 acknowledged records before the outage", 1.0)
     stopped = time.time()
     on_control_plane(kind_cluster, "pkill", "-STOP", "-f", "kube-apiserver")
