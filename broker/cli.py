@@ -36,16 +36,17 @@ def _broker(args: argparse.Namespace) -> int:
 def _pod_identity(file: Path | None, overrides: list[str]) -> list[str]:
     """node.id, advertised.listeners and broker.rack from the StatefulSet pod's environment,
     for whichever of them the configuration leaves unset (broker/cluster/pod_identity.py)."""
-    from broker.cluster.pod_identity import pod_overrides, zone_from_api
+    from broker.cluster.pod_identity import RACK_LABEL_ENV, ZONE_LABEL, pod_overrides, zone_from_api
 
     configured = BrokerConfig.from_sources(file, overrides)
-    lookup = zone_from_api(configured["kafkube.kubernetes.kubeconfig"])
+    label = os.environ.get(RACK_LABEL_ENV) or ZONE_LABEL
+    lookup = zone_from_api(configured["kafkube.kubernetes.kubeconfig"], label)
 
     def zone(node: str) -> str | None:
         try:
             return lookup(node)
         except Exception as e:
-            raise ConfigError(f"--pod-identity: cannot read the zone label of node {node} "
+            raise ConfigError(f"--pod-identity: cannot read the label {label} of node {node} "
                               f"({e}); set broker.rack or allow get on nodes") from None
 
     derived = pod_overrides(os.environ, configured.originals, zone)
@@ -60,6 +61,19 @@ def _dev(args: argparse.Namespace) -> int:
         return 2
     return dev.run(args.data_dir, args.brokers, args.port, args.metrics_port, args.override,
                    args.quiet)
+
+
+def _operator(args: argparse.Namespace) -> int:
+    from kafkube_operator.main import OperatorOptions, run
+
+    if args.namespace and args.all_namespaces:
+        print("kafkube operator: --namespace and --all-namespaces exclude each other",
+              file=sys.stderr)
+        return 2
+    return run(OperatorOptions(
+        kubeconfig=args.kubeconfig, namespaces=tuple(args.namespace),
+        lease_namespace=args.lease_namespace, metrics_port=args.metrics_port,
+        lease_duration_s=args.lease_duration))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -89,6 +103,21 @@ def main(argv: list[str] | None = None) -> int:
                      help="a broker config key for every broker (repeatable)")
     dev.add_argument("--quiet", action="store_true", help="do not relay the brokers' logs")
     dev.set_defaults(func=_dev)
+    operator = sub.add_parser(
+        "operator", help="run the Kubernetes operator for KafkaCluster and Topic resources")
+    operator.add_argument("--kubeconfig", help="outside a cluster: its kubeconfig "
+                          "(default: the pod's service account, else ~/.kube/config)")
+    operator.add_argument("--namespace", action="append", default=[],
+                          help="watch only this namespace (repeatable)")
+    operator.add_argument("--all-namespaces", action="store_true",
+                          help="watch every namespace (the default)")
+    operator.add_argument("--lease-namespace",
+                          help="namespace of the operator Lease (default: the pod's own)")
+    operator.add_argument("--lease-duration", type=int, default=15,
+                          help="seconds a standby waits for a silent active operator (15)")
+    operator.add_argument("--metrics-port", type=int, default=8080,
+                          help="Prometheus /metrics port, -1 for none (8080)")
+    operator.set_defaults(func=_operator)
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=args.log_level.upper(),

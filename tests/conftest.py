@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -132,13 +133,16 @@ def wait_until(predicate, timeout: float, what: str, interval: float = 0.05):
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
-    """Attach the brokers' own logs to a failing test's report."""
+    """Attach the brokers' and operators' own logs to a failing test's report."""
     outcome = yield
     report = outcome.get_result()
     if report.failed and "broker_factory" in item.fixturenames:
         factory_brokers = getattr(item, "_kafkube_brokers", [])
         for i, broker in enumerate(factory_brokers):
             report.sections.append((f"broker {i} log", "".join(broker.output[-80:])))
+    if report.failed:
+        for i, operator in enumerate(getattr(item, "_kafkube_operators", [])):
+            report.sections.append((f"operator {i} log", operator.tail(80)))
 
 
 def open_replicas(config, rack: str | None = None):
@@ -175,6 +179,37 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
         yield plane.start()
     finally:
         plane.stop()
+
+
+@pytest.fixture(scope="session")
+def crd_api(control_plane: Any) -> Iterator:
+    """An API client of the control plane with this tree's CRDs (crds/) installed, or
+    replaced by this tree's, and established."""
+    import yaml
+    from kubernetes import client as k8s
+    from kubernetes.client.rest import ApiException
+
+    from broker.cluster.kubernetes import api_client
+
+    with api_client(str(control_plane.kubeconfig)) as client:
+        ext = k8s.ApiextensionsV1Api(client)
+        for path in sorted((Path(__file__).resolve().parents[1] / "crds").glob("*.yaml")):
+            body = yaml.safe_load(path.read_text())
+            try:
+                ext.create_custom_resource_definition(body)
+            except ApiException as e:
+                if e.status != 409:
+                    raise
+                current = ext.read_custom_resource_definition(body["metadata"]["name"])
+                body["metadata"]["resourceVersion"] = current.metadata.resource_version
+                ext.replace_custom_resource_definition(body["metadata"]["name"], body)
+
+            def established(name: str = body["metadata"]["name"]) -> bool:
+                conditions = ext.read_custom_resource_definition(name).status.conditions or []
+                return any(c.type == "Established" and c.status == "True" for c in conditions)
+
+            wait_until(established, 30, f"{path.name} established")
+        yield client
 
 
 def finish_now(coroutine):

@@ -6,44 +6,20 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
-
-from broker.cluster.kubernetes import api_client
-from tests.conftest import wait_until
 
 CRDS = Path(__file__).resolve().parents[1] / "crds"
 GROUP, VERSION, NAMESPACE = "kafkube.io", "v1alpha1", "default"
 
 
 @pytest.fixture(scope="module")
-def api(control_plane: Any) -> Iterator[k8s.ApiClient]:
-    """The CRDs installed (or replaced by this tree's) and established."""
-    with api_client(str(control_plane.kubeconfig)) as client:
-        ext = k8s.ApiextensionsV1Api(client)
-        for path in sorted(CRDS.glob("*.yaml")):
-            body = yaml.safe_load(path.read_text())
-            try:
-                ext.create_custom_resource_definition(body)
-            except ApiException as e:
-                if e.status != 409:
-                    raise
-                current = ext.read_custom_resource_definition(body["metadata"]["name"])
-                body["metadata"]["resourceVersion"] = current.metadata.resource_version
-                ext.replace_custom_resource_definition(body["metadata"]["name"], body)
-
-            def established(name: str = body["metadata"]["name"]) -> bool:
-                conditions = ext.read_custom_resource_definition(name).status.conditions or []
-                return any(c.type == "Established" and c.status == "True" for c in conditions)
-
-            wait_until(established, 30, f"{path.name} established")
-        yield client
+def api(crd_api: k8s.ApiClient) -> k8s.ApiClient:
+    return crd_api
 
 
 def create(api: k8s.ApiClient, plural: str, spec: dict, name: str | None = None) -> dict:

@@ -80,6 +80,24 @@ def _unreachable(error: BaseException) -> bool:
     return isinstance(error, OSError | urllib3.exceptions.HTTPError)
 
 
+def controller_lease_name(cluster: str) -> str:
+    return f"{cluster}-controller"
+
+
+def broker_lease_name(cluster: str, node_id: int) -> str:
+    return f"{cluster}-broker-{node_id}"
+
+
+def metadata_name(cluster: str) -> str:
+    return f"{cluster}-metadata"
+
+
+def decode_image(binary_data: dict[str, str], version: int) -> ClusterImage:
+    """The cluster image from its ConfigMap's binaryData (also read by the operator)."""
+    text = gzip.decompress(base64.b64decode(binary_data[IMAGE_KEY])).decode()
+    return ClusterImage.from_json(text, version)
+
+
 class _MicroTime(dt.datetime):
     """A ``MicroTime`` as the API server parses it: always six fractional digits. The client
     sends ``isoformat()``, which leaves the fraction out on a whole second, and the server
@@ -89,11 +107,11 @@ class _MicroTime(dt.datetime):
         return super().isoformat(sep, "microseconds")
 
 
-def _micro_time(ms: int) -> dt.datetime:
+def micro_time(ms: int) -> dt.datetime:
     return _MicroTime.fromtimestamp(ms / 1000, tz=dt.UTC)
 
 
-def _ms(value: dt.datetime | None) -> int:
+def epoch_ms(value: dt.datetime | None) -> int:
     return int(value.timestamp() * 1000) if value is not None else 0
 
 
@@ -304,7 +322,7 @@ class KubernetesBackend(CoordinationBackend):
         if self._pods is None or A_POD not in a or lease.spec.acquire_time is None:
             return None
         ref = PodRef(a[A_POD], a.get(A_POD_UID, ""), a.get(A_CONTAINER, ""))
-        reason = process_ended(ref, _ms(lease.spec.acquire_time), self._pods.get(ref.name),
+        reason = process_ended(ref, epoch_ms(lease.spec.acquire_time), self._pods.get(ref.name),
                                self._pods.gone_uid(ref.name))
         if reason is not None and (key := (lease.metadata.name, a.get(A_EPOCH, ""))) \
                 not in self._ended_logged:
@@ -342,14 +360,14 @@ class KubernetesBackend(CoordinationBackend):
 
     @property
     def controller_lease_name(self) -> str:
-        return f"{self.cluster}-controller"
+        return controller_lease_name(self.cluster)
 
     def broker_lease_name(self, node_id: int) -> str:
-        return f"{self.cluster}-broker-{node_id}"
+        return broker_lease_name(self.cluster, node_id)
 
     @property
     def metadata_name(self) -> str:
-        return f"{self.cluster}-metadata"
+        return metadata_name(self.cluster)
 
     @property
     def counters_name(self) -> str:
@@ -373,8 +391,8 @@ class KubernetesBackend(CoordinationBackend):
             spec=k8s.V1LeaseSpec(
                 holder_identity=str(holder),
                 lease_duration_seconds=max(1, math.ceil(ttl_ms / 1000)),
-                acquire_time=_micro_time(acquired_ms if acquired_ms is not None else now),
-                renew_time=_micro_time(now), lease_transitions=transitions))
+                acquire_time=micro_time(acquired_ms if acquired_ms is not None else now),
+                renew_time=micro_time(now), lease_transitions=transitions))
 
     @staticmethod
     def _duration_ms(lease: Any) -> int:
@@ -383,7 +401,7 @@ class KubernetesBackend(CoordinationBackend):
 
     @classmethod
     def _expiry_ms(cls, lease: Any) -> int:
-        return _ms(lease.spec.renew_time) + cls._duration_ms(lease)
+        return epoch_ms(lease.spec.renew_time) + cls._duration_ms(lease)
 
     @staticmethod
     def _annotation(obj: Any, key: str, default: str = "-1") -> str:
@@ -510,7 +528,7 @@ class KubernetesBackend(CoordinationBackend):
                 return False
             body = self._lease_body(
                 name, "broker", node_id, ttl_ms, dict(lease.metadata.annotations),
-                acquired_ms=_ms(lease.spec.acquire_time),
+                acquired_ms=epoch_ms(lease.spec.acquire_time),
                 transitions=lease.spec.lease_transitions or 0,
                 resource_version=lease.metadata.resource_version)
             if self._write_lease(body):
@@ -572,7 +590,7 @@ class KubernetesBackend(CoordinationBackend):
                 rv = lease.metadata.resource_version
                 transitions = lease.spec.lease_transitions or 0
                 if holder == node_id and holder_epoch == broker_epoch:
-                    acquired = _ms(lease.spec.acquire_time)
+                    acquired = epoch_ms(lease.spec.acquire_time)
                     if expired:
                         # Our lease lapsed (we were paused): someone may have acted as
                         # controller meanwhile, so this is a new term.
@@ -616,8 +634,7 @@ class KubernetesBackend(CoordinationBackend):
         version = int(self._annotation(obj, A_IMAGE_VERSION))
         decoded = self._decoded
         if decoded is None or decoded[0] != version:
-            text = gzip.decompress(base64.b64decode(obj.binary_data[IMAGE_KEY])).decode()
-            decoded = self._decoded = (version, ClusterImage.from_json(text, version))
+            decoded = self._decoded = (version, decode_image(obj.binary_data, version))
         return decoded[1]
 
     def write_image(self, image: ClusterImage) -> bool:

@@ -5,7 +5,8 @@ through its headless Service and the same PersistentVolume after every restart, 
 decide the broker's identity: ``node.id`` is the ordinal (the log dir's meta.properties then
 always matches), the advertised listener is the stable DNS name (clients' cached metadata
 stays right when the pod's IP changes), and ``broker.rack`` is the zone label of the node the
-pod was scheduled to (the downward API does not expose node labels, so it is looked up).
+pod was scheduled to (the downward API does not expose node labels, so it is looked up; a
+KafkaCluster may name another node label in KAFKUBE_RACK_LABEL).
 Keys the configuration sets explicitly are left alone.
 """
 
@@ -17,6 +18,7 @@ from collections.abc import Callable, Mapping
 from broker.config import ConfigError
 
 ZONE_LABEL = "topology.kubernetes.io/zone"
+RACK_LABEL_ENV = "KAFKUBE_RACK_LABEL"
 _ORDINAL = re.compile(r"^(?P<set>[a-z0-9]([-a-z0-9]*[a-z0-9])?)-(?P<ordinal>\d+)$")
 
 
@@ -54,8 +56,10 @@ def pod_overrides(env: Mapping[str, str], configured: Mapping[str, str],
     return derived
 
 
-def zone_from_api(kubeconfig: str | None) -> Callable[[str], str | None]:
-    """Look up a node's zone label (needs ``get`` on nodes: a ClusterRole)."""
+def zone_from_api(kubeconfig: str | None,
+                  label: str = ZONE_LABEL) -> Callable[[str], str | None]:
+    """Look up a node's zone label, or the node label ``label`` (needs ``get`` on nodes: a
+    ClusterRole)."""
 
     def lookup(node_name: str) -> str | None:
         from kubernetes import client as k8s
@@ -64,6 +68,6 @@ def zone_from_api(kubeconfig: str | None) -> Callable[[str], str | None]:
 
         with api_client(kubeconfig) as api:
             node = k8s.CoreV1Api(api).read_node(node_name, _request_timeout=REQUEST_TIMEOUT_S)
-        return (node.metadata.labels or {}).get(ZONE_LABEL)
+        return (node.metadata.labels or {}).get(label)
 
     return lookup

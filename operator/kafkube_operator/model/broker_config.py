@@ -20,9 +20,11 @@ OWNED_KEYS = frozenset({
     "node.id", "broker.id", "broker.rack", "listeners", "advertised.listeners", "log.dirs",
     "log.dir", "kafkube.coordination.backend", "kafkube.cluster.name",
     "kafkube.kubernetes.namespace", "kafkube.kubernetes.kubeconfig", "kafkube.coordination.path",
+    "kafkube.metrics.port",
 })
 DATA_DIR = "/var/lib/kafkube/data"
 PORT = 9092
+METRICS_PORT = 9404
 
 
 @dataclass(frozen=True)
@@ -46,11 +48,13 @@ def broker_properties(cluster: str, spec: Mapping) -> BrokerProperties:
     follow the broker count up to Kafka's production values (RF 3, min ISR 2), so a
     one-broker cluster can still create topics."""
     replicas = int(spec.get("replicas", 3))
+    metrics = (spec.get("metrics") or {}).get("enabled", True)
     properties = {
         "listeners": f"PLAINTEXT://0.0.0.0:{PORT}",
         "log.dirs": DATA_DIR,
         "kafkube.coordination.backend": "kubernetes",
         "kafkube.cluster.name": cluster,
+        "kafkube.metrics.port": str(METRICS_PORT if metrics else -1),
         "default.replication.factor": str(min(3, replicas)),
         "min.insync.replicas": str(min(2, replicas)),
         "offsets.topic.replication.factor": str(min(3, replicas)),

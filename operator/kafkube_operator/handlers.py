@@ -1,0 +1,135 @@
+"""kopf registrations, and only those: each handler hands its resource to one reconcile step
+(reconcile/) and writes back the status it returns.
+
+Handlers are plain functions, so kopf runs them in its thread pool: the steps they call use
+the blocking Kubernetes client. A per-resource lock keeps a timer tick and a change handler of
+one KafkaCluster from reconciling it at the same time.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import kopf
+
+from kafkube_operator import metrics
+from kafkube_operator.kube import Kube
+from kafkube_operator.model.cluster import GROUP, VERSION
+from kafkube_operator.reconcile.cluster import (
+    ClusterViews,
+    delete_cluster,
+    reconcile_cluster,
+    stop_brokers,
+)
+
+log = logging.getLogger(__name__)
+CLUSTERS = (GROUP, VERSION, "kafkaclusters")
+FINALIZER = f"{GROUP}/operator"
+# How often a KafkaCluster's status is refreshed when nothing changes in its spec.
+STATUS_INTERVAL_S = 5.0
+
+
+@dataclass
+class OperatorContext:
+    """The operator-wide state handlers share, passed to kopf as its memo."""
+
+    kube: Kube
+    views: ClusterViews
+    locks: defaultdict[str, threading.Lock] = field(
+        default_factory=lambda: defaultdict(threading.Lock))
+
+
+class KopfEvents:
+    """Events on the resource being handled, posted by kopf."""
+
+    def __init__(self, body: Mapping) -> None:
+        self._body = body
+
+    def info(self, reason: str, message: str) -> None:
+        log.info("%s/%s: %s", self._body.metadata.namespace, self._body.metadata.name, message)
+        metrics.ACTIONS.labels(reason).inc()
+        kopf.info(self._body, reason=reason, message=message)
+
+    def warning(self, reason: str, message: str) -> None:
+        log.warning("%s/%s: %s", self._body.metadata.namespace, self._body.metadata.name,
+                    message)
+        metrics.WARNINGS.labels(reason).inc()
+        kopf.warn(self._body, reason=reason, message=message)
+
+
+def _context(memo: Any) -> OperatorContext:
+    return memo.context
+
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+    settings.persistence.finalizer = FINALIZER
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=GROUP, key="last-handled-configuration")
+    # Each action of ours is an Event (KopfEvents, posted at INFO); of kopf's own per-object
+    # log lines, which it posts as Events too, only failures: a timer's every success would
+    # flood both the log and the Events.
+    settings.posting.level = logging.INFO
+    logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    settings.watching.server_timeout = 300
+    settings.execution.max_workers = 8
+
+
+@kopf.on.login()
+def login(memo: kopf.Memo, **_: Any) -> kopf.ConnectionInfo:
+    """kopf talks to the API server with the credentials the rest of the operator uses (a
+    service account in a pod, ``--kubeconfig`` outside one)."""
+    conf = _context(memo).kube.api.configuration
+    # Refreshed first: a service account's token rotates; kopf logs in again on a 401.
+    scheme, _, token = (conf.get_api_key_with_prefix("BearerToken") or "").partition(" ")
+    return kopf.ConnectionInfo(
+        server=conf.host, ca_path=conf.ssl_ca_cert, insecure=not conf.verify_ssl,
+        certificate_path=conf.cert_file, private_key_path=conf.key_file,
+        scheme=scheme or None, token=token or None, expiration=None)
+
+
+@kopf.on.resume(*CLUSTERS)
+@kopf.on.create(*CLUSTERS)
+@kopf.on.update(*CLUSTERS)
+def cluster_changed(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
+    _reconcile(body, patch, _context(memo))
+
+
+@kopf.timer(*CLUSTERS, interval=STATUS_INTERVAL_S, sharp=True)
+def cluster_tick(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
+    _reconcile(body, patch, _context(memo))
+
+
+def _reconcile(body: kopf.Body, patch: kopf.Patch, context: OperatorContext) -> None:
+    if body.metadata.get("deletionTimestamp"):
+        return
+    started = time.monotonic()
+    try:
+        with context.locks[body.metadata["uid"]]:
+            status = reconcile_cluster(context.kube, context.views, body, KopfEvents(body))
+    except Exception:
+        metrics.RECONCILES.labels("KafkaCluster", "error").inc()
+        raise
+    finally:
+        metrics.RECONCILE_SECONDS.labels("KafkaCluster").observe(time.monotonic() - started)
+    metrics.RECONCILES.labels("KafkaCluster", "ok").inc()
+    patch.status.update(status)
+
+
+@kopf.on.delete(*CLUSTERS)
+def cluster_deleted(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    context = _context(memo)
+    events = KopfEvents(body)
+    with context.locks[body.metadata["uid"]]:
+        running = stop_brokers(context.kube, body, events)
+        if running:
+            raise kopf.TemporaryError(f"waiting for {running} broker pod(s) to stop", delay=3)
+        delete_cluster(context.kube, context.views, body, events)
+    context.locks.pop(body.metadata["uid"], None)

@@ -1,0 +1,86 @@
+"""``kafkube operator``: wait to be the active replica, then run the kopf handlers until the
+operator Lease is lost or the process is told to stop."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+import threading
+from dataclasses import dataclass
+
+import kopf
+from prometheus_client import start_http_server
+
+from kafkube_operator import handlers, metrics
+from kafkube_operator.kube import Kube
+from kafkube_operator.leadership import Leadership
+from kafkube_operator.reconcile.cluster import ClusterViews
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class OperatorOptions:
+    kubeconfig: str | None = None
+    namespaces: tuple[str, ...] = ()  # none: every namespace
+    lease_namespace: str | None = None  # default: the pod's own, else "default"
+    identity: str | None = None  # default: the pod's name, else host and pid
+    metrics_port: int = 8080  # -1: off
+    lease_duration_s: int = 15
+
+
+def _pod_namespace() -> str | None:
+    path = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return os.environ.get("POD_NAMESPACE")
+
+
+def run(options: OperatorOptions) -> int:
+    if options.metrics_port >= 0:
+        start_http_server(options.metrics_port)
+    kube = Kube.connect(options.kubeconfig)
+    identity = options.identity or os.environ.get("POD_NAME") \
+        or f"{socket.gethostname()}-{os.getpid()}"
+    leadership = Leadership(kube.api, options.lease_namespace or _pod_namespace() or "default",
+                            identity, duration_s=options.lease_duration_s)
+    stop = threading.Event()
+    lost = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    if not leadership.wait_until_leader(stop):
+        return 0
+    metrics.LEADER.set(1)
+    log.info("operator %s active (lease %s/%s)", identity, leadership.namespace, leadership.name)
+
+    def on_lost() -> None:
+        lost.set()
+        stop.set()
+
+    leadership.keep(stop, on_lost)
+    views = ClusterViews.create(options.kubeconfig)
+    memo = kopf.Memo(context=handlers.OperatorContext(kube, views))
+
+    async def operate() -> None:
+        try:
+            await kopf.operator(
+                clusterwide=not options.namespaces, namespaces=list(options.namespaces),
+                standalone=True, memo=memo, stop_flag=stop)
+        finally:
+            # kopf stops on SIGTERM by itself; its thread waiting on ``stop`` must end too,
+            # or asyncio.run waits for it forever.
+            stop.set()
+
+    try:
+        asyncio.run(operate())
+    finally:
+        stop.set()
+        metrics.LEADER.set(0)
+        views.close()
+        kube.close()
+    return 1 if lost.is_set() else 0

@@ -1,0 +1,288 @@
+"""A KafkaCluster → the Kubernetes objects that run it, as plain manifests.
+
+Pure functions of the resource (name, namespace, uid and spec): no API calls, so every object
+the operator will apply is tested as a golden file without a cluster, and the operator applies
+exactly these with server-side apply (a field it does not render is a field it does not own).
+
+The brokers run as one StatefulSet with ``updateStrategy: OnDelete``: Kubernetes never restarts
+a broker by itself; the operator deletes pods one at a time under the min-ISR gate (roll.py).
+A pod template change (image, server.properties through ``kafkube.io/config-hash``) becomes a
+new update revision of the StatefulSet, which is how the operator knows which pods to roll.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kafkube_operator.model.broker_config import DATA_DIR, METRICS_PORT, PORT, broker_properties
+
+GROUP = "kafkube.io"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "KafkaCluster"
+CLUSTER_LABEL = f"{GROUP}/cluster"
+NAMESPACE_LABEL = f"{GROUP}/namespace"
+CONFIG_HASH = f"{GROUP}/config-hash"
+CONTAINER = "broker"
+# Shipped by the chart and the bundle: get on nodes, for broker.rack (pod_identity.py). A
+# ClusterRoleBinding per cluster grants it, since a RoleBinding cannot grant cluster-scoped reads.
+NODE_READER_CLUSTER_ROLE = "kafkube-broker-nodes"
+CONFIG_DIR = "/etc/kafkube"
+DEFAULT_RESOURCES = {"requests": {"cpu": "100m", "memory": "256Mi"},
+                     "limits": {"memory": "1Gi"}}
+# Long enough for a controlled shutdown: leadership moves before the process exits on SIGTERM.
+TERMINATION_GRACE_S = 60
+
+Manifest = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ClusterRef:
+    """Which KafkaCluster: everything its objects are named and owned by."""
+
+    name: str
+    namespace: str
+    uid: str
+
+    @classmethod
+    def of(cls, resource: Mapping) -> ClusterRef:
+        meta = resource["metadata"]
+        return cls(meta["name"], meta["namespace"], meta.get("uid", ""))
+
+    @property
+    def statefulset(self) -> str:
+        return self.name
+
+    @property
+    def headless_service(self) -> str:
+        return f"{self.name}-brokers"
+
+    @property
+    def bootstrap_service(self) -> str:
+        return f"{self.name}-bootstrap"
+
+    @property
+    def config_map(self) -> str:
+        return f"{self.name}-config"
+
+    @property
+    def service_account(self) -> str:
+        return f"{self.name}-broker"
+
+    @property
+    def node_reader_binding(self) -> str:
+        """Cluster-scoped, so the namespace is part of the name."""
+        return f"kafkube-{self.namespace}-{self.name}-nodes"
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return f"{self.bootstrap_service}.{self.namespace}.svc:{PORT}"
+
+    def pod(self, node_id: int) -> str:
+        return f"{self.statefulset}-{node_id}"
+
+
+def selector(ref: ClusterRef) -> dict[str, str]:
+    """The brokers' pods, and nothing else (the brokers' own ConfigMaps and Leases carry
+    ``kafkube.io/cluster`` too, but not the app name)."""
+    return {"app.kubernetes.io/name": "kafkube", CLUSTER_LABEL: ref.name}
+
+
+def labels(ref: ClusterRef) -> dict[str, str]:
+    return {**selector(ref), "app.kubernetes.io/instance": ref.name,
+            "app.kubernetes.io/managed-by": "kafkube-operator"}
+
+
+def owner_reference(ref: ClusterRef) -> Manifest:
+    return {"apiVersion": API_VERSION, "kind": KIND, "name": ref.name, "uid": ref.uid,
+            "controller": True, "blockOwnerDeletion": True}
+
+
+def _metadata(ref: ClusterRef, name: str, owned: bool = True) -> Manifest:
+    meta: Manifest = {"name": name, "labels": labels(ref)}
+    if owned:
+        meta["namespace"] = ref.namespace
+        meta["ownerReferences"] = [owner_reference(ref)]
+    else:  # cluster-scoped: no owner reference can point at a namespaced owner
+        meta["labels"] = {**meta["labels"], NAMESPACE_LABEL: ref.namespace}
+    return meta
+
+
+def config_map(ref: ClusterRef, properties_text: str) -> Manifest:
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": _metadata(ref, ref.config_map),
+            "data": {"server.properties": properties_text}}
+
+
+def headless_service(ref: ClusterRef) -> Manifest:
+    """Stable DNS names per broker, the advertised addresses; not-ready pods are published so
+    brokers reach each other while starting."""
+    return {"apiVersion": "v1", "kind": "Service",
+            "metadata": _metadata(ref, ref.headless_service),
+            "spec": {"clusterIP": "None", "publishNotReadyAddresses": True,
+                     "selector": selector(ref),
+                     "ports": [{"name": "kafka", "port": PORT, "targetPort": "kafka"}]}}
+
+
+def bootstrap_service(ref: ClusterRef, metrics: bool) -> Manifest:
+    ports = [{"name": "kafka", "port": PORT, "targetPort": "kafka"}]
+    if metrics:
+        ports.append({"name": "metrics", "port": METRICS_PORT, "targetPort": "metrics"})
+    return {"apiVersion": "v1", "kind": "Service",
+            "metadata": _metadata(ref, ref.bootstrap_service),
+            "spec": {"selector": selector(ref), "ports": ports}}
+
+
+def pod_disruption_budget(ref: ClusterRef) -> Manifest:
+    """One broker at a time through voluntary disruptions (node drains): with RF 3 and min ISR
+    2 that keeps every partition writable."""
+    return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": _metadata(ref, ref.statefulset),
+            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector(ref)}}}
+
+
+def service_account(ref: ClusterRef) -> Manifest:
+    return {"apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": _metadata(ref, ref.service_account)}
+
+
+def role(ref: ClusterRef) -> Manifest:
+    """Leases (controller election, broker liveness), ConfigMaps (the cluster image, epochs)
+    and pods (a crashed broker fenced from its pod's status: broker/cluster/pod_liveness.py)."""
+    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": _metadata(ref, ref.service_account),
+            "rules": [
+                {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                 "verbs": ["get", "list", "watch", "create", "update", "delete"]},
+                {"apiGroups": [""], "resources": ["configmaps"],
+                 "verbs": ["get", "list", "watch", "create", "update"]},
+                {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+            ]}
+
+
+def role_binding(ref: ClusterRef) -> Manifest:
+    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": _metadata(ref, ref.service_account),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                        "name": ref.service_account},
+            "subjects": [{"kind": "ServiceAccount", "name": ref.service_account,
+                          "namespace": ref.namespace}]}
+
+
+def node_reader_binding(ref: ClusterRef) -> Manifest:
+    """Deleted by the operator's finalizer: being cluster-scoped, it has no owner to go with."""
+    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": _metadata(ref, ref.node_reader_binding, owned=False),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                        "name": NODE_READER_CLUSTER_ROLE},
+            "subjects": [{"kind": "ServiceAccount", "name": ref.service_account,
+                          "namespace": ref.namespace}]}
+
+
+def config_hash(properties_text: str) -> str:
+    return hashlib.sha256(properties_text.encode()).hexdigest()[:16]
+
+
+def _env(ref: ClusterRef, rack_label: str) -> list[Manifest]:
+    def field(path: str) -> Manifest:
+        return {"fieldRef": {"fieldPath": path}}
+
+    return [
+        {"name": "POD_NAME", "valueFrom": field("metadata.name")},
+        {"name": "POD_NAMESPACE", "valueFrom": field("metadata.namespace")},
+        # With the pod's uid, brokers fence a broker whose container they see end
+        # (broker/cluster/pod_liveness.py) instead of waiting for its lease to expire.
+        {"name": "POD_UID", "valueFrom": field("metadata.uid")},
+        {"name": "NODE_NAME", "valueFrom": field("spec.nodeName")},
+        {"name": "KAFKUBE_HEADLESS_SERVICE", "value": ref.headless_service},
+        {"name": "KAFKUBE_RACK_LABEL", "value": rack_label},
+    ]
+
+
+def stateful_set(ref: ClusterRef, spec: Mapping, properties_text: str) -> Manifest:
+    rack_label = (spec.get("rack") or {}).get("topologyKey") or "topology.kubernetes.io/zone"
+    storage = spec.get("storage") or {}
+    metrics = (spec.get("metrics") or {}).get("enabled", True)
+    claim_policy = "Delete" if storage.get("deleteClaim", False) else "Retain"
+    claim_spec: Manifest = {"accessModes": ["ReadWriteOnce"],
+                            "resources": {"requests": {"storage": storage.get("size", "10Gi")}}}
+    if storage.get("class"):
+        claim_spec["storageClassName"] = storage["class"]
+    ports = [{"name": "kafka", "containerPort": PORT}]
+    if metrics:
+        ports.append({"name": "metrics", "containerPort": METRICS_PORT})
+    pod_labels = labels(ref)
+    container: Manifest = {
+        "name": CONTAINER,
+        "image": spec.get("image", "localhost/kafkube:dev"),
+        "imagePullPolicy": "IfNotPresent",
+        "args": ["broker", "--pod-identity", "--config", f"{CONFIG_DIR}/server.properties"],
+        "env": _env(ref, rack_label),
+        "ports": ports,
+        "readinessProbe": {"tcpSocket": {"port": "kafka"}, "periodSeconds": 2},
+        "resources": spec.get("resources") or DEFAULT_RESOURCES,
+        "volumeMounts": [{"name": "data", "mountPath": DATA_DIR.rsplit("/", 1)[0]},
+                         {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True}],
+    }
+    pod_spec: Manifest = {
+        "serviceAccountName": ref.service_account,
+        "terminationGracePeriodSeconds": TERMINATION_GRACE_S,
+        "securityContext": {"runAsNonRoot": True, "runAsUser": 1000, "fsGroup": 1000},
+        # Brokers spread over the racks first, then over nodes; ScheduleAnyway, so a
+        # cluster with fewer racks than brokers still schedules every broker.
+        "topologySpreadConstraints": [
+            {"maxSkew": 1, "topologyKey": key, "whenUnsatisfiable": "ScheduleAnyway",
+             "labelSelector": {"matchLabels": selector(ref)}}
+            for key in (rack_label, "kubernetes.io/hostname")],
+        "containers": [container],
+        "volumes": [{"name": "config", "configMap": {"name": ref.config_map}}],
+    }
+    return {
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": _metadata(ref, ref.statefulset),
+        "spec": {
+            "serviceName": ref.headless_service,
+            "replicas": int(spec.get("replicas", 3)),
+            "podManagementPolicy": "Parallel",
+            "updateStrategy": {"type": "OnDelete"},
+            "persistentVolumeClaimRetentionPolicy": {"whenDeleted": claim_policy,
+                                                     "whenScaled": claim_policy},
+            "selector": {"matchLabels": selector(ref)},
+            "template": {
+                "metadata": {"labels": pod_labels,
+                             "annotations": {CONFIG_HASH: config_hash(properties_text)}},
+                "spec": pod_spec,
+            },
+            "volumeClaimTemplates": [{"metadata": {"name": "data", "labels": selector(ref)},
+                                      "spec": claim_spec}],
+        },
+    }
+
+
+@dataclass(frozen=True)
+class DesiredCluster:
+    """Everything one KafkaCluster should own, and what of its spec could not be used."""
+
+    objects: list[Manifest]
+    refused_config: dict[str, str]
+
+    def by_kind(self, kind: str) -> list[Manifest]:
+        return [o for o in self.objects if o["kind"] == kind]
+
+
+def desired_cluster(resource: Mapping) -> DesiredCluster:
+    """The objects, in the order they are applied: identity and configuration before the
+    pods that need them."""
+    ref = ClusterRef.of(resource)
+    spec = resource.get("spec") or {}
+    props = broker_properties(ref.name, spec)
+    metrics = (spec.get("metrics") or {}).get("enabled", True)
+    objects = [
+        service_account(ref), role(ref), role_binding(ref), node_reader_binding(ref),
+        config_map(ref, props.text), headless_service(ref), bootstrap_service(ref, metrics),
+        pod_disruption_budget(ref), stateful_set(ref, spec, props.text),
+    ]
+    return DesiredCluster(objects, props.refused)

@@ -1,0 +1,1 @@
+"""The steps that apply a model to the cluster, one module per resource kind."""

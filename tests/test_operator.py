@@ -1,0 +1,209 @@
+"""``kafkube operator`` against a real kube-apiserver (tests/kube_control_plane) and real
+broker processes that coordinate through it: a KafkaCluster gets its objects, its status comes
+from what its brokers register, refused config becomes a Warning condition, edits are
+reconciled, deletion cleans up, and a standby operator takes over from a killed one.
+
+The control plane has no kubelet or controller manager, so the StatefulSet makes no pods
+here; the brokers run as local processes with the cluster's name, as pods would.
+(tests/e2e runs the whole thing on kind.)"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s
+from kubernetes.client.rest import ApiException
+
+from tests.cluster import cluster_factory  # noqa: F401
+from tests.conftest import wait_until
+from tests.operator_process import OperatorProcess
+
+GROUP, VERSION = "kafkube.io", "v1alpha1"
+
+
+@pytest.fixture
+def namespace(crd_api: k8s.ApiClient) -> Iterator[str]:
+    name = f"op-{uuid.uuid4().hex[:8]}"
+    core = k8s.CoreV1Api(crd_api)
+    core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=name)))
+    yield name
+    core.delete_namespace(name)
+
+
+@pytest.fixture
+def operators(request: pytest.FixtureRequest, control_plane: Any,
+              namespace: str) -> Iterator[list[OperatorProcess]]:
+    """Start operators with ``operators.append(OperatorProcess(...))``; stopped at the end,
+    their output attached to a failure (conftest's report hook)."""
+    started: list[OperatorProcess] = []
+    request.node._kafkube_operators = started
+    yield started
+    for operator in started:
+        if operator.alive():
+            operator.stop()
+
+
+class KafkaClusters:
+    def __init__(self, api: k8s.ApiClient, namespace: str) -> None:
+        self.custom = k8s.CustomObjectsApi(api)
+        self.namespace = namespace
+
+    def create(self, name: str, spec: dict) -> dict:
+        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "KafkaCluster",
+                "metadata": {"name": name}, "spec": spec}
+        return self.custom.create_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, "kafkaclusters", body)
+
+    def get(self, name: str) -> dict | None:
+        try:
+            return self.custom.get_namespaced_custom_object(
+                GROUP, VERSION, self.namespace, "kafkaclusters", name)
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+
+    def patch(self, name: str, spec: dict) -> dict:
+        return self.custom.patch_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, "kafkaclusters", name, {"spec": spec})
+
+    def delete(self, name: str) -> None:
+        self.custom.delete_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, "kafkaclusters", name)
+
+    def status_when(self, name: str, predicate, timeout: float, what: str) -> dict:
+        def check() -> dict | None:
+            status = (self.get(name) or {}).get("status") or {}
+            return status if predicate(status) else None
+
+        return wait_until(check, timeout, what)
+
+
+def condition(status: dict, kind: str) -> dict:
+    return next((c for c in status.get("conditions", []) if c["type"] == kind), {})
+
+
+def events_of(api: k8s.ApiClient, namespace: str, name: str) -> list[tuple[str, str, str]]:
+    found = k8s.CoreV1Api(api).list_namespaced_event(
+        namespace, field_selector=f"involvedObject.name={name},involvedObject.kind=KafkaCluster")
+    return [(e.type, e.reason, e.message) for e in found.items]
+
+
+def test_a_kafka_cluster_is_reconciled_from_its_spec_and_its_brokers(
+        crd_api: k8s.ApiClient, control_plane: Any, namespace: str,
+        operators: list[OperatorProcess], cluster_factory) -> None:  # noqa: F811
+    operators.append(OperatorProcess(control_plane.kubeconfig, namespace))
+    clusters = KafkaClusters(crd_api, namespace)
+    core, apps = k8s.CoreV1Api(crd_api), k8s.AppsV1Api(crd_api)
+    created = clusters.create("alpha", {"replicas": 3, "storage": {"size": "1Gi"},
+                                        "config": {"log.retention.ms": 3_600_000,
+                                                   "node.id": 7}})
+
+    # The objects, owned by the KafkaCluster; the refused key reported, not written.
+    status = clusters.status_when("alpha", lambda s: s.get("observedGeneration") == 1, 60,
+                                  "a first status")
+    assert status["state"] == "Warning"
+    warning = condition(status, "Warning")
+    assert warning["status"] == "True" and warning["reason"] == "InvalidConfig"
+    assert "node.id: set by the operator" in warning["message"]
+    assert condition(status, "Ready")["status"] == "False"
+    assert status["bootstrapServers"] == f"alpha-bootstrap.{namespace}.svc:9092"
+    properties = core.read_namespaced_config_map("alpha-config", namespace).data
+    assert "log.retention.ms=3600000" in properties["server.properties"]
+    assert "node.id" not in properties["server.properties"]
+    sts = apps.read_namespaced_stateful_set("alpha", namespace)
+    assert sts.spec.replicas == 3 and sts.spec.update_strategy.type == "OnDelete"
+    assert [o.uid for o in sts.metadata.owner_references] == [created["metadata"]["uid"]]
+    for name in ("alpha-brokers", "alpha-bootstrap"):
+        service = core.read_namespaced_service(name, namespace)
+        assert service.metadata.owner_references[0].kind == "KafkaCluster"
+    rbac = k8s.RbacAuthorizationV1Api(crd_api)
+    binding = rbac.read_cluster_role_binding(f"kafkube-{namespace}-alpha-nodes")
+    assert binding.subjects[0].namespace == namespace
+
+    # Real brokers register with the cluster's name: the status counts them and names the
+    # controller and each broker's rack.
+    cluster = cluster_factory(3, {
+        "kafkube.coordination.backend": "kubernetes", "kafkube.cluster.name": "alpha",
+        "kafkube.kubernetes.namespace": namespace,
+        "kafkube.kubernetes.kubeconfig": str(control_plane.kubeconfig),
+    }, start=False)
+    for i, broker in enumerate(cluster.brokers):
+        broker.overrides["broker.rack"] = "abc"[i]
+    cluster.start()
+    status = clusters.status_when("alpha", lambda s: s.get("readyReplicas") == 3
+                                  and s.get("controller") is not None, 60, "3 brokers ready")
+    assert status["controller"] in (0, 1, 2)
+    assert [(b["id"], b.get("rack")) for b in status["brokers"]] == [(0, "a"), (1, "b"),
+                                                                      (2, "c")]
+    # Still a Warning: the bad key is still in the spec.
+    assert status["state"] == "Warning" and condition(status, "Ready")["status"] == "True"
+
+    # Fixing the spec clears the Warning; the config change reaches the ConfigMap and the
+    # pod template (the StatefulSet's next revision: what a rolling restart goes by).
+    old_hash = sts.spec.template.metadata.annotations["kafkube.io/config-hash"]
+    clusters.patch("alpha", {"config": {"log.retention.ms": 7_200_000, "node.id": None}})
+    status = clusters.status_when("alpha", lambda s: s.get("observedGeneration") == 2
+                                  and s.get("state") == "Ready", 60, "Ready after the fix")
+    assert condition(status, "Warning")["status"] == "False"
+    assert condition(status, "Reconciling")["status"] == "False"
+    properties = core.read_namespaced_config_map("alpha-config", namespace).data
+    assert "log.retention.ms=7200000" in properties["server.properties"]
+    sts = apps.read_namespaced_stateful_set("alpha", namespace)
+    assert sts.spec.template.metadata.annotations["kafkube.io/config-hash"] != old_hash
+
+    # Every action is an Event on the KafkaCluster, and counted in the metrics.
+    events = events_of(crd_api, namespace, "alpha")
+    assert ("Normal", "Created", "created StatefulSet alpha") in events
+    assert ("Normal", "Updated", "updated ConfigMap alpha-config") in events
+    operator = operators[0]
+    assert (operator.metric("kafkube_operator_reconciles_total",
+                            'kind="KafkaCluster",result="ok"') or 0) >= 2
+    assert operator.metric("kafkube_operator_leader") == 1.0
+
+    # Deleting it: the brokers stop first (here, the test stops them: no kubelet), then
+    # the operator removes what owner references cannot: the node-reader binding, the
+    # brokers' Leases and the cluster image.
+    cluster.stop()
+    clusters.delete("alpha")
+    wait_until(lambda: clusters.get("alpha") is None, 60, "the KafkaCluster gone")
+    leases = k8s.CoordinationV1Api(crd_api).list_namespaced_lease(
+        namespace, label_selector="kafkube.io/cluster=alpha").items
+    assert leases == []
+    config_maps = core.list_namespaced_config_map(
+        namespace, label_selector="kafkube.io/cluster=alpha").items
+    assert [c.metadata.name for c in config_maps] == ["alpha-config"]  # owned: the GC's
+    with pytest.raises(ApiException) as gone:
+        rbac.read_cluster_role_binding(f"kafkube-{namespace}-alpha-nodes")
+    assert gone.value.status == 404
+    with pytest.raises(ApiException) as gone:
+        apps.read_namespaced_stateful_set("alpha", namespace)
+    assert gone.value.status == 404
+
+
+def test_a_standby_operator_takes_over_within_the_lease_duration(
+        crd_api: k8s.ApiClient, control_plane: Any, namespace: str,
+        operators: list[OperatorProcess]) -> None:
+    first = OperatorProcess(control_plane.kubeconfig, namespace, lease_duration_s=5)
+    operators.append(first)
+    wait_until(lambda: first.metric("kafkube_operator_leader") == 1.0, 30, "first active")
+    second = OperatorProcess(control_plane.kubeconfig, namespace, lease_duration_s=5)
+    operators.append(second)
+    wait_until(lambda: "standby" in second.tail(), 30, "second on standby")
+    assert second.metric("kafkube_operator_leader") == 0.0
+
+    clusters = KafkaClusters(crd_api, namespace)
+    clusters.create("beta", {"replicas": 1})
+    clusters.status_when("beta", lambda s: s.get("observedGeneration") == 1, 60,
+                         "reconciled by the first")
+    first.kill()
+    wait_until(lambda: second.metric("kafkube_operator_leader") == 1.0, 20,
+               "the standby active within the 5 s lease (+ its retry period)")
+    clusters.patch("beta", {"config": {"log.retention.ms": 60_000}})
+    clusters.status_when("beta", lambda s: s.get("observedGeneration") == 2, 60,
+                         "a later edit reconciled by the second")
+    properties = k8s.CoreV1Api(crd_api).read_namespaced_config_map("beta-config", namespace)
+    assert "log.retention.ms=60000" in properties.data["server.properties"]
