@@ -39,6 +39,11 @@ fi
 # kube-apiserver of the pinned release, built from the Go module proxy (cached; ~5 min cold).
 bash scripts/kubernetes.sh kube-apiserver >/dev/null
 
+# Helm (the chart's tests, the e2e suite's install) and the Prometheus Operator's CRDs (our
+# ServiceMonitor and PodMonitor validated against them), from the Go module proxy (cached).
+bash scripts/helm.sh >/dev/null
+bash scripts/third_party_crds.sh >/dev/null
+
 # Apache Kafka's own jars: the command-line tools the tests run, and the broker `bench compare` runs.
 bash bench/setup_kafka.sh >/dev/null
 
