@@ -207,3 +207,109 @@ def test_a_standby_operator_takes_over_within_the_lease_duration(
                          "a later edit reconciled by the second")
     properties = k8s.CoreV1Api(crd_api).read_namespaced_config_map("beta-config", namespace)
     assert "log.retention.ms=60000" in properties.data["server.properties"]
+
+
+class Topics(KafkaClusters):
+    def create(self, name: str, spec: dict) -> dict:
+        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Topic",
+                "metadata": {"name": name}, "spec": spec}
+        return self.custom.create_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, "topics", body)
+
+    def get(self, name: str) -> dict | None:
+        try:
+            return self.custom.get_namespaced_custom_object(
+                GROUP, VERSION, self.namespace, "topics", name)
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+
+    def patch(self, name: str, spec: dict) -> dict:
+        return self.custom.patch_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, "topics", name, {"spec": spec})
+
+    def delete(self, name: str) -> None:
+        self.custom.delete_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, "topics", name)
+
+
+def test_topics_are_placed_changed_deleted_and_found_through_the_cluster(
+        crd_api: k8s.ApiClient, control_plane: Any, namespace: str,
+        operators: list[OperatorProcess], cluster_factory) -> None:  # noqa: F811
+    from confluent_kafka.admin import ConfigResource, NewTopic
+
+    operators.append(OperatorProcess(control_plane.kubeconfig, namespace))
+    KafkaClusters(crd_api, namespace).create("gamma", {"replicas": 3})
+    cluster = cluster_factory(3, {
+        "kafkube.coordination.backend": "kubernetes", "kafkube.cluster.name": "gamma",
+        "kafkube.kubernetes.namespace": namespace,
+        "kafkube.kubernetes.kubeconfig": str(control_plane.kubeconfig),
+    }, start=False)
+    for i, broker in enumerate(cluster.brokers):
+        broker.overrides["broker.rack"] = "abc"[i]
+    cluster.start()
+    topics = Topics(crd_api, namespace)
+
+    # 12 partitions, RF 3: one replica per rack, leaders spread evenly, status per partition.
+    topics.create("orders", {"cluster": "gamma", "partitions": 12, "replicationFactor": 3,
+                             "config": {"retention.ms": 3_600_000}})
+    status = topics.status_when("orders", lambda s: condition(s, "Ready").get("status")
+                                == "True", 60, "orders Ready")
+    partitions = status["partitions"]
+    assert [p["partition"] for p in partitions] == list(range(12))
+    assert all(sorted(p["replicas"]) == [0, 1, 2] and sorted(p["isr"]) == [0, 1, 2]
+               for p in partitions)
+    leaders = [p["leader"] for p in partitions]
+    assert {b: leaders.count(b) for b in range(3)} == {0: 4, 1: 4, 2: 4}
+    assert status["underReplicated"] == 0
+    described = cluster.admin.describe_configs([ConfigResource("topic", "orders")])
+    configs = next(iter(described.values())).result()
+    assert configs["retention.ms"].value == "3600000"
+
+    # More partitions and a new config value reach the running cluster.
+    topics.patch("orders", {"partitions": 16, "config": {"retention.ms": 7_200_000}})
+    status = topics.status_when("orders", lambda s: len(s.get("partitions", [])) == 16
+                                and condition(s, "Ready").get("status") == "True", 60,
+                                "16 partitions")
+    assert cluster.partitions("orders") is not None and len(cluster.partitions("orders")) == 16
+    configs = next(iter(cluster.admin.describe_configs(
+        [ConfigResource("topic", "orders")]).values())).result()
+    assert configs["retention.ms"].value == "7200000"
+
+    # What the cluster refuses becomes a Warning with the broker's reason; nothing is lost.
+    topics.patch("orders", {"config": {"retention.ms": 7_200_000, "retention.msx": 1}})
+    status = topics.status_when("orders", lambda s: condition(s, "Warning").get("status")
+                                == "True", 60, "a Warning for the bad key")
+    warning = condition(status, "Warning")
+    assert warning["reason"] == "KafkaRefused" and "retention.msx" in warning["message"]
+    assert len(status["partitions"]) == 16
+    topics.create("too-big", {"cluster": "gamma", "partitions": 1, "replicationFactor": 5})
+    status = topics.status_when("too-big", lambda s: condition(s, "Warning").get("status")
+                                == "True", 60, "a Warning for RF 5")
+    assert condition(status, "Warning")["reason"] == "ReplicationFactorTooLarge"
+    assert "too-big" not in cluster.admin.list_topics(timeout=10).topics
+
+    # A topic made through the Kafka API appears as a Topic resource.
+    futures = cluster.admin.create_topics([NewTopic("Made_By_Kafka", 2, 2)])
+    futures["Made_By_Kafka"].result(30)
+
+    def found() -> dict | None:
+        listed = topics.custom.list_namespaced_custom_object(GROUP, VERSION, namespace,
+                                                             "topics")["items"]
+        return next((t for t in listed if t["spec"].get("topicName") == "Made_By_Kafka"), None)
+
+    mirrored = wait_until(found, 60, "a Topic for Made_By_Kafka")
+    assert mirrored["metadata"]["name"].startswith("made-by-kafka-")
+    assert (mirrored["spec"]["partitions"], mirrored["spec"]["replicationFactor"]) == (2, 2)
+
+    # Deleting the resource deletes the topic; deleting a found topic through Kafka deletes
+    # its resource.
+    topics.delete("orders")
+    wait_until(lambda: topics.get("orders") is None, 60, "Topic orders gone")
+    assert "orders" not in cluster.admin.list_topics(timeout=10).topics
+    mirrored_name = mirrored["metadata"]["name"]
+    topics.status_when(mirrored_name, lambda s: "topicId" in s, 60, "the mirror's status")
+    cluster.admin.delete_topics(["Made_By_Kafka"])["Made_By_Kafka"].result(30)
+    wait_until(lambda: topics.get(mirrored_name) is None, 60, "its Topic gone")
+    cluster.stop()

@@ -19,17 +19,16 @@ from typing import Any
 import kopf
 
 from kafkube_operator import metrics
+from kafkube_operator.kafka import AdminClients
 from kafkube_operator.kube import Kube
 from kafkube_operator.model.cluster import GROUP, VERSION
-from kafkube_operator.reconcile.cluster import (
-    ClusterViews,
-    delete_cluster,
-    reconcile_cluster,
-    stop_brokers,
-)
+from kafkube_operator.reconcile.cluster import delete_cluster, reconcile_cluster, stop_brokers
+from kafkube_operator.reconcile.topic import delete_topic, reconcile_topic
+from kafkube_operator.reconcile.views import ClusterViews
 
 log = logging.getLogger(__name__)
 CLUSTERS = (GROUP, VERSION, "kafkaclusters")
+TOPICS = (GROUP, VERSION, "topics")
 FINALIZER = f"{GROUP}/operator"
 # How often a KafkaCluster's status is refreshed when nothing changes in its spec.
 STATUS_INTERVAL_S = 5.0
@@ -41,6 +40,7 @@ class OperatorContext:
 
     kube: Kube
     views: ClusterViews
+    admins: AdminClients = field(default_factory=AdminClients)
     locks: defaultdict[str, threading.Lock] = field(
         default_factory=lambda: defaultdict(threading.Lock))
 
@@ -132,4 +132,43 @@ def cluster_deleted(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
         if running:
             raise kopf.TemporaryError(f"waiting for {running} broker pod(s) to stop", delay=3)
         delete_cluster(context.kube, context.views, body, events)
+    context.locks.pop(body.metadata["uid"], None)
+
+
+@kopf.on.resume(*TOPICS)
+@kopf.on.create(*TOPICS)
+@kopf.on.update(*TOPICS)
+def topic_changed(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
+    _reconcile_topic(body, patch, _context(memo))
+
+
+@kopf.timer(*TOPICS, interval=STATUS_INTERVAL_S, sharp=True)
+def topic_tick(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
+    _reconcile_topic(body, patch, _context(memo))
+
+
+def _reconcile_topic(body: kopf.Body, patch: kopf.Patch, context: OperatorContext) -> None:
+    if body.metadata.get("deletionTimestamp"):
+        return
+    started = time.monotonic()
+    try:
+        with context.locks[body.metadata["uid"]]:
+            status = reconcile_topic(context.kube, context.views, context.admins, body,
+                                     KopfEvents(body))
+    except Exception:
+        metrics.RECONCILES.labels("Topic", "error").inc()
+        raise
+    finally:
+        metrics.RECONCILE_SECONDS.labels("Topic").observe(time.monotonic() - started)
+    metrics.RECONCILES.labels("Topic", "ok").inc()
+    patch.status.update(status)
+
+
+@kopf.on.delete(*TOPICS)
+def topic_deleted(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    context = _context(memo)
+    with context.locks[body.metadata["uid"]]:
+        if not delete_topic(context.kube, context.views, context.admins, body,
+                            KopfEvents(body)):
+            raise kopf.TemporaryError("waiting for the topic to leave the cluster", delay=3)
     context.locks.pop(body.metadata["uid"], None)

@@ -17,7 +17,7 @@ from prometheus_client import start_http_server
 from kafkube_operator import handlers, metrics
 from kafkube_operator.kube import Kube
 from kafkube_operator.leadership import Leadership
-from kafkube_operator.reconcile.cluster import ClusterViews
+from kafkube_operator.reconcile.views import ClusterViews
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +44,8 @@ def _pod_namespace() -> str | None:
 def run(options: OperatorOptions) -> int:
     if options.metrics_port >= 0:
         start_http_server(options.metrics_port)
+    # kafka-python logs every connection at INFO; the operator's own log says what it does.
+    logging.getLogger("kafka").setLevel(logging.WARNING)
     kube = Kube.connect(options.kubeconfig)
     identity = options.identity or os.environ.get("POD_NAME") \
         or f"{socket.gethostname()}-{os.getpid()}"
@@ -82,5 +84,6 @@ def run(options: OperatorOptions) -> int:
         stop.set()
         metrics.LEADER.set(0)
         views.close()
+        memo.context.admins.close()
         kube.close()
     return 1 if lost.is_set() else 0

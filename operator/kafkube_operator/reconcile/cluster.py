@@ -1,21 +1,12 @@
-"""Apply a KafkaCluster's model to Kubernetes and read back what its brokers report.
-
-The brokers' own view of the cluster (live broker Leases, the controller Lease, the cluster
-image in its ConfigMap) is read through the broker's Kubernetes coordination backend, the
-same code and the same liveness rules the brokers use: the operator never has a second
-opinion on which broker is alive or who leads a partition.
-"""
+"""Apply a KafkaCluster's model to Kubernetes and read back what its brokers report
+(through the cluster's view, reconcile/views.py)."""
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
-import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Protocol
 
-from broker.cluster.kubernetes import KubernetesBackend, KubernetesSettings
+from broker.cluster.kubernetes import KubernetesBackend
 from kafkube_operator.kube import ApplyError, Kube
 from kafkube_operator.model.cluster import ClusterRef, desired_cluster, selector
 from kafkube_operator.model.status import (
@@ -24,56 +15,11 @@ from kafkube_operator.model.status import (
     SpecWarning,
     cluster_status,
 )
+from kafkube_operator.reconcile.topic import mirror_topics
+from kafkube_operator.reconcile.views import ClusterViews, Events, utc_now
 
 log = logging.getLogger(__name__)
 REVISION_LABEL = "controller-revision-hash"
-
-
-class Events(Protocol):
-    """Where the operator reports each action (kopf posts them as Kubernetes Events)."""
-
-    def info(self, reason: str, message: str) -> None: ...
-
-    def warning(self, reason: str, message: str) -> None: ...
-
-
-@dataclass
-class ClusterViews:
-    """One read-only coordination backend per KafkaCluster, kept between reconciles: its
-    watches keep the brokers' leases and the image current without polling."""
-
-    kubeconfig: str | None
-    _views: dict[tuple[str, str], KubernetesBackend]
-    _lock: threading.Lock
-
-    @classmethod
-    def create(cls, kubeconfig: str | None) -> ClusterViews:
-        return cls(kubeconfig, {}, threading.Lock())
-
-    def of(self, ref: ClusterRef) -> KubernetesBackend:
-        key = (ref.namespace, ref.name)
-        with self._lock:
-            view = self._views.get(key)
-            if view is None:
-                view = self._views[key] = KubernetesBackend(
-                    KubernetesSettings(ref.namespace, ref.name, self.kubeconfig))
-            return view
-
-    def forget(self, ref: ClusterRef) -> None:
-        with self._lock:
-            view = self._views.pop((ref.namespace, ref.name), None)
-        if view is not None:
-            view.close()
-
-    def close(self) -> None:
-        with self._lock:
-            views, self._views = list(self._views.values()), {}
-        for view in views:
-            view.close()
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def observe(kube: Kube, view: KubernetesBackend, ref: ClusterRef) -> ObservedCluster:
@@ -124,14 +70,16 @@ def reconcile_cluster(kube: Kube, views: ClusterViews, resource: Mapping,
     ref = ClusterRef.of(resource)
     spec = resource.get("spec") or {}
     warnings = apply_cluster(kube, resource, events)
-    observed = observe(kube, views.of(ref), ref)
+    view = views.of(ref)
+    observed = observe(kube, view, ref)
+    mirror_topics(kube, ref, view.read_image(), events)
     previous = (resource.get("status") or {}).get("conditions") or []
     return cluster_status(
         desired=int(spec.get("replicas", 3)),
         generation=resource["metadata"].get("generation", 0), observed=observed,
         warnings=warnings, bootstrap_servers=ref.bootstrap_servers,
         selector=",".join(f"{k}={v}" for k, v in selector(ref).items()),
-        previous=previous, now=_now())
+        previous=previous, now=utc_now())
 
 
 def stop_brokers(kube: Kube, resource: Mapping, events: Events) -> int:

@@ -1,0 +1,165 @@
+"""A Topic resource and the cluster image → what to do to the topic, and the Topic's status.
+
+Placement is the broker's own function (broker/controller/placement.py, Kafka's rack-aware
+round robin), seeded from the topic's name: the same spec over the same brokers gives the
+same layout however often the operator runs it, and a change of operator replica does not
+reshuffle anything. The plan is a value (create, add partitions, change configs, or refuse
+with a reason); reconcile/topic.py carries it out through the Kafka API.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from broker.cluster.image import TopicMetadata
+from broker.controller.placement import PlacementError, assign_replicas
+from kafkube_operator.model.status import TRUE, Condition
+
+ORIGIN_ANNOTATION = "kafkube.io/origin"  # "kafka": made by the operator for a topic it found
+_K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    cluster: str
+    name: str  # the Kafka topic's name
+    partitions: int
+    replication_factor: int
+    config: dict[str, str]
+
+    @classmethod
+    def of(cls, resource: Mapping) -> TopicSpec:
+        spec = resource.get("spec") or {}
+        return cls(cluster=spec["cluster"],
+                   name=spec.get("topicName") or resource["metadata"]["name"],
+                   partitions=int(spec.get("partitions", 1)),
+                   replication_factor=int(spec.get("replicationFactor", 3)),
+                   config={k: _as_text(v) for k, v in (spec.get("config") or {}).items()})
+
+
+def _as_text(value: object) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def placement(topic: str, brokers: Mapping[int, str | None], partitions: int,
+              replication_factor: int, start_partition: int = 0) -> list[tuple[int, ...]]:
+    """Replica lists for new partitions, the same on every run for the same inputs."""
+    seed = int.from_bytes(hashlib.sha256(topic.encode()).digest()[:8], "big")
+    return assign_replicas(brokers, partitions, replication_factor, random.Random(seed),
+                           start_partition=start_partition)
+
+
+@dataclass(frozen=True)
+class TopicPlan:
+    """What brings the topic to its spec. ``refused`` says why part of it cannot be done;
+    whatever else can be done is still in the plan."""
+
+    create: list[tuple[int, ...]] | None = None  # replica lists of a new topic
+    add_partitions: list[tuple[int, ...]] = field(default_factory=list)
+    set_configs: dict[str, str] = field(default_factory=dict)
+    delete_configs: list[str] = field(default_factory=list)
+    refused: list[tuple[str, str]] = field(default_factory=list)  # (reason, message)
+
+    @property
+    def empty(self) -> bool:
+        return self.create is None and not self.add_partitions and not self.set_configs \
+            and not self.delete_configs
+
+
+def topic_plan(spec: TopicSpec, current: TopicMetadata | None,
+               brokers: Mapping[int, str | None]) -> TopicPlan:
+    """The steps from ``current`` (None: the topic does not exist) to ``spec``, placed over
+    the live ``brokers`` (id → rack)."""
+    if current is None:
+        if spec.replication_factor > len(brokers):
+            return TopicPlan(refused=[("ReplicationFactorTooLarge", (
+                f"replicationFactor {spec.replication_factor} is above the "
+                f"{len(brokers)} live broker(s) of cluster {spec.cluster}; the topic is "
+                "created once enough brokers are up"))])
+        try:
+            replicas = placement(spec.name, brokers, spec.partitions, spec.replication_factor)
+        except PlacementError as e:
+            return TopicPlan(refused=[("PlacementFailed", str(e))])
+        return TopicPlan(create=replicas)
+    refused: list[tuple[str, str]] = []
+    current_rf = len(current.assignments[0].target_replicas) if current.assignments else 0
+    if spec.replication_factor != current_rf:
+        refused.append(("ReplicationFactorChange", (
+            f"replicationFactor {spec.replication_factor} differs from the topic's "
+            f"{current_rf}: changing it needs a partition reassignment, which this operator "
+            "does not start for a Topic edit; the topic keeps its replicas")))
+    added: list[tuple[int, ...]] = []
+    if spec.partitions > current.partitions:
+        try:
+            added = placement(spec.name, brokers, spec.partitions - current.partitions,
+                              current_rf, start_partition=current.partitions)
+        except PlacementError as e:
+            refused.append(("PlacementFailed", str(e)))
+    elif spec.partitions < current.partitions:
+        refused.append(("PartitionsDecrease", (
+            f"partitions {spec.partitions} is below the topic's {current.partitions}: "
+            "Kafka only adds partitions")))
+    set_configs = {k: v for k, v in spec.config.items() if current.configs.get(k) != v}
+    delete_configs = sorted(set(current.configs) - set(spec.config))
+    return TopicPlan(add_partitions=added, set_configs=set_configs,
+                     delete_configs=delete_configs, refused=refused)
+
+
+def topic_status(spec: TopicSpec, current: TopicMetadata | None, generation: int,
+                 problems: list[tuple[str, str]], previous: list[Mapping], now: str,
+                 ) -> dict[str, Any]:
+    """Per-partition replicas, leader and ISR from the cluster image; Ready once the topic
+    exists with the spec's partitions and configs and nothing was refused."""
+    before = {c["type"]: c for c in previous if "type" in c}
+    status: dict[str, Any] = {"observedGeneration": generation, "topicName": spec.name}
+    if current is None:
+        ready = Condition("Ready", "False", "NotCreated",
+                          f"topic {spec.name} does not exist in cluster {spec.cluster} yet")
+        partitions: list[dict] = []
+    else:
+        partitions = [{"partition": i, "leader": p.leader, "replicas": list(p.replicas),
+                       "isr": list(p.isr)} for i, p in enumerate(current.assignments)]
+        status["topicId"] = current.topic_id
+        in_spec = current.partitions == spec.partitions and all(
+            current.configs.get(k) == v for k, v in spec.config.items())
+        ready = Condition("Ready", TRUE if in_spec and not problems else "False",
+                          "Applied" if in_spec else "Applying",
+                          f"{current.partitions} partition(s) in cluster {spec.cluster}")
+    status["partitions"] = partitions
+    status["underReplicated"] = sum(1 for p in partitions if len(p["isr"]) < len(p["replicas"]))
+    conditions = [ready]
+    if problems:
+        conditions.append(Condition("Warning", TRUE, problems[0][0],
+                                    "; ".join(message for _, message in problems)))
+    else:
+        conditions.append(Condition("Warning", "False", "None", "nothing refused"))
+    status["conditions"] = [c.as_dict(now, before) for c in conditions]
+    return status
+
+
+def resource_name(topic: str) -> str:
+    """A Kubernetes name for a topic found in Kafka: the topic's own name where it is one,
+    else a lower-cased, cleaned name with a hash of the original, so two topics never share
+    one (Kafka allows upper case and underscores; Kubernetes names do not)."""
+    if _K8S_NAME.match(topic) and len(topic) <= 253:
+        return topic
+    cleaned = re.sub(r"[^a-z0-9.-]+", "-", topic.lower()).strip("-.")[:200] or "topic"
+    return f"{cleaned}-{hashlib.sha256(topic.encode()).hexdigest()[:8]}"
+
+
+def mirrored_topic(cluster: str, namespace: str, topic: TopicMetadata) -> dict[str, Any]:
+    """A Topic resource for a topic created through the Kafka API (kafka-topics, a client's
+    auto-creation), so `kubectl get topics` lists it; from then on the resource rules it."""
+    rf = len(topic.assignments[0].target_replicas) if topic.assignments else 1
+    return {"apiVersion": "kafkube.io/v1alpha1", "kind": "Topic",
+            "metadata": {"name": resource_name(topic.name), "namespace": namespace,
+                         "labels": {"kafkube.io/cluster": cluster},
+                         "annotations": {ORIGIN_ANNOTATION: "kafka"}},
+            "spec": {"cluster": cluster, "topicName": topic.name,
+                     "partitions": max(1, topic.partitions), "replicationFactor": rf,
+                     "config": dict(topic.configs)}}

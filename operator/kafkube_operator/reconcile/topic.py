@@ -1,0 +1,135 @@
+"""Apply a Topic's plan through its cluster's Kafka API, read its state back from the cluster
+image, and keep `kubectl get topics` in step with the topics that exist in Kafka."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+
+from broker.cluster.image import ClusterImage
+from broker.cluster.kubernetes import KubernetesBackend
+from kafkube_operator.kafka import AdminClients, KafkaAdmin, KafkaRefused
+from kafkube_operator.kube import Kube
+from kafkube_operator.model.cluster import API_VERSION, ClusterRef
+from kafkube_operator.model.topic import (
+    ORIGIN_ANNOTATION,
+    TopicSpec,
+    mirrored_topic,
+    topic_plan,
+    topic_status,
+)
+from kafkube_operator.reconcile.views import ClusterViews, Events, utc_now
+
+log = logging.getLogger(__name__)
+# How long a change waits to show in the cluster image before the pass ends (the next pass
+# picks it up anyway; waiting avoids a second CreateTopics for a topic made a moment ago).
+IMAGE_WAIT_S = 5.0
+
+
+def _wait_image(view: KubernetesBackend, done: Callable[[ClusterImage], bool]) -> None:
+    deadline = time.monotonic() + IMAGE_WAIT_S
+    while not done(view.read_image()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+def _admin(admins: AdminClients, ref: ClusterRef, view: KubernetesBackend) -> KafkaAdmin:
+    return admins.of((ref.namespace, ref.name), lambda: [
+        f"{b.host}:{b.port}" for b in sorted(view.live_brokers().values(),
+                                             key=lambda b: b.node_id)])
+
+
+def _cluster(kube: Kube, namespace: str, name: str) -> dict | None:
+    return kube.get(API_VERSION, "KafkaCluster", name, namespace)
+
+
+def reconcile_topic(kube: Kube, views: ClusterViews, admins: AdminClients, resource: Mapping,
+                    events: Events) -> dict:
+    """One pass: the plan from spec and image, carried out; the status to write."""
+    spec = TopicSpec.of(resource)
+    namespace = resource["metadata"]["namespace"]
+    generation = resource["metadata"].get("generation", 0)
+    previous = (resource.get("status") or {}).get("conditions") or []
+    cluster = _cluster(kube, namespace, spec.cluster)
+    if cluster is None:
+        return topic_status(spec, None, generation, [("ClusterNotFound", (
+            f"no KafkaCluster {spec.cluster} in namespace {namespace}"))], previous, utc_now())
+    ref = ClusterRef.of(cluster)
+    view = views.of(ref)
+    brokers = {b.node_id: b.rack for b in view.live_brokers().values()}
+    current = view.read_image().topics.get(spec.name)
+    plan = topic_plan(spec, current, brokers)
+    problems = list(plan.refused)
+    if not plan.empty:
+        try:
+            admin = _admin(admins, ref, view)
+            if plan.create is not None:
+                admin.create_topic(spec.name, plan.create, spec.config)
+                events.info("TopicCreated", f"created topic {spec.name}: {spec.partitions} "
+                            f"partition(s), replication factor {spec.replication_factor}")
+            if plan.add_partitions:
+                admin.add_partitions(spec.name, spec.partitions, plan.add_partitions)
+                events.info("PartitionsAdded", f"topic {spec.name}: {len(plan.add_partitions)} "
+                            f"partition(s) added, {spec.partitions} in all")
+            if plan.set_configs or plan.delete_configs:
+                admin.alter_topic_configs(spec.name, plan.set_configs, plan.delete_configs)
+                changed = sorted([*plan.set_configs, *plan.delete_configs])
+                events.info("ConfigChanged", f"topic {spec.name}: {', '.join(changed)} changed")
+        except KafkaRefused as e:
+            problems.append(("KafkaRefused", str(e)))
+            events.warning("KafkaRefused", str(e))
+            admins.drop((ref.namespace, ref.name))
+        else:
+            _wait_image(view, lambda image: topic_plan(
+                spec, image.topics.get(spec.name), brokers).empty)
+        current = view.read_image().topics.get(spec.name)
+    return topic_status(spec, current, generation, problems, previous, utc_now())
+
+
+def delete_topic(kube: Kube, views: ClusterViews, admins: AdminClients, resource: Mapping,
+                 events: Events) -> bool:
+    """Delete the Kafka topic; True once it is gone from the cluster image (or the cluster
+    itself is gone), so the finalizer is removed only then and the topic is not mirrored
+    back in the meantime."""
+    spec = TopicSpec.of(resource)
+    cluster = _cluster(kube, resource["metadata"]["namespace"], spec.cluster)
+    if cluster is None:
+        return True
+    ref = ClusterRef.of(cluster)
+    view = views.of(ref)
+    if spec.name not in view.read_image().topics:
+        return True
+    try:
+        _admin(admins, ref, view).delete_topic(spec.name)
+    except KafkaRefused as e:
+        events.warning("KafkaRefused", str(e))
+        admins.drop((ref.namespace, ref.name))
+        return False
+    events.info("TopicDeleted", f"deleted topic {spec.name}")
+    _wait_image(view, lambda image: spec.name not in image.topics)
+    return spec.name not in view.read_image().topics
+
+
+def mirror_topics(kube: Kube, ref: ClusterRef, image: ClusterImage, events: Events) -> None:
+    """Topics made through the Kafka API get a Topic resource; a resource the operator made
+    that way goes when its topic was deleted through Kafka. Internal topics (``__``) are
+    the brokers' own and are left out, as Strimzi does."""
+    resources = [t for t in kube.list(API_VERSION, "Topic", ref.namespace)
+                 if (t.get("spec") or {}).get("cluster") == ref.name]
+    known = {TopicSpec.of(t).name for t in resources}
+    for name, topic in sorted(image.topics.items()):
+        if name.startswith("__") or name in known:
+            continue
+        mirror = mirrored_topic(ref.name, ref.namespace, topic)
+        kube.apply(mirror)
+        events.info("TopicFound", f"topic {name}, created through the Kafka API, is now "
+                    f"Topic {mirror['metadata']['name']}")
+    for resource in resources:
+        meta = resource["metadata"]
+        from_kafka = (meta.get("annotations") or {}).get(ORIGIN_ANNOTATION) == "kafka"
+        seen = (resource.get("status") or {}).get("topicId")
+        if from_kafka and seen and TopicSpec.of(resource).name not in image.topics \
+                and not meta.get("deletionTimestamp"):
+            kube.delete(API_VERSION, "Topic", meta["name"], ref.namespace)
+            events.info("TopicGone", f"topic {TopicSpec.of(resource).name} was deleted "
+                        f"through the Kafka API: Topic {meta['name']} removed")

@@ -1,0 +1,133 @@
+"""Topic resource + cluster image → plan and status (kafkube_operator.model.topic): placement
+balanced and rack-aware by the broker's own function, stable under re-runs; plans that only
+add; refusals with Kafka's reasons; names for topics found in Kafka."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from broker.cluster.image import PartitionState, TopicMetadata
+from kafkube_operator.model.topic import (
+    TopicSpec,
+    mirrored_topic,
+    placement,
+    resource_name,
+    topic_plan,
+    topic_status,
+)
+
+NOW = "2026-11-25T12:00:00Z"
+
+
+def spec(partitions: int = 12, rf: int = 3, config: dict | None = None,
+         name: str = "orders") -> TopicSpec:
+    return TopicSpec("prod", name, partitions, rf, {k: str(v) for k, v in (config or {}).items()})
+
+
+def existing(replicas: list[tuple[int, ...]], configs: dict | None = None,
+             isr: list[tuple[int, ...]] | None = None) -> TopicMetadata:
+    states = tuple(PartitionState(r, (isr or replicas)[i], r[0]) for i, r in enumerate(replicas))
+    return TopicMetadata("orders", "5f0c2e1a-8a8b-4c1e-9b5e-2b7e0c1d2a3b", configs or {}, states)
+
+
+@given(brokers=st.integers(1, 9), zones=st.integers(1, 4), partitions=st.integers(1, 60),
+       rf=st.integers(1, 4), name=st.text("abcxyz-._", min_size=1, max_size=12))
+def test_placement_is_balanced_rack_aware_and_stable(brokers: int, zones: int,
+                                                     partitions: int, rf: int,
+                                                     name: str) -> None:
+    rf = min(rf, brokers)
+    racks = {b: f"zone-{b % zones}" for b in range(brokers)}
+    layout = placement(name, racks, partitions, rf)
+    assert layout == placement(name, dict(racks), partitions, rf)  # same on every run
+    assert all(len(set(r)) == rf for r in layout)
+    # Leaders within one partition per broker (Kafka's striping).
+    leaders = Counter(r[0] for r in layout)
+    assert max(leaders.values()) - min(leaders.get(b, 0) for b in racks) <= 1
+    used_zones = min(zones, brokers)
+    if used_zones >= rf:
+        assert all(len({racks[b] for b in r}) == rf for r in layout)
+
+
+def test_a_new_topic_is_placed_over_the_live_brokers() -> None:
+    plan = topic_plan(spec(), None, {0: "a", 1: "b", 2: "c"})
+    assert plan.create is not None and len(plan.create) == 12
+    assert Counter(r[0] for r in plan.create) == {0: 4, 1: 4, 2: 4}
+    assert not plan.refused
+
+
+def test_a_replication_factor_above_the_brokers_is_refused_and_nothing_is_created() -> None:
+    plan = topic_plan(spec(rf=3), None, {0: "a", 1: "b"})
+    assert plan.empty
+    ((reason, message),) = plan.refused
+    assert reason == "ReplicationFactorTooLarge"
+    assert "replicationFactor 3 is above the 2 live broker(s) of cluster prod" in message
+
+
+def test_more_partitions_continue_the_stripe_and_configs_are_diffed() -> None:
+    brokers = {0: "a", 1: "b", 2: "c"}
+    current = existing(placement("orders", brokers, 6, 3),
+                       {"retention.ms": "1000", "cleanup.policy": "compact"})
+    plan = topic_plan(spec(12, 3, {"retention.ms": 2000, "segment.bytes": "1048576"}), current,
+                      brokers)
+    # The new partitions placed as Kafka adds them: striped from partition 6 on, every
+    # replica in another zone, leaders balanced.
+    assert plan.add_partitions == placement("orders", brokers, 6, 3, start_partition=6)
+    assert all(len(set(r)) == 3 for r in plan.add_partitions)
+    assert Counter(r[0] for r in plan.add_partitions) == {0: 2, 1: 2, 2: 2}
+    assert plan.set_configs == {"retention.ms": "2000", "segment.bytes": "1048576"}
+    assert plan.delete_configs == ["cleanup.policy"]
+    assert not plan.refused
+    # Applied: nothing left to do.
+    done = existing(placement("orders", brokers, 12, 3),
+                    {"retention.ms": "2000", "segment.bytes": "1048576"})
+    assert topic_plan(spec(12, 3, {"retention.ms": 2000, "segment.bytes": "1048576"}), done,
+                      brokers).empty
+
+
+@pytest.mark.parametrize(("partitions", "rf", "reason"), [
+    (3, 3, "PartitionsDecrease"), (6, 2, "ReplicationFactorChange")])
+def test_what_kafka_cannot_do_to_a_topic_is_refused_with_why(partitions: int, rf: int,
+                                                             reason: str) -> None:
+    current = existing(placement("orders", {0: None, 1: None, 2: None}, 6, 3))
+    plan = topic_plan(spec(partitions, rf), current, {0: None, 1: None, 2: None})
+    assert [r for r, _ in plan.refused] == [reason]
+    assert plan.empty
+
+
+def test_status_lists_every_partition_and_counts_the_under_replicated() -> None:
+    replicas = [(0, 1, 2), (1, 2, 0), (2, 0, 1)]
+    current = existing(replicas, isr=[(0, 1, 2), (1, 2), (2, 0, 1)])
+    status = topic_status(spec(3), current, 4, [], [], NOW)
+    assert status["underReplicated"] == 1
+    assert status["partitions"][1] == {"partition": 1, "leader": 1, "replicas": [1, 2, 0],
+                                       "isr": [1, 2]}
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "True" and status["observedGeneration"] == 4
+    missing = topic_status(spec(3), None, 1, [("ReplicationFactorTooLarge", "too few")], [],
+                           NOW)
+    assert [c["status"] for c in missing["conditions"]] == ["False", "True"]
+
+
+@pytest.mark.parametrize(("topic", "expected"), [
+    ("orders", "orders"), ("orders.v2", "orders.v2"),
+    ("Orders_V2", "orders-v2-"), ("__weird__", "weird-")])
+def test_topics_found_in_kafka_get_a_kubernetes_name(topic: str, expected: str) -> None:
+    name = resource_name(topic)
+    assert name.startswith(expected)
+    assert resource_name(topic) == name
+    if name != topic:
+        assert resource_name(topic.upper() + "x") != name
+
+
+def test_a_mirrored_topic_keeps_what_kafka_has() -> None:
+    current = existing([(0, 1), (1, 0)], {"retention.ms": "5"})
+    resource = mirrored_topic("prod", "kafka", current)
+    assert resource["spec"] == {"cluster": "prod", "topicName": "orders", "partitions": 2,
+                                "replicationFactor": 2, "config": {"retention.ms": "5"}}
+    assert resource["metadata"]["annotations"] == {"kafkube.io/origin": "kafka"}
+    # Its own spec, read back, plans nothing.
+    assert topic_plan(TopicSpec.of(resource), current, {0: None, 1: None}).empty
