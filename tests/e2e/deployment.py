@@ -19,13 +19,19 @@ BROKERS = 3
 
 
 class Brokers:
-    """The deployed brokers, and the client pods run against them."""
+    """The deployed brokers (the reference deployment, or a KafkaCluster's StatefulSet, both
+    named after their cluster), and the client pods run against them."""
 
-    def __init__(self, cluster: Cluster) -> None:
+    def __init__(self, cluster: Cluster, namespace: str = NAMESPACE, name: str = "kafkube",
+                 size: int = BROKERS) -> None:
         self.cluster = cluster
+        self.namespace = namespace
+        self.name = name
+        self.size = size
+        self.bootstrap = f"{name}-bootstrap.{namespace}.svc:9092"
 
     def kubectl(self, *args: str, **kw) -> str:
-        return self.cluster.kubectl("-n", NAMESPACE, *args, **kw)
+        return self.cluster.kubectl("-n", self.namespace, *args, **kw)
 
     # -- client pods -----------------------------------------------------------------------
 
@@ -43,7 +49,7 @@ class Brokers:
                 # sends, which the bench took for unavailability.
                 "resources": {"requests": {"cpu": "250m", "memory": "128Mi"}}}]},
         }
-        self.cluster.apply(json.dumps(pod), namespace=NAMESPACE)
+        self.cluster.apply(json.dumps(pod), namespace=self.namespace)
         return name
 
     def phase(self, pod: str) -> str:
@@ -69,13 +75,13 @@ class Brokers:
         return self.finish(self.start(*args), timeout)
 
     def create_topic(self, topic: str, partitions: int) -> None:
-        self.run("create-topic", BOOTSTRAP, topic, "--partitions", str(partitions),
+        self.run("create-topic", self.bootstrap, topic, "--partitions", str(partitions),
                  "--replication-factor", "3", "--config", "min.insync.replicas=2")
 
     def describe(self, topic: str) -> dict[int, tuple[int, list[int], list[int]]]:
         """Partition -> (leader, replicas, ISR)."""
         out = {}
-        for line in self.run("describe", BOOTSTRAP, topic, timeout=120):
+        for line in self.run("describe", self.bootstrap, topic, timeout=120):
             if line.startswith("P "):
                 _, p, leader, replicas, isr = line.split()
                 out[int(p)] = (int(leader), [int(r) for r in replicas.split(",")],
@@ -89,18 +95,19 @@ class Brokers:
         return {lease["metadata"]["name"]: lease for lease in items}
 
     def controller(self) -> int:
-        return int(self.leases()["kafkube-controller"]["spec"]["holderIdentity"])
+        return int(self.leases()[f"{self.name}-controller"]["spec"]["holderIdentity"])
 
     def ready_pods(self) -> set[str]:
-        pods = json.loads(self.kubectl("get", "pods", "-l", "app.kubernetes.io/name=kafkube",
-                                       "-o", "json"))["items"]
+        pods = json.loads(self.kubectl(
+            "get", "pods", "-l", f"app.kubernetes.io/name=kafkube,kafkube.io/cluster={self.name}",
+            "-o", "json"))["items"]
         return {p["metadata"]["name"] for p in pods
                 if p["metadata"].get("deletionTimestamp") is None
                 and any(c["type"] == "Ready" and c["status"] == "True"
                         for c in p["status"].get("conditions", []))}
 
     def metrics(self, broker: int) -> dict[str, float]:
-        text = self.kubectl("exec", f"kafkube-{broker}", "--", "python3", "-c",
+        text = self.kubectl("exec", f"{self.name}-{broker}", "--", "python3", "-c",
                             "import urllib.request as u; print(u.urlopen("
                             "'http://127.0.0.1:9404/metrics', timeout=10).read().decode())")
         samples = {}
@@ -114,7 +121,7 @@ class Brokers:
         """SIGKILL the broker's process from its node, as a crash would (an OOM kill, a
         segfault): no SIGTERM, no controlled shutdown, the pod object untouched; the kubelet
         sees the container end and starts it again in the same pod."""
-        pod = f"kafkube-{broker}"
+        pod = f"{self.name}-{broker}"
         node = self.kubectl("get", "pod", pod, "-o", "jsonpath={.spec.nodeName}")
         # The node's /proc holds its pods' processes; the broker's has POD_NAME=<pod>.
         killed = self.cluster.on_node(node, "sh", "-c", (
@@ -125,13 +132,14 @@ class Brokers:
 
     def wait_whole(self, timeout: float = 300) -> None:
         """Every broker Ready and no partition under-replicated, as each broker sees it."""
-        wait_until(lambda: len(self.ready_pods()) == BROKERS, timeout, "3 Ready broker pods", 1.0)
+        wait_until(lambda: len(self.ready_pods()) == self.size, timeout,
+                   f"{self.size} Ready broker pods", 1.0)
 
         def in_sync() -> bool:
             try:
                 return all(self.metrics(b).get(
                     "kafka_server_replicamanager_underreplicatedpartitions") == 0
-                    for b in range(BROKERS))
+                    for b in range(self.size))
             except KubectlError:
                 return False
         wait_until(in_sync, timeout, "no under-replicated partition on any broker", 2)
