@@ -156,9 +156,10 @@ def test_a_kafka_cluster_is_reconciled_from_its_spec_and_its_brokers(
     assert sts.spec.template.metadata.annotations["kafkube.io/config-hash"] != old_hash
 
     # Every action is an Event on the KafkaCluster, and counted in the metrics.
-    events = events_of(crd_api, namespace, "alpha")
-    assert ("Normal", "Created", "created StatefulSet alpha") in events
-    assert ("Normal", "Updated", "updated ConfigMap alpha-config") in events
+    wanted = {("Normal", "Created", "created StatefulSet alpha"),
+              ("Normal", "Updated", "updated ConfigMap alpha-config")}
+    wait_until(lambda: wanted <= set(events_of(crd_api, namespace, "alpha")), 30,
+               "the Events of both actions")
     operator = operators[0]
     assert (operator.metric("kafkube_operator_reconciles_total",
                             'kind="KafkaCluster",result="ok"') or 0) >= 2
@@ -313,3 +314,53 @@ def test_topics_are_placed_changed_deleted_and_found_through_the_cluster(
     cluster.admin.delete_topics(["Made_By_Kafka"])["Made_By_Kafka"].result(30)
     wait_until(lambda: topics.get(mirrored_name) is None, 60, "its Topic gone")
     cluster.stop()
+
+
+def test_the_operator_hands_leadership_back_after_a_broker_restart(
+        crd_api: k8s.ApiClient, control_plane: Any, namespace: str,
+        operators: list[OperatorProcess], cluster_factory) -> None:  # noqa: F811
+    """Leader rebalance is the operator's: the brokers run with auto.leader.rebalance.enable
+    false (as the operator's ConfigMap says) and the operator elects preferred leaders every
+    leader.imbalance.check.interval.seconds of the KafkaCluster's spec.config."""
+    operators.append(OperatorProcess(control_plane.kubeconfig, namespace))
+    clusters = KafkaClusters(crd_api, namespace)
+    clusters.create("delta", {"replicas": 3, "config": {
+        "leader.imbalance.check.interval.seconds": 2,
+        "leader.imbalance.per.broker.percentage": 10}})
+    properties = wait_until(lambda: _config_map(crd_api, namespace, "delta-config"), 60,
+                            "the brokers' ConfigMap")
+    assert "auto.leader.rebalance.enable=false" in properties
+    cluster = cluster_factory(3, {
+        "kafkube.coordination.backend": "kubernetes", "kafkube.cluster.name": "delta",
+        "kafkube.kubernetes.namespace": namespace,
+        "kafkube.kubernetes.kubeconfig": str(control_plane.kubeconfig),
+        "auto.leader.rebalance.enable": "false",
+    })
+    Topics(crd_api, namespace).create("rebalanced", {"cluster": "delta", "partitions": 6,
+                                                     "replicationFactor": 3})
+    cluster.wait_for_isr("rebalanced", 3)
+    # Broker 0 restarts: the partitions it led fail over to followers and stay there.
+    cluster.restart(0)
+    cluster.wait_for_isr_with("rebalanced", 0)
+    states = wait_until(lambda: (s := cluster.partitions("rebalanced")) and all(
+        p.leader == p.replicas[0] for p in s.values()) and s, 60,
+        "every partition led by its preferred replica again")
+    assert sorted(p.leader for p in states.values()) == [0, 0, 1, 1, 2, 2]
+    # kopf posts Events from a queue of its own: wait for it.
+    wait_until(lambda: any(reason == "LeadersRebalanced" and "preferred leaders" in message
+                           for _, reason, message in events_of(crd_api, namespace, "delta")),
+               30, "a LeadersRebalanced Event")
+    status = clusters.status_when("delta", lambda s: sorted(
+        b["leaders"] for b in s.get("brokers", [])) == [2, 2, 2], 30, "2 leaders each")
+    assert status["readyReplicas"] == 3
+    cluster.stop()
+
+
+def _config_map(api: k8s.ApiClient, namespace: str, name: str) -> str | None:
+    try:
+        return k8s.CoreV1Api(api).read_namespaced_config_map(
+            name, namespace).data["server.properties"]
+    except ApiException as e:
+        if e.status == 404:
+            return None
+        raise

@@ -113,7 +113,8 @@ def _reconcile(body: kopf.Body, patch: kopf.Patch, context: OperatorContext) -> 
     started = time.monotonic()
     try:
         with context.locks[body.metadata["uid"]]:
-            status = reconcile_cluster(context.kube, context.views, body, KopfEvents(body))
+            status = reconcile_cluster(context.kube, context.views, context.admins, body,
+                                       KopfEvents(body))
     except Exception:
         metrics.RECONCILES.labels("KafkaCluster", "error").inc()
         raise

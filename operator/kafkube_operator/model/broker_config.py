@@ -2,10 +2,12 @@
 
 The operator owns the keys that tie a broker to its pod and to the cluster (identity,
 listeners, log dirs, coordination): a value the user gives for one of them would break the
-deployment, so it is left out and reported instead. Every other key of ``spec.config`` is
-judged by the broker's own config definitions (``broker.config``), the same ones a broker
-starting with that file applies, so a key the broker does not know or a value it would refuse
-is reported here, with the broker's message, instead of crash-looping a pod.
+deployment, so it is left out and reported instead. ``auto.leader.rebalance.enable`` is the
+operator's to act on: the brokers get ``false`` and the operator rebalances as it says.
+Every other key of ``spec.config`` is judged by the broker's own config definitions
+(``broker.config``), the same ones a broker starting with that file applies, so a key the
+broker does not know or a value it would refuse is reported here, with the broker's message,
+instead of crash-looping a pod.
 """
 
 from __future__ import annotations
@@ -77,4 +79,7 @@ def broker_properties(cluster: str, spec: Mapping) -> BrokerProperties:
             refused[key] = str(e)
             continue
         properties[key] = text
+    # The operator rebalances leaders (reconcile/leaders.py), by these same keys of
+    # spec.config; brokers doing it too would race it.
+    properties["auto.leader.rebalance.enable"] = "false"
     return BrokerProperties(properties, refused)

@@ -62,7 +62,8 @@ def ready_brokers(desired: int, observed: ObservedCluster) -> list[BrokerState]:
 
 
 def cluster_conditions(desired: int, observed: ObservedCluster,
-                       warnings: Sequence[SpecWarning]) -> tuple[bool, tuple[Condition, ...]]:
+                       warnings: Sequence[SpecWarning],
+                       waiting: str | None = None) -> tuple[bool, tuple[Condition, ...]]:
     ready_count = len(ready_brokers(desired, observed))
     ready = ready_count == desired and observed.controller is not None \
         and observed.outdated_pods == 0
@@ -74,6 +75,8 @@ def cluster_conditions(desired: int, observed: ObservedCluster,
     elif observed.outdated_pods:
         reason = "RollingRestart"
         summary += f", {observed.outdated_pods} pod(s) to restart"
+        if waiting:
+            summary += f": {waiting}"
     elif observed.pods > desired:
         reason = "ScalingDown"
     elif ready_count < desired:
@@ -94,10 +97,11 @@ def cluster_conditions(desired: int, observed: ObservedCluster,
 
 def cluster_status(desired: int, generation: int, observed: ObservedCluster,
                    warnings: Sequence[SpecWarning], bootstrap_servers: str, selector: str,
-                   previous: Sequence[Mapping], now: str) -> dict[str, Any]:
+                   previous: Sequence[Mapping], now: str,
+                   waiting: str | None = None) -> dict[str, Any]:
     """The whole ``status`` of a KafkaCluster: what ``kubectl get kafkaclusters`` prints
     (state, ready, controller) and what a user or a script waits on (conditions)."""
-    ready, conditions = cluster_conditions(desired, observed, warnings)
+    ready, conditions = cluster_conditions(desired, observed, warnings, waiting)
     before = {c["type"]: c for c in previous if "type" in c}
     state = "Warning" if warnings else "Ready" if ready else "Reconciling"
     status: dict[str, Any] = {

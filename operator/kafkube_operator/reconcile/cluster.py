@@ -6,36 +6,67 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
+from broker.cluster.image import DEFAULT_BROKER
 from broker.cluster.kubernetes import KubernetesBackend
+from kafkube_operator.kafka import AdminClients
 from kafkube_operator.kube import ApplyError, Kube
+from kafkube_operator.model.broker_config import broker_properties
 from kafkube_operator.model.cluster import ClusterRef, desired_cluster, selector
+from kafkube_operator.model.roll import PodState, next_restart, pod_state
 from kafkube_operator.model.status import (
     BrokerState,
     ObservedCluster,
     SpecWarning,
     cluster_status,
 )
+from kafkube_operator.reconcile.leaders import rebalance_leaders
 from kafkube_operator.reconcile.topic import mirror_topics
-from kafkube_operator.reconcile.views import ClusterViews, Events, utc_now
+from kafkube_operator.reconcile.views import ClusterMemory, ClusterViews, Events, utc_now
 
 log = logging.getLogger(__name__)
-REVISION_LABEL = "controller-revision-hash"
 
 
-def observe(kube: Kube, view: KubernetesBackend, ref: ClusterRef) -> ObservedCluster:
+def observe(kube: Kube, view: KubernetesBackend,
+            ref: ClusterRef) -> tuple[ObservedCluster, list[PodState]]:
     sts = kube.get("apps/v1", "StatefulSet", ref.statefulset, ref.namespace) or {}
-    sts_status = sts.get("status") or {}
-    revision = sts_status.get("updateRevision")
-    pods = kube.list("v1", "Pod", ref.namespace, selector(ref))
-    outdated = sum(1 for p in pods if revision and
-                   (p["metadata"].get("labels") or {}).get(REVISION_LABEL) != revision)
+    revision = (sts.get("status") or {}).get("updateRevision")
+    pods = [pod_state(p, revision) for p in kube.list("v1", "Pod", ref.namespace, selector(ref))]
     controller = view.controller()
     leaders = view.read_image().leaders()
     brokers = tuple(BrokerState(b.node_id, b.rack, leaders.get(b.node_id, 0))
                     for b in view.live_brokers().values())
-    return ObservedCluster(pods=len(pods), outdated_pods=outdated,
-                           controller=controller.holder if controller else None,
-                           brokers=brokers)
+    observed = ObservedCluster(pods=len(pods), outdated_pods=sum(p.outdated for p in pods),
+                               controller=controller.holder if controller else None,
+                               brokers=brokers)
+    return observed, pods
+
+
+def roll(kube: Kube, view: KubernetesBackend, ref: ClusterRef, pods: list[PodState],
+         observed: ObservedCluster, default_min_isr: int, memory: ClusterMemory,
+         events: Events) -> tuple[str | None, bool]:
+    """One step of the rolling restart (model/roll.py); what it waits for, and whether the
+    roll has just finished."""
+    image = view.read_image()
+    cluster_default = image.broker_configs.get(DEFAULT_BROKER, {}).get("min.insync.replicas")
+    fallback = int(cluster_default) if cluster_default else default_min_isr
+
+    def min_isr(topic: str) -> int:
+        return int(image.topics[topic].configs.get("min.insync.replicas", fallback))
+
+    step = next_restart(pods, image, min_isr, observed.controller, memory.last_restarted)
+    if step.restart is not None:
+        pod = step.restart
+        if kube.delete("v1", "Pod", pod.name, ref.namespace, uid=pod.uid):
+            memory.last_restarted, memory.rolling = pod.broker, True
+            why = "stuck, restarted regardless" if pod.stuck else "onto the new revision"
+            events.info("RollingRestart", f"restarted pod {pod.name} (broker {pod.broker}) "
+                        f"{why}; {step.pending - 1} more to go")
+        return None, False
+    if step.pending == 0 and memory.rolling:
+        memory.last_restarted, memory.rolling = None, False
+        events.info("RollingRestartDone", "every broker runs the current revision")
+        return None, True
+    return step.waiting, False
 
 
 def apply_cluster(kube: Kube, resource: Mapping, events: Events) -> list[SpecWarning]:
@@ -64,20 +95,25 @@ def apply_cluster(kube: Kube, resource: Mapping, events: Events) -> list[SpecWar
     return warnings
 
 
-def reconcile_cluster(kube: Kube, views: ClusterViews, resource: Mapping,
-                      events: Events) -> dict:
+def reconcile_cluster(kube: Kube, views: ClusterViews, admins: AdminClients,
+                      resource: Mapping, events: Events) -> dict:
     """One pass: apply the model, observe, and return the status to write."""
     ref = ClusterRef.of(resource)
     spec = resource.get("spec") or {}
     warnings = apply_cluster(kube, resource, events)
     view = views.of(ref)
-    observed = observe(kube, view, ref)
+    memory = views.memory(ref)
+    observed, pods = observe(kube, view, ref)
+    default_min_isr = int(broker_properties(ref.name, spec).properties["min.insync.replicas"])
+    waiting, rolled = roll(kube, view, ref, pods, observed, default_min_isr, memory, events)
+    if not observed.outdated_pods:
+        rebalance_leaders(admins, view, ref, spec, memory, events, elect_now=rolled)
     mirror_topics(kube, ref, view.read_image(), events)
     previous = (resource.get("status") or {}).get("conditions") or []
     return cluster_status(
         desired=int(spec.get("replicas", 3)),
         generation=resource["metadata"].get("generation", 0), observed=observed,
-        warnings=warnings, bootstrap_servers=ref.bootstrap_servers,
+        warnings=warnings, waiting=waiting, bootstrap_servers=ref.bootstrap_servers,
         selector=",".join(f"{k}={v}" for k, v in selector(ref).items()),
         previous=previous, now=utc_now())
 

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 
 from broker.cluster.image import ClusterImage
 from broker.cluster.kubernetes import KubernetesBackend
-from kafkube_operator.kafka import AdminClients, KafkaAdmin, KafkaRefused
+from kafkube_operator.kafka import AdminClients, KafkaRefused
 from kafkube_operator.kube import Kube
 from kafkube_operator.model.cluster import API_VERSION, ClusterRef
 from kafkube_operator.model.topic import (
@@ -19,7 +19,7 @@ from kafkube_operator.model.topic import (
     topic_plan,
     topic_status,
 )
-from kafkube_operator.reconcile.views import ClusterViews, Events, utc_now
+from kafkube_operator.reconcile.views import ClusterViews, Events, cluster_admin, utc_now
 
 log = logging.getLogger(__name__)
 # How long a change waits to show in the cluster image before the pass ends (the next pass
@@ -31,12 +31,6 @@ def _wait_image(view: KubernetesBackend, done: Callable[[ClusterImage], bool]) -
     deadline = time.monotonic() + IMAGE_WAIT_S
     while not done(view.read_image()) and time.monotonic() < deadline:
         time.sleep(0.1)
-
-
-def _admin(admins: AdminClients, ref: ClusterRef, view: KubernetesBackend) -> KafkaAdmin:
-    return admins.of((ref.namespace, ref.name), lambda: [
-        f"{b.host}:{b.port}" for b in sorted(view.live_brokers().values(),
-                                             key=lambda b: b.node_id)])
 
 
 def _cluster(kube: Kube, namespace: str, name: str) -> dict | None:
@@ -62,7 +56,7 @@ def reconcile_topic(kube: Kube, views: ClusterViews, admins: AdminClients, resou
     problems = list(plan.refused)
     if not plan.empty:
         try:
-            admin = _admin(admins, ref, view)
+            admin = cluster_admin(admins, ref, view)
             if plan.create is not None:
                 admin.create_topic(spec.name, plan.create, spec.config)
                 events.info("TopicCreated", f"created topic {spec.name}: {spec.partitions} "
@@ -100,7 +94,7 @@ def delete_topic(kube: Kube, views: ClusterViews, admins: AdminClients, resource
     if spec.name not in view.read_image().topics:
         return True
     try:
-        _admin(admins, ref, view).delete_topic(spec.name)
+        cluster_admin(admins, ref, view).delete_topic(spec.name)
     except KafkaRefused as e:
         events.warning("KafkaRefused", str(e))
         admins.drop((ref.namespace, ref.name))

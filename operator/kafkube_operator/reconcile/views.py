@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from broker.cluster.kubernetes import KubernetesBackend, KubernetesSettings
+from kafkube_operator.kafka import AdminClients, KafkaAdmin
 from kafkube_operator.model.cluster import ClusterRef
 
 
@@ -23,17 +24,28 @@ class Events(Protocol):
 
 
 @dataclass
+class ClusterMemory:
+    """What the operator remembers of a cluster between passes (lost on failover, which only
+    makes the next operator check the leaders at once and the roll rely on min ISR alone)."""
+
+    last_restarted: int | None = None  # the broker the rolling restart restarted last
+    rolling: bool = False
+    next_leader_check: float = 0.0  # time.monotonic() of the next leader-imbalance check
+
+
+@dataclass
 class ClusterViews:
     """One read-only coordination backend per KafkaCluster, kept between reconciles: its
     watches keep the brokers' leases and the image current without polling."""
 
     kubeconfig: str | None
     _views: dict[tuple[str, str], KubernetesBackend]
+    _memory: dict[tuple[str, str], ClusterMemory]
     _lock: threading.Lock
 
     @classmethod
     def create(cls, kubeconfig: str | None) -> ClusterViews:
-        return cls(kubeconfig, {}, threading.Lock())
+        return cls(kubeconfig, {}, {}, threading.Lock())
 
     def of(self, ref: ClusterRef) -> KubernetesBackend:
         key = (ref.namespace, ref.name)
@@ -44,8 +56,13 @@ class ClusterViews:
                     KubernetesSettings(ref.namespace, ref.name, self.kubeconfig))
             return view
 
+    def memory(self, ref: ClusterRef) -> ClusterMemory:
+        with self._lock:
+            return self._memory.setdefault((ref.namespace, ref.name), ClusterMemory())
+
     def forget(self, ref: ClusterRef) -> None:
         with self._lock:
+            self._memory.pop((ref.namespace, ref.name), None)
             view = self._views.pop((ref.namespace, ref.name), None)
         if view is not None:
             view.close()
@@ -60,3 +77,10 @@ class ClusterViews:
 def utc_now() -> str:
     """A condition's lastTransitionTime, as Kubernetes writes them."""
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def cluster_admin(admins: AdminClients, ref: ClusterRef, view: KubernetesBackend) -> KafkaAdmin:
+    """The cluster's admin client, bootstrapped from its live brokers' advertised addresses."""
+    return admins.of((ref.namespace, ref.name), lambda: [
+        f"{b.host}:{b.port}" for b in sorted(view.live_brokers().values(),
+                                             key=lambda b: b.node_id)])

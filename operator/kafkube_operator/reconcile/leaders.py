@@ -1,0 +1,56 @@
+"""Leader rebalance, the operator's on Kubernetes: every
+``leader.imbalance.check.interval.seconds`` (and at once after a rolling restart) the
+broker's own pure function picks the partitions to hand back to their preferred leaders when
+a broker's imbalance passes ``leader.imbalance.per.broker.percentage``, and the operator asks
+the cluster for those preferred-leader elections (ElectLeaders), as `kafka-leader-election`
+would. The keys are read from the KafkaCluster's spec.config, with Kafka's defaults."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from broker.config import BROKER_KEYS
+from broker.controller.rebalance import leader_imbalance, preferred_leader_moves
+from kafkube_operator.kafka import AdminClients, KafkaRefused
+from kafkube_operator.model.cluster import ClusterRef
+from kafkube_operator.reconcile.views import (
+    ClusterMemory,
+    Events,
+    KubernetesBackend,
+    cluster_admin,
+)
+
+
+def _setting(config: Mapping, key: str) -> Any:
+    known = BROKER_KEYS[key]
+    value = config.get(key)
+    return known.default if value is None else known.parse(str(value).lower())
+
+
+def rebalance_leaders(admins: AdminClients, view: KubernetesBackend, ref: ClusterRef,
+                      spec: Mapping, memory: ClusterMemory, events: Events,
+                      elect_now: bool = False) -> None:
+    config = spec.get("config") or {}
+    if not _setting(config, "auto.leader.rebalance.enable"):
+        return
+    now = time.monotonic()
+    if not elect_now and now < memory.next_leader_check:
+        return
+    memory.next_leader_check = now + _setting(config, "leader.imbalance.check.interval.seconds")
+    image = view.read_image()
+    percentage = _setting(config, "leader.imbalance.per.broker.percentage")
+    moves = preferred_leader_moves(image, set(view.live_brokers()), percentage)
+    if not moves:
+        return
+    worst = max(leader_imbalance(image).values(), default=0.0)
+    try:
+        cluster_admin(admins, ref, view).elect_preferred(moves)
+    except KafkaRefused as e:
+        admins.drop((ref.namespace, ref.name))
+        events.warning("KafkaRefused", str(e))
+        return
+    events.info("LeadersRebalanced", (
+        f"{len(moves)} partition(s) handed back to their preferred leaders (largest broker "
+        f"imbalance {worst:.0f}% > leader.imbalance.per.broker.percentage {percentage})"))
