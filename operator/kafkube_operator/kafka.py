@@ -23,6 +23,7 @@ from kafka.admin import (
     NewTopic,
 )
 from kafka.errors import KafkaError
+from kafka.structs import TopicPartition
 
 log = logging.getLogger(__name__)
 REQUEST_TIMEOUT_MS = 15_000
@@ -75,6 +76,18 @@ class KafkaAdmin:
     def delete_topic(self, name: str) -> None:
         self._call(f"deleting topic {name}", self._client.delete_topics, [name],
                    timeout_ms=REQUEST_TIMEOUT_MS)
+
+    def reassign(self, moves: Mapping[tuple[str, int], Sequence[int]]) -> None:
+        """AlterPartitionReassignments (KIP-455): the brokers copy the new replicas, then drop
+        the old ones once the new are in sync."""
+        wanted = {TopicPartition(topic, index): list(replicas)
+                  for (topic, index), replicas in moves.items()}
+        results = self._call("reassigning partitions", self._client.alter_partition_reassignments,
+                             wanted, timeout_ms=REQUEST_TIMEOUT_MS)
+        refused = {f"{tp.topic}-{tp.partition}": error.__name__
+                   for tp, error in results.items() if error is not None}
+        if refused:
+            raise KafkaRefused("reassigning partitions", refused)
 
     def elect_preferred(self, partitions: Iterable[tuple[str, int]]) -> None:
         wanted: dict[str, list[int]] = {}

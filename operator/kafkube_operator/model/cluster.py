@@ -202,7 +202,10 @@ def _env(ref: ClusterRef, rack_label: str) -> list[Manifest]:
     ]
 
 
-def stateful_set(ref: ClusterRef, spec: Mapping, properties_text: str) -> Manifest:
+def stateful_set(ref: ClusterRef, spec: Mapping, properties_text: str,
+                 replicas: int | None = None) -> Manifest:
+    """``replicas``: when not spec.replicas, the size a scale-down keeps until the brokers
+    to remove are drained (model/scale.py)."""
     rack_label = (spec.get("rack") or {}).get("topologyKey") or "topology.kubernetes.io/zone"
     storage = spec.get("storage") or {}
     metrics = (spec.get("metrics") or {}).get("enabled", True)
@@ -245,7 +248,7 @@ def stateful_set(ref: ClusterRef, spec: Mapping, properties_text: str) -> Manife
         "metadata": _metadata(ref, ref.statefulset),
         "spec": {
             "serviceName": ref.headless_service,
-            "replicas": int(spec.get("replicas", 3)),
+            "replicas": int(spec.get("replicas", 3)) if replicas is None else replicas,
             "podManagementPolicy": "Parallel",
             "updateStrategy": {"type": "OnDelete"},
             "persistentVolumeClaimRetentionPolicy": {"whenDeleted": claim_policy,
@@ -273,7 +276,7 @@ class DesiredCluster:
         return [o for o in self.objects if o["kind"] == kind]
 
 
-def desired_cluster(resource: Mapping) -> DesiredCluster:
+def desired_cluster(resource: Mapping, statefulset_replicas: int | None = None) -> DesiredCluster:
     """The objects, in the order they are applied: identity and configuration before the
     pods that need them."""
     ref = ClusterRef.of(resource)
@@ -283,6 +286,7 @@ def desired_cluster(resource: Mapping) -> DesiredCluster:
     objects = [
         service_account(ref), role(ref), role_binding(ref), node_reader_binding(ref),
         config_map(ref, props.text), headless_service(ref), bootstrap_service(ref, metrics),
-        pod_disruption_budget(ref), stateful_set(ref, spec, props.text),
+        pod_disruption_budget(ref),
+        stateful_set(ref, spec, props.text, statefulset_replicas),
     ]
     return DesiredCluster(objects, props.refused)

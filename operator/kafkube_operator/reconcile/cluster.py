@@ -8,11 +8,12 @@ from collections.abc import Mapping
 
 from broker.cluster.image import DEFAULT_BROKER
 from broker.cluster.kubernetes import KubernetesBackend
-from kafkube_operator.kafka import AdminClients
+from kafkube_operator.kafka import AdminClients, KafkaRefused
 from kafkube_operator.kube import ApplyError, Kube
 from kafkube_operator.model.broker_config import broker_properties
 from kafkube_operator.model.cluster import ClusterRef, desired_cluster, selector
 from kafkube_operator.model.roll import PodState, next_restart, pod_state
+from kafkube_operator.model.scale import ScaleDecision, scale_decision
 from kafkube_operator.model.status import (
     BrokerState,
     ObservedCluster,
@@ -21,7 +22,13 @@ from kafkube_operator.model.status import (
 )
 from kafkube_operator.reconcile.leaders import rebalance_leaders
 from kafkube_operator.reconcile.topic import mirror_topics
-from kafkube_operator.reconcile.views import ClusterMemory, ClusterViews, Events, utc_now
+from kafkube_operator.reconcile.views import (
+    ClusterMemory,
+    ClusterViews,
+    Events,
+    cluster_admin,
+    utc_now,
+)
 
 log = logging.getLogger(__name__)
 
@@ -69,10 +76,11 @@ def roll(kube: Kube, view: KubernetesBackend, ref: ClusterRef, pods: list[PodSta
     return step.waiting, False
 
 
-def apply_cluster(kube: Kube, resource: Mapping, events: Events) -> list[SpecWarning]:
+def apply_cluster(kube: Kube, resource: Mapping, events: Events,
+                  statefulset_replicas: int | None = None) -> list[SpecWarning]:
     """Create or update every object the KafkaCluster owns; what could not be applied comes
     back as warnings, with the API server's or the broker's reason."""
-    desired = desired_cluster(resource)
+    desired = desired_cluster(resource, statefulset_replicas)
     warnings = []
     if desired.refused_config:
         warnings.append(SpecWarning("InvalidConfig", "spec.config not applied: " + "; ".join(
@@ -100,9 +108,12 @@ def reconcile_cluster(kube: Kube, views: ClusterViews, admins: AdminClients,
     """One pass: apply the model, observe, and return the status to write."""
     ref = ClusterRef.of(resource)
     spec = resource.get("spec") or {}
-    warnings = apply_cluster(kube, resource, events)
     view = views.of(ref)
     memory = views.memory(ref)
+    scaling = scale(kube, view, admins, ref, resource, memory, events)
+    warnings = apply_cluster(kube, resource, events, scaling.statefulset_replicas)
+    if scaling.refused:
+        warnings.append(SpecWarning("ScaleDownRefused", scaling.refused))
     observed, pods = observe(kube, view, ref)
     default_min_isr = int(broker_properties(ref.name, spec).properties["min.insync.replicas"])
     waiting, rolled = roll(kube, view, ref, pods, observed, default_min_isr, memory, events)
@@ -110,12 +121,47 @@ def reconcile_cluster(kube: Kube, views: ClusterViews, admins: AdminClients,
         rebalance_leaders(admins, view, ref, spec, memory, events, elect_now=rolled)
     mirror_topics(kube, ref, view.read_image(), events)
     previous = (resource.get("status") or {}).get("conditions") or []
-    return cluster_status(
+    status = cluster_status(
         desired=int(spec.get("replicas", 3)),
         generation=resource["metadata"].get("generation", 0), observed=observed,
-        warnings=warnings, waiting=waiting, bootstrap_servers=ref.bootstrap_servers,
+        warnings=warnings, waiting=waiting or scaling.waiting,
+        bootstrap_servers=ref.bootstrap_servers,
         selector=",".join(f"{k}={v}" for k, v in selector(ref).items()),
         previous=previous, now=utc_now())
+    status["scaling"] = {"phase": scaling.phase, "message": scaling.waiting} \
+        if scaling.phase else None
+    return status
+
+
+def scale(kube: Kube, view: KubernetesBackend, admins: AdminClients, ref: ClusterRef,
+          resource: Mapping, memory: ClusterMemory, events: Events) -> ScaleDecision:
+    """The StatefulSet's size for this pass, and the partition moves a change of
+    spec.replicas needs first (model/scale.py), started here."""
+    sts = kube.get("apps/v1", "StatefulSet", ref.statefulset, ref.namespace)
+    current = int(sts["spec"]["replicas"]) if sts else None
+    phase = ((resource.get("status") or {}).get("scaling") or {}).get("phase")
+    live = {b.node_id: b.rack for b in view.live_brokers().values()}
+    decision = scale_decision(int((resource.get("spec") or {}).get("replicas", 3)), current,
+                              view.read_image(), live, phase)
+    if decision.refused and decision.refused != memory.last_refusal:
+        events.warning("ScaleDownRefused", decision.refused)
+    memory.last_refusal = decision.refused
+    if decision.moves:
+        try:
+            cluster_admin(admins, ref, view).reassign(decision.moves)
+        except KafkaRefused as e:
+            admins.drop((ref.namespace, ref.name))
+            events.warning("KafkaRefused", str(e))
+        else:
+            events.info("Reassigning", f"{decision.phase}: moving {len(decision.moves)} "
+                        "partition(s): " + ", ".join(
+                            f"{t}-{i} to {list(r)}" for (t, i), r in
+                            sorted(decision.moves.items())[:5])
+                        + (" ..." if len(decision.moves) > 5 else ""))
+    if current is not None and decision.statefulset_replicas != current:
+        events.info("Scaling", f"StatefulSet {ref.statefulset}: {current} → "
+                    f"{decision.statefulset_replicas} brokers")
+    return decision
 
 
 def stop_brokers(kube: Kube, resource: Mapping, events: Events) -> int:

@@ -31,6 +31,7 @@ class ClusterMemory:
     last_restarted: int | None = None  # the broker the rolling restart restarted last
     rolling: bool = False
     next_leader_check: float = 0.0  # time.monotonic() of the next leader-imbalance check
+    last_refusal: str | None = None  # a refused scale-down, reported once as an Event
 
 
 @dataclass

@@ -1,0 +1,158 @@
+"""Scaling a KafkaCluster through ``spec.replicas``: the partition moves that come with it,
+as pure functions of the cluster image.
+
+Scale down removes the highest broker ids (a StatefulSet removes its highest ordinals), so
+their replicas move first (a drain); it is refused while a topic's replication factor is
+above the brokers that would remain, since no placement exists then. Scale up adds empty
+brokers, so replicas move onto them until every broker holds within one replica of the mean.
+Both keep one replica per rack while there are racks enough, keep each partition's replica
+order (its preferred leader stays first, or its stand-in takes that place), and choose the
+same moves on every run, so an operator restarting half-way resumes the same plan.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from broker.cluster.image import ClusterImage
+
+Partition = tuple[str, int]
+
+
+SCALING_UP, DRAINING = "ScalingUp", "Draining"
+
+
+@dataclass(frozen=True)
+class ScaleDecision:
+    """How many brokers the StatefulSet should have now, the reassignments to start (when
+    none is running), and the phase to remember in the status until the moves are done."""
+
+    statefulset_replicas: int
+    moves: dict[Partition, tuple[int, ...]]
+    phase: str | None = None
+    refused: str | None = None
+    waiting: str | None = None
+
+
+def largest_replication_factor(image: ClusterImage) -> tuple[int, str | None]:
+    rf, name = 0, None
+    for topic_name, topic in sorted(image.topics.items()):
+        for state in topic.assignments:
+            if len(state.target_replicas) > rf:
+                rf, name = len(state.target_replicas), topic_name
+    return rf, name
+
+
+def _load(image: ClusterImage) -> Counter[int]:
+    return Counter(b for t in image.topics.values() for s in t.assignments
+                   for b in s.target_replicas)
+
+
+def _pick(candidates: list[int], used_racks: set[str | None], racks: Mapping[int, str | None],
+          load: Counter[int]) -> int:
+    """The least loaded candidate in a rack the partition does not use yet, if any."""
+    fresh = [b for b in candidates if racks.get(b) not in used_racks]
+    return min(fresh or candidates, key=lambda b: (load[b], b))
+
+
+def drain_moves(image: ClusterImage, removed: set[int],
+                racks: Mapping[int, str | None]) -> dict[Partition, tuple[int, ...]]:
+    """Every partition with a replica on a ``removed`` broker, re-placed on the others
+    (``racks``: the brokers that stay, id → rack)."""
+    load = _load(image)
+    moves: dict[Partition, tuple[int, ...]] = {}
+    for name, topic in sorted(image.topics.items()):
+        for index, state in enumerate(topic.assignments):
+            current = list(state.target_replicas)
+            if not removed & set(current):
+                continue
+            target = list(current)
+            for i, broker in enumerate(current):
+                if broker not in removed:
+                    continue
+                candidates = [b for b in racks if b not in target]
+                used = {racks.get(b) for b in target if b not in removed}
+                chosen = _pick(candidates, used, racks, load)
+                target[i] = chosen
+                load[chosen] += 1
+                load[broker] -= 1
+            moves[(name, index)] = tuple(target)
+    return moves
+
+
+def spread_moves(image: ClusterImage,
+                 racks: Mapping[int, str | None]) -> dict[Partition, tuple[int, ...]]:
+    """Moves that bring every broker of ``racks`` within one replica of the mean, from the
+    most loaded brokers onto the least loaded, never putting two replicas of a partition in
+    one rack where it had none."""
+    load = _load(image)
+    for broker in racks:
+        load.setdefault(broker, 0)
+    total = sum(load[b] for b in racks)
+    if not racks or not total:
+        return {}
+    ceiling = -(-total // len(racks))
+    floor = total // len(racks)
+    moves: dict[Partition, tuple[int, ...]] = {}
+    for name, topic in sorted(image.topics.items()):
+        for index, state in enumerate(topic.assignments):
+            target = list(moves.get((name, index), state.target_replicas))
+            for i, broker in enumerate(target):
+                if load[broker] <= ceiling and not (load[broker] > floor and any(
+                        load[b] < floor for b in racks)):
+                    continue
+                others = {racks.get(b) for j, b in enumerate(target) if j != i}
+                candidates = [b for b in racks if b not in target and load[b] < floor
+                              and (racks.get(b) not in others or racks.get(broker) in others)]
+                if not candidates:
+                    continue
+                chosen = min(candidates, key=lambda b: (load[b], b))
+                target[i] = chosen
+                load[chosen] += 1
+                load[broker] -= 1
+            if tuple(target) != state.target_replicas:
+                moves[(name, index)] = tuple(target)
+    return moves
+
+
+def in_progress(image: ClusterImage) -> int:
+    """Partitions still under reassignment (KIP-455: replicas being added or removed)."""
+    return sum(1 for t in image.topics.values() for s in t.assignments if s.adding or s.removing)
+
+
+def scale_decision(desired: int, current: int | None, image: ClusterImage,
+                   live: Mapping[int, str | None], phase: str | None) -> ScaleDecision:
+    """``current``: the StatefulSet's replicas now (None before it exists); ``live``: the
+    registered brokers, id → rack; ``phase``: the phase the previous pass left in the status
+    (a scale-up spreads replicas after the StatefulSet already has its new size)."""
+    if current is None:
+        return ScaleDecision(desired, {})
+    moving = in_progress(image)
+    if desired > current or (desired == current and phase == SCALING_UP):
+        missing = [b for b in range(desired) if b not in live]
+        if missing:
+            return ScaleDecision(desired, {}, SCALING_UP,
+                                 waiting=f"waiting for brokers {missing} to register")
+        if moving:
+            return ScaleDecision(desired, {}, SCALING_UP,
+                                 waiting=f"{moving} partition(s) moving onto the new brokers")
+        moves = spread_moves(image, {b: live[b] for b in range(desired)})
+        if not moves:
+            return ScaleDecision(desired, {})
+        return ScaleDecision(desired, moves, SCALING_UP,
+                             waiting=f"{len(moves)} partition(s) moving onto the new brokers")
+    if desired == current:
+        return ScaleDecision(desired, {})
+    rf, topic = largest_replication_factor(image)
+    if rf > desired:
+        return ScaleDecision(current, {}, refused=(
+            f"spec.replicas {desired} is below the replication factor {rf} of topic {topic}: "
+            f"keeping {current} brokers; lower the topics' replication factor first"))
+    removed = set(range(desired, current))
+    moves = drain_moves(image, removed, {b: live.get(b) for b in range(desired)})
+    if moves or moving:
+        return ScaleDecision(current, {} if moving else moves, DRAINING, waiting=(
+            f"draining brokers {sorted(removed)}: {len(moves)} partition(s) still on them"))
+    return ScaleDecision(desired, {})

@@ -1,0 +1,97 @@
+"""Scaling plans (kafkube_operator.model.scale): drains that empty the removed brokers, spreads
+that fill the new ones to within one replica of the mean, both rack-aware and repeatable;
+a scale-down below a topic's replication factor refused with nothing moved."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from broker.cluster.image import ClusterImage, PartitionState, TopicMetadata
+from kafkube_operator.model.scale import (
+    DRAINING,
+    SCALING_UP,
+    drain_moves,
+    scale_decision,
+    spread_moves,
+)
+from kafkube_operator.model.topic import placement
+
+TOPIC_ID = "5f0c2e1a-8a8b-4c1e-9b5e-2b7e0c1d2a3b"
+
+
+def cluster_image(topics: dict[str, list[tuple[int, ...]]],
+                  adding: set[str] = frozenset()) -> ClusterImage:
+    return ClusterImage({name: TopicMetadata(name, TOPIC_ID, {}, tuple(
+        PartitionState(r, r, r[0], adding=(r[-1],) if name in adding else ())
+        for r in replicas)) for name, replicas in topics.items()})
+
+
+def racks(n: int, zones: int = 3) -> dict[int, str]:
+    return {b: "abc"[b % zones] for b in range(n)}
+
+
+def apply(image: ClusterImage, moves: dict) -> ClusterImage:
+    topics = {name: [moves.get((name, i), s.replicas) for i, s in enumerate(t.assignments)]
+              for name, t in image.topics.items()}
+    return cluster_image(topics)
+
+
+def load(image: ClusterImage) -> Counter[int]:
+    return Counter(b for t in image.topics.values() for s in t.assignments for b in s.replicas)
+
+
+@given(before=st.integers(3, 6), after=st.integers(3, 6), partitions=st.integers(1, 40))
+def test_a_scale_plan_empties_or_fills_brokers_rack_aware_and_repeatably(
+        before: int, after: int, partitions: int) -> None:
+    image = cluster_image({"t": placement("t", racks(before), partitions, 3)})
+    if after < before:
+        moves = drain_moves(image, set(range(after, before)), racks(after))
+    else:
+        moves = spread_moves(image, racks(after))
+    assert moves == (drain_moves(image, set(range(after, before)), racks(after))
+                     if after < before else spread_moves(image, racks(after)))
+    moved = apply(image, moves)
+    counts = load(moved)
+    assert set(counts) <= set(range(after))
+    for state in moved.topics["t"].assignments:
+        assert len(set(state.replicas)) == 3
+        assert len({racks(after)[b] for b in state.replicas}) == 3  # one replica per zone
+    if after > before and after % 3 == 0:
+        # Zones of equal size: one replica per zone leaves room for an even spread. (With
+        # unequal zones the smaller zones' brokers must hold more, as in Kafka.)
+        per_broker = [counts.get(b, 0) for b in range(after)]
+        assert max(per_broker) - min(per_broker) <= 1, per_broker
+
+
+def test_scale_up_waits_for_the_new_brokers_then_spreads_until_balanced() -> None:
+    image = cluster_image({"t": placement("t", racks(3), 12, 3)})
+    waiting = scale_decision(5, 3, image, racks(3), None)
+    assert (waiting.statefulset_replicas, waiting.phase) == (5, SCALING_UP)
+    assert waiting.moves == {} and "[3, 4]" in waiting.waiting
+    spreading = scale_decision(5, 5, image, racks(5), SCALING_UP)
+    assert spreading.moves and spreading.phase == SCALING_UP
+    # While the reassignment runs nothing new starts; once done, nothing is left to move.
+    running = cluster_image({"t": placement("t", racks(3), 12, 3)}, adding={"t"})
+    assert scale_decision(5, 5, running, racks(5), SCALING_UP).moves == {}
+    done = scale_decision(5, 5, apply(image, spreading.moves), racks(5), SCALING_UP)
+    assert (done.moves, done.phase) == ({}, None)
+
+
+def test_scale_down_drains_first_then_shrinks() -> None:
+    image = cluster_image({"t": placement("t", racks(5), 10, 3)})
+    draining = scale_decision(3, 5, image, racks(5), None)
+    assert draining.statefulset_replicas == 5 and draining.phase == DRAINING
+    assert draining.moves and "[3, 4]" in draining.waiting
+    drained = apply(image, draining.moves)
+    assert set(load(drained)) == {0, 1, 2}
+    assert scale_decision(3, 5, drained, racks(5), DRAINING).statefulset_replicas == 3
+
+
+def test_scale_down_below_a_replication_factor_is_refused_and_nothing_moves() -> None:
+    image = cluster_image({"orders": placement("orders", racks(3), 6, 3)})
+    refused = scale_decision(1, 3, image, racks(3), None)
+    assert refused.statefulset_replicas == 3 and refused.moves == {}
+    assert "below the replication factor 3 of topic orders" in refused.refused
