@@ -364,3 +364,64 @@ def _config_map(api: k8s.ApiClient, namespace: str, name: str) -> str | None:
         if e.status == 404:
             return None
         raise
+
+
+def test_scaling_moves_partitions_onto_new_brokers_and_off_removed_ones(
+        crd_api: k8s.ApiClient, control_plane: Any, namespace: str,
+        operators: list[OperatorProcess], cluster_factory) -> None:  # noqa: F811
+    """spec.replicas 3 → 5: once brokers 3 and 4 register, replicas move onto them; 5 → 3:
+    they are drained before the StatefulSet shrinks; 3 → 1 with RF 3 topics: refused."""
+    operators.append(OperatorProcess(control_plane.kubeconfig, namespace))
+    clusters = KafkaClusters(crd_api, namespace)
+    apps = k8s.AppsV1Api(crd_api)
+    clusters.create("epsilon", {"replicas": 3})
+    coordination = {
+        "kafkube.coordination.backend": "kubernetes", "kafkube.cluster.name": "epsilon",
+        "kafkube.kubernetes.namespace": namespace,
+        "kafkube.kubernetes.kubeconfig": str(control_plane.kubeconfig),
+        "auto.leader.rebalance.enable": "false"}
+    cluster = cluster_factory(3, coordination)
+    Topics(crd_api, namespace).create("spread", {"cluster": "epsilon", "partitions": 10,
+                                                 "replicationFactor": 3})
+    cluster.wait_for_isr("spread", 3)
+
+    def replicas_per_broker() -> dict[int, int]:
+        counts: dict[int, int] = {}
+        for state in (cluster.partitions("spread") or {}).values():
+            for broker in state.replicas:
+                counts[broker] = counts.get(broker, 0) + 1
+        return counts
+
+    clusters.patch("epsilon", {"replicas": 5})
+    wait_until(lambda: apps.read_namespaced_stateful_set("epsilon", namespace).spec.replicas
+               == 5, 30, "the StatefulSet at 5")
+    status = clusters.status_when("epsilon", lambda s: (s.get("scaling") or {}).get("phase")
+                                  == "ScalingUp", 30, "ScalingUp")
+    assert "[3, 4]" in status["scaling"]["message"]
+    added = cluster_factory(2, coordination, start=False)
+    for i, broker in enumerate(added.brokers):
+        broker.overrides["node.id"] = str(3 + i)
+    added.start()
+    counts = wait_until(lambda: (c := replicas_per_broker()) and len(c) == 5
+                        and max(c.values()) - min(c.values()) <= 1 and c, 120,
+                        "30 replicas spread over 5 brokers")
+    assert sum(counts.values()) == 30
+    clusters.status_when("epsilon", lambda s: "scaling" not in s and s.get("readyReplicas")
+                         == 5, 60, "the scale-up done")
+
+    clusters.patch("epsilon", {"replicas": 3})
+    wait_until(lambda: set(replicas_per_broker()) == {0, 1, 2}, 120, "brokers 3, 4 drained")
+    wait_until(lambda: apps.read_namespaced_stateful_set("epsilon", namespace).spec.replicas
+               == 3, 60, "the StatefulSet at 3 once drained")
+    cluster.wait_for_isr("spread", 3)
+    added.stop()
+
+    # Below the replication factor: refused, and nothing moves or shrinks.
+    clusters.patch("epsilon", {"replicas": 1})
+    status = clusters.status_when("epsilon", lambda s: condition(s, "Warning").get("reason")
+                                  == "ScaleDownRefused", 30, "ScaleDownRefused")
+    assert "below the replication factor 3 of topic spread" in \
+        condition(status, "Warning")["message"]
+    assert apps.read_namespaced_stateful_set("epsilon", namespace).spec.replicas == 3
+    assert set(replicas_per_broker()) == {0, 1, 2}
+    cluster.stop()
