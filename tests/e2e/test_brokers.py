@@ -12,8 +12,9 @@ import pytest
 
 from tests.conftest import wait_until
 from tests.e2e.deployment import BOOTSTRAP, BROKERS, Brokers, deploy, undeploy
-from tests.e2e.history import Produced, read_drain, read_produce
+from tests.e2e.history import read_drain, read_produce
 from tests.e2e.platform import Cluster, KubectlError
+from tests.e2e.streams import acked, checked, stream, unwritable
 from tests.queue_checker import History
 
 
@@ -23,38 +24,6 @@ def brokers(kind_cluster: Cluster) -> Iterator[Brokers]:
         yield deploy(kind_cluster)
     finally:
         undeploy(kind_cluster)
-
-
-def checked(history: History, produced: Produced, drained: int, idempotent: bool = True) -> str:
-    """The queue checker's verdict; the workload's producer is idempotent with acks=all."""
-    report = history.check()
-    assert produced.finished, "the producer did not finish"
-    assert report.ok(idempotent=idempotent), report.summary()
-    return (f"{produced.sent} sent, {produced.acked} acknowledged, {produced.failed} failed; "
-            f"{drained} read back; no acknowledged record lost")
-
-
-def acked(brokers: Brokers, pod: str) -> int:
-    """Acknowledgements a producer pod has printed so far."""
-    return sum(1 for line in brokers.logs(pod) if line.startswith("A "))
-
-
-def stream(brokers: Brokers, topic: str, count: int, seconds: int, first: int) -> str:
-    """An acks=all producer pod sending 1,000 records/s, once ``first`` are acknowledged."""
-    pod = brokers.start("produce", BOOTSTRAP, topic, "--count", str(count),
-                        "--rate", "1000", "--seconds", str(seconds))
-    brokers.wait_running(pod, 120)
-    wait_until(lambda: acked(brokers, pod) >= first, 120,
-               f"{first:,} acknowledged records before the fault", 1.0)
-    return pod
-
-
-def unwritable(produced: Produced, led: list[int]) -> str:
-    """How long the partitions a killed broker led went without an acknowledgement."""
-    gaps = produced.longest_gap_ms(led)
-    return (f"partitions it led {led} unwritable for at most "
-            f"{max(gaps.values(), default=0) / 1000:.1f} s "
-            f"({ {p: g / 1000 for p, g in gaps.items()} } s)")
 
 
 def test_three_brokers_with_their_leases_carry_100000_records(brokers: Brokers) -> None:

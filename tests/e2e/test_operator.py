@@ -6,8 +6,10 @@ conditions `kubectl wait` waits on, what is left after a delete."""
 from __future__ import annotations
 
 import contextlib
+import datetime
 import json
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +21,7 @@ from tests.conftest import wait_until
 from tests.e2e.deployment import Brokers
 from tests.e2e.history import read_drain, read_produce
 from tests.e2e.platform import Cluster, KubectlError
+from tests.e2e.streams import checked, stream, unwritable
 from tests.queue_checker import History
 
 REPO = Path(__file__).resolve().parents[2]
@@ -181,3 +184,182 @@ def test_a_topic_of_12_partitions_spreads_its_leaders_and_carries_100000_records
 
     row = wait_until(mirrored, 60, "a Topic for Made_By_Client", 2.0)
     assert row[1:4] == ["my-cluster", "3", "3"], row
+
+
+def patch(cluster: Cluster, namespace: str, what: str, body: dict) -> str:
+    return cluster.kubectl("-n", namespace, "patch", what, "--type=merge", "-p",
+                           json.dumps(body))
+
+
+def events_since(cluster: Cluster, namespace: str, name: str, since: float) -> list[str]:
+    """"reason message" of the Events the operator posted on a resource after ``since``
+    (time.time()), oldest first."""
+    items = json.loads(cluster.kubectl("-n", namespace, "get", "events", "--field-selector",
+                                       f"involvedObject.name={name}", "-o", "json"))["items"]
+    stamped = []
+    for e in items:
+        when = e.get("lastTimestamp") or e.get("eventTime") or e["metadata"]["creationTimestamp"]
+        moment = datetime.datetime.fromisoformat(when.replace("Z", "+00:00")).timestamp()
+        if moment >= since - 1:
+            stamped.append((moment, f"{e['reason']} {e['message']}"))
+    return [text for _, text in sorted(stamped)]
+
+
+def test_a_broker_pod_deleted_with_grace_0_during_a_stream_loses_nothing(
+        my_cluster: Brokers) -> None:
+    my_cluster.create_topic("e2e-delete", 6)
+    before = my_cluster.describe("e2e-delete")
+    history = History()
+    pod = stream(my_cluster, "e2e-delete", 40_000, 90, 5000)
+    victim = my_cluster.controller()
+    led = sorted(p for p, (leader, _, _) in before.items() if leader == victim)
+    my_cluster.kubectl("delete", "pod", f"my-cluster-{victim}", "--grace-period=0", "--force")
+
+    def other_controller() -> tuple[int] | None:
+        try:
+            holder = my_cluster.controller()
+        except (KeyError, KubectlError):
+            return None
+        return (holder,) if holder != victim else None
+
+    new = wait_until(other_controller, 120, "another broker to take the controller Lease",
+                     1.0)[0]
+    produced = read_produce(my_cluster.finish(pod, 300), history)
+    drained = read_drain(my_cluster.run("drain", my_cluster.bootstrap, "e2e-delete",
+                                        timeout=600), history)
+    print(f"controller broker {victim} deleted (grace 0): broker {new} took the Lease; "
+          f"{unwritable(produced, led)}; {checked(history, produced, drained)}")
+    my_cluster.wait_whole()
+
+
+def test_invalid_edits_are_refused_and_the_cluster_keeps_serving(my_cluster: Brokers) -> None:
+    operator, namespace = my_cluster.cluster, my_cluster.namespace
+    # Refused at admission: the API server's CEL rule answers kubectl.
+    with pytest.raises(KubectlError) as refused:
+        patch(operator, namespace, "topic/orders", {"spec": {"partitions": 6}})
+    assert "partitions cannot be decreased" in str(refused.value)
+    # What only the cluster can judge: Warning conditions, nothing deleted or moved.
+    operator.apply(json.dumps({"apiVersion": "kafkube.io/v1alpha1", "kind": "Topic",
+                               "metadata": {"name": "too-wide"},
+                               "spec": {"cluster": "my-cluster", "replicationFactor": 5}}),
+                   namespace=namespace)
+    operator.kubectl("-n", namespace, "wait", "topic/too-wide",
+                     "--for=jsonpath={.status.conditions[?(@.type==\"Warning\")].reason}"
+                     "=ReplicationFactorTooLarge", "--timeout=60s", timeout=70)
+    revision = operator.kubectl("-n", namespace, "get", "statefulset", "my-cluster", "-o",
+                                "jsonpath={.status.updateRevision}")
+    patch(operator, namespace, "kafkacluster/my-cluster",
+          {"spec": {"replicas": 1, "config": {"log.retention.msx": 1}}})
+    for what in ("below the replication factor", "log.retention.msx"):
+        wait_until(lambda w=what: w in json.dumps(status(operator, namespace, "my-cluster")
+                                                  .get("conditions", [])), 60,
+                   f"a Warning about {what}", 2.0)
+    seen = status(operator, namespace, "my-cluster")
+    warning = next(c for c in seen["conditions"] if c["type"] == "Warning")
+    assert "below the replication factor 3 of topic orders" in warning["message"]
+    assert "log.retention.msx: not a broker config" in warning["message"]
+    assert seen["state"] == "Warning"
+    sts = json.loads(operator.kubectl("-n", namespace, "get", "statefulset", "my-cluster",
+                                      "-o", "json"))
+    assert sts["spec"]["replicas"] == 3 and sts["status"]["updateRevision"] == revision
+    # Still serving.
+    history = History()
+    produced = read_produce(my_cluster.run("produce", my_cluster.bootstrap, "orders",
+                                           "--count", "2000", "--acks", "all"), history)
+    assert produced.acked == 2000
+    patch(operator, namespace, "kafkacluster/my-cluster",
+          {"spec": {"replicas": 3, "config": {"log.retention.msx": None}}})
+    operator.kubectl("delete", "-n", namespace, "topic", "too-wide")
+    operator.kubectl("-n", namespace, "wait", "kafkacluster/my-cluster",
+                     "--for=jsonpath={.status.state}=Ready", "--timeout=120s", timeout=130)
+
+
+def test_the_standby_operator_takes_over_and_reconciles_a_later_edit(
+        my_cluster: Brokers) -> None:
+    operator, namespace = my_cluster.cluster, my_cluster.namespace
+    lease = json.loads(operator.kubectl("-n", OPERATOR_NAMESPACE, "get", "lease",
+                                        "kafkube-operator", "-o", "json"))
+    active = lease["spec"]["holderIdentity"]
+    deleted = time.time()
+    operator.kubectl("-n", OPERATOR_NAMESPACE, "delete", "pod", active, "--grace-period=0",
+                     "--force")
+
+    def new_holder() -> str | None:
+        holder = json.loads(operator.kubectl(
+            "-n", OPERATOR_NAMESPACE, "get", "lease", "kafkube-operator", "-o",
+            "json"))["spec"]["holderIdentity"]
+        return holder if holder != active else None
+
+    standby = wait_until(new_holder, 60, "the standby to take the operator Lease", 1.0)
+    took = time.time() - deleted
+    patch(operator, namespace, "topic/orders", {"spec": {"config": {"retention.ms": 86400000}}})
+    wait_until(lambda: any(e.startswith("ConfigChanged") for e in
+                           events_since(operator, namespace, "orders", deleted)), 90,
+               "the edit reconciled by the new operator", 2.0)
+    print(f"operator {active} deleted: {standby} took the Lease within {took:.1f} s "
+          "(lease 10 s) and applied a later Topic edit")
+
+
+def test_a_config_change_rolls_the_brokers_one_at_a_time_with_the_controller_last(
+        my_cluster: Brokers) -> None:
+    operator, namespace = my_cluster.cluster, my_cluster.namespace
+    my_cluster.create_topic("e2e-roll", 6)
+    history = History()
+    pod = stream(my_cluster, "e2e-roll", 120_000, 150, 5000)
+    controller = my_cluster.controller()
+    started = time.time()
+    patch(operator, namespace, "kafkacluster/my-cluster",
+          {"spec": {"config": {"log.retention.ms": 172800000}}})
+    wait_until(lambda: any(e.startswith("RollingRestartDone") for e in
+                           events_since(operator, namespace, "my-cluster", started)), 600,
+               "the rolling restart done", 3.0)
+    rolled = time.time() - started
+    restarts = [e.split()[3] for e in events_since(operator, namespace, "my-cluster", started)
+                if e.startswith("RollingRestart restarted pod")]
+    assert sorted(restarts) == ["my-cluster-0", "my-cluster-1", "my-cluster-2"], restarts
+    assert restarts[-1] == f"my-cluster-{controller}", (restarts, controller)
+    produced = read_produce(my_cluster.finish(pod, 400), history)
+    drained = read_drain(my_cluster.run("drain", my_cluster.bootstrap, "e2e-roll",
+                                        timeout=600), history)
+    summary = checked(history, produced, drained)
+    gaps = produced.longest_gap_ms(list(range(6)))
+    longest = max(gaps.values(), default=0) / 1000
+    # min.insync.replicas 2 of 3: a partition stays writable while one broker restarts; the
+    # only pause is its leader moving.
+    assert longest < 30, gaps
+    # Then a preferred-leader election: every partition led by its preferred replica.
+    described = wait_until(lambda: (d := my_cluster.describe("e2e-roll")) and all(
+        leader == replicas[0] for leader, replicas, _ in d.values()) and d, 120,
+        "leaders back on their preferred replicas", 5.0)
+    print(f"rolling restart of 3 brokers in {rolled:.0f} s, order {restarts} (controller "
+          f"{controller} last); longest pause of a partition {longest:.1f} s; {summary}; "
+          f"leaders {[leader for leader, _, _ in described.values()]}")
+
+
+def test_kubectl_scale_adds_brokers_that_take_replicas_and_drains_them_back(
+        my_cluster: Brokers) -> None:
+    operator, namespace = my_cluster.cluster, my_cluster.namespace
+    my_cluster.create_topic("e2e-scale", 6)
+    operator.kubectl("-n", namespace, "scale", "kafkacluster/my-cluster", "--replicas=5")
+    wait_until(lambda: status(operator, namespace, "my-cluster").get("readyReplicas") == 5
+               and "scaling" not in status(operator, namespace, "my-cluster"), 600,
+               "5 brokers ready and the replicas spread", 3.0)
+    described = my_cluster.describe("e2e-scale")
+    holders = {b for _, replicas, _ in described.values() for b in replicas}
+    assert {3, 4} <= holders, described
+    my_cluster.size = 5
+    history = History()
+    pod = stream(my_cluster, "e2e-scale", 60_000, 120, 3000)
+    operator.kubectl("-n", namespace, "scale", "kafkacluster/my-cluster", "--replicas=3")
+    wait_until(lambda: operator.kubectl("-n", namespace, "get", "pods", "-l",
+                                        "kafkube.io/cluster=my-cluster", "-o",
+                                        "name").split() == [
+        "pod/my-cluster-0", "pod/my-cluster-1", "pod/my-cluster-2"], 600,
+        "brokers 3 and 4 drained and their pods gone", 3.0)
+    described = my_cluster.describe("e2e-scale")
+    assert {b for _, replicas, _ in described.values() for b in replicas} == {0, 1, 2}
+    produced = read_produce(my_cluster.finish(pod, 400), history)
+    drained = read_drain(my_cluster.run("drain", my_cluster.bootstrap, "e2e-scale",
+                                        timeout=600), history)
+    print(f"scaled 3 → 5 → 3 during a stream: {checked(history, produced, drained)}")
+    my_cluster.size = 3
