@@ -128,3 +128,14 @@ def test_a_config_or_image_change_changes_the_pod_template_and_nothing_else_does
 
 def test_renders_are_deterministic() -> None:
     assert rendered(copy.deepcopy(CASES["custom"])) == rendered(CASES["custom"])
+
+
+def test_a_refused_scale_down_changes_neither_size_nor_template() -> None:
+    """spec.replicas 1 refused (model/scale.py keeps 3 brokers): the brokers' replication
+    defaults follow the brokers deployed, so nothing restarts."""
+    base = CASES["defaults"]
+    shrunk = copy.deepcopy(base)
+    shrunk["spec"]["replicas"] = 1
+    (kept,) = desired_cluster(shrunk, statefulset_replicas=3).by_kind("StatefulSet")
+    (before,) = desired_cluster(base).by_kind("StatefulSet")
+    assert kept == before

@@ -45,11 +45,13 @@ def _as_text(value: object) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def broker_properties(cluster: str, spec: Mapping) -> BrokerProperties:
+def broker_properties(cluster: str, spec: Mapping, brokers: int | None = None) -> BrokerProperties:
     """server.properties for every broker of KafkaCluster ``cluster``. Replication defaults
     follow the broker count up to Kafka's production values (RF 3, min ISR 2), so a
-    one-broker cluster can still create topics."""
-    replicas = int(spec.get("replicas", 3))
+    one-broker cluster can still create topics. ``brokers``: the count actually deployed when
+    it is not spec.replicas (a refused or unfinished scale-down must not change the brokers'
+    defaults, nor restart them)."""
+    replicas = int(spec.get("replicas", 3)) if brokers is None else brokers
     metrics = (spec.get("metrics") or {}).get("enabled", True)
     properties = {
         "listeners": f"PLAINTEXT://0.0.0.0:{PORT}",

@@ -281,7 +281,7 @@ def desired_cluster(resource: Mapping, statefulset_replicas: int | None = None) 
     pods that need them."""
     ref = ClusterRef.of(resource)
     spec = resource.get("spec") or {}
-    props = broker_properties(ref.name, spec)
+    props = broker_properties(ref.name, spec, statefulset_replicas)
     metrics = (spec.get("metrics") or {}).get("enabled", True)
     objects = [
         service_account(ref), role(ref), role_binding(ref), node_reader_binding(ref),

@@ -115,7 +115,8 @@ def reconcile_cluster(kube: Kube, views: ClusterViews, admins: AdminClients,
     if scaling.refused:
         warnings.append(SpecWarning("ScaleDownRefused", scaling.refused))
     observed, pods = observe(kube, view, ref)
-    default_min_isr = int(broker_properties(ref.name, spec).properties["min.insync.replicas"])
+    default_min_isr = int(broker_properties(ref.name, spec, scaling.statefulset_replicas)
+                          .properties["min.insync.replicas"])
     waiting, rolled = roll(kube, view, ref, pods, observed, default_min_isr, memory, events)
     if not observed.outdated_pods:
         rebalance_leaders(admins, view, ref, spec, memory, events, elect_now=rolled)
@@ -139,10 +140,14 @@ def scale(kube: Kube, view: KubernetesBackend, admins: AdminClients, ref: Cluste
     spec.replicas needs first (model/scale.py), started here."""
     sts = kube.get("apps/v1", "StatefulSet", ref.statefulset, ref.namespace)
     current = int(sts["spec"]["replicas"]) if sts else None
-    phase = ((resource.get("status") or {}).get("scaling") or {}).get("phase")
+    # The phase of the last pass: this process's memory, else the status (after a failover;
+    # the body a pass gets may predate the last status write).
+    phase = memory.scaling_phase or \
+        ((resource.get("status") or {}).get("scaling") or {}).get("phase")
     live = {b.node_id: b.rack for b in view.live_brokers().values()}
     decision = scale_decision(int((resource.get("spec") or {}).get("replicas", 3)), current,
                               view.read_image(), live, phase)
+    memory.scaling_phase = decision.phase
     if decision.refused and decision.refused != memory.last_refusal:
         events.warning("ScaleDownRefused", decision.refused)
     memory.last_refusal = decision.refused

@@ -32,6 +32,7 @@ class ClusterMemory:
     rolling: bool = False
     next_leader_check: float = 0.0  # time.monotonic() of the next leader-imbalance check
     last_refusal: str | None = None  # a refused scale-down, reported once as an Event
+    scaling_phase: str | None = None  # model/scale.py's phase of the last pass
 
 
 @dataclass
