@@ -95,3 +95,13 @@ def test_scale_down_below_a_replication_factor_is_refused_and_nothing_moves() ->
     refused = scale_decision(1, 3, image, racks(3), None)
     assert refused.statefulset_replicas == 3 and refused.moves == {}
     assert "below the replication factor 3 of topic orders" in refused.refused
+
+
+def test_every_topic_gains_the_new_brokers() -> None:
+    image = cluster_image({"big": placement("big", racks(3), 30, 3),
+                           "small": placement("small", racks(3), 6, 3)})
+    moved = apply(image, spread_moves(image, racks(6)))
+    for name in ("big", "small"):
+        per_topic = Counter(b for s in moved.topics[name].assignments for b in s.replicas)
+        assert set(per_topic) == set(range(6)), (name, per_topic)
+        assert max(per_topic.values()) - min(per_topic.values()) <= 1, (name, per_topic)

@@ -84,21 +84,22 @@ def drain_moves(image: ClusterImage, removed: set[int],
 
 def spread_moves(image: ClusterImage,
                  racks: Mapping[int, str | None]) -> dict[Partition, tuple[int, ...]]:
-    """Moves that bring every broker of ``racks`` within one replica of the mean, from the
-    most loaded brokers onto the least loaded, never putting two replicas of a partition in
-    one rack where it had none."""
-    load = _load(image)
-    for broker in racks:
-        load.setdefault(broker, 0)
-    total = sum(load[b] for b in racks)
-    if not racks or not total:
-        return {}
-    ceiling = -(-total // len(racks))
-    floor = total // len(racks)
+    """Moves that bring every broker of ``racks`` within one replica of the mean, topic by
+    topic (so every topic gains the new brokers, as `kafka-reassign-partitions --generate`
+    spreads the topics it is given), from the most loaded brokers onto the least loaded,
+    never putting two replicas of a partition in one rack where it had none."""
+    overall = _load(image)
     moves: dict[Partition, tuple[int, ...]] = {}
     for name, topic in sorted(image.topics.items()):
+        load: Counter[int] = Counter({b: 0 for b in racks})
+        for state in topic.assignments:
+            load.update(state.target_replicas)
+        total = sum(load[b] for b in racks)
+        if not racks or not total:
+            continue
+        ceiling, floor = -(-total // len(racks)), total // len(racks)
         for index, state in enumerate(topic.assignments):
-            target = list(moves.get((name, index), state.target_replicas))
+            target = list(state.target_replicas)
             for i, broker in enumerate(target):
                 if load[broker] <= ceiling and not (load[broker] > floor and any(
                         load[b] < floor for b in racks)):
@@ -108,10 +109,11 @@ def spread_moves(image: ClusterImage,
                               and (racks.get(b) not in others or racks.get(broker) in others)]
                 if not candidates:
                     continue
-                chosen = min(candidates, key=lambda b: (load[b], b))
+                chosen = min(candidates, key=lambda b: (load[b], overall[b], b))
                 target[i] = chosen
-                load[chosen] += 1
-                load[broker] -= 1
+                for counts in (load, overall):
+                    counts[chosen] += 1
+                    counts[broker] -= 1
             if tuple(target) != state.target_replicas:
                 moves[(name, index)] = tuple(target)
     return moves

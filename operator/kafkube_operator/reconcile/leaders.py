@@ -48,7 +48,10 @@ def rebalance_leaders(admins: AdminClients, view: KubernetesBackend, ref: Cluste
     try:
         cluster_admin(admins, ref, view).elect_preferred(moves)
     except KafkaRefused as e:
+        # Often a broker just restarted that the client still takes for the controller:
+        # try again on the next pass rather than an interval later.
         admins.drop((ref.namespace, ref.name))
+        memory.next_leader_check = 0.0
         events.warning("KafkaRefused", str(e))
         return
     events.info("LeadersRebalanced", (
