@@ -402,12 +402,26 @@ def test_scaling_moves_partitions_onto_new_brokers_and_off_removed_ones(
     for i, broker in enumerate(added.brokers):
         broker.overrides["node.id"] = str(3 + i)
     added.start()
-    counts = wait_until(lambda: (c := replicas_per_broker()) and len(c) == 5
-                        and max(c.values()) - min(c.values()) <= 1 and c, 120,
-                        "30 replicas spread over 5 brokers")
-    assert sum(counts.values()) == 30
+    # (During a move Metadata lists old and new replicas together: wait for 30 in all.)
+    wait_until(lambda: (c := replicas_per_broker()) and len(c) == 5 and sum(c.values()) == 30
+               and max(c.values()) - min(c.values()) <= 1, 120,
+               "30 replicas spread over 5 brokers")
     clusters.status_when("epsilon", lambda s: "scaling" not in s and s.get("readyReplicas")
                          == 5, 60, "the scale-up done")
+    # The moves ran under Kafka's replication throttle, removed once they were done.
+    wait_until(lambda: {"Reassigning", "ReassignmentDone"} <= {
+        reason for _, reason, _ in events_of(crd_api, namespace, "epsilon")}, 30,
+        "the Reassigning and ReassignmentDone Events")
+    assert any("throttled at 52428800 B/s" in message
+               for _, _, message in events_of(crd_api, namespace, "epsilon"))
+    from confluent_kafka.admin import ConfigResource
+
+    topic_configs = next(iter(cluster.admin.describe_configs(
+        [ConfigResource("topic", "spread")]).values())).result()
+    assert topic_configs["follower.replication.throttled.replicas"].value in ("", None)
+    broker_configs = next(iter(cluster.admin.describe_configs(
+        [ConfigResource("broker", "0")]).values())).result()
+    assert int(broker_configs["leader.replication.throttled.rate"].value) > 52428800
 
     clusters.patch("epsilon", {"replicas": 3})
     wait_until(lambda: set(replicas_per_broker()) == {0, 1, 2}, 120, "brokers 3, 4 drained")

@@ -16,6 +16,7 @@ from kafkube_operator.model.scale import (
     drain_moves,
     scale_decision,
     spread_moves,
+    throttled_replicas,
 )
 from kafkube_operator.model.topic import placement
 
@@ -105,3 +106,10 @@ def test_every_topic_gains_the_new_brokers() -> None:
         per_topic = Counter(b for s in moved.topics[name].assignments for b in s.replicas)
         assert set(per_topic) == set(range(6)), (name, per_topic)
         assert max(per_topic.values()) - min(per_topic.values()) <= 1, (name, per_topic)
+
+
+def test_the_throttle_lists_name_the_serving_and_the_fetching_replicas() -> None:
+    image = cluster_image({"t": [(0, 1, 2), (1, 2, 0)], "u": [(2, 0, 1)]})
+    lists = throttled_replicas(image, {("t", 0): (3, 1, 2), ("t", 1): (1, 4, 0)})
+    assert lists == {"t": {"leader.replication.throttled.replicas": "0:0,0:1,0:2,1:1,1:2,1:0",
+                           "follower.replication.throttled.replicas": "0:3,1:4"}}

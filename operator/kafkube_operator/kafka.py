@@ -73,6 +73,22 @@ class KafkaAdmin:
                             [resource], raise_on_unknown=False, incremental=True)
         _raise_errors(f"changing configs of {name}", result)
 
+    def throttle(self, rate: int | None, brokers: Iterable[int],
+                 topics: Mapping[str, Mapping[str, str | None]]) -> None:
+        """The replication throttle, as `kafka-reassign-partitions --throttle` sets it: the
+        rate on each broker (None removes it), the throttled-replica lists per topic (None
+        removes a list)."""
+        resources = [ConfigResource(ConfigResourceType.TOPIC, topic, configs={
+            key: (AlterConfigOp.SET, value) if value is not None else (AlterConfigOp.DELETE, None)
+            for key, value in lists.items()}) for topic, lists in topics.items()]
+        op = (AlterConfigOp.SET, str(rate)) if rate is not None else (AlterConfigOp.DELETE, None)
+        resources += [ConfigResource(ConfigResourceType.BROKER, str(broker), configs={
+            "leader.replication.throttled.rate": op,
+            "follower.replication.throttled.rate": op}) for broker in sorted(brokers)]
+        result = self._call("setting the replication throttle", self._client.alter_configs,
+                            resources, raise_on_unknown=False, incremental=True)
+        _raise_errors("setting the replication throttle", result)
+
     def delete_topic(self, name: str) -> None:
         self._call(f"deleting topic {name}", self._client.delete_topics, [name],
                    timeout_ms=REQUEST_TIMEOUT_MS)

@@ -22,6 +22,11 @@ Partition = tuple[str, int]
 
 
 SCALING_UP, DRAINING = "ScalingUp", "Draining"
+# Set on the moving topics while a scale moves replicas, removed when it is done: the
+# operator's, so Topic resources neither show nor reset them (model/topic.py).
+THROTTLED_REPLICAS = ("leader.replication.throttled.replicas",
+                      "follower.replication.throttled.replicas")
+THROTTLED_RATES = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
 
 
 @dataclass(frozen=True)
@@ -158,3 +163,18 @@ def scale_decision(desired: int, current: int | None, image: ClusterImage,
         return ScaleDecision(current, {} if moving else moves, DRAINING, waiting=(
             f"draining brokers {sorted(removed)}: {len(moves)} partition(s) still on them"))
     return ScaleDecision(desired, {})
+
+
+def throttled_replicas(image: ClusterImage,
+                       moves: Mapping[Partition, tuple[int, ...]]) -> dict[str, dict[str, str]]:
+    """Per moving topic, the throttled-replica lists Kafka's reassignment tool sets: the
+    current replicas as leaders (they serve the copies), the new ones as followers (they
+    fetch them), so copying is held to the throttle rate and nothing else is."""
+    lists: dict[str, dict[str, list[str]]] = {}
+    for (topic, index), target in sorted(moves.items()):
+        current = image.topics[topic].assignments[index].replicas
+        sides = lists.setdefault(topic, {key: [] for key in THROTTLED_REPLICAS})
+        sides[THROTTLED_REPLICAS[0]] += [f"{index}:{b}" for b in current]
+        sides[THROTTLED_REPLICAS[1]] += [f"{index}:{b}" for b in target if b not in current]
+    return {topic: {key: ",".join(v) for key, v in sides.items() if v}
+            for topic, sides in lists.items()}

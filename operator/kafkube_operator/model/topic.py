@@ -18,6 +18,7 @@ from typing import Any
 
 from broker.cluster.image import TopicMetadata
 from broker.controller.placement import PlacementError, assign_replicas
+from kafkube_operator.model.scale import THROTTLED_REPLICAS
 from kafkube_operator.model.status import TRUE, Condition
 
 ORIGIN_ANNOTATION = "kafkube.io/origin"  # "kafka": made by the operator for a topic it found
@@ -40,6 +41,11 @@ class TopicSpec:
                    partitions=int(spec.get("partitions", 1)),
                    replication_factor=int(spec.get("replicationFactor", 3)),
                    config={k: _as_text(v) for k, v in (spec.get("config") or {}).items()})
+
+
+def user_configs(topic: TopicMetadata) -> dict[str, str]:
+    """A topic's configs without the throttle lists a scale sets and removes itself."""
+    return {k: v for k, v in topic.configs.items() if k not in THROTTLED_REPLICAS}
 
 
 def _as_text(value: object) -> str:
@@ -104,8 +110,9 @@ def topic_plan(spec: TopicSpec, current: TopicMetadata | None,
         refused.append(("PartitionsDecrease", (
             f"partitions {spec.partitions} is below the topic's {current.partitions}: "
             "Kafka only adds partitions")))
-    set_configs = {k: v for k, v in spec.config.items() if current.configs.get(k) != v}
-    delete_configs = sorted(set(current.configs) - set(spec.config))
+    configs = user_configs(current)
+    set_configs = {k: v for k, v in spec.config.items() if configs.get(k) != v}
+    delete_configs = sorted(set(configs) - set(spec.config))
     return TopicPlan(add_partitions=added, set_configs=set_configs,
                      delete_configs=delete_configs, refused=refused)
 
@@ -162,4 +169,4 @@ def mirrored_topic(cluster: str, namespace: str, topic: TopicMetadata) -> dict[s
                          "annotations": {ORIGIN_ANNOTATION: "kafka"}},
             "spec": {"cluster": cluster, "topicName": topic.name,
                      "partitions": max(1, topic.partitions), "replicationFactor": rf,
-                     "config": dict(topic.configs)}}
+                     "config": user_configs(topic)}}

@@ -13,7 +13,12 @@ from kafkube_operator.kube import ApplyError, Kube
 from kafkube_operator.model.broker_config import broker_properties
 from kafkube_operator.model.cluster import ClusterRef, desired_cluster, selector
 from kafkube_operator.model.roll import PodState, next_restart, pod_state
-from kafkube_operator.model.scale import ScaleDecision, scale_decision
+from kafkube_operator.model.scale import (
+    THROTTLED_REPLICAS,
+    ScaleDecision,
+    scale_decision,
+    throttled_replicas,
+)
 from kafkube_operator.model.status import (
     BrokerState,
     ObservedCluster,
@@ -31,6 +36,7 @@ from kafkube_operator.reconcile.views import (
 )
 
 log = logging.getLogger(__name__)
+DEFAULT_THROTTLE = 52_428_800  # crds/kafkacluster.yaml's default of throttleBytesPerSecond
 
 
 def observe(kube: Kube, view: KubernetesBackend,
@@ -145,24 +151,33 @@ def scale(kube: Kube, view: KubernetesBackend, admins: AdminClients, ref: Cluste
     phase = memory.scaling_phase or \
         ((resource.get("status") or {}).get("scaling") or {}).get("phase")
     live = {b.node_id: b.rack for b in view.live_brokers().values()}
-    decision = scale_decision(int((resource.get("spec") or {}).get("replicas", 3)), current,
-                              view.read_image(), live, phase)
+    spec = resource.get("spec") or {}
+    image = view.read_image()
+    decision = scale_decision(int(spec.get("replicas", 3)), current, image, live, phase)
     memory.scaling_phase = decision.phase
     if decision.refused and decision.refused != memory.last_refusal:
         events.warning("ScaleDownRefused", decision.refused)
     memory.last_refusal = decision.refused
-    if decision.moves:
-        try:
-            cluster_admin(admins, ref, view).reassign(decision.moves)
-        except KafkaRefused as e:
-            admins.drop((ref.namespace, ref.name))
-            events.warning("KafkaRefused", str(e))
-        else:
+    rate = int((spec.get("rebalance") or {}).get("throttleBytesPerSecond") or DEFAULT_THROTTLE)
+    try:
+        if decision.moves:
+            admin = cluster_admin(admins, ref, view)
+            admin.throttle(rate, live, throttled_replicas(image, decision.moves))
+            admin.reassign(decision.moves)
             events.info("Reassigning", f"{decision.phase}: moving {len(decision.moves)} "
-                        "partition(s): " + ", ".join(
+                        f"partition(s), throttled at {rate} B/s: " + ", ".join(
                             f"{t}-{i} to {list(r)}" for (t, i), r in
                             sorted(decision.moves.items())[:5])
                         + (" ..." if len(decision.moves) > 5 else ""))
+        elif phase is not None and decision.phase is None:
+            cluster_admin(admins, ref, view).throttle(None, live, {
+                name: dict.fromkeys(THROTTLED_REPLICAS) for name, topic in image.topics.items()
+                if set(THROTTLED_REPLICAS) & set(topic.configs)})
+            events.info("ReassignmentDone", f"{phase} done; replication throttle removed")
+    except KafkaRefused as e:
+        admins.drop((ref.namespace, ref.name))
+        events.warning("KafkaRefused", str(e))
+        memory.scaling_phase = phase  # try again on the next pass
     if current is not None and decision.statefulset_replicas != current:
         events.info("Scaling", f"StatefulSet {ref.statefulset}: {current} → "
                     f"{decision.statefulset_replicas} brokers")
