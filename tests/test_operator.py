@@ -46,21 +46,23 @@ def operators(request: pytest.FixtureRequest, control_plane: Any,
             operator.stop()
 
 
-class KafkaClusters:
-    def __init__(self, api: k8s.ApiClient, namespace: str) -> None:
+class Resources:
+    """One kind of ours in the test's namespace, through the real API server."""
+
+    def __init__(self, api: k8s.ApiClient, namespace: str, kind: str, plural: str) -> None:
         self.custom = k8s.CustomObjectsApi(api)
-        self.namespace = namespace
+        self.namespace, self.kind, self.plural = namespace, kind, plural
 
     def create(self, name: str, spec: dict) -> dict:
-        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "KafkaCluster",
+        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": self.kind,
                 "metadata": {"name": name}, "spec": spec}
         return self.custom.create_namespaced_custom_object(
-            GROUP, VERSION, self.namespace, "kafkaclusters", body)
+            GROUP, VERSION, self.namespace, self.plural, body)
 
     def get(self, name: str) -> dict | None:
         try:
             return self.custom.get_namespaced_custom_object(
-                GROUP, VERSION, self.namespace, "kafkaclusters", name)
+                GROUP, VERSION, self.namespace, self.plural, name)
         except ApiException as e:
             if e.status == 404:
                 return None
@@ -68,11 +70,11 @@ class KafkaClusters:
 
     def patch(self, name: str, spec: dict) -> dict:
         return self.custom.patch_namespaced_custom_object(
-            GROUP, VERSION, self.namespace, "kafkaclusters", name, {"spec": spec})
+            GROUP, VERSION, self.namespace, self.plural, name, {"spec": spec})
 
     def delete(self, name: str) -> None:
         self.custom.delete_namespaced_custom_object(
-            GROUP, VERSION, self.namespace, "kafkaclusters", name)
+            GROUP, VERSION, self.namespace, self.plural, name)
 
     def status_when(self, name: str, predicate, timeout: float, what: str) -> dict:
         def check() -> dict | None:
@@ -80,6 +82,14 @@ class KafkaClusters:
             return status if predicate(status) else None
 
         return wait_until(check, timeout, what)
+
+
+def kafka_clusters(api: k8s.ApiClient, namespace: str) -> Resources:
+    return Resources(api, namespace, "KafkaCluster", "kafkaclusters")
+
+
+def topic_resources(api: k8s.ApiClient, namespace: str) -> Resources:
+    return Resources(api, namespace, "Topic", "topics")
 
 
 def condition(status: dict, kind: str) -> dict:
@@ -96,7 +106,7 @@ def test_a_kafka_cluster_is_reconciled_from_its_spec_and_its_brokers(
         crd_api: k8s.ApiClient, control_plane: Any, namespace: str,
         operators: list[OperatorProcess], cluster_factory) -> None:  # noqa: F811
     operators.append(OperatorProcess(control_plane.kubeconfig, namespace))
-    clusters = KafkaClusters(crd_api, namespace)
+    clusters = kafka_clusters(crd_api, namespace)
     core, apps = k8s.CoreV1Api(crd_api), k8s.AppsV1Api(crd_api)
     created = clusters.create("alpha", {"replicas": 3, "storage": {"size": "1Gi"},
                                         "config": {"log.retention.ms": 3_600_000,
@@ -196,7 +206,7 @@ def test_a_standby_operator_takes_over_within_the_lease_duration(
     wait_until(lambda: "standby" in second.tail(), 30, "second on standby")
     assert second.metric("kafkube_operator_leader") == 0.0
 
-    clusters = KafkaClusters(crd_api, namespace)
+    clusters = kafka_clusters(crd_api, namespace)
     clusters.create("beta", {"replicas": 1})
     clusters.status_when("beta", lambda s: s.get("observedGeneration") == 1, 60,
                          "reconciled by the first")
@@ -210,38 +220,13 @@ def test_a_standby_operator_takes_over_within_the_lease_duration(
     assert "log.retention.ms=60000" in properties.data["server.properties"]
 
 
-class Topics(KafkaClusters):
-    def create(self, name: str, spec: dict) -> dict:
-        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Topic",
-                "metadata": {"name": name}, "spec": spec}
-        return self.custom.create_namespaced_custom_object(
-            GROUP, VERSION, self.namespace, "topics", body)
-
-    def get(self, name: str) -> dict | None:
-        try:
-            return self.custom.get_namespaced_custom_object(
-                GROUP, VERSION, self.namespace, "topics", name)
-        except ApiException as e:
-            if e.status == 404:
-                return None
-            raise
-
-    def patch(self, name: str, spec: dict) -> dict:
-        return self.custom.patch_namespaced_custom_object(
-            GROUP, VERSION, self.namespace, "topics", name, {"spec": spec})
-
-    def delete(self, name: str) -> None:
-        self.custom.delete_namespaced_custom_object(
-            GROUP, VERSION, self.namespace, "topics", name)
-
-
 def test_topics_are_placed_changed_deleted_and_found_through_the_cluster(
         crd_api: k8s.ApiClient, control_plane: Any, namespace: str,
         operators: list[OperatorProcess], cluster_factory) -> None:  # noqa: F811
     from confluent_kafka.admin import ConfigResource, NewTopic
 
     operators.append(OperatorProcess(control_plane.kubeconfig, namespace))
-    KafkaClusters(crd_api, namespace).create("gamma", {"replicas": 3})
+    kafka_clusters(crd_api, namespace).create("gamma", {"replicas": 3})
     cluster = cluster_factory(3, {
         "kafkube.coordination.backend": "kubernetes", "kafkube.cluster.name": "gamma",
         "kafkube.kubernetes.namespace": namespace,
@@ -250,7 +235,7 @@ def test_topics_are_placed_changed_deleted_and_found_through_the_cluster(
     for i, broker in enumerate(cluster.brokers):
         broker.overrides["broker.rack"] = "abc"[i]
     cluster.start()
-    topics = Topics(crd_api, namespace)
+    topics = topic_resources(crd_api, namespace)
 
     # 12 partitions, RF 3: one replica per rack, leaders spread evenly, status per partition.
     topics.create("orders", {"cluster": "gamma", "partitions": 12, "replicationFactor": 3,
@@ -323,7 +308,7 @@ def test_the_operator_hands_leadership_back_after_a_broker_restart(
     false (as the operator's ConfigMap says) and the operator elects preferred leaders every
     leader.imbalance.check.interval.seconds of the KafkaCluster's spec.config."""
     operators.append(OperatorProcess(control_plane.kubeconfig, namespace))
-    clusters = KafkaClusters(crd_api, namespace)
+    clusters = kafka_clusters(crd_api, namespace)
     clusters.create("delta", {"replicas": 3, "config": {
         "leader.imbalance.check.interval.seconds": 2,
         "leader.imbalance.per.broker.percentage": 10}})
@@ -336,7 +321,7 @@ def test_the_operator_hands_leadership_back_after_a_broker_restart(
         "kafkube.kubernetes.kubeconfig": str(control_plane.kubeconfig),
         "auto.leader.rebalance.enable": "false",
     })
-    Topics(crd_api, namespace).create("rebalanced", {"cluster": "delta", "partitions": 6,
+    topic_resources(crd_api, namespace).create("rebalanced", {"cluster": "delta", "partitions": 6,
                                                      "replicationFactor": 3})
     cluster.wait_for_isr("rebalanced", 3)
     # Broker 0 restarts: the partitions it led fail over to followers and stay there.
@@ -372,7 +357,7 @@ def test_scaling_moves_partitions_onto_new_brokers_and_off_removed_ones(
     """spec.replicas 3 → 5: once brokers 3 and 4 register, replicas move onto them; 5 → 3:
     they are drained before the StatefulSet shrinks; 3 → 1 with RF 3 topics: refused."""
     operators.append(OperatorProcess(control_plane.kubeconfig, namespace))
-    clusters = KafkaClusters(crd_api, namespace)
+    clusters = kafka_clusters(crd_api, namespace)
     apps = k8s.AppsV1Api(crd_api)
     clusters.create("epsilon", {"replicas": 3})
     coordination = {
@@ -381,7 +366,7 @@ def test_scaling_moves_partitions_onto_new_brokers_and_off_removed_ones(
         "kafkube.kubernetes.kubeconfig": str(control_plane.kubeconfig),
         "auto.leader.rebalance.enable": "false"}
     cluster = cluster_factory(3, coordination)
-    Topics(crd_api, namespace).create("spread", {"cluster": "epsilon", "partitions": 10,
+    topic_resources(crd_api, namespace).create("spread", {"cluster": "epsilon", "partitions": 10,
                                                  "replicationFactor": 3})
     cluster.wait_for_isr("spread", 3)
 

@@ -12,7 +12,7 @@ import logging
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -98,29 +98,27 @@ def login(memo: kopf.Memo, **_: Any) -> kopf.ConnectionInfo:
 @kopf.on.resume(*CLUSTERS)
 @kopf.on.create(*CLUSTERS)
 @kopf.on.update(*CLUSTERS)
-def cluster_changed(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
-    _reconcile(body, patch, _context(memo))
+@kopf.timer(*CLUSTERS, id="cluster_tick", interval=STATUS_INTERVAL_S, sharp=True)
+def cluster_reconcile(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
+    _reconcile("KafkaCluster", reconcile_cluster, body, patch, _context(memo))
 
 
-@kopf.timer(*CLUSTERS, interval=STATUS_INTERVAL_S, sharp=True)
-def cluster_tick(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
-    _reconcile(body, patch, _context(memo))
-
-
-def _reconcile(body: kopf.Body, patch: kopf.Patch, context: OperatorContext) -> None:
+def _reconcile(kind: str, step: Callable[..., dict], body: kopf.Body, patch: kopf.Patch,
+               context: OperatorContext) -> None:
+    """One pass of ``step`` for a resource not being deleted, timed and counted; its status
+    written back."""
     if body.metadata.get("deletionTimestamp"):
         return
     started = time.monotonic()
     try:
         with context.locks[body.metadata["uid"]]:
-            status = reconcile_cluster(context.kube, context.views, context.admins, body,
-                                       KopfEvents(body))
+            status = step(context.kube, context.views, context.admins, body, KopfEvents(body))
     except Exception:
-        metrics.RECONCILES.labels("KafkaCluster", "error").inc()
+        metrics.RECONCILES.labels(kind, "error").inc()
         raise
     finally:
-        metrics.RECONCILE_SECONDS.labels("KafkaCluster").observe(time.monotonic() - started)
-    metrics.RECONCILES.labels("KafkaCluster", "ok").inc()
+        metrics.RECONCILE_SECONDS.labels(kind).observe(time.monotonic() - started)
+    metrics.RECONCILES.labels(kind, "ok").inc()
     patch.status.update(status)
 
 
@@ -139,30 +137,9 @@ def cluster_deleted(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
 @kopf.on.resume(*TOPICS)
 @kopf.on.create(*TOPICS)
 @kopf.on.update(*TOPICS)
-def topic_changed(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
-    _reconcile_topic(body, patch, _context(memo))
-
-
-@kopf.timer(*TOPICS, interval=STATUS_INTERVAL_S, sharp=True)
-def topic_tick(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
-    _reconcile_topic(body, patch, _context(memo))
-
-
-def _reconcile_topic(body: kopf.Body, patch: kopf.Patch, context: OperatorContext) -> None:
-    if body.metadata.get("deletionTimestamp"):
-        return
-    started = time.monotonic()
-    try:
-        with context.locks[body.metadata["uid"]]:
-            status = reconcile_topic(context.kube, context.views, context.admins, body,
-                                     KopfEvents(body))
-    except Exception:
-        metrics.RECONCILES.labels("Topic", "error").inc()
-        raise
-    finally:
-        metrics.RECONCILE_SECONDS.labels("Topic").observe(time.monotonic() - started)
-    metrics.RECONCILES.labels("Topic", "ok").inc()
-    patch.status.update(status)
+@kopf.timer(*TOPICS, id="topic_tick", interval=STATUS_INTERVAL_S, sharp=True)
+def topic_reconcile(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
+    _reconcile("Topic", reconcile_topic, body, patch, _context(memo))
 
 
 @kopf.on.delete(*TOPICS)

@@ -97,6 +97,17 @@ class Brokers:
     def controller(self) -> int:
         return int(self.leases()[f"{self.name}-controller"]["spec"]["holderIdentity"])
 
+    def controller_other_than(self, victim: int, timeout: float = 120) -> int:
+        """Wait for a broker other than ``victim`` to hold the controller Lease; its id."""
+        def other() -> tuple[int] | None:  # a tuple: broker 0 is falsy
+            try:
+                holder = self.controller()
+            except (KeyError, KubectlError):
+                return None
+            return (holder,) if holder != victim else None
+
+        return wait_until(other, timeout, "another broker to take the controller Lease", 1.0)[0]
+
     def ready_pods(self) -> set[str]:
         pods = json.loads(self.kubectl(
             "get", "pods", "-l", f"app.kubernetes.io/name=kafkube,kafkube.io/cluster={self.name}",

@@ -51,14 +51,7 @@ def test_the_controller_pod_killed_during_an_acks_all_stream(brokers: Brokers) -
     led = sorted(p for p, (leader, _, _) in before.items() if leader == victim)
     killed = time.monotonic()
     brokers.kubectl("delete", "pod", f"kafkube-{victim}", "--grace-period=0", "--force")
-    def other_controller() -> tuple[int] | None:
-        try:
-            holder = brokers.controller()
-        except (KeyError, KubectlError):
-            return None
-        return (holder,) if holder != victim else None  # a tuple: broker 0 is falsy
-
-    new = wait_until(other_controller, 120, "another broker to take the controller Lease", 1.0)[0]
+    new = brokers.controller_other_than(victim)
     took_over = time.monotonic() - killed
     produced = read_produce(brokers.finish(pod, 300), history)
     drained = read_drain(brokers.run("drain", BOOTSTRAP, "e2e-failover", timeout=600), history)

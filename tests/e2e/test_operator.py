@@ -215,15 +215,7 @@ def test_a_broker_pod_deleted_with_grace_0_during_a_stream_loses_nothing(
     led = sorted(p for p, (leader, _, _) in before.items() if leader == victim)
     my_cluster.kubectl("delete", "pod", f"my-cluster-{victim}", "--grace-period=0", "--force")
 
-    def other_controller() -> tuple[int] | None:
-        try:
-            holder = my_cluster.controller()
-        except (KeyError, KubectlError):
-            return None
-        return (holder,) if holder != victim else None
-
-    new = wait_until(other_controller, 120, "another broker to take the controller Lease",
-                     1.0)[0]
+    new = my_cluster.controller_other_than(victim)
     produced = read_produce(my_cluster.finish(pod, 300), history)
     drained = read_drain(my_cluster.run("drain", my_cluster.bootstrap, "e2e-delete",
                                         timeout=600), history)
