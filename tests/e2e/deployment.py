@@ -174,3 +174,6 @@ def undeploy(cluster: Cluster) -> None:
         except KubectlError as e:
             print(e)
     cluster.kubectl("delete", "namespace", NAMESPACE, "--wait=false")
+    # The cluster-scoped part (the zone lookup) has no namespace to go with.
+    cluster.kubectl("delete", "clusterrolebinding,clusterrole", "kafkube-reference-nodes",
+                    "--ignore-not-found")
