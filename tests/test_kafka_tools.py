@@ -86,7 +86,9 @@ def test_verifiable_producer_and_consumer_lose_nothing_across_a_kill(
     cluster = cluster_factory(3, FAST)
     cluster.create_topic("verified", 3, 3, {"min.insync.replicas": 2})
     b = ("--bootstrap-server", cluster.bootstrap)
-    total = 6000
+    # 10 s at 1,500/s: partition 0 is leaderless for about broker.session.timeout.ms (3 s)
+    # after the kill, well inside the stream (at 4 s, the stream could end first).
+    total = 15000
     with kafka_tools.spawn(VERIFIABLE_PRODUCER, *b, "--topic", "verified",
                            "--max-messages", str(total), "--throughput", "1500",
                            "--acks", "-1") as producer:
@@ -107,7 +109,8 @@ def test_verifiable_producer_and_consumer_lose_nothing_across_a_kill(
         assert producer.wait(120) == 0, producer.errors[-20:]
     acked = {e["value"] for e in _events(producer.lines, "producer_send_success")}
     failures = Counter(e.get("exception") for e in _events(producer.lines, "producer_send_error"))
-    assert len(acked) > total * 0.9, f"only {len(acked)} of {total} acknowledged: {failures}"
+    # retries=0: what went to partition 0 while it had no leader failed (a third of ~3 s).
+    assert len(acked) > total * 0.75, f"only {len(acked)} of {total} acknowledged: {failures}"
     cluster.wait_for_isr("verified", 3)
     with kafka_tools.spawn(VERIFIABLE_CONSUMER, *b, "--topic", "verified",
                            "--group-id", "verifier", "--verbose",
