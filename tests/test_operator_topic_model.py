@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from broker.cluster.image import PartitionState, TopicMetadata
 from kafkube_operator.model.topic import (
     TopicSpec,
+    deleted_through_kafka,
     mirrored_topic,
     placement,
     resource_name,
@@ -131,3 +132,17 @@ def test_a_mirrored_topic_keeps_what_kafka_has() -> None:
     assert resource["metadata"]["annotations"] == {"kafkube.io/origin": "kafka"}
     # Its own spec, read back, plans nothing.
     assert topic_plan(TopicSpec.of(resource), current, {0: None, 1: None}).empty
+
+
+def test_only_a_seen_mirror_goes_with_its_topic_and_a_users_topic_is_made_again() -> None:
+    current = existing([(0, 1)])
+    mirror = mirrored_topic("prod", "kafka", current)
+    seen = {**mirror, "status": {"topicId": current.topic_id}}
+    assert deleted_through_kafka(seen, exists=False)
+    assert not deleted_through_kafka(seen, exists=True)
+    assert not deleted_through_kafka(mirror, exists=False)  # never seen: not yet in the image
+    terminating = {**seen, "metadata": {**seen["metadata"], "deletionTimestamp": NOW}}
+    assert not deleted_through_kafka(terminating, exists=False)
+    users = {**seen, "metadata": {"name": "orders", "namespace": "kafka"}}
+    assert not deleted_through_kafka(users, exists=False)
+    assert topic_plan(TopicSpec.of(users), None, {0: None, 1: None}).create is not None

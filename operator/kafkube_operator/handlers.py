@@ -8,6 +8,7 @@ one KafkaCluster from reconciling it at the same time.
 
 from __future__ import annotations
 
+import copy
 import logging
 import threading
 import time
@@ -80,6 +81,11 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     settings.watching.server_timeout = 300
     settings.execution.max_workers = 8
+    # A resource deleted while its timer runs keeps its finalizer until the timer has exited;
+    # kopf re-checks every `cancellation_polling` seconds (60 by default), which held a
+    # deleted Topic for a minute. A pass ends within seconds, so check each second.
+    settings.background.instant_exit_timeout = 1.0
+    settings.background.cancellation_polling = 1
 
 
 @kopf.on.login()
@@ -112,7 +118,11 @@ def _reconcile(kind: str, step: Callable[..., dict], body: kopf.Body, patch: kop
     started = time.monotonic()
     try:
         with context.locks[body.metadata["uid"]]:
-            status = step(context.kube, context.views, context.admins, body, KopfEvents(body))
+            # kopf's body is a live view that a watch event can swap mid-pass; a pass works
+            # on one snapshot, so the observedGeneration it writes is the spec it applied.
+            resource = copy.deepcopy(dict(body))
+            status = step(context.kube, context.views, context.admins, resource,
+                          KopfEvents(body))
     except Exception:
         metrics.RECONCILES.labels(kind, "error").inc()
         raise

@@ -159,6 +159,17 @@ def resource_name(topic: str) -> str:
     return f"{cleaned}-{hashlib.sha256(topic.encode()).hexdigest()[:8]}"
 
 
+def deleted_through_kafka(resource: Mapping, exists: bool) -> bool:
+    """A Topic the operator made for a topic it found, whose topic has since been deleted
+    through the Kafka API: the resource goes too. Only once its status has shown the topic
+    (a ``topicId``), so a mirror is never removed before it was seen; a Topic a user wrote
+    is the topic's source of truth instead, and its topic is created again."""
+    meta = resource.get("metadata") or {}
+    return (not exists and (meta.get("annotations") or {}).get(ORIGIN_ANNOTATION) == "kafka"
+            and bool((resource.get("status") or {}).get("topicId"))
+            and not meta.get("deletionTimestamp"))
+
+
 def mirrored_topic(cluster: str, namespace: str, topic: TopicMetadata) -> dict[str, Any]:
     """A Topic resource for a topic created through the Kafka API (kafka-topics, a client's
     auto-creation), so `kubectl get topics` lists it; from then on the resource rules it."""

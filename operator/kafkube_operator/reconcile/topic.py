@@ -13,8 +13,8 @@ from kafkube_operator.kafka import AdminClients, KafkaRefused
 from kafkube_operator.kube import Kube
 from kafkube_operator.model.cluster import API_VERSION, ClusterRef
 from kafkube_operator.model.topic import (
-    ORIGIN_ANNOTATION,
     TopicSpec,
+    deleted_through_kafka,
     mirrored_topic,
     topic_plan,
     topic_status,
@@ -52,6 +52,10 @@ def reconcile_topic(kube: Kube, views: ClusterViews, admins: AdminClients, resou
     view = views.of(ref)
     brokers = {b.node_id: b.rack for b in view.live_brokers().values()}
     current = view.read_image().topics.get(spec.name)
+    if deleted_through_kafka(resource, current is not None):
+        # Not created again: the cluster's pass would remove the resource a moment later.
+        _remove_mirror(kube, resource, events)
+        return dict(resource.get("status") or {})
     plan = topic_plan(spec, current, brokers)
     problems = list(plan.refused)
     if not plan.empty:
@@ -119,11 +123,12 @@ def mirror_topics(kube: Kube, ref: ClusterRef, image: ClusterImage, events: Even
         events.info("TopicFound", f"topic {name}, created through the Kafka API, is now "
                     f"Topic {mirror['metadata']['name']}")
     for resource in resources:
-        meta = resource["metadata"]
-        from_kafka = (meta.get("annotations") or {}).get(ORIGIN_ANNOTATION) == "kafka"
-        seen = (resource.get("status") or {}).get("topicId")
-        if from_kafka and seen and TopicSpec.of(resource).name not in image.topics \
-                and not meta.get("deletionTimestamp"):
-            kube.delete(API_VERSION, "Topic", meta["name"], ref.namespace)
-            events.info("TopicGone", f"topic {TopicSpec.of(resource).name} was deleted "
-                        f"through the Kafka API: Topic {meta['name']} removed")
+        if deleted_through_kafka(resource, TopicSpec.of(resource).name in image.topics):
+            _remove_mirror(kube, resource, events)
+
+
+def _remove_mirror(kube: Kube, resource: Mapping, events: Events) -> None:
+    meta = resource["metadata"]
+    kube.delete(API_VERSION, "Topic", meta["name"], meta["namespace"])
+    events.info("TopicGone", f"topic {TopicSpec.of(resource).name} was deleted through the "
+                f"Kafka API: Topic {meta['name']} removed")
