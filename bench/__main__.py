@@ -1,4 +1,4 @@
-"""``python -m bench {produce,consume,all,group,failover,replicated,compare}``: broker benchmarks.
+"""``python -m bench {produce,consume,all,group,failover,replicated,compare,spark}``: benchmarks.
 
 produce/consume/all/group measure one broker's throughput against the issue's floor. Every
 run starts a fresh broker on an empty temp dir (so earlier runs cannot warm or fill
@@ -8,7 +8,8 @@ failover (time a partition is unavailable after its leader is SIGKILLed) and rep
 (acks=all RF 3 produce throughput against acks=1 RF 1) run on a fresh 3-broker cluster.
 
 compare runs the issue-5 workloads against Apache Kafka and kafkube, one after the other
-(``python -m bench compare -h``).
+(``python -m bench compare -h``); spark, the Spark job's read throughput from both
+(``python -m bench spark -h``).
 """
 
 from __future__ import annotations
@@ -154,13 +155,18 @@ def main(argv: list[str] | None = None) -> int:
         from bench import compare
 
         return compare.main(argv[1:])
+    if argv[:1] == ["spark"]:  # the Spark job's read throughput, beside Apache Kafka
+        from bench import spark
+
+        return spark.main(argv[1:])
     if argv[:1] == ["fuzz"]:  # structure-aware fuzzing of every API; its own options
         from bench import fuzz
 
         return fuzz.main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("name", choices=["produce", "consume", "all", "group", "failover",
-                                         "replicated", "requests", "compare", "fuzz"])
+                                         "replicated", "requests", "compare", "fuzz",
+                                         "spark"])
     parser.add_argument("--members", type=_positive, default=3,
                         help="consumer processes in the group, for 'group' (3)")
     parser.add_argument("--records", type=_positive, default=None,

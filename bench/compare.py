@@ -155,14 +155,14 @@ def _silent_logger() -> Any:
 
 
 def create_topic(env: Running, topic: str, rf: int, config: dict[str, str],
-                 timeout: float = 60.0) -> None:
-    """Create ``topic`` (``PARTITIONS`` partitions) and wait until every partition has a
-    leader and a full ISR in three metadata answers in a row."""
+                 timeout: float = 60.0, partitions: int = PARTITIONS) -> None:
+    """Create ``topic`` (``PARTITIONS`` partitions unless told) and wait until every
+    partition has a leader and a full ISR in three metadata answers in a row."""
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": env.bootstrap, "logger": _silent_logger()})
-    futures = admin.create_topics([NewTopic(topic, PARTITIONS, rf, config=config)],
+    futures = admin.create_topics([NewTopic(topic, partitions, rf, config=config)],
                                   request_timeout=30)
     futures[topic].result(timeout)
     streak = [0]
@@ -173,11 +173,11 @@ def create_topic(env: Running, topic: str, rf: int, config: dict[str, str],
         except KafkaException:
             return False
         found = meta.topics.get(topic)
-        ok = (found is not None and found.error is None and len(found.partitions) == PARTITIONS
+        ok = (found is not None and found.error is None and len(found.partitions) == partitions
               and all(p.leader >= 0 and len(p.isrs) == rf for p in found.partitions.values()))
         streak[0] = streak[0] + 1 if ok else 0
         return streak[0] >= 3
-    wait_until(ready, timeout, f"{topic}: {PARTITIONS} partitions led, ISR of {rf}")
+    wait_until(ready, timeout, f"{topic}: {partitions} partitions led, ISR of {rf}")
 
 
 class Meter:

@@ -5,6 +5,7 @@
 # image, and the e2e suite's client image (kafkube-workload.oci.tar beside it).
 #
 #   bash scripts/image.sh            # prints the broker image archive's path
+#   bash scripts/image.sh spark      # the Spark image (spark/Dockerfile); prints its archive
 #
 # Elsewhere `docker build -t kafkube:dev .` (after `pip wheel -w build/wheels .`) builds the
 # same image from python:3.11-slim. The base and the archive are cached under ~/.cache/kafkube.
@@ -31,21 +32,51 @@ export CONTAINERS_CONF="$CACHE/containers.conf"
 printf '[containers]\ndefault_ulimits = []\n' > "$CONTAINERS_CONF"
 PODMAN=(podman --runtime runc --cgroup-manager=cgroupfs)
 
-if ! "${PODMAN[@]}" image exists "$BASE"; then
-  if [ ! -f "$IMAGES/kafkube-base-bookworm.tar" ]; then
-    mirror=$(sed -n 's/^URIs: *\(http[^ ]*\).*/\1/p' /etc/apt/sources.list.d/debian.sources \
-      2>/dev/null | head -1)
-    rootfs=$(mktemp -d)
-    debootstrap --variant=minbase --include=python3,python3-venv bookworm "$rootfs" \
-      "${mirror:-http://deb.debian.org/debian}" >/dev/null
-    rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
-    tar -C "$rootfs" -c . | "${PODMAN[@]}" import - "$BASE" >/dev/null
-    rm -rf "$rootfs"
-    "${PODMAN[@]}" save -o "$IMAGES/kafkube-base-bookworm.tar" "$BASE" >/dev/null
-  else
-    "${PODMAN[@]}" load -i "$IMAGES/kafkube-base-bookworm.tar" >/dev/null
+# ensure_base IMAGE ARCHIVE PACKAGES: a Debian bookworm base made with debootstrap (minbase
+# plus PACKAGES, comma-separated), imported into podman and cached as ARCHIVE.
+ensure_base() {
+  local image=$1 archive=$2 packages=$3 mirror rootfs
+  "${PODMAN[@]}" image exists "$image" && return 0
+  if [ -f "$archive" ]; then
+    "${PODMAN[@]}" load -i "$archive" >/dev/null
+    return 0
   fi
+  mirror=$(sed -n 's/^URIs: *\(http[^ ]*\).*/\1/p' /etc/apt/sources.list.d/debian.sources \
+    2>/dev/null | head -1)
+  rootfs=$(mktemp -d)
+  debootstrap --variant=minbase --include="$packages" bookworm "$rootfs" \
+    "${mirror:-http://deb.debian.org/debian}" >/dev/null
+  rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
+  tar -C "$rootfs" -c . | "${PODMAN[@]}" import - "$image" >/dev/null
+  rm -rf "$rootfs"
+  "${PODMAN[@]}" save -o "$archive" "$image" >/dev/null
+}
+
+if [ "${1:-}" = spark ]; then
+  # The Spark image (spark/Dockerfile): its base has a JRE too; pyspark, pyarrow and the
+  # Kafka connector's jars come from the host's caches.
+  SPARK_BASE=localhost/kafkube-spark-base:bookworm
+  SPARK_IMAGE="${KAFKUBE_SPARK_IMAGE:-localhost/kafkube-spark:dev}"
+  ensure_base "$SPARK_BASE" "$IMAGES/kafkube-spark-base-bookworm.tar" \
+    python3,python3-venv,openjdk-17-jre-headless,procps
+  rm -rf build/spark-wheels build/spark-jars
+  pins=$(python3 -c 'import re, sys; text = open("pyproject.toml").read()
+spark = re.search(r"^spark = \[(.*?)\]", text, re.S | re.M).group(1)
+print(" ".join(re.findall(r"\"((?:pyspark|pyarrow)[^\"]*)\"", spark)))')
+  # shellcheck disable=SC2086  # the pins are words
+  PIP_CACHE_DIR="$CACHE/pip" .venv/bin/pip wheel -q -w build/spark-wheels $pins >/dev/null
+  mkdir -p build/spark-jars
+  cp "$(bash spark/setup.sh)"/*.jar build/spark-jars/
+  buildah bud -q --isolation chroot --network host --runtime runc \
+    --build-arg BASE="$SPARK_BASE" -f spark/Dockerfile -t "$SPARK_IMAGE" . >/dev/null
+  archive="$IMAGES/kafkube-spark.oci.tar"
+  rm -f "$archive"
+  buildah push -q "$SPARK_IMAGE" "oci-archive:$archive:$SPARK_IMAGE" >/dev/null
+  echo "$archive"
+  exit 0
 fi
+
+ensure_base "$BASE" "$IMAGES/kafkube-base-bookworm.tar" python3,python3-venv
 
 rm -rf build/wheels
 PIP_CACHE_DIR="$CACHE/pip" .venv/bin/pip wheel -q -w build/wheels . >/dev/null

@@ -32,7 +32,7 @@ fi
 stamp=".venv/.installed-$(cat pyproject.toml broker/protocol/*.c | sha1sum | cut -c1-12)"
 if [ ! -f "$stamp" ]; then
   PIP_CACHE_DIR="$CACHE/pip" .venv/bin/pip install -q --upgrade pip
-  PIP_CACHE_DIR="$CACHE/pip" .venv/bin/pip install -q -e '.[test]'
+  PIP_CACHE_DIR="$CACHE/pip" .venv/bin/pip install -q -e '.[test,spark]'
   touch "$stamp"
 fi
 
@@ -46,6 +46,9 @@ bash scripts/third_party_crds.sh >/dev/null
 
 # Apache Kafka's own jars: the command-line tools the tests run, and the broker `bench compare` runs.
 bash bench/setup_kafka.sh >/dev/null
+
+# Spark's Kafka source and sink for the jobs in spark/ (pyspark does not ship them).
+bash spark/setup.sh >/dev/null
 
 if [ -f tests/clients/java/setup.sh ]; then
   bash tests/clients/java/setup.sh

@@ -15,7 +15,7 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 
-from kafkube_operator.kube import Kube
+from kafkube_operator.kube import ApplyError, Kube
 from kafkube_operator.model.cluster import ClusterRef, desired_cluster, role
 from tests.conftest import wait_until
 
@@ -112,8 +112,8 @@ def test_the_operator_holds_every_permission_it_uses_and_grants() -> None:
 
 @pytest.fixture(scope="module")
 def kube(crd_api: k8s.ApiClient) -> Iterator[Kube]:
-    """Our CRDs and the Prometheus Operator's ServiceMonitor and PodMonitor installed, and
-    the namespaces the manifests name."""
+    """Our CRDs, the Prometheus Operator's ServiceMonitor and PodMonitor and the Spark
+    Operator's SparkApplication installed, and the namespaces the manifests name."""
     out = run("bash", "scripts/third_party_crds.sh")
     assert out.returncode == 0, out.stderr
     kube = Kube(crd_api)
@@ -167,6 +167,23 @@ def test_the_examples_and_the_operator_golden_files_are_accepted_by_the_api_serv
     for golden in sorted((REPO / "tests" / "golden" / "operator").glob("*.yaml")):
         docs = [d for d in yaml.safe_load_all(golden.read_text()) if d]
         assert "StatefulSet" in dry_run_all(kube, docs), golden.name
+
+
+def test_the_spark_manifests_are_accepted_by_the_api_server(kube: Kube) -> None:
+    """spark/k8s against the Kubeflow Spark Operator's own SparkApplication CRD and the core
+    kinds: a field the CRD does not know is refused, not dropped."""
+    namespace = f"spark-{uuid.uuid4().hex[:6]}"
+    k8s.CoreV1Api(kube.api).create_namespace(
+        k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=namespace)))
+    docs = [d for p in sorted((REPO / "spark" / "k8s").glob("*.yaml"))
+            for d in yaml.safe_load_all(p.read_text()) if d]
+    assert sorted(dry_run_all(kube, docs, namespace)) == sorted([
+        "ServiceAccount", "Role", "RoleBinding", "SparkApplication", "PersistentVolumeClaim",
+        "SparkApplication", "Topic"])
+    app = next(d for d in docs if d["kind"] == "SparkApplication")
+    wrong = {**app, "spec": {**app["spec"], "driver": {**app["spec"]["driver"], "cores": "x"}}}
+    with pytest.raises(ApplyError, match="cores"):
+        dry_run_all(kube, [wrong], namespace)
 
 
 def test_the_examples_configs_are_all_applied() -> None:

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.e2e.deployment import NAMESPACE, WORKLOAD_IMAGE
+from tests.e2e.operated import installed_operator
 from tests.e2e.platform import (
     KIND_SH,
     Cluster,
@@ -110,3 +111,10 @@ def kube_namespace(kind_cluster: Cluster) -> Iterator[str]:
     finally:
         with contextlib.suppress(KubectlError):
             kind_cluster.kubectl("delete", "namespace", name, "--wait=false")
+
+
+@pytest.fixture(scope="module")
+def operator(kind_cluster: Cluster) -> Iterator[Cluster]:
+    """The operator's chart installed for the module's scenarios, uninstalled after them."""
+    with installed_operator(kind_cluster) as cluster:
+        yield cluster

@@ -101,8 +101,10 @@ def parse_up_output(stdout: str) -> dict[str, str]:
 
 
 def build_images() -> None:
-    """The broker and workload images from the working tree, so the suite tests this code."""
+    """The broker, workload and Spark images from the working tree, so the suite tests this
+    code."""
     run_script([str(IMAGE_SH)], timeout=1800)
+    run_script([str(IMAGE_SH), "spark"], timeout=1800)
 
 
 def kind_up(name: str) -> Cluster:

@@ -5,71 +5,23 @@ conditions `kubectl wait` waits on, what is left after a delete."""
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import json
-import subprocess
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
 from tests.conftest import wait_until
 from tests.e2e.deployment import Brokers
 from tests.e2e.history import read_drain, read_produce
+from tests.e2e.operated import OPERATOR_NAMESPACE, example_cluster, namespace_of
 from tests.e2e.platform import Cluster, KubectlError
 from tests.e2e.streams import checked, stream, unwritable
 from tests.queue_checker import History
 
 REPO = Path(__file__).resolve().parents[2]
-OPERATOR_NAMESPACE = "kafkube-system"
-
-
-def helm_binary() -> str:
-    out = subprocess.run(["bash", str(REPO / "scripts" / "helm.sh")], capture_output=True,
-                         text=True, timeout=600, check=True)
-    return out.stdout.strip()
-
-
-@pytest.fixture(scope="module")
-def operator(kind_cluster: Cluster) -> Iterator[Cluster]:
-    """The chart installed as a user would, with a short operator lease for scenario 7."""
-    helm = helm_binary()
-    kind_cluster.run_in_netns(
-        [helm, "install", "kafkube-operator", str(REPO / "charts" / "kafkube-operator"),
-         "--namespace", OPERATOR_NAMESPACE, "--create-namespace", "--wait", "--timeout", "300s",
-         "--set", "leaseDurationSeconds=10"], timeout=360)
-    try:
-        yield kind_cluster
-    finally:
-        for what in ("pods", "leases"):
-            with contextlib.suppress(KubectlError):
-                print(kind_cluster.kubectl("-n", OPERATOR_NAMESPACE, "get", what, "-o", "wide"))
-        with contextlib.suppress(KubectlError):
-            for pod in kind_cluster.kubectl(
-                    "-n", OPERATOR_NAMESPACE, "get", "pods", "-o", "name").split():
-                print(f"--- {pod}\n" + kind_cluster.kubectl(
-                    "-n", OPERATOR_NAMESPACE, "logs", pod, "--tail=60"))
-        kind_cluster.run_in_netns([helm, "uninstall", "kafkube-operator", "--namespace",
-                                   OPERATOR_NAMESPACE, "--wait"], timeout=180, check=False)
-        kind_cluster.kubectl("delete", "namespace", OPERATOR_NAMESPACE, "--wait=false")
-
-
-@contextlib.contextmanager
-def namespace_of(cluster: Cluster) -> Iterator[str]:
-    """A namespace of the scenario's own; what was in it printed, then deleted."""
-    name = f"kafka-{uuid.uuid4().hex[:6]}"
-    cluster.kubectl("create", "namespace", name)
-    try:
-        yield name
-    finally:
-        with contextlib.suppress(KubectlError):
-            print(cluster.kubectl("-n", name, "get", "kafkaclusters,topics,statefulsets,pods,"
-                                  "pvc,events", "-o", "wide"))
-        cluster.kubectl("delete", "namespace", name, "--wait=false")
 
 
 @pytest.fixture(scope="module")
@@ -80,14 +32,6 @@ def my_cluster(operator: Cluster) -> Iterator[Brokers]:
         operator.kubectl("-n", namespace, "wait", "kafkacluster/my-cluster",
                          "--for=condition=Ready", "--timeout=420s", timeout=450)
         yield Brokers(operator, namespace, "my-cluster")
-
-
-def example_cluster(name: str, replicas: int = 3) -> str:
-    """examples/kafkacluster.yaml with a small claim, as a user would start from it."""
-    resource = yaml.safe_load((REPO / "examples" / "kafkacluster.yaml").read_text())
-    resource["metadata"]["name"] = name
-    resource["spec"].update(replicas=replicas, storage={"size": "1Gi", "deleteClaim": False})
-    return json.dumps(resource)
 
 
 def get_table(cluster: Cluster, namespace: str, kind: str) -> list[list[str]]:

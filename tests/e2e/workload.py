@@ -18,6 +18,8 @@ side (tests/queue_checker.py) to judge:
     drain BOOTSTRAP TOPIC
         R <partition> <offset> <value>          every record, from the log start to the
         D <records>                             high watermark of each partition
+    orders BOOTSTRAP TOPIC --count N            the Spark pipeline's sample orders
+        O <delivered>                           (kafkube_spark.events, seed 7)
 
 Values are ``v-<i>``. Bounded by count and time, so a broken cluster ends the pod, not the
 test's patience.
@@ -144,6 +146,14 @@ def describe(args: argparse.Namespace) -> int:
     return 0
 
 
+def sample_orders(args: argparse.Namespace) -> int:
+    from kafkube_spark.events import orders, produce
+
+    delivered = produce(args.bootstrap, args.topic, orders(args.count))
+    print(f"O {len(delivered)}", flush=True)
+    return 0
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="workload", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -172,9 +182,13 @@ def main(argv: list[str]) -> int:
     e = sub.add_parser("describe")
     e.add_argument("bootstrap")
     e.add_argument("topic")
+    o = sub.add_parser("orders")
+    o.add_argument("bootstrap")
+    o.add_argument("topic")
+    o.add_argument("--count", type=int, default=5000)
     args = parser.parse_args(argv)
     modes = {"produce": produce, "drain": drain, "create-topic": create_topic,
-             "describe": describe}
+             "describe": describe, "orders": sample_orders}
     return modes[args.mode](args)
 
 

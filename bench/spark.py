@@ -1,0 +1,147 @@
+"""``python -m bench spark``: the Spark batch job's read throughput from kafkube and from
+Apache Kafka on this machine, in one run, as a ratio.
+
+Each system gets a fresh 1-broker cluster (the settings of ``bench compare``), a topic of
+``--partitions`` partitions filled with ``--records`` sample orders (kafkube_spark.events:
+JSON values of about 110 bytes), and then, in one Spark session (``local[2]``, started once
+and warmed up on each cluster before anything is timed), two reads of the whole topic,
+``--runs`` times each, the systems interleaved (Kafka, kafkube, Kafka, kafkube, ...):
+
+- **read**: Spark's Kafka source alone (``count`` and the sum of value lengths);
+- **job**: the batch job's plan (kafkube_spark.pipeline: parse JSON, totals per minute and
+  category).
+
+Figures are the median over the runs, with min-max, in records/s and MB/s of record values.
+Both clusters stay up for the whole run (2 cores: the idle one costs next to nothing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from bench import kafka
+from bench.compare import SYSTEMS, Running, create_topic, running
+
+TOPIC = "orders"
+
+
+@dataclass
+class Run:
+    system: str
+    kind: str  # "read" or "job"
+    seconds: float
+    records: int
+    value_bytes: int
+
+    @property
+    def records_per_s(self) -> float:
+        return self.records / self.seconds
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.value_bytes / self.seconds / 1e6
+
+
+def fill(env: Running, records: int, partitions: int) -> None:
+    from kafkube_spark.events import orders, produce
+
+    create_topic(env, TOPIC, 1, {}, partitions=partitions)
+    produce(env.bootstrap, TOPIC, orders(records), {"enable.idempotence": False,
+                                                    "acks": "1", "linger.ms": 50})
+
+
+def timed_read(spark: Any, bootstrap: str, kind: str) -> tuple[float, int, int]:
+    from pyspark.sql import functions as F
+
+    from kafkube_spark.pipeline import kafka_options, parse_orders, window_totals
+
+    source = spark.read.format("kafka").options(**kafka_options(bootstrap, TOPIC)) \
+        .option("startingOffsets", "earliest").option("endingOffsets", "latest").load()
+    started = time.perf_counter()
+    if kind == "read":
+        row = source.agg(F.count(F.lit(1)).alias("n"),
+                         F.sum(F.length("value")).alias("bytes")).collect()[0]
+        n, size = row["n"], row["bytes"]
+    else:
+        totals = window_totals(parse_orders(source)).agg(
+            F.sum("orders").alias("n")).collect()[0]
+        n, size = totals["n"], -1
+    return time.perf_counter() - started, n, size
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench spark", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--records", type=int, default=1_000_000, help="orders (1000000)")
+    parser.add_argument("--partitions", type=int, default=4, help="topic partitions (4)")
+    parser.add_argument("--runs", type=int, default=3, help="timed runs per system (3)")
+    parser.add_argument("--kafka-heap", default="1G", help="Kafka's -Xmx/-Xms (1G)")
+    parser.add_argument("--keep", action="store_true", help="keep the clusters' data dirs")
+    args = parser.parse_args(argv)
+    if args.records < 1 or args.runs < 1 or args.partitions < 1:
+        parser.error("--records, --runs and --partitions must be at least 1")
+
+    from kafkube_spark.session import spark_session
+
+    t0 = time.monotonic()
+
+    def log(text: str) -> None:
+        print(f"[{time.monotonic() - t0:7.1f}s] {text}", flush=True)
+
+    libs = kafka.ensure_jars()
+    runs: list[Run] = []
+    with contextlib.ExitStack() as stack:
+        envs = {system: stack.enter_context(running(system, 1, args, libs))
+                for system in SYSTEMS}
+        for system, env in envs.items():
+            log(f"{system}: filling {TOPIC} with {args.records} orders")
+            fill(env, args.records, args.partitions)
+        spark = spark_session("bench-spark-read", "local[2]")
+        stack.callback(spark.stop)
+        value_bytes = {}
+        for system, env in envs.items():  # warm-up: the JIT, the connector's consumer pool
+            _, n, size = timed_read(spark, env.bootstrap, "read")
+            if n != args.records:
+                raise SystemExit(f"{system}: Spark read {n} records of {args.records}")
+            value_bytes[system] = size
+            timed_read(spark, env.bootstrap, "job")
+        for i in range(args.runs):
+            for kind in ("read", "job"):
+                for system, env in envs.items():
+                    seconds, n, _ = timed_read(spark, env.bootstrap, kind)
+                    if n != args.records:
+                        raise SystemExit(f"{system} {kind}: {n} records of {args.records}")
+                    runs.append(Run(system, kind, seconds, n, value_bytes[system]))
+                    log(f"run {i + 1} {kind:<4} {system:<7} {seconds:6.2f}s "
+                        f"{n / seconds:>10,.0f} records/s")
+    print()
+    print(report(runs, args, " ".join(["python -m bench spark", *argv])))
+    return 0
+
+
+def report(runs: list[Run], args: argparse.Namespace, command: str) -> str:
+    lines = [f"`{command}`: {args.records} orders, {args.partitions} partitions, 1 broker, "
+             f"Spark local[2], median of {args.runs} (min-max)", "",
+             "| read | system | records/s | MB/s | kafkube / Kafka |", "|---|---|---|---|---|"]
+    for kind in ("read", "job"):
+        medians = {}
+        for system in SYSTEMS:
+            mine = [r for r in runs if r.system == system and r.kind == kind]
+            rates = [r.records_per_s for r in mine]
+            medians[system] = statistics.median(rates)
+            mbs = statistics.median(r.mb_per_s for r in mine)
+            ratio = f"{medians['kafkube'] / medians['kafka']:.2f}" \
+                if system == "kafkube" else ""
+            lines.append(f"| {kind} | {system} | {medians[system]:,.0f} "
+                         f"({min(rates):,.0f}-{max(rates):,.0f}) | {mbs:.1f} | {ratio} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

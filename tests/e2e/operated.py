@@ -1,0 +1,72 @@
+"""The operator on the suite's cluster, installed as a user installs it (`helm install` of
+charts/kafkube-operator), and the helpers of the scenarios that apply KafkaClusters to it
+(tests/e2e/test_operator.py, tests/e2e/test_spark.py)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import yaml
+
+from tests.e2e.platform import Cluster, KubectlError
+
+REPO = Path(__file__).resolve().parents[2]
+OPERATOR_NAMESPACE = "kafkube-system"
+
+
+def helm_binary() -> str:
+    out = subprocess.run(["bash", str(REPO / "scripts" / "helm.sh")], capture_output=True,
+                         text=True, timeout=600, check=True)
+    return out.stdout.strip()
+
+
+@contextlib.contextmanager
+def installed_operator(cluster: Cluster) -> Iterator[Cluster]:
+    """The chart installed, with a short operator lease (the failover scenario waits on it);
+    what it did printed and the chart uninstalled afterwards."""
+    helm = helm_binary()
+    cluster.run_in_netns(
+        [helm, "install", "kafkube-operator", str(REPO / "charts" / "kafkube-operator"),
+         "--namespace", OPERATOR_NAMESPACE, "--create-namespace", "--wait", "--timeout", "300s",
+         "--set", "leaseDurationSeconds=10"], timeout=360)
+    try:
+        yield cluster
+    finally:
+        for what in ("pods", "leases"):
+            with contextlib.suppress(KubectlError):
+                print(cluster.kubectl("-n", OPERATOR_NAMESPACE, "get", what, "-o", "wide"))
+        with contextlib.suppress(KubectlError):
+            for pod in cluster.kubectl(
+                    "-n", OPERATOR_NAMESPACE, "get", "pods", "-o", "name").split():
+                print(f"--- {pod}\n" + cluster.kubectl(
+                    "-n", OPERATOR_NAMESPACE, "logs", pod, "--tail=60"))
+        cluster.run_in_netns([helm, "uninstall", "kafkube-operator", "--namespace",
+                              OPERATOR_NAMESPACE, "--wait"], timeout=180, check=False)
+        cluster.kubectl("delete", "namespace", OPERATOR_NAMESPACE, "--wait=false")
+
+
+@contextlib.contextmanager
+def namespace_of(cluster: Cluster) -> Iterator[str]:
+    """A namespace of the scenario's own; what was in it printed, then deleted."""
+    name = f"kafka-{uuid.uuid4().hex[:6]}"
+    cluster.kubectl("create", "namespace", name)
+    try:
+        yield name
+    finally:
+        with contextlib.suppress(KubectlError):
+            print(cluster.kubectl("-n", name, "get", "kafkaclusters,topics,statefulsets,pods,"
+                                  "pvc,events", "-o", "wide"))
+        cluster.kubectl("delete", "namespace", name, "--wait=false")
+
+
+def example_cluster(name: str, replicas: int = 3) -> str:
+    """examples/kafkacluster.yaml with a small claim, as a user would start from it."""
+    resource = yaml.safe_load((REPO / "examples" / "kafkacluster.yaml").read_text())
+    resource["metadata"]["name"] = name
+    resource["spec"].update(replicas=replicas, storage={"size": "1Gi", "deleteClaim": False})
+    return json.dumps(resource)

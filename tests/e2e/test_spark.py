@@ -1,0 +1,80 @@
+"""The Spark pipeline on Kubernetes: `spark/k8s/submit.sh batch` (spark-submit --master
+k8s://, cluster mode) runs the batch job as a driver pod and executor pods of the Spark image
+against a KafkaCluster made by the operator, and the totals it writes to the result topic
+equal the ones computed from the events in plain Python."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kafkube_spark.events import Total, expected_totals, orders
+from tests.e2e.deployment import Brokers
+from tests.e2e.operated import example_cluster, namespace_of
+from tests.e2e.platform import Cluster
+
+REPO = Path(__file__).resolve().parents[2]
+EVENTS = 5000
+
+
+@pytest.fixture(scope="module")
+def pipeline_cluster(operator: Cluster) -> Iterator[Brokers]:
+    """my-cluster with the pipeline's Topics and the driver's RBAC, applied with kubectl from
+    the files a user would apply."""
+    with namespace_of(operator) as namespace:
+        operator.apply(example_cluster("my-cluster"), namespace=namespace)
+        operator.kubectl("-n", namespace, "wait", "kafkacluster/my-cluster",
+                         "--for=condition=Ready", "--timeout=420s", timeout=450)
+        for manifest in ("examples/topic.yaml", "spark/k8s/topics.yaml", "spark/k8s/rbac.yaml"):
+            operator.apply((REPO / manifest).read_text(), namespace=namespace)
+        operator.kubectl("-n", namespace, "wait", "topic/orders", "topic/order-totals",
+                         "--for=condition=Ready", "--timeout=120s", timeout=150)
+        yield Brokers(operator, namespace, "my-cluster")
+
+
+def api_server(cluster: Cluster) -> str:
+    config = yaml.safe_load(cluster.kubeconfig.read_text())
+    return config["clusters"][0]["cluster"]["server"]
+
+
+def test_spark_submit_runs_the_batch_job_in_pods_and_its_totals_are_exact(
+        pipeline_cluster: Brokers) -> None:
+    brokers, cluster, namespace = pipeline_cluster, pipeline_cluster.cluster, \
+        pipeline_cluster.namespace
+    assert brokers.run("orders", brokers.bootstrap, "orders", "--count", str(EVENTS)) \
+        == [f"O {EVENTS}"]
+
+    spark_submit = str(Path(sys.executable).parent / "spark-submit")
+    submitted = cluster.run_in_netns(
+        ["env", f"NAMESPACE={namespace}", "KAFKA_CLUSTER=my-cluster",
+         f"K8S_MASTER={api_server(cluster)}", f"SPARK_SUBMIT={spark_submit}",
+         "bash", str(REPO / "spark" / "k8s" / "submit.sh"), "batch"],
+        timeout=900, check=False)
+    driver = cluster.kubectl("-n", namespace, "get", "pods", "-l", "spark-role=driver",
+                             "-o", "jsonpath={.items[0].metadata.name}")
+    log = cluster.kubectl("-n", namespace, "logs", driver, timeout=120)
+    phase = cluster.kubectl("-n", namespace, "get", "pod", driver, "-o",
+                            "jsonpath={.status.phase}")
+    assert phase == "Succeeded", f"driver {driver} {phase}:\n{log[-4000:]}\n" \
+        f"spark-submit:\n{submitted.stderr[-3000:]}"
+    assert submitted.returncode == 0, submitted.stderr[-3000:]
+
+    # The work ran in executor pods: Spark on Kubernetes made (and removed) two of them.
+    events = json.loads(cluster.kubectl("-n", namespace, "get", "events", "-o", "json"))
+    executors = {e["involvedObject"]["name"] for e in events["items"]
+                 if e["reason"] == "Scheduled" and "-exec-" in e["involvedObject"]["name"]}
+    assert len(executors) == 2, executors
+
+    want = expected_totals(orders(EVENTS))
+    assert f"batch: {len(want)} window totals written to order-totals" in log
+    written = {}
+    for line in brokers.run("drain", brokers.bootstrap, "order-totals"):
+        if line.startswith("R "):
+            value = json.loads(line.split(" ", 3)[3])
+            written[(value["window_start"], value["category"])] = Total(**value)
+    assert sorted(written.values()) == want
