@@ -15,10 +15,9 @@ import sys
 from pyspark.sql import DataFrame, SparkSession
 
 from kafkube_spark.events import Total
-from kafkube_spark.options import common_parser
+from kafkube_spark.options import common_parser, session_for
 from kafkube_spark.pipeline import as_records, kafka_options, parse_orders, window_totals
 from kafkube_spark.report import table
-from kafkube_spark.session import MissingJars, spark_session
 
 
 def bounds(starting_offsets: str | None, ending_offsets: str | None,
@@ -70,11 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not (args.output or args.result_topic):
         parser.error("say where the totals go: --output, --result-topic or both")
-    try:
-        spark = spark_session("kafkube-orders-batch", args.master)
-    except MissingJars as e:
-        print(f"batch: {e}", file=sys.stderr)
-        return 2
+    spark = session_for(parser, "kafkube-orders-batch", args.master)
     try:
         totals = batch_totals(spark, args.bootstrap_servers, args.topic, bounds(
             args.starting_offsets, args.ending_offsets, args.starting_timestamp,

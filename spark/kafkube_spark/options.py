@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import argparse
 
+from pyspark.sql import SparkSession
+
+from kafkube_spark.session import MissingJars, spark_session
+
 
 def common_parser(prog: str, description: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description=description)
@@ -19,3 +23,12 @@ def common_parser(prog: str, description: str) -> argparse.ArgumentParser:
                         help="Spark master when run as a plain Python program, e.g. "
                              "local[2]; under spark-submit its --master applies")
     return parser
+
+
+def session_for(parser: argparse.ArgumentParser, app: str, master: str | None) -> SparkSession:
+    """The job's SparkSession; without the connector's jars, the command's usage error
+    saying how to get them (exit 2), not a JVM stack trace."""
+    try:
+        return spark_session(app, master)
+    except MissingJars as e:
+        parser.exit(2, f"{parser.prog}: {e}\n")

@@ -66,7 +66,7 @@ def chart(totals: Sequence[Total], path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from kafkube_spark.session import spark_session
+    from kafkube_spark.options import session_for
 
     parser = argparse.ArgumentParser(prog="python -m kafkube_spark.report",
                                      description=__doc__.split("\n\n")[0])
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     if not Path(args.output).exists() and "://" not in args.output:
         print(f"report: {args.output} does not exist (has the job run?)", file=sys.stderr)
         return 2
-    spark = spark_session("kafkube-orders-report", args.master)
+    spark = session_for(parser, "kafkube-orders-report", args.master)
     try:
         totals = read_totals(spark, args.output)
     finally:

@@ -23,7 +23,10 @@ def kafka_jars() -> list[Path]:
 
     version = pyspark.__version__
     source_jar = KAFKA_SOURCE_JAR.format(version=version)
-    if (Path(pyspark.__file__).parent / "jars" / source_jar).exists():
+    # Under spark-submit pyspark is imported from SPARK_HOME/python/lib's zip, so Spark's jars
+    # are SPARK_HOME's; as a plain pip package, they sit beside its modules.
+    spark_home = Path(os.environ.get("SPARK_HOME") or Path(pyspark.__file__).parent)
+    if (spark_home / "jars" / source_jar).exists():
         return []
     cache = Path(os.environ.get("KAFKUBE_CACHE", Path.home() / ".cache" / "kafkube"))
     folder = Path(os.environ.get(JARS_ENV) or cache / f"spark-jars-{version}")

@@ -21,9 +21,8 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from kafkube_spark.options import common_parser
+from kafkube_spark.options import common_parser, session_for
 from kafkube_spark.pipeline import as_records, kafka_options, parse_orders, window_totals
-from kafkube_spark.session import MissingJars, spark_session
 
 _INTERVAL = re.compile(r"^\d+(\.\d+)?\s*(ms|milliseconds?|s|seconds?|minutes?)$")
 
@@ -77,11 +76,7 @@ def main(argv: list[str] | None = None) -> int:
                      "'5 seconds'")
     if args.max_offsets_per_trigger is not None and args.max_offsets_per_trigger < 1:
         parser.error("--max-offsets-per-trigger must be at least 1")
-    try:
-        spark = spark_session("kafkube-orders-stream", args.master)
-    except MissingJars as e:
-        print(f"stream: {e}", file=sys.stderr)
-        return 2
+    spark = session_for(parser, "kafkube-orders-stream", args.master)
     totals = totals_stream(spark, args.bootstrap_servers, args.topic, args.watermark,
                            args.starting_offsets, args.max_offsets_per_trigger)
     queries = start(totals, args.output, args.checkpoint, args.bootstrap_servers,

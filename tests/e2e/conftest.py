@@ -3,19 +3,16 @@ existing cluster named by KAFKUBE_E2E_KUBECONFIG. KAFKUBE_E2E=0 skips the suite.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import uuid
 from collections.abc import Iterator
 
 import pytest
 
 from tests.e2e.deployment import NAMESPACE, WORKLOAD_IMAGE
-from tests.e2e.operated import installed_operator
+from tests.e2e.operated import installed_operator, namespace_of
 from tests.e2e.platform import (
     KIND_SH,
     Cluster,
-    KubectlError,
     build_images,
     existing_cluster,
     kind_down,
@@ -104,13 +101,8 @@ def kind_cluster() -> Iterator[Cluster]:
 @pytest.fixture
 def kube_namespace(kind_cluster: Cluster) -> Iterator[str]:
     """A namespace of the test's own, deleted afterwards (without waiting for it to go)."""
-    name = f"e2e-{uuid.uuid4().hex[:8]}"
-    kind_cluster.kubectl("create", "namespace", name)
-    try:
+    with namespace_of(kind_cluster) as name:
         yield name
-    finally:
-        with contextlib.suppress(KubectlError):
-            kind_cluster.kubectl("delete", "namespace", name, "--wait=false")
 
 
 @pytest.fixture(scope="module")

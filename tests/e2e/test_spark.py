@@ -10,6 +10,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import pyspark
 import pytest
 import yaml
 
@@ -49,14 +50,19 @@ def test_spark_submit_runs_the_batch_job_in_pods_and_its_totals_are_exact(
     assert brokers.run("orders", brokers.bootstrap, "orders", "--count", str(EVENTS)) \
         == [f"O {EVENTS}"]
 
+    # The suite's own pyspark, as a user's activated virtualenv would provide it.
     spark_submit = str(Path(sys.executable).parent / "spark-submit")
     submitted = cluster.run_in_netns(
         ["env", f"NAMESPACE={namespace}", "KAFKA_CLUSTER=my-cluster",
          f"K8S_MASTER={api_server(cluster)}", f"SPARK_SUBMIT={spark_submit}",
+         f"SPARK_HOME={Path(pyspark.__file__).parent}",
          "bash", str(REPO / "spark" / "k8s" / "submit.sh"), "batch"],
         timeout=900, check=False)
-    driver = cluster.kubectl("-n", namespace, "get", "pods", "-l", "spark-role=driver",
-                             "-o", "jsonpath={.items[0].metadata.name}")
+    drivers = cluster.kubectl("-n", namespace, "get", "pods", "-l", "spark-role=driver",
+                              "-o", "jsonpath={.items[*].metadata.name}").split()
+    assert len(drivers) == 1, f"spark-submit exited {submitted.returncode}, driver pods " \
+        f"{drivers}:\n{submitted.stdout[-2000:]}{submitted.stderr[-3000:]}"
+    driver = drivers[0]
     log = cluster.kubectl("-n", namespace, "logs", driver, timeout=120)
     phase = cluster.kubectl("-n", namespace, "get", "pod", driver, "-o",
                             "jsonpath={.status.phase}")
