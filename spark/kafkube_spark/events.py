@@ -14,12 +14,13 @@ import argparse
 import json
 import random
 import sys
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 
 CATEGORIES = ("books", "games", "garden", "music", "tools")
 WINDOW_MS = 60_000  # the pipeline's tumbling event-time window: one minute
-START_MS = 1_790_000_000_000  # 2026-09-21T13:33:20Z: a fixed origin keeps runs comparable
+PER_SECOND = 2.0  # orders per second of event time: ~120 a window, ~24 per category
 
 
 @dataclass(frozen=True)
@@ -47,11 +48,20 @@ class Total:
     revenue_cents: int
 
 
-def orders(count: int, seed: int = 7, start_ms: int = START_MS,
-           per_second: float = 2.0) -> Iterator[Order]:
-    """``count`` orders, ``per_second`` of event time apart on average, in event-time order."""
+def recent_start(count: int, per_second: float = PER_SECOND) -> int:
+    """A start (on a minute) that puts the last of ``count`` orders at about now: brokers
+    apply retention.ms to record timestamps, and Kafka deletes a week-old segment, active
+    one included, within its first retention check."""
+    start = int(time.time() * 1000 - count / per_second * 1000)
+    return start - start % WINDOW_MS
+
+
+def orders(count: int, seed: int = 7, start_ms: int | None = None,
+           per_second: float = PER_SECOND) -> Iterator[Order]:
+    """``count`` orders, ``per_second`` of event time apart on average, in event-time order,
+    from ``start_ms`` (default: ``recent_start``). The same arguments give the same orders."""
     rng = random.Random(seed)
-    ts = float(start_ms)
+    ts = float(recent_start(count, per_second) if start_ms is None else start_ms)
     for order_id in range(count):
         ts += rng.expovariate(per_second) * 1000
         yield Order(order_id, f"c{rng.randrange(200):03d}", rng.choice(CATEGORIES),
@@ -125,11 +135,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--topic", default="orders")
     parser.add_argument("--count", type=int, default=20_000)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--start-ms", type=int, default=None,
+                        help="event time of the first order, epoch ms (default: so that the "
+                             "last one is about now)")
     args = parser.parse_args(argv)
     if args.count < 1:
         parser.error("--count must be at least 1")
     try:
-        delivered = produce(args.bootstrap_servers, args.topic, orders(args.count, args.seed))
+        delivered = produce(args.bootstrap_servers, args.topic,
+                            orders(args.count, args.seed, args.start_ms))
     except RuntimeError as e:
         print(f"events: {e}", file=sys.stderr)
         return 1

@@ -14,7 +14,7 @@ import pyspark
 import pytest
 import yaml
 
-from kafkube_spark.events import Total, expected_totals, orders
+from kafkube_spark.events import Total, expected_totals, orders, recent_start
 from tests.e2e.deployment import Brokers
 from tests.e2e.operated import example_cluster, namespace_of
 from tests.e2e.platform import Cluster
@@ -47,8 +47,9 @@ def test_spark_submit_runs_the_batch_job_in_pods_and_its_totals_are_exact(
         pipeline_cluster: Brokers) -> None:
     brokers, cluster, namespace = pipeline_cluster, pipeline_cluster.cluster, \
         pipeline_cluster.namespace
-    assert brokers.run("orders", brokers.bootstrap, "orders", "--count", str(EVENTS)) \
-        == [f"O {EVENTS}"]
+    start = recent_start(EVENTS)  # the pod and this test make the same orders from it
+    assert brokers.run("orders", brokers.bootstrap, "orders", "--count", str(EVENTS),
+                       "--start-ms", str(start)) == [f"O {EVENTS}"]
 
     # The suite's own pyspark, as a user's activated virtualenv would provide it.
     spark_submit = str(Path(sys.executable).parent / "spark-submit")
@@ -76,7 +77,7 @@ def test_spark_submit_runs_the_batch_job_in_pods_and_its_totals_are_exact(
                  if e["reason"] == "Scheduled" and "-exec-" in e["involvedObject"]["name"]}
     assert len(executors) == 2, executors
 
-    want = expected_totals(orders(EVENTS))
+    want = expected_totals(orders(EVENTS, start_ms=start))
     assert f"batch: {len(want)} window totals written to order-totals" in log
     written = {}
     for line in brokers.run("drain", brokers.bootstrap, "order-totals"):

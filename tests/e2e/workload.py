@@ -18,7 +18,7 @@ side (tests/queue_checker.py) to judge:
     drain BOOTSTRAP TOPIC
         R <partition> <offset> <value>          every record, from the log start to the
         D <records>                             high watermark of each partition
-    orders BOOTSTRAP TOPIC --count N            the Spark pipeline's sample orders
+    orders BOOTSTRAP TOPIC --count N --start-ms T   the Spark pipeline's sample orders
         O <delivered>                           (kafkube_spark.events, seed 7)
 
 Values are ``v-<i>``. Bounded by count and time, so a broken cluster ends the pod, not the
@@ -149,7 +149,7 @@ def describe(args: argparse.Namespace) -> int:
 def sample_orders(args: argparse.Namespace) -> int:
     from kafkube_spark.events import orders, produce
 
-    delivered = produce(args.bootstrap, args.topic, orders(args.count))
+    delivered = produce(args.bootstrap, args.topic, orders(args.count, start_ms=args.start_ms))
     print(f"O {len(delivered)}", flush=True)
     return 0
 
@@ -186,6 +186,7 @@ def main(argv: list[str]) -> int:
     o.add_argument("bootstrap")
     o.add_argument("topic")
     o.add_argument("--count", type=int, default=5000)
+    o.add_argument("--start-ms", type=int, required=True)
     args = parser.parse_args(argv)
     modes = {"produce": produce, "drain": drain, "create-topic": create_topic,
              "describe": describe, "orders": sample_orders}
