@@ -1,4 +1,5 @@
-"""``python -m bench {produce,consume,all,group,failover,replicated,compare,spark}``: benchmarks.
+"""``python -m bench {produce,consume,all,group,failover,replicated,compare,spark,
+transactions,tls}``: benchmarks.
 
 produce/consume/all/group measure one broker's throughput against the issue's floor. Every
 run starts a fresh broker on an empty temp dir (so earlier runs cannot warm or fill
@@ -9,7 +10,9 @@ failover (time a partition is unavailable after its leader is SIGKILLed) and rep
 
 compare runs the issue-5 workloads against Apache Kafka and kafkube, one after the other
 (``python -m bench compare -h``); spark, the Spark job's read throughput from both
-(``python -m bench spark -h``).
+(``python -m bench spark -h``); transactions, transactional produce throughput in both
+(``python -m bench transactions -h``); tls, produce and consume over TLS beside plaintext,
+in both (``python -m bench tls -h``).
 """
 
 from __future__ import annotations
@@ -159,6 +162,14 @@ def main(argv: list[str] | None = None) -> int:
         from bench import spark
 
         return spark.main(argv[1:])
+    if argv[:1] == ["transactions"]:  # transactional produce, beside Apache Kafka
+        from bench import transactions
+
+        return transactions.main(argv[1:])
+    if argv[:1] == ["tls"]:  # what TLS costs, beside Apache Kafka with TLS
+        from bench import tls
+
+        return tls.main(argv[1:])
     if argv[:1] == ["fuzz"]:  # structure-aware fuzzing of every API; its own options
         from bench import fuzz
 
@@ -166,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("name", choices=["produce", "consume", "all", "group", "failover",
                                          "replicated", "requests", "compare", "fuzz",
-                                         "spark"])
+                                         "spark", "transactions", "tls"])
     parser.add_argument("--members", type=_positive, default=3,
                         help="consumer processes in the group, for 'group' (3)")
     parser.add_argument("--records", type=_positive, default=None,

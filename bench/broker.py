@@ -15,6 +15,7 @@ from pathlib import Path
 from types import TracebackType
 
 READY = re.compile(r"listening on PLAINTEXT://([\d.]+):(\d+)")
+LISTENER = re.compile(r"(\w+)://([\d.]+:\d+)")
 
 
 class BenchBroker:
@@ -25,9 +26,14 @@ class BenchBroker:
     """
 
     def __init__(
-        self, partitions: int, start_timeout: float = 30.0, stop_timeout: float = 20.0
+        self, partitions: int, start_timeout: float = 30.0, stop_timeout: float = 20.0,
+        overrides: dict[str, str] | None = None,
     ) -> None:
+        """``overrides``: more settings (bench tls adds an SSL listener; its address is then
+        in ``listeners``, by name)."""
         self.partitions = partitions
+        self.overrides = overrides or {}
+        self.listeners: dict[str, str] = {}
         self.start_timeout = start_timeout
         self.stop_timeout = stop_timeout
         self.log_dir = Path(tempfile.mkdtemp(prefix="kafkube-bench-"))
@@ -43,6 +49,7 @@ class BenchBroker:
             "log.dirs": str(self.log_dir),
             "kafkube.metrics.port": "-1",
             "num.partitions": str(self.partitions),
+            **self.overrides,
         }
         args = [sys.executable, "-m", "broker", "broker"]
         for key, value in overrides.items():
@@ -91,6 +98,7 @@ class BenchBroker:
             self._tail = [*self._tail[-50:], line]
             match = READY.search(line)
             if match and not self.bootstrap:
+                self.listeners = dict(LISTENER.findall(line))
                 self.bootstrap = f"{match.group(1)}:{match.group(2)}"
                 self._ready.set()
         self._ready.set()  # exited before becoming ready: wake start() now

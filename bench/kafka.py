@@ -27,6 +27,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from string import Template
 from types import TracebackType
@@ -126,8 +127,10 @@ class KafkaCluster:
     """
 
     def __init__(self, libs: Path, nodes: int, config: dict[str, str], heap: str = "1G",
-                 keep: bool = False) -> None:
+                 keep: bool = False, tls: TlsFiles | None = None) -> None:
+        """``tls``: also an SSL listener on ``base + 2 * nodes + i`` (``ssl_bootstrap``)."""
         self.libs, self.size, self.config, self.heap, self.keep = libs, nodes, config, heap, keep
+        self.tls = tls
         self.data_dir = Path(tempfile.mkdtemp(prefix="kafkube-bench-kafka-"))
         self.base_port = 0
         self.procs: list[subprocess.Popen[bytes]] = []
@@ -136,6 +139,11 @@ class KafkaCluster:
     @property
     def bootstrap(self) -> str:
         return ",".join(f"127.0.0.1:{self.base_port + i}" for i in range(self.size))
+
+    @property
+    def ssl_bootstrap(self) -> str:
+        return ",".join(f"127.0.0.1:{self.base_port + 2 * self.size + i}"
+                        for i in range(self.size))
 
     def node_dir(self, node: int) -> Path:
         return self.data_dir / f"node-{node}"
@@ -174,10 +182,24 @@ class KafkaCluster:
             internal_min_isr=min(2, self.size),
         )
         shared = "".join(f"{k}={v}\n" for k, v in self.config.items())
-        return f"{text}\n# Shared with kafkube (bench.compare.SHARED_BROKER_CONFIG)\n{shared}"
+        text = f"{text}\n# Shared with kafkube (bench.compare.SHARED_BROKER_CONFIG)\n{shared}"
+        if self.tls is not None:  # later keys win in a properties file
+            port, ssl_port = self.base_port + node, self.base_port + 2 * self.size + node
+            controller = self.base_port + self.size + node
+            text += (
+                "\n# An SSL listener beside PLAINTEXT (bench tls)\n"
+                f"listeners=PLAINTEXT://127.0.0.1:{port},SSL://127.0.0.1:{ssl_port},"
+                f"CONTROLLER://127.0.0.1:{controller}\n"
+                f"advertised.listeners=PLAINTEXT://127.0.0.1:{port},"
+                f"SSL://127.0.0.1:{ssl_port}\n"
+                "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SSL:SSL,"
+                "CONTROLLER:PLAINTEXT\n"
+                f"ssl.keystore.type=PEM\nssl.keystore.location={self.tls.keystore}\n"
+                f"ssl.truststore.type=PEM\nssl.truststore.location={self.tls.ca}\n")
+        return text
 
     def start(self) -> None:
-        self.base_port = free_port_base(2 * self.size)
+        self.base_port = free_port_base(3 * self.size)
         log4j = HERE / "log4j2.properties"
         cluster_id = random_uuid()
         # Format every node's storage, in parallel (each is a JVM start, ~3 s).
@@ -240,6 +262,12 @@ class KafkaCluster:
             deadline = time.monotonic() + 10
             while self.data_dir.exists() and time.monotonic() < deadline:
                 shutil.rmtree(self.data_dir, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    keystore: Path  # PEM: the key, then the certificate
+    ca: Path
 
 
 def _tail(path: Path, lines: int = 25) -> str:

@@ -14,20 +14,31 @@ from prometheus_client import start_http_server
 
 from broker import handlers
 from broker.cluster.backend import BrokerRegistration, CoordinationBackend
+from broker.cluster.image import ClusterImage
 from broker.cluster.membership import Membership
 from broker.cluster.pod_liveness import DEFAULT_CONTAINER, PodRef
 from broker.cluster.sqlite import SqliteBackend
 from broker.config import BrokerConfig, parse_listener
 from broker.controller.controller import Controller
 from broker.coordinator.group_coordinator import GroupCoordinator
+from broker.coordinator.transaction_coordinator import TransactionCoordinator
+from broker.coordinator.txn_markers import MarkerSender
 from broker.handlers.context import BrokerServices, Endpoint
 from broker.metrics import BrokerMetrics, PartitionSample, ReplicationSample
+from broker.network.peers import PeerChannels
 from broker.network.server import KafkaServer
 from broker.repeated_failure import RepeatedFailure
+from broker.security import acl
+from broker.security.client import inter_broker_security
+from broker.security.listeners import listener_plan
+from broker.security.scram import MECHANISMS, ScramCredential, new_credential
+from broker.security.scram import matches as scram_matches
+from broker.security.session import ListenerSecurity
 from broker.server.dynamic_config import follow_dynamic_configs
 from broker.server.fetch_session import FetchSessionCache
 from broker.server.metadata import ClusterMetadata
 from broker.server.replica_manager import ReplicaManager
+from broker.server.txn_verification import TransactionVerifier
 from broker.watchdog import EventLoopWatchdog
 
 log = logging.getLogger(__name__)
@@ -78,8 +89,23 @@ class BrokerApp:
         self.backend = open_backend(config)
         self.store = ClusterMetadata(self.backend, log_dirs, config.node_id)
         follow_dynamic_configs(config, self.store)
-        self.replicas = ReplicaManager(config, self.store)
+        self.listener_plan = listener_plan(config)
+        # Built before anything starts: a listener it could not serve stops the broker here.
+        self.listener_security = [ListenerSecurity(config, listener, self._scram_credential)
+                                  for listener in self.listener_plan.listeners]
+        peer_security = inter_broker_security(config, self.listener_plan)
+        self.replicas = ReplicaManager(config, self.store, peer_security)
         self.groups = GroupCoordinator(config, self.replicas)
+        request_timeout = config["request.timeout.ms"] / 1000
+        self.transactions = TransactionCoordinator(
+            config, self.replicas, self.store,
+            MarkerSender(self.store, PeerChannels(
+                self.store, f"txn-markers-{config.node_id}", request_timeout, peer_security)))
+        self.verifier = TransactionVerifier(
+            self.store, config.node_id, config["transaction.state.log.num.partitions"],
+            PeerChannels(self.store, f"txn-verification-{config.node_id}", request_timeout,
+                         peer_security),
+            self.transactions.verify_partitions)
         self.membership: Membership | None = None
         self.controller = Controller(config, self.store, self._broker_epoch)
         self._metadata_task: asyncio.Task[None] | None = None
@@ -124,34 +150,40 @@ class BrokerApp:
     async def start(self) -> None:
         self.watchdog.start()
         self.replicas.load()
-        _, adv_host, adv_port = parse_listener(self.config.advertised_listeners[0])
         fetch_sessions = FetchSessionCache(
             self.config["max.incremental.fetch.session.cache.slots"])
         self.metrics.watch_fetch_sessions(lambda: len(fetch_sessions))
         services = BrokerServices(
-            self.config, self.store, self.replicas, self.metrics,
-            Endpoint(adv_host, adv_port, self.config["broker.rack"]), self.groups,
-            self.controller, fetch_sessions,
+            self.config, self.store, self.replicas, self.metrics, {}, self.groups,
+            self.controller, self.transactions, self.verifier,
+            acl.from_config(self.config, lambda: self.store.image.acls), fetch_sessions,
         )
-        for listener in self.config.listeners:
-            _, host, port = parse_listener(listener)
-            server = KafkaServer(services, host, port)
+        for security in self.listener_security:
+            server = KafkaServer(services, security)
             await server.start()
             self.servers.append(server)
-        if self.config["advertised.listeners"] is None:
-            # Listening on port 0: advertise the port the kernel picked.
-            services.advertised = Endpoint(
-                adv_host, self.servers[0].port, self.config["broker.rack"]
-            )
-        endpoint = services.advertised
+        rack = self.config["broker.rack"]
+        for server in self.servers:  # a listener not advertised: its own address
+            services.advertised[server.security.listener.name] = Endpoint(
+                server.host, server.port, rack)
+        for adv in self.listener_plan.advertised:
+            # Listening on port 0 and advertising nothing else: the port the kernel picked.
+            port = (adv.port if self.config["advertised.listeners"]
+                    else services.advertised[adv.listener].port)
+            services.advertised[adv.listener] = Endpoint(adv.host, port, rack)
+        inter_broker = services.advertised[self.listener_plan.inter_broker]
         self.membership = Membership(
             self.store,
-            BrokerRegistration(self.config.node_id, endpoint.host or "127.0.0.1",
-                               endpoint.port, endpoint.rack),
+            BrokerRegistration(
+                self.config.node_id, inter_broker.host or "127.0.0.1", inter_broker.port, rack,
+                listeners=",".join(f"{name}://{e.host or '127.0.0.1'}:{e.port}"
+                                   for name, e in services.advertised.items())),
             self.config["broker.session.timeout.ms"],
             self.config["broker.heartbeat.interval.ms"],
         )
         self.replicas.leadership_listeners.append(self.groups.on_leadership)
+        self.replicas.leadership_listeners.append(self.transactions.on_leadership)
+        await self._ensure_own_scram_credential()
         # Step out of roles another in-sync replica can take before taking any role: a
         # restarted broker must not lead, even for a moment, what it may not fully hold.
         await self.membership.join()
@@ -159,6 +191,7 @@ class BrokerApp:
         self.replicas.apply_image(self.store.image)
         self.replicas.start_background_tasks()
         self.groups.start()
+        self.transactions.start()
         self.controller.start()
         self._metadata_task = asyncio.create_task(self._follow_metadata())
         metrics_port = self.config["kafkube.metrics.port"]
@@ -170,7 +203,33 @@ class BrokerApp:
         log.info("broker %d started", self.config.node_id)
 
     def bound_listeners(self) -> list[str]:
-        return [f"PLAINTEXT://{s.host}:{s.port}" for s in self.servers]
+        return [f"{s.security.listener.name}://{s.host}:{s.port}" for s in self.servers]
+
+    async def _ensure_own_scram_credential(self) -> None:
+        """With SCRAM between brokers, the credential this broker logs in with must be in
+        the cluster metadata before any peer can check it. Kafka has it added when storage
+        is formatted (kafka-storage format --add-scram); here each broker adds its own from
+        its sasl.jaas.config if it is missing, and says so if a different one is there."""
+        security = self.replicas.fetcher_config.security
+        mechanism = security.mechanism
+        if mechanism is None or mechanism not in MECHANISMS:
+            return
+        user, password = security.username, security.password
+
+        def add(image: ClusterImage) -> ClusterImage | None:
+            if mechanism in image.scram_credentials.get(user, {}):
+                return None
+            return image.with_scram_credential(user, mechanism, new_credential(mechanism,
+                                                                               password))
+
+        image = await self.store.update(add)
+        if not scram_matches(image.scram_credentials[user][mechanism], mechanism, password):
+            log.error("the cluster's %s credential of user %s is not the password in this "
+                      "broker's sasl.jaas.config: other brokers will refuse this one",
+                      mechanism, user)
+
+    def _scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
+        return self.store.image.scram_credentials.get(user, {}).get(mechanism)
 
     async def _follow_metadata(self) -> None:
         """Renew the liveness lease and take up image changes, as KRaft brokers follow the
@@ -223,6 +282,7 @@ class BrokerApp:
         for server in self.servers:
             await server.stop()
         await self.groups.stop()
+        await self.transactions.stop()
         await self.replicas.shutdown()
         if self.membership is not None:
             await self.membership.leave()

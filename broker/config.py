@@ -60,6 +60,7 @@ _PARSERS: dict[str, Callable[[str, str], Any]] = {
     "bool": _parse_bool,
     "list": _parse_list,
     "string": _parse_str,
+    "password": _parse_str,  # a string never shown (DescribeConfigs: null, is_sensitive)
 }
 
 
@@ -125,6 +126,78 @@ BROKER_KEYS = _keys(
               "Listener URIs to bind, e.g. PLAINTEXT://127.0.0.1:9092."),
     ConfigKey("advertised.listeners", "list", None,
               "Listener URIs given to clients in Metadata; defaults to listeners."),
+    ConfigKey("listener.security.protocol.map", "list",
+              ["PLAINTEXT:PLAINTEXT", "SSL:SSL", "SASL_PLAINTEXT:SASL_PLAINTEXT",
+               "SASL_SSL:SASL_SSL"],
+              "Each listener name's security protocol, NAME:PROTOCOL."),
+    ConfigKey("inter.broker.listener.name", "string", None,
+              "The listener brokers use to reach each other; by default the one named by "
+              "security.inter.broker.protocol."),
+    ConfigKey("security.inter.broker.protocol", "string", "PLAINTEXT",
+              "The security protocol of the inter-broker listener when "
+              "inter.broker.listener.name is not set.",
+              one_of("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")),
+    ConfigKey("ssl.keystore.type", "string", "PEM",
+              "Format of the key store; kafkube reads PEM (key and certificate chain).",
+              one_of("PEM", "JKS", "PKCS12")),
+    ConfigKey("ssl.keystore.location", "string", None,
+              "A PEM file with the private key and the certificate chain."),
+    ConfigKey("ssl.keystore.key", "password", None,
+              "The PEM private key itself, in place of a file."),
+    ConfigKey("ssl.keystore.certificate.chain", "string", None,
+              "The PEM certificate chain itself, in place of a file."),
+    ConfigKey("ssl.key.password", "password", None, "Password of an encrypted private key."),
+    ConfigKey("ssl.keystore.password", "password", None,
+              "Password of the key store (an encrypted PEM key when ssl.key.password is "
+              "not set)."),
+    ConfigKey("ssl.truststore.type", "string", "PEM",
+              "Format of the trust store; kafkube reads PEM certificates.",
+              one_of("PEM", "JKS", "PKCS12")),
+    ConfigKey("ssl.truststore.location", "string", None,
+              "A PEM file of the certificates trusted to sign peers' certificates."),
+    ConfigKey("ssl.truststore.certificates", "string", None,
+              "The trusted PEM certificates themselves, in place of a file."),
+    ConfigKey("ssl.truststore.password", "password", None, "Unused with PEM trust stores."),
+    ConfigKey("ssl.client.auth", "string", "none",
+              "Whether clients of an SSL listener must (required) or may (requested) "
+              "present a certificate, whose subject becomes their principal.",
+              one_of("required", "requested", "none")),
+    ConfigKey("ssl.enabled.protocols", "list", ["TLSv1.2", "TLSv1.3"],
+              "TLS versions accepted.", one_of("TLSv1.2", "TLSv1.3")),
+    ConfigKey("ssl.cipher.suites", "list", [],
+              "TLS 1.2 cipher suites (OpenSSL names); empty: the library's defaults."),
+    ConfigKey("ssl.principal.mapping.rules", "string", "DEFAULT",
+              "Rules mapping a client certificate's subject to a principal name, as Kafka's "
+              "(RULE:pattern/replacement/[LU], ..., DEFAULT)."),
+    ConfigKey("ssl.endpoint.identification.algorithm", "string", "https",
+              "https: a broker dialling another checks the host name against the peer's "
+              "certificate; empty: it does not."),
+    ConfigKey("sasl.enabled.mechanisms", "list", ["GSSAPI"],
+              "SASL mechanisms offered on SASL listeners: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512."),
+    ConfigKey("sasl.mechanism.inter.broker.protocol", "string", "GSSAPI",
+              "The SASL mechanism a broker authenticates with to other brokers."),
+    ConfigKey("sasl.jaas.config", "password", None,
+              "JAAS login module configuration: the broker's own username and password, "
+              "and PLAIN's user_NAME=\"password\" entries."),
+    ConfigKey("sasl.server.max.receive.size", "int", 524288,
+              "Largest SASL token accepted before a client is authenticated.", at_least(1)),
+    ConfigKey("connections.max.reauth.ms", "long", 0,
+              "Longest SASL session (KIP-368): a client re-authenticates within it or its "
+              "connection is closed; 0: sessions do not expire.", at_least(0)),
+    ConfigKey("connection.failed.authentication.delay.ms", "int", 100,
+              "Delay before a connection that failed to authenticate is closed.", at_least(0)),
+    ConfigKey("kafkube.authentication.timeout.ms", "long", 10000,
+              "A connection that has not finished its TLS handshake and SASL authentication "
+              "within this time is closed.", at_least(1)),
+    ConfigKey("authorizer.class.name", "string", "",
+              "org.apache.kafka.metadata.authorizer.StandardAuthorizer turns on ACLs; empty: "
+              "every request is allowed.",
+              one_of("", "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                     "kafka.security.authorizer.AclAuthorizer")),
+    ConfigKey("super.users", "string", "",
+              "Principals allowed everything, separated by semicolons (User:admin;User:broker)."),
+    ConfigKey("allow.everyone.if.no.acl.found", "bool", False,
+              "Allow a request on a resource no ACL matches."),
     ConfigKey("log.dirs", "list", None, "Directories holding partition logs; log.dir if unset."),
     ConfigKey("log.dir", "string", "/tmp/kafka-logs", "The log directory when log.dirs is unset."),
     ConfigKey("broker.rack", "string", None, "Rack of this broker, for rack-aware placement."),
@@ -245,6 +318,9 @@ BROKER_KEYS = _keys(
               "move replicas between log dirs, so nothing is throttled by it.", at_least(0)),
     ConfigKey("controlled.shutdown.enable", "bool", True,
               "Move leadership away before a broker stops on SIGTERM."),
+    ConfigKey("request.timeout.ms", "int", 30000,
+              "How long the broker's own requests wait: a transaction's state written to "
+              "its ISR, its markers written by partition leaders.", at_least(0)),
     ConfigKey("offsets.commit.timeout.ms", "int", 5000,
               "How long an offset commit waits for the offsets partition's ISR.", at_least(1)),
     ConfigKey("offsets.topic.replication.factor", "int", 3,
@@ -273,6 +349,30 @@ BROKER_KEYS = _keys(
               "Partitions of __consumer_offsets (fixed once the topic exists).", at_least(1)),
     ConfigKey("offsets.topic.segment.bytes", "int", 104857600,
               "Segment size of __consumer_offsets.", at_least(14)),
+    ConfigKey("transaction.state.log.num.partitions", "int", 50,
+              "Partitions of __transaction_state (fixed once the topic exists).", at_least(1)),
+    ConfigKey("transaction.state.log.replication.factor", "int", 3,
+              "Replication factor of __transaction_state (capped at the live brokers).",
+              at_least(1)),
+    ConfigKey("transaction.state.log.min.isr", "int", 2,
+              "min.insync.replicas of __transaction_state: a transaction's state change is "
+              "acknowledged once this many replicas hold it.", at_least(1)),
+    ConfigKey("transaction.state.log.segment.bytes", "int", 104857600,
+              "Segment size of __transaction_state.", at_least(14)),
+    ConfigKey("transaction.partition.verification.enable", "bool", True,
+              "Before a transaction's first batch to a partition, its leader asks the "
+              "coordinator whether the partition was added (KIP-890): a late or stray "
+              "write cannot open a transaction nobody will end."),
+    ConfigKey("transaction.max.timeout.ms", "int", 900000,
+              "Largest transaction.timeout.ms a producer may ask for.", at_least(1)),
+    ConfigKey("transactional.id.expiration.ms", "int", 604800000,
+              "How long a transactional id with no transaction in progress is remembered.",
+              at_least(1)),
+    ConfigKey("transaction.abort.timed.out.transaction.cleanup.interval.ms", "int", 10000,
+              "How often transactions past their timeout are looked for and aborted.",
+              at_least(1)),
+    ConfigKey("transaction.remove.expired.transaction.cleanup.interval.ms", "int", 3600000,
+              "How often expired transactional ids are removed.", at_least(1)),
     ConfigKey("offsets.retention.minutes", "int", 10080,
               "How long offsets of an empty group are kept.", at_least(1)),
     ConfigKey("offsets.retention.check.interval.ms", "long", 600000,
@@ -295,15 +395,17 @@ BROKER_KEYS = _keys(
               "every request and lease renewal waits behind such a step.", at_least(0)),
 )
 
+# listener.name.<listener>.<key>: a key's value for one listener (broker.security.listeners).
+LISTENER_PREFIX = "listener.name."
+
 # Keys Kafka knows that do not apply to kafkube: accepted with a note, not a warning.
 IGNORED_KAFKA_KEYS = frozenset({
     "num.network.threads", "num.io.threads", "num.recovery.threads.per.data.dir",
     "socket.send.buffer.bytes", "socket.receive.buffer.bytes", "process.roles",
     "controller.quorum.voters", "controller.quorum.bootstrap.servers", "controller.listener.names",
-    "inter.broker.listener.name", "listener.security.protocol.map", "broker.id",
+    "broker.id",
     "zookeeper.connect", "zookeeper.connection.timeout.ms",
-    "offsets.topic.replication.factor", "transaction.state.log.replication.factor",
-    "transaction.state.log.min.isr", "share.coordinator.state.topic.replication.factor",
+    "offsets.topic.replication.factor", "share.coordinator.state.topic.replication.factor",
     "share.coordinator.state.topic.min.isr", "log.flush.scheduler.interval.ms",
 })
 
@@ -436,7 +538,7 @@ class BrokerConfig:
     @classmethod
     def from_dict(cls, raw: Mapping[str, str]) -> BrokerConfig:
         for name, text in raw.items():
-            if name in BROKER_KEYS:
+            if name in BROKER_KEYS or name.startswith(LISTENER_PREFIX):
                 continue
             if name in IGNORED_KAFKA_KEYS:
                 log.info("config %s has no effect in kafkube; ignored", name)
@@ -466,8 +568,9 @@ class BrokerConfig:
         return changed
 
     def _check(self) -> None:
-        for listener in self.listeners + (self.values["advertised.listeners"] or []):
-            parse_listener(listener)
+        from broker.security.listeners import listener_plan  # it reads this module's table
+
+        listener_plan(self)
         if not self.log_dirs:
             raise ConfigError("log.dirs: no log directory given")
         queued = self.values["queued.max.request.bytes"]
@@ -479,6 +582,12 @@ class BrokerConfig:
 
     def __getitem__(self, name: str) -> Any:
         return self.values[name]
+
+    def for_listener(self, listener: str, name: str) -> Any:
+        """A key's value on one listener: ``listener.name.<listener>.<key>`` if set (the
+        listener's name in lower case, as Kafka writes it), else the key's own value."""
+        raw = self.originals.get(f"{LISTENER_PREFIX}{listener.lower()}.{name}")
+        return BROKER_KEYS[name].parse(raw) if raw is not None else self.values[name]
 
     @property
     def node_id(self) -> int:

@@ -37,7 +37,7 @@ class DevBroker:
     reported: bool = False  # its exit was reported
 
 
-def _prepare_child() -> None:
+def prepare_child() -> None:
     """In the broker's process before exec: take signals again (a child inherits the mask,
     and `kafkube dev` blocks the ones it waits for), and, on Linux, get SIGTERM if
     `kafkube dev` itself dies, so no broker is left behind."""
@@ -102,7 +102,7 @@ def spawn(broker: DevBroker, quiet: bool) -> None:
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
         start_new_session=True,  # Ctrl-C reaches us only; we stop brokers in order
-        preexec_fn=_prepare_child,
+        preexec_fn=prepare_child,
     )
     threading.Thread(target=_pump, args=(broker, f"[broker {broker.node_id}] ", quiet),
                      daemon=True).start()
@@ -155,7 +155,7 @@ def run(data_dir: Path, brokers: int, base_port: int, metrics_base: int,
     except RuntimeError as e:
         print(f"kafkube dev: {e}", file=sys.stderr)
         return 1
-    # Taken with sigtimedwait below; brokers started later unblock them (_prepare_child).
+    # Taken with sigtimedwait below; brokers started later unblock them (prepare_child).
     signals = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
     signal.pthread_sigmask(signal.SIG_BLOCK, signals)
     pid_file = data_dir / PID_FILE

@@ -53,6 +53,9 @@ bash spark/setup.sh >/dev/null
 if [ -f tests/clients/java/setup.sh ]; then
   bash tests/clients/java/setup.sh
 fi
+if [ -f tests/clients/java-txn/setup.sh ]; then
+  bash tests/clients/java-txn/setup.sh
+fi
 
 # The e2e suite's kind cluster: Docker engine, kind, node image with every image it needs, all
 # built offline and cached (scripts/kind.sh; ~15 min cold, nothing warm).

@@ -15,7 +15,9 @@ from typing import Any
 
 import pytest
 
-READY = re.compile(r"listening on PLAINTEXT://([\d.]+):(\d+)(?:, metrics on http://\*:(\d+))?")
+READY = re.compile(r"listening on (\S+://[\d.]+:\d+(?:, \S+://[\d.]+:\d+)*)"
+                   r"(?:, metrics on http://\*:(\d+))?")
+LISTENER = re.compile(r"(\S+)://([\d.]+):(\d+)")
 START_TIMEOUT = 30.0
 
 
@@ -26,7 +28,8 @@ class BrokerProcess:
         self.log_dir = log_dir
         self.overrides = overrides
         self.proc: subprocess.Popen[str] | None = None
-        self.port = 0
+        self.port = 0  # of the first listener
+        self.ports: dict[str, int] = {}  # by listener name
         self.metrics_port = 0
         self.output: list[str] = []
 
@@ -34,13 +37,19 @@ class BrokerProcess:
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    def bootstrap_of(self, listener: str) -> str:
+        return f"127.0.0.1:{self.ports[listener]}"
+
     def start(self) -> BrokerProcess:
-        # Reuse the port on restart so clients that knew the broker find it again.
+        # Reuse the ports on restart so clients that knew the broker find it again.
+        listeners = self.overrides.get("listeners", "PLAINTEXT://127.0.0.1:0")
+        listeners = LISTENER.sub(
+            lambda m: f"{m[1]}://{m[2]}:{self.ports.get(m[1], int(m[3]))}", listeners)
         config = {
-            "listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
             "log.dirs": str(self.log_dir),
             "kafkube.metrics.port": "0",
             **self.overrides,
+            "listeners": listeners,
         }
         args = [sys.executable, "-m", "broker", "broker"]
         for key, value in config.items():
@@ -62,8 +71,10 @@ class BrokerProcess:
             self.output.append(line)
             match = READY.search(line)
             if match:
-                self.port = int(match.group(2))
-                self.metrics_port = int(match.group(3) or 0)
+                bound = LISTENER.findall(match.group(1))
+                self.ports = {name: int(port) for name, _, port in bound}
+                self.port = int(bound[0][2])
+                self.metrics_port = int(match.group(2) or 0)
                 ready.set()
         ready.set()
 

@@ -18,6 +18,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from broker.dev import prepare_child
+
 REPO = Path(__file__).resolve().parent.parent
 ADMIN_TOKEN = "kafkube-admin-token"
 
@@ -81,7 +83,7 @@ class LocalControlPlane:
                  "--listen-client-urls", client, "--advertise-client-urls", client,
                  "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
                  "--initial-cluster", f"default={peer}"],
-                stdout=out, stderr=subprocess.STDOUT)
+                stdout=out, stderr=subprocess.STDOUT, preexec_fn=prepare_child)
 
     def start_apiserver(self, timeout: float = 90) -> None:
         d = self.dir
@@ -99,7 +101,9 @@ class LocalControlPlane:
             "--service-cluster-ip-range=10.96.0.0/16",
         ]
         with open(d / "apiserver.log", "ab") as out:
-            self.apiserver = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
+            # Gone with the test run even when it is killed (prepare_child: PDEATHSIG).
+            self.apiserver = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT,
+                                              preexec_fn=prepare_child)
         self.wait_ready(timeout)
 
     def wait_ready(self, timeout: float) -> None:

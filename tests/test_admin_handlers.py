@@ -19,11 +19,16 @@ from kio.schema.errors import ErrorCode
 from broker.config import BROKER_KEYS, TOPIC_KEYS, BrokerConfig
 from broker.controller.controller import Controller
 from broker.coordinator.group_coordinator import GroupCoordinator
+from broker.coordinator.transaction_coordinator import TransactionCoordinator
+from broker.coordinator.txn_markers import MarkerSender
 from broker.handlers import REGISTRY, admin, offset_for_leader_epoch  # noqa: F401 (registers)
 from broker.handlers.context import BrokerServices, Endpoint, RequestContext
 from broker.metrics import BrokerMetrics
+from broker.network.peers import PeerChannels
 from broker.protocol.codec import RequestHeader, decode_response, encode_response
 from broker.protocol.messages import build
+from broker.security import acl
+from broker.server.txn_verification import TransactionVerifier
 from tests.conftest import open_replicas
 
 NODE_ID = 1
@@ -35,9 +40,14 @@ def make_services(tmp_path: Path, **settings: str) -> BrokerServices:
     raw = {"log.dirs": str(tmp_path / "logs"), "node.id": str(NODE_ID), **settings}
     config = BrokerConfig.from_dict(raw)
     store, replicas = open_replicas(config, rack="rack-a")
+    transactions = TransactionCoordinator(
+        config, replicas, store, MarkerSender(store, PeerChannels(store, "markers", 1.0)))
     return BrokerServices(
-        config, store, replicas, BrokerMetrics(), Endpoint("", 9092, "rack-a"),
+        config, store, replicas, BrokerMetrics(), {"PLAINTEXT": Endpoint("", 9092, "rack-a")},
         GroupCoordinator(config, replicas), Controller(config, store, lambda: 1),
+        transactions, TransactionVerifier(store, NODE_ID, 50, PeerChannels(store, "v", 1.0),
+                                          transactions.verify_partitions),
+        acl.from_config(config, lambda: store.image.acls),
     )
 
 

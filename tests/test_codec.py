@@ -130,6 +130,8 @@ def test_fetch_encoder_matches_kio(tmp_path, version):
                 FetchPartition(1, 1, -1, -1, -1, None),
             ]),
             FetchTopic("b", [FetchPartition(3, 0, 5, 5, 2, FileRegion(fd, 4, 0))]),
+            FetchTopic("c", [FetchPartition(0, 0, 12, 9, 0, FileRegion(fd, 4, len(records)),
+                                            aborted_transactions=[(7, 1), (8, 4)])]),
         ]
         encoded = encode_fetch_response(version, 77, topics)
         wire = b"".join(
@@ -156,6 +158,13 @@ def test_fetch_encoder_matches_kio(tmp_path, version):
                 {"partition_index": 3, "error_code": ErrorCode.none, "high_watermark": 5,
                  "last_stable_offset": 5, "log_start_offset": 2, "aborted_transactions": (),
                  "records": b""},
+            ]},
+            {"topic": "c", "partitions": [
+                {"partition_index": 0, "error_code": ErrorCode.none, "high_watermark": 12,
+                 "last_stable_offset": 9, "log_start_offset": 0, "aborted_transactions": [
+                     {"producer_id": 7, "first_offset": 1},
+                     {"producer_id": 8, "first_offset": 4}],
+                 "records": records},
             ]},
         ],
     })

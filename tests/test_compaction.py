@@ -164,7 +164,7 @@ def test_cleaning_keeps_only_the_latest_value_of_each_key(tmp_path: Path):
     # Nothing but live segment files remains, and a reopened log reads the same.
     for path in (tmp_path / "t-0").iterdir():
         assert path.name == "leader-epoch-checkpoint" or path.suffix in (
-            ".log", ".index", ".timeindex"
+            ".log", ".index", ".timeindex", ".txnindex"
         ), path.name
     log.close()
     reopened = Log(tmp_path / "t-0", compact_config(), clean_shutdown=False)
@@ -415,7 +415,7 @@ def test_leftover_cleaned_files_are_discarded(tmp_path: Path):
     fill(log, rounds=10, keys=3)
     before = consume(log)
     log.close()
-    for suffix in (".log", ".index", ".timeindex"):
+    for suffix in (".log", ".index", ".timeindex", ".txnindex"):
         (directory / f"{0:020d}{suffix}.cleaned").write_bytes(b"\x00" * 100)
     reopened = Log(directory, compact_config(), clean_shutdown=False)
     assert not list(directory.glob("*.cleaned"))

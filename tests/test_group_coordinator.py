@@ -20,6 +20,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from broker.coordinator import offsets_topic as ot
+from broker.coordinator import serde
 from broker.coordinator.group import Group, GroupState
 from broker.coordinator.group_coordinator import GroupCoordinator, JoinResult
 from tests.conftest import finish_now
@@ -602,7 +603,7 @@ JAVA = [
 
 @pytest.mark.parametrize(("group", "hash_code", "partition"), JAVA)
 def test_java_string_hash(group, hash_code, partition):
-    assert ot.java_string_hash(group) == hash_code
+    assert serde.java_string_hash(group) == hash_code
 
 
 @pytest.mark.parametrize(("group", "hash_code", "partition"), JAVA)

@@ -11,6 +11,10 @@ from typing import Any
 
 import pytest
 from kio.schema.describe_groups.v5.request import DescribeGroupsRequest
+from kio.schema.describe_user_scram_credentials.v0.request import (
+    DescribeUserScramCredentialsRequest,
+    UserName,
+)
 from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 
@@ -34,6 +38,10 @@ CASES: dict[str, tuple[Callable[[], Any], Callable[[Any], int], int]] = {
         lambda: FindCoordinatorRequest(
             key_type=0, coordinator_keys=tuple(f"{i:05d}" + "k" * 31_995 for i in range(1000))),
         lambda answer: len(answer.coordinators), 1000),
+    "DescribeUserScramCredentials, 100,000 unknown users": (
+        lambda: DescribeUserScramCredentialsRequest(
+            users=tuple(UserName(name=f"user-{i}") for i in range(100_000))),
+        lambda answer: len(answer.results), 100_000),
 }
 
 

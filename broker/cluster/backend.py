@@ -40,11 +40,28 @@ class ClusterImageTooLarge(Exception):
 
 @dataclass(frozen=True, slots=True)
 class BrokerRegistration:
+    """A live broker. ``host``/``port`` is its inter-broker listener (what peers dial);
+    ``listeners`` every advertised listener as ``NAME://host:port,...`` (Kafka's
+    advertised.listeners), so clients get the addresses of the listener they came in on."""
+
     node_id: int
     host: str
     port: int
     rack: str | None = None
     broker_epoch: int = -1
+    listeners: str = ""
+
+    def endpoint(self, listener: str) -> tuple[str, int] | None:
+        """The broker's address on ``listener``; a broker registered without listeners
+        (an older one) has its one address on every listener."""
+        if not self.listeners:
+            return self.host, self.port
+        for uri in self.listeners.split(","):
+            name, _, address = uri.partition("://")
+            if name == listener:
+                host, _, port = address.rpartition(":")
+                return host.strip("[]"), int(port)
+        return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,9 @@ import uuid
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from broker.security.acl import AclBinding
+from broker.security.scram import ScramCredential
+
 NO_LEADER = -1
 
 
@@ -83,11 +86,15 @@ class ClusterImage:
 
     ``broker_configs`` holds the dynamic broker configs (Kafka's ConfigRecords of BROKER
     resources): by broker id as a string, and ``DEFAULT_BROKER`` for every broker.
+    ``scram_credentials`` holds each user's SCRAM credential per mechanism (Kafka's
+    UserScramCredentialRecords); ``acls`` the ACLs (AccessControlEntryRecords).
     """
 
     topics: dict[str, TopicMetadata] = field(default_factory=dict)
     version: int = 0
     broker_configs: dict[str, dict[str, str]] = field(default_factory=dict)
+    scram_credentials: dict[str, dict[str, ScramCredential]] = field(default_factory=dict)
+    acls: tuple[AclBinding, ...] = ()
 
     def partition(self, topic: str, index: int) -> PartitionState | None:
         meta = self.topics.get(topic)
@@ -123,6 +130,24 @@ class ClusterImage:
             all_configs.pop(name, None)
         return replace(self, broker_configs=all_configs)
 
+    def with_scram_credential(self, user: str, mechanism: str,
+                              credential: ScramCredential | None) -> ClusterImage:
+        """Set (or, with None, remove) one user's credential for one mechanism."""
+        users = dict(self.scram_credentials)
+        mechanisms = dict(users.get(user, {}))
+        if credential is None:
+            mechanisms.pop(mechanism, None)
+        else:
+            mechanisms[mechanism] = credential
+        if mechanisms:
+            users[user] = mechanisms
+        else:
+            users.pop(user, None)
+        return replace(self, scram_credentials=users)
+
+    def with_acls(self, acls: tuple[AclBinding, ...]) -> ClusterImage:
+        return replace(self, acls=acls)
+
     def leaders(self) -> dict[int, int]:
         """Partitions led per broker."""
         counts: dict[int, int] = {}
@@ -138,6 +163,12 @@ class ClusterImage:
         doc: dict[str, Any] = {"topics": [_topic_doc(t) for t in self.topics.values()]}
         if self.broker_configs:
             doc["broker_configs"] = self.broker_configs
+        if self.scram_credentials:
+            doc["scram_credentials"] = {
+                user: {m: c.to_doc() for m, c in mechanisms.items()}
+                for user, mechanisms in self.scram_credentials.items()}
+        if self.acls:
+            doc["acls"] = [a.to_doc() for a in self.acls]
         return json.dumps(doc, separators=(",", ":"))
 
     @classmethod
@@ -154,7 +185,10 @@ class ClusterImage:
                 for p in t["assignments"]
             )
             topics[t["name"]] = TopicMetadata(t["name"], t["topic_id"], t["configs"], states)
-        return cls(topics, version, doc.get("broker_configs", {}))
+        scram = {user: {m: ScramCredential.from_doc(c) for m, c in mechanisms.items()}
+                 for user, mechanisms in doc.get("scram_credentials", {}).items()}
+        acls = tuple(AclBinding.from_doc(a) for a in doc.get("acls", ()))
+        return cls(topics, version, doc.get("broker_configs", {}), scram, acls)
 
 
 def _topic_doc(topic: TopicMetadata) -> dict[str, Any]:

@@ -60,6 +60,7 @@ A_EPOCH = f"{GROUP}/broker-epoch"
 A_CONTROLLER_EPOCH = f"{GROUP}/controller-epoch"
 A_TTL_MS = f"{GROUP}/lease-duration-ms"
 A_HOST, A_PORT, A_RACK = f"{GROUP}/host", f"{GROUP}/port", f"{GROUP}/rack"
+A_LISTENERS = f"{GROUP}/listeners"
 A_IMAGE_VERSION, A_CLUSTER_ID = f"{GROUP}/image-version", f"{GROUP}/cluster-id"
 A_POD, A_POD_UID, A_CONTAINER = f"{GROUP}/pod", f"{GROUP}/pod-uid", f"{GROUP}/container"
 IMAGE_KEY = "image.json.gz"
@@ -507,6 +508,8 @@ class KubernetesBackend(CoordinationBackend):
         annotations = {A_EPOCH: str(epoch), A_HOST: r.host, A_PORT: str(r.port)}
         if r.rack is not None:
             annotations[A_RACK] = r.rack
+        if r.listeners:
+            annotations[A_LISTENERS] = r.listeners
         if (pod := self.settings.pod) is not None:
             annotations |= {A_POD: pod.name, A_POD_UID: pod.uid, A_CONTAINER: pod.container}
         current = self._leases.get(name)
@@ -568,7 +571,7 @@ class KubernetesBackend(CoordinationBackend):
             node_id = int(lease.spec.holder_identity)
             brokers[node_id] = BrokerRegistration(
                 node_id, a.get(A_HOST, ""), int(a.get(A_PORT, "0")), a.get(A_RACK),
-                int(a.get(A_EPOCH, "-1")))
+                int(a.get(A_EPOCH, "-1")), a.get(A_LISTENERS, ""))
         return brokers
 
     def lease_expiries(self) -> dict[int, int]:

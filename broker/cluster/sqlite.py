@@ -34,7 +34,8 @@ CREATE TABLE IF NOT EXISTS brokers (
     node_id INTEGER PRIMARY KEY,
     host TEXT NOT NULL, port INTEGER NOT NULL, rack TEXT,
     broker_epoch INTEGER NOT NULL,
-    expires_ms INTEGER NOT NULL
+    expires_ms INTEGER NOT NULL,
+    listeners TEXT NOT NULL DEFAULT ''
 );
 CREATE TABLE IF NOT EXISTS controller (
     id INTEGER PRIMARY KEY CHECK (id = 0),
@@ -76,6 +77,9 @@ class SqliteBackend(CoordinationBackend):
             for statement in _SCHEMA.split(";"):
                 if statement.strip():
                     db.execute(statement)
+            columns = {row[1] for row in db.execute("PRAGMA table_info(brokers)")}
+            if "listeners" not in columns:  # a store written before listeners were kept
+                db.execute("ALTER TABLE brokers ADD COLUMN listeners TEXT NOT NULL DEFAULT ''")
             if db.execute("SELECT 1 FROM cluster").fetchone() is None:
                 db.execute(
                     "INSERT INTO cluster VALUES (0, ?, ?, 0, 0)",
@@ -108,8 +112,8 @@ class SqliteBackend(CoordinationBackend):
         with self._write() as db:
             epoch = self._next_epoch(db, "broker")
             db.execute(
-                "INSERT OR REPLACE INTO brokers VALUES (?, ?, ?, ?, ?, ?)",
-                (r.node_id, r.host, r.port, r.rack, epoch, _now_ms() + ttl_ms),
+                "INSERT OR REPLACE INTO brokers VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (r.node_id, r.host, r.port, r.rack, epoch, _now_ms() + ttl_ms, r.listeners),
             )
         return epoch
 
@@ -130,7 +134,8 @@ class SqliteBackend(CoordinationBackend):
 
     def live_brokers(self) -> dict[int, BrokerRegistration]:
         rows = self._db.execute(
-            "SELECT node_id, host, port, rack, broker_epoch FROM brokers WHERE expires_ms > ?",
+            "SELECT node_id, host, port, rack, broker_epoch, listeners FROM brokers "
+            "WHERE expires_ms > ?",
             (_now_ms(),),
         ).fetchall()
         return {row[0]: BrokerRegistration(*row) for row in rows}

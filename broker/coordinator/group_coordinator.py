@@ -28,6 +28,7 @@ from broker.config import BrokerConfig
 from broker.coordinator import offsets_topic as ot
 from broker.coordinator.group import Group, GroupState, Member
 from broker.protocol.batch_codec import Record, encode_batch, read_records
+from broker.protocol.records import ATTR_TRANSACTIONAL, BatchHeader
 from broker.server.partition import Partition
 from broker.server.replica_manager import ReplicaManager, TopicExists
 
@@ -89,6 +90,9 @@ class GroupCoordinator:
         self._initial_delay_until: dict[str, float] = {}
         self.owned: set[int] = set()  # partitions of __consumer_offsets led here
         self._last_write: dict[str, tuple[Partition, int]] = {}
+        # Offsets committed inside a transaction, by producer id, then group: they take
+        # effect when the transaction's COMMIT marker reaches the group's partition.
+        self.pending_txn_offsets: dict[int, dict[str, OffsetMap]] = {}
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -109,19 +113,21 @@ class GroupCoordinator:
             return
         if not leader:
             self.owned.discard(partition.index)
-            for group_id in [g for g in self.groups if self._partition(g) == partition.index]:
+            for group_id in [g for g in self.groups if self.partition_of(g) == partition.index]:
                 self._unload(self.groups.pop(group_id))
-            for group_id in [g for g in self.offsets if self._partition(g) == partition.index]:
+            for group_id in [g for g in self.offsets if self.partition_of(g) == partition.index]:
                 del self.offsets[group_id]
+            for by_group in self.pending_txn_offsets.values():
+                for group_id in [g for g in by_group if self.partition_of(g) == partition.index]:
+                    del by_group[group_id]
             return
         for segment in list(partition.log.segments):
             for batch in segment.batches_from(0):
                 raw = segment.read_bytes(batch.position, batch.header.size)
-                for record in read_records(raw):
-                    self._replay(record)
+                self._replay_batch(partition.index, batch.header, raw)
         now = time.monotonic()
         for group_id, group in self.groups.items():
-            if self._partition(group_id) != partition.index or not group.members:
+            if self.partition_of(group_id) != partition.index or not group.members:
                 continue
             # Members keep their assignment; they are expired unless they heartbeat.
             group.state = GroupState.STABLE
@@ -129,9 +135,9 @@ class GroupCoordinator:
                 member.heartbeat_deadline = now + member.session_timeout_ms / 1000
         self.owned.add(partition.index)
         log.info("coordinating %s-%d: %d groups known", ot.TOPIC, partition.index,
-                 sum(1 for g in self.groups if self._partition(g) == partition.index))
+                 sum(1 for g in self.groups if self.partition_of(g) == partition.index))
 
-    def _partition(self, group_id: str) -> int:
+    def partition_of(self, group_id: str) -> int:
         return ot.partition_for(group_id, self.partitions)
 
     @staticmethod
@@ -140,6 +146,25 @@ class GroupCoordinator:
             for fut in (member.join_future, member.sync_future):
                 if fut is not None and not fut.done():
                     fut.set_exception(CoordinatorError(ErrorCode.not_coordinator))
+
+    def _replay_batch(self, index: int, header: BatchHeader, raw: bytes) -> None:
+        if header.is_control:
+            commit = is_commit_marker(raw)
+            if commit is not None:
+                self.complete_transaction(index, header.producer_id, commit)
+            return
+        for record in read_records(raw):
+            if header.is_transactional:
+                self._replay_txn_offset(header.producer_id, record)
+            else:
+                self._replay(record)
+
+    def _replay_txn_offset(self, producer_id: int, record: Record) -> None:
+        key = ot.decode_key(record.key) if record.key is not None else None
+        if isinstance(key, ot.OffsetKey) and record.value is not None:
+            pending = self.pending_txn_offsets.setdefault(producer_id, {})
+            pending.setdefault(key.group, {})[(key.topic, key.partition)] = ot.decode_offset(
+                record.value)
 
     def _replay(self, record: Record) -> None:
         if record.key is None:
@@ -195,18 +220,27 @@ class GroupCoordinator:
 
     # -- persistence ---------------------------------------------------------------------
 
-    def _write(self, group_id: str, entries: list[tuple[bytes, bytes | None]]) -> ErrorCode:
-        """Append records for ``group_id`` to its offsets partition; NONE once stored."""
+    def _write(self, group_id: str, entries: list[tuple[bytes, bytes | None]],
+               producer: tuple[int, int] | None = None) -> ErrorCode:
+        """Append records for ``group_id`` to its offsets partition; NONE once stored.
+        With ``producer`` (id, epoch) they are a transactional batch of that producer."""
         if not entries:
             return ErrorCode.none
         partition = self.replicas.get(ot.TOPIC, ot.partition_for(group_id, self.partitions))
         now = int(time.time() * 1000)
-        batch = encode_batch(
-            [Record(i, now, key, value) for i, (key, value) in enumerate(entries)], 0
-        )
+        records = [Record(i, now, key, value) for i, (key, value) in enumerate(entries)]
+        if producer is None:
+            batch = encode_batch(records, 0)
+        else:
+            # Sequence 0 always, as Kafka writes them: a coordinator's append is not
+            # sequence-checked, only fenced by the producer's epoch.
+            batch = encode_batch(records, 0, producer_id=producer[0], producer_epoch=producer[1],
+                                 base_sequence=0, attributes=ATTR_TRANSACTIONAL)
         if partition is None or not partition.is_leader:
             return ErrorCode.not_coordinator
-        outcome = partition.append(batch, 2**31 - 1)
+        outcome = partition.append(batch, 2**31 - 1, from_coordinator=producer is not None)
+        if outcome.error in (ErrorCode.invalid_producer_epoch, ErrorCode.producer_fenced):
+            return ErrorCode.producer_fenced
         if outcome.error != ErrorCode.none:
             log.error("writing group %s to %s failed: %s", group_id, ot.TOPIC, outcome.message)
             return ErrorCode.coordinator_not_available
@@ -641,6 +675,60 @@ class GroupCoordinator:
             self.offsets.setdefault(group_id, {}).update(offsets)
         return error
 
+    def txn_commit_offsets(
+        self, group_id: str, producer_id: int, producer_epoch: int, generation: int,
+        member_id: str, instance_id: str | None, offsets: dict[tuple[str, int], ot.OffsetValue],
+    ) -> ErrorCode:
+        """TxnOffsetCommit: store offsets as part of the producer's transaction. They are
+        written now, as a transactional batch of that producer, and count once its COMMIT
+        marker arrives (Kafka's handleTxnCommitOffsets checks, without the rebalance one)."""
+        try:
+            self._validate_group_id(group_id)
+        except CoordinatorError as e:
+            return e.code
+        group = self.groups.get(group_id)
+        if group is None:
+            if generation >= 0 or member_id:
+                return ErrorCode.illegal_generation if generation >= 0 else (
+                    ErrorCode.unknown_member_id)
+            group = self.groups[group_id] = Group(group_id)
+        else:
+            if member_id and member_id not in group.members:
+                return ErrorCode.unknown_member_id
+            if instance_id is not None and member_id and group.members[member_id] \
+                    .group_instance_id not in (None, instance_id):
+                return ErrorCode.fenced_instance_id
+            if generation >= 0 and generation != group.generation:
+                return ErrorCode.illegal_generation
+        entries = [
+            (ot.encode_key(ot.OffsetKey(group_id, topic, partition)), ot.encode_offset(value))
+            for (topic, partition), value in offsets.items()
+        ]
+        error = self._write(group_id, entries, (producer_id, producer_epoch))
+        if error == ErrorCode.none:
+            pending = self.pending_txn_offsets.setdefault(producer_id, {})
+            pending.setdefault(group_id, {}).update(offsets)
+        return error
+
+    def complete_transaction(self, index: int, producer_id: int, commit: bool) -> None:
+        """A transaction's marker reached partition ``index`` of the offsets topic: its
+        offsets for the groups there take effect (COMMIT) or are dropped (ABORT)."""
+        by_group = self.pending_txn_offsets.get(producer_id)
+        if not by_group:
+            return
+        for group_id in [g for g in by_group if self.partition_of(g) == index]:
+            offsets = by_group.pop(group_id)
+            if commit:
+                self.offsets.setdefault(group_id, {}).update(offsets)
+        if not by_group:
+            del self.pending_txn_offsets[producer_id]
+
+    def has_pending_offsets(self, group_id: str, tp: tuple[str, int]) -> bool:
+        """An open transaction holds an offset for this partition (OffsetFetch's
+        require_stable answers UNSTABLE_OFFSET_COMMIT until it ends)."""
+        return any(tp in by_group.get(group_id, ())
+                   for by_group in self.pending_txn_offsets.values())
+
     def fetch_offsets(
         self, group_id: str, partitions: list[tuple[str, int]] | None
     ) -> dict[tuple[str, int], ot.OffsetValue | None]:
@@ -758,3 +846,12 @@ class GroupCoordinator:
                 if replica is not None:
                     yield group_id, topic, partition, value.offset, replica.high_watermark
 
+
+def is_commit_marker(batch: bytes) -> bool | None:
+    """A control batch's marker: True for COMMIT, False for ABORT, None for any other
+    control record (its key: int16 version, int16 type; 0 is ABORT, 1 COMMIT)."""
+    records = read_records(batch)
+    if not records or records[0].key is None or len(records[0].key) < 4:
+        return None
+    kind = int.from_bytes(records[0].key[2:4], "big", signed=True)
+    return {0: False, 1: True}.get(kind)

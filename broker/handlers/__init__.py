@@ -42,8 +42,10 @@ def handles(
 def load_all() -> dict[int, ApiSpec]:
     """Import every handler module so each registers itself."""
     from broker.handlers import (  # noqa: F401
+        acls,
         admin,
         api_versions,
+        client_quotas,
         configs,
         delete_records,
         fetch,
@@ -55,6 +57,9 @@ def load_all() -> dict[int, ApiSpec]:
         offset_for_leader_epoch,
         produce,
         producer_id,
+        sasl,
+        scram_credentials,
+        transactions,
     )
 
     return REGISTRY

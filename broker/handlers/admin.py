@@ -5,14 +5,19 @@ here, with the checks, their order and the messages of Kafka's KRaft controller
 (ControllerApis and ReplicationControlManager); configs live in ``configs.py``. Clients act
 on the error codes and show the messages to people, so both are Kafka's. No handler awaits:
 each change is made before the handler returns.
+
+Authorization is checked where ControllerApis checks it, before a topic's existence, so a
+principal learns nothing of topics it may not describe (``ctx.authorized_names`` is the
+filtering step Kafka's handlers share).
 """
 
 from __future__ import annotations
 
 import datetime
+import functools
 import uuid
 from collections import Counter
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,9 +33,10 @@ from broker.config import (
 from broker.controller.placement import PlacementError
 from broker.handlers import handles
 from broker.handlers.configs import topic_value_source
-from broker.handlers.context import BrokerServices, RequestContext
+from broker.handlers.context import DENIED_MESSAGES, BrokerServices, RequestContext
 from broker.handlers.metadata import live_brokers
 from broker.protocol.messages import build_response
+from broker.security.acl import CLUSTER_NAME, OPERATIONS_OMITTED, Operation, ResourceType
 from broker.server.metadata import ClusterMetadata, TopicMetadata, topic_name_error
 from broker.server.replica_manager import InvalidPartitions, TopicExists
 
@@ -43,17 +49,14 @@ MAX_PARTITIONS_PER_BATCH = 10_000
 BROKER_ENDPOINT = 1
 CONTROLLER_ENDPOINT = 2
 _ENDPOINT_NAMES = {BROKER_ENDPOINT: "BROKER", CONTROLLER_ENDPOINT: "CONTROLLER"}
-# Without an authorizer Kafka reports every operation a cluster supports
-# (AclEntry.supportedOperations(CLUSTER)): CREATE, ALTER, DESCRIBE, CLUSTER_ACTION,
-# DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE, as a bit field of AclOperation codes.
-CLUSTER_OPERATIONS = sum(1 << code for code in (5, 7, 8, 9, 10, 11, 12))
-OPERATIONS_NOT_REQUESTED = -(2**31)
 
 UNKNOWN_TOPIC_MESSAGE = "This server does not host this topic-partition."
 UNKNOWN_TOPIC_ID_MESSAGE = "This server does not host this topic ID."
 DELETION_DISABLED_MESSAGE = "Topic deletion is disabled."
 TOO_MANY_PARTITIONS_MESSAGE = "Excessively large number of partitions per request."
 DUPLICATE_NAME_MESSAGE = "Duplicate topic name."
+CREATE_DENIED_MESSAGE = "Authorization failed."  # CreateTopics' own (ControllerApis)
+TOPIC_DENIED = DENIED_MESSAGES[ErrorCode.topic_authorization_failed]
 
 
 class ApiError(Exception):
@@ -277,8 +280,12 @@ def _creation_error(name: str, error: ApiError) -> dict[str, Any]:
     }
 
 
-async def _create_topic(services: BrokerServices, topic: Any, validate_only: bool
-                        ) -> dict[str, Any]:
+async def _create_topic(services: BrokerServices, topic: Any, validate_only: bool,
+                        describable: bool) -> dict[str, Any]:
+    """One topic created (or validated). Its configs, partitions and replication factor are
+    returned only to a principal that may describe its configs; without that permission the
+    topic is created all the same and ``topic_config_error_code`` says why they are missing,
+    as ReplicationControlManager answers."""
     try:
         new = validate_new_topic(services, topic)
     except ApiError as e:
@@ -298,15 +305,16 @@ async def _create_topic(services: BrokerServices, topic: Any, validate_only: boo
         except ClusterImageTooLarge as e:
             return _creation_error(topic.name, ApiError(ErrorCode.policy_violation, str(e)))
         topic_id = created.uuid
-    return {
-        "name": new.name,
-        "topic_id": topic_id,
-        "error_code": ErrorCode.none,
-        "error_message": None,
-        "num_partitions": new.partitions,
-        "replication_factor": new.replication_factor,
-        "configs": _created_configs(services.config, new.configs),
+    result: dict[str, Any] = {
+        "name": new.name, "topic_id": topic_id, "error_code": ErrorCode.none,
+        "error_message": None, "num_partitions": -1, "replication_factor": -1, "configs": [],
+        "topic_config_error_code": ErrorCode.topic_authorization_failed,
     }
+    if describable:
+        result.update(num_partitions=new.partitions, replication_factor=new.replication_factor,
+                      configs=_created_configs(services.config, new.configs),
+                      topic_config_error_code=ErrorCode.none)
+    return result
 
 
 @handles(19, 2, 7)
@@ -314,24 +322,35 @@ async def create_topics(ctx: RequestContext, request: Any) -> Any:
     """CreateTopics: one result per distinct name, in request order.
 
     A name given twice is refused as a whole (ControllerApis does that before the controller
-    sees the request), and a request adding more than MAX_PARTITIONS_PER_BATCH partitions is
-    refused for every topic, as Kafka fails the whole request then.
+    sees the request), then each other name needs CREATE on the cluster or on the topic
+    (TOPIC_AUTHORIZATION_FAILED, whether the topic exists or not). A request adding more
+    than MAX_PARTITIONS_PER_BATCH partitions in the topics it may create is refused for
+    every topic, as Kafka fails the whole request then.
     """
     services = ctx.services
     counts = Counter(topic.name for topic in request.topics)
     topics = _distinct_by_name(request.topics)
-    singles = [topic for topic in topics if counts[topic.name] == 1]
-    if _requested_partitions(singles, services.config["num.partitions"]) > MAX_PARTITIONS_PER_BATCH:
+    singles = [topic.name for topic in topics if counts[topic.name] == 1]
+    if ctx.authorize_cluster(Operation.CREATE, log_denied=False):
+        creatable = set(singles)
+    else:
+        creatable = ctx.authorized_names(Operation.CREATE, ResourceType.TOPIC, singles)
+    batch = [topic for topic in topics if topic.name in creatable]
+    if _requested_partitions(batch, services.config["num.partitions"]) > MAX_PARTITIONS_PER_BATCH:
         refusal = ApiError(ErrorCode.policy_violation, TOO_MANY_PARTITIONS_MESSAGE)
         results = [_creation_error(topic.name, refusal) for topic in topics]
-    else:
-        duplicate = ApiError(ErrorCode.invalid_request, DUPLICATE_NAME_MESSAGE)
-        results = [
-            _creation_error(topic.name, duplicate)
-            if counts[topic.name] > 1
-            else await _create_topic(services, topic, request.validate_only)
-            for topic in topics
-        ]
+        return build_response(request, {"throttle_time": NO_THROTTLE, "topics": results})
+    describable = ctx.authorized_names(Operation.DESCRIBE_CONFIGS, ResourceType.TOPIC, singles,
+                                   log_denied=False)
+    duplicate = ApiError(ErrorCode.invalid_request, DUPLICATE_NAME_MESSAGE)
+    denied = ApiError(ErrorCode.topic_authorization_failed, CREATE_DENIED_MESSAGE)
+    results = [
+        _creation_error(topic.name, duplicate) if counts[topic.name] > 1
+        else _creation_error(topic.name, denied) if topic.name not in creatable
+        else await _create_topic(services, topic, request.validate_only,
+                                 topic.name in describable)
+        for topic in topics
+    ]
     return build_response(request, {"throttle_time": NO_THROTTLE, "topics": results})
 
 
@@ -355,12 +374,14 @@ def _delete_refs(request: Any) -> list[TopicRef]:
 
 
 def _resolve_deletions(
-    store: ClusterMetadata, refs: Sequence[TopicRef]
+    store: ClusterMetadata, refs: Sequence[TopicRef], may: Callable[[Operation, str], bool],
 ) -> tuple[list[dict[str, Any]], dict[uuid.UUID, str]]:
     """The refusals, and the topics to delete by id, as ControllerApis.deleteTopics decides.
 
     Ids are resolved before names, so a name whose topic was also given by id is refused
-    (and, as in Kafka, that topic is not deleted).
+    (and, as in Kafka, that topic is not deleted). ``may(operation, name)`` says whether the
+    principal may DESCRIBE or DELETE a topic: one it may not describe is refused with
+    TOPIC_AUTHORIZATION_FAILED whether it exists or not, and given by id, without its name.
     """
     results: list[dict[str, Any]] = []
     names: Counter[str] = Counter()
@@ -376,6 +397,7 @@ def _resolve_deletions(
         else:
             results.append(_deletion(None, None, ErrorCode.invalid_request,
                                      "Neither topic name nor id were specified."))
+    denied = ErrorCode.topic_authorization_failed
     targets: dict[uuid.UUID, str] = {}
     for topic_id, count in ids.items():
         topic = store.topic_by_id(topic_id)
@@ -385,6 +407,9 @@ def _resolve_deletions(
         elif topic is None:
             results.append(_deletion(None, topic_id, ErrorCode.unknown_topic_id,
                                      UNKNOWN_TOPIC_ID_MESSAGE))
+        elif not may(Operation.DELETE, topic.name):
+            shown = topic.name if may(Operation.DESCRIBE, topic.name) else None
+            results.append(_deletion(shown, topic_id, denied, TOPIC_DENIED))
         else:
             targets[topic_id] = topic.name
     for name, count in names.items():
@@ -392,9 +417,13 @@ def _resolve_deletions(
         if count > 1:
             results.append(_deletion(name, None, ErrorCode.invalid_request,
                                      DUPLICATE_NAME_MESSAGE))
+        elif not may(Operation.DESCRIBE, name):
+            results.append(_deletion(name, None, denied, TOPIC_DENIED))
         elif topic is None:
             results.append(_deletion(name, None, ErrorCode.unknown_topic_or_partition,
                                      UNKNOWN_TOPIC_MESSAGE))
+        elif not may(Operation.DELETE, name):
+            results.append(_deletion(name, None, denied, TOPIC_DENIED))
         elif topic.uuid in targets:
             del targets[topic.uuid]
             results.append(_deletion(name, topic.uuid, ErrorCode.invalid_request,
@@ -410,7 +439,8 @@ async def delete_topics(ctx: RequestContext, request: Any) -> Any:
     """DeleteTopics by name (v1-5) or by name or id (v6).
 
     With delete.topic.enable=false Kafka refuses every topic: INVALID_REQUEST below v3 (those
-    clients do not know TOPIC_DELETION_DISABLED), TOPIC_DELETION_DISABLED from v3.
+    clients do not know TOPIC_DELETION_DISABLED), TOPIC_DELETION_DISABLED from v3. DELETE on
+    the cluster allows every topic; else each needs DESCRIBE and DELETE on itself.
     """
     services = ctx.services
     refs = _delete_refs(request)
@@ -418,7 +448,13 @@ async def delete_topics(ctx: RequestContext, request: Any) -> Any:
         code = ErrorCode.topic_deletion_disabled if ctx.version >= 3 else ErrorCode.invalid_request
         results = [_deletion(name, tid, code, DELETION_DISABLED_MESSAGE) for name, tid in refs]
         return build_response(request, {"throttle_time": NO_THROTTLE, "responses": results})
-    results, targets = _resolve_deletions(services.store, refs)
+    everything = ctx.authorize_cluster(Operation.DELETE, log_denied=False)
+
+    @functools.cache  # a topic named and given by id is one decision, logged once
+    def may(operation: Operation, name: str) -> bool:
+        return everything or ctx.authorize(operation, ResourceType.TOPIC, name)
+
+    results, targets = _resolve_deletions(services.store, refs, may)
     for topic_id, name in targets.items():
         await services.replicas.delete_topic(name)
         services.groups.delete_topic_offsets(name)
@@ -492,7 +528,8 @@ async def _add_partitions(services: BrokerServices, topic: Any, validate_only: b
 
 @handles(37, 0, 3)
 async def create_partitions(ctx: RequestContext, request: Any) -> Any:
-    """CreatePartitions: grow topics; a name given twice is refused, as in ControllerApis.
+    """CreatePartitions: grow topics; a name given twice is refused, as in ControllerApis,
+    and each other name needs ALTER on the topic (checked before its existence).
 
     Kafka has no clean limit here (its record list overflows); we refuse a request adding
     more than MAX_PARTITIONS_PER_BATCH partitions like CreateTopics, before opening any log.
@@ -500,12 +537,17 @@ async def create_partitions(ctx: RequestContext, request: Any) -> Any:
     services = ctx.services
     counts = Counter(topic.name for topic in request.topics)
     topics = _distinct_by_name(request.topics)
-    added = sum(_added_partitions(services.store, t) for t in topics if counts[t.name] == 1)
+    alterable = ctx.authorized_names(Operation.ALTER, ResourceType.TOPIC,
+                                 [t.name for t in topics if counts[t.name] == 1])
+    added = sum(_added_partitions(services.store, t) for t in topics if t.name in alterable)
     results = []
     for topic in topics:
         if counts[topic.name] > 1:
             results.append(_partitions_result(topic.name, ErrorCode.invalid_request,
                                               DUPLICATE_NAME_MESSAGE))
+        elif topic.name not in alterable:
+            results.append(_partitions_result(topic.name, ErrorCode.topic_authorization_failed,
+                                              None))
         elif added > MAX_PARTITIONS_PER_BATCH:
             results.append(_partitions_result(topic.name, ErrorCode.policy_violation,
                                               TOO_MANY_PARTITIONS_MESSAGE))
@@ -546,9 +588,6 @@ async def describe_cluster(ctx: RequestContext, request: Any) -> Any:
             "brokers": [],
         })
     services = ctx.services
-    operations = OPERATIONS_NOT_REQUESTED
-    if request.include_cluster_authorized_operations:
-        operations = CLUSTER_OPERATIONS
     return build_response(request, {
         "throttle_time": NO_THROTTLE,
         "error_code": ErrorCode.none,
@@ -560,5 +599,16 @@ async def describe_cluster(ctx: RequestContext, request: Any) -> Any:
             {"broker_id": b["node_id"], "host": b["host"], "port": b["port"], "rack": b["rack"]}
             for b in live_brokers(ctx)
         ],
-        "cluster_authorized_operations": operations,
+        "cluster_authorized_operations": _cluster_operations(ctx, request),
     })
+
+
+def _cluster_operations(ctx: RequestContext, request: Any) -> int:
+    """The cluster operations the principal may perform, when asked: none without DESCRIBE
+    on the cluster, every one the cluster has without an authorizer (AuthHelper)."""
+    if not request.include_cluster_authorized_operations:
+        return OPERATIONS_OMITTED
+    if not ctx.authorize_cluster(Operation.DESCRIBE):
+        return 0
+    return ctx.services.authorizer.authorized_operations(
+        ctx.principal, ctx.client_host, ResourceType.CLUSTER, CLUSTER_NAME)

@@ -6,11 +6,16 @@ cluster-wide dynamic default (broker name ""), the static server.properties, the
 Changes are decided by the pure functions of ``broker.controller.config_changes`` and stored
 in the cluster metadata with one compare-and-set, so every broker, and a broker restarted
 later, sees them; each broker lays them over its own settings as the metadata arrives.
+
+Each resource needs its permission (ConfigHelper, ControllerApis): DESCRIBE_CONFIGS or
+ALTER_CONFIGS on the topic, the group, or for broker-wide resources on the cluster; a
+resource refused is answered with the matching authorization error and nothing else.
 """
 
 from __future__ import annotations
 
 import datetime
+import functools
 import re
 from collections import Counter
 from collections.abc import Mapping
@@ -30,10 +35,12 @@ from broker.controller.config_changes import (
     ConfigOp,
     change_configs,
     check_broker_name,
+    check_request_shape,
 )
 from broker.handlers import handles
-from broker.handlers.context import BrokerServices, RequestContext
+from broker.handlers.context import DENIED_MESSAGES, BrokerServices, RequestContext
 from broker.protocol.messages import build_long_response, build_response
+from broker.security.acl import CLUSTER_NAME, Operation, ResourceType
 from broker.server.metadata import ConcurrentUpdate, topic_name_error
 
 NO_THROTTLE = datetime.timedelta(0)
@@ -46,7 +53,8 @@ DYNAMIC_DEFAULT_BROKER_CONFIG = 3
 STATIC_BROKER_CONFIG = 4
 DEFAULT_CONFIG = 5
 # DescribeConfigsResponse.ConfigType ids, by ConfigKey.type.
-CONFIG_TYPES = {"bool": 1, "string": 2, "int": 3, "long": 5, "double": 6, "list": 7}
+CONFIG_TYPES = {"bool": 1, "string": 2, "int": 3, "long": 5, "double": 6, "list": 7,
+                "password": 9}
 # Broker keys that stand in for one another, in precedence order
 # (DynamicBrokerConfig.brokerConfigSynonyms).
 _SYNONYM_GROUPS = (
@@ -56,6 +64,32 @@ _SYNONYM_GROUPS = (
 BROKER_SYNONYMS = {name: group for group in _SYNONYM_GROUPS for name in group}
 
 Synonym = tuple[str, str | None, int]  # name, value, source
+
+# ConfigResource.Type ids that are not in RESOURCE_TYPE_NAMES' short list of ours.
+BROKER_LOGGER_RESOURCE, CLIENT_METRICS_RESOURCE, GROUP_RESOURCE = 8, 16, 32
+_CLUSTER_GUARD = (ResourceType.CLUSTER, ErrorCode.cluster_authorization_failed)
+# What guards each resource type's configs: the ACL resource, and the error if refused.
+_GUARDS: dict[int, tuple[ResourceType, ErrorCode]] = {
+    TOPIC_RESOURCE: (ResourceType.TOPIC, ErrorCode.topic_authorization_failed),
+    GROUP_RESOURCE: (ResourceType.GROUP, ErrorCode.group_authorization_failed),
+    BROKER_RESOURCE: _CLUSTER_GUARD,
+    BROKER_LOGGER_RESOURCE: _CLUSTER_GUARD,
+    CLIENT_METRICS_RESOURCE: _CLUSTER_GUARD,
+}
+
+
+def config_denial(ctx: RequestContext, operation: Operation, resource_type: int,
+                  resource_name: str) -> ConfigChangeError | None:
+    """Why the principal may not describe or alter a resource's configs; None if it may,
+    or if the resource type is unknown (refused later for that, as Kafka does)."""
+    guard = _GUARDS.get(resource_type)
+    if guard is None:
+        return None
+    acl_type, code = guard
+    name = CLUSTER_NAME if acl_type == ResourceType.CLUSTER else resource_name
+    if ctx.authorize(operation, acl_type, name):
+        return None
+    return ConfigChangeError(code, DENIED_MESSAGES[code])
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,14 +195,16 @@ def _resource_entries(services: BrokerServices, resource: Any) -> list[ConfigEnt
 
 
 def _described(entry: ConfigEntry, synonyms: bool, documentation: bool) -> dict[str, Any]:
+    # Passwords and keys are described as Kafka describes its PASSWORD configs: no value.
+    sensitive = entry.key.type == "password"
     return {
         "name": entry.key.name,
-        "value": entry.value,
+        "value": None if sensitive else entry.value,
         "read_only": entry.read_only,
         "config_source": entry.source,
-        "is_sensitive": False,
+        "is_sensitive": sensitive,
         "synonyms": [
-            {"name": name, "value": value, "source": source}
+            {"name": name, "value": None if sensitive else value, "source": source}
             for name, value, source in (entry.synonyms if synonyms else ())
         ],
         "config_type": CONFIG_TYPES[entry.key.type],
@@ -177,7 +213,7 @@ def _described(entry: ConfigEntry, synonyms: bool, documentation: bool) -> dict[
 
 
 def _describe_resource(
-    services: BrokerServices, resource: Any, synonyms: bool, documentation: bool
+    ctx: RequestContext, resource: Any, synonyms: bool, documentation: bool
 ) -> dict[str, Any]:
     result: dict[str, Any] = {
         "resource_type": resource.resource_type,
@@ -187,7 +223,11 @@ def _describe_resource(
         "configs": [],
     }
     try:
-        entries = _resource_entries(services, resource)
+        denial = config_denial(ctx, Operation.DESCRIBE_CONFIGS, resource.resource_type,
+                               resource.resource_name)
+        if denial is not None:
+            raise denial
+        entries = _resource_entries(ctx.services, resource)
     except ConfigChangeError as e:
         result.update(error_code=e.code, error_message=e.message)
         return result
@@ -209,7 +249,7 @@ async def describe_configs(ctx: RequestContext, request: Any) -> Any:
     unique = {(r.resource_type, r.resource_name, r.configuration_keys): r
               for r in request.resources}
     results = [
-        _describe_resource(ctx.services, resource, request.include_synonyms, documentation)
+        _describe_resource(ctx, resource, request.include_synonyms, documentation)
         for resource in unique.values()
     ]
     return await build_long_response(
@@ -231,11 +271,22 @@ def _changes(request: Any, incremental: bool) -> list[ConfigChange]:
     ]
 
 
-async def _alter(services: BrokerServices, changes: list[ConfigChange],
+async def _alter(ctx: RequestContext, changes: list[ConfigChange],
                  validate_only: bool) -> list[ConfigChangeError | None]:
-    """Decide every resource on the newest image and store the accepted ones at once."""
+    """Decide every resource on the newest image and store the accepted ones at once.
+
+    Kafka's order per resource: named twice, its keys named twice or null, a broker's own
+    configs sent to another broker (all decided by the receiving broker before the
+    controller sees the request), then ALTER_CONFIGS (the controller's check), then the
+    change itself. Legacy AlterConfigs never authorizes BROKER_LOGGER: the broker refuses
+    that type first."""
+    services = ctx.services
     counts = Counter((c.resource_type, c.resource_name) for c in changes)
     errors: list[ConfigChangeError | None] = []
+
+    @functools.cache  # decided once, though a lost race decides the changes again
+    def denial(resource_type: int, resource_name: str) -> ConfigChangeError | None:
+        return config_denial(ctx, Operation.ALTER_CONFIGS, resource_type, resource_name)
 
     def alter(image: ClusterImage) -> ClusterImage | None:
         errors.clear()  # called again on a fresh image if another writer won the race
@@ -245,8 +296,13 @@ async def _alter(services: BrokerServices, changes: list[ConfigChange],
                 if counts[(change.resource_type, change.resource_name)] > 1:
                     raise ConfigChangeError(ErrorCode.invalid_request,
                                             "Each resource must appear at most once.")
+                check_request_shape(change)
                 if change.resource_type == BROKER_RESOURCE:
                     check_broker_name(change.resource_name, services.config.node_id)
+                if change.incremental or change.resource_type != BROKER_LOGGER_RESOURCE:
+                    refusal = denial(change.resource_type, change.resource_name)
+                    if refusal is not None:
+                        raise refusal
                 image = change_configs(image, change)
             except ConfigChangeError as e:
                 errors.append(e)
@@ -280,7 +336,7 @@ def _responses(changes: list[ConfigChange],
 async def alter_configs(ctx: RequestContext, request: Any) -> Any:
     """Legacy AlterConfigs: each resource's dynamic configs replaced by those given."""
     changes = _changes(request, incremental=False)
-    errors = await _alter(ctx.services, changes, request.validate_only)
+    errors = await _alter(ctx, changes, request.validate_only)
     return build_response(request, {"throttle_time": NO_THROTTLE,
                                     "responses": _responses(changes, errors)})
 
@@ -289,6 +345,6 @@ async def alter_configs(ctx: RequestContext, request: Any) -> Any:
 async def incremental_alter_configs(ctx: RequestContext, request: Any) -> Any:
     """IncrementalAlterConfigs: SET, DELETE, APPEND, SUBTRACT per key (KIP-339)."""
     changes = _changes(request, incremental=True)
-    errors = await _alter(ctx.services, changes, request.validate_only)
+    errors = await _alter(ctx, changes, request.validate_only)
     return build_response(request, {"throttle_time": NO_THROTTLE,
                                     "responses": _responses(changes, errors)})

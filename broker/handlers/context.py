@@ -8,16 +8,29 @@ from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from kio.schema.errors import ErrorCode
+
 from broker.config import BrokerConfig
 from broker.controller.controller import Controller
 from broker.coordinator.group_coordinator import GroupCoordinator
+from broker.coordinator.transaction_coordinator import TransactionCoordinator
 from broker.metrics import BrokerMetrics
-from broker.protocol.codec import RequestHeader
+from broker.protocol.codec import RequestHeader, api_name
+from broker.security.acl import CLUSTER_NAME, Authorizer, Operation, ResourceType
+from broker.security.session import Session, plaintext_session
 from broker.server.fetch_session import FetchSessionCache
 from broker.server.metadata import ClusterMetadata
 from broker.server.replica_manager import ReplicaManager
+from broker.server.txn_verification import TransactionVerifier
 
 T = TypeVar("T")
+# Kafka's default messages of the authorization errors (Errors.java).
+DENIED_MESSAGES: dict[ErrorCode, str] = {
+    ErrorCode.topic_authorization_failed: "Topic authorization failed.",
+    ErrorCode.group_authorization_failed: "Group authorization failed.",
+    ErrorCode.cluster_authorization_failed: "Cluster authorization failed.",
+    ErrorCode.transactional_id_authorization_failed: "Transactional Id authorization failed.",
+}
 SLICE_SECONDS = 0.05
 
 
@@ -51,9 +64,14 @@ class BrokerServices:
     store: ClusterMetadata
     replicas: ReplicaManager
     metrics: BrokerMetrics
-    advertised: Endpoint  # host may be empty: use the address the client connected to
+    # This broker's address per listener name; a host may be empty: the client gets the
+    # address it connected to.
+    advertised: dict[str, Endpoint]
     groups: GroupCoordinator
     controller: Controller
+    transactions: TransactionCoordinator
+    verifier: TransactionVerifier
+    authorizer: Authorizer
     # Kafka's default of max.incremental.fetch.session.cache.slots; the app passes the setting.
     fetch_sessions: FetchSessionCache = field(default_factory=lambda: FetchSessionCache(1000))
 
@@ -68,13 +86,60 @@ class RequestContext:
     header: RequestHeader
     client_host: str
     local_host: str  # the address this connection reached us on
+    session: Session = field(default_factory=lambda: plaintext_session(""))
 
     @property
     def version(self) -> int:
         return self.header.api_version
 
+    @property
+    def listener(self) -> str:
+        return self.session.listener.name
+
+    @property
+    def principal(self) -> str:
+        return self.session.principal
+
+    def authorize(self, operation: Operation, resource_type: ResourceType, name: str,
+                  log_denied: bool = True) -> bool:
+        """Whether this request's principal may; denials are logged as Kafka's authorizer
+        logs them unless ``log_denied`` is False (Kafka's checks that only filter)."""
+        return self.services.authorizer.authorize(
+            self.session.principal, self.client_host, operation, resource_type, name,
+            self._api_name if log_denied else None)
+
+    def authorize_cluster(self, operation: Operation, log_denied: bool = True) -> bool:
+        return self.authorize(operation, ResourceType.CLUSTER, CLUSTER_NAME, log_denied)
+
+    def authorized_names(self, operation: Operation, resource_type: ResourceType,
+                         names: Iterable[str], log_denied: bool = True) -> set[str]:
+        """The names among ``names`` the principal may act on (Kafka's filterByAuthorized):
+        each distinct name is checked once, so a name a request repeats is one decision
+        and at most one line in the authorizer log."""
+        return {name for name in dict.fromkeys(names)
+                if self.authorize(operation, resource_type, name, log_denied)}
+
+    def not_authorized(self) -> str:
+        """The message of Kafka's ClusterAuthorizationException (it names the request)."""
+        return (f"Request {api_name(self.header.api_key)} v{self.version} of "
+                f"{self.principal} from {self.client_host} is not authorized.")
+
+    def _api_name(self) -> str:
+        return api_name(self.header.api_key)
+
     def advertised_endpoint(self) -> Endpoint:
-        adv = self.services.advertised
+        adv = self.services.advertised[self.listener]
         if adv.host:
             return adv
         return Endpoint(self.local_host, adv.port, adv.rack)
+
+    def broker_endpoint(self, node_id: int) -> Endpoint | None:
+        """A broker's address on this request's listener (None: it has no such listener
+        or is not live), as Kafka answers each client with its own listener's addresses."""
+        if node_id == self.services.node_id:
+            return self.advertised_endpoint()
+        registration = self.services.store.brokers.get(node_id)
+        if registration is None:
+            return None
+        address = registration.endpoint(self.listener)
+        return Endpoint(*address, registration.rack) if address is not None else None

@@ -5,7 +5,8 @@ made in order with the connection's other requests; then the answer waits, as Ka
 DelayedDeleteRecords does, until each partition's low watermark (the smallest log start of
 its replicas on live brokers) reaches the requested offset, or the request's timeout ends
 with REQUEST_TIMED_OUT. Followers learn the new start from their fetch responses and
-report theirs in their next fetch.
+report theirs in their next fetch. Each topic needs DELETE, checked before its
+existence (TOPIC_AUTHORIZATION_FAILED either way).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from kio.schema.errors import ErrorCode
 from broker.handlers import handles
 from broker.handlers.context import RequestContext
 from broker.protocol.messages import build_response
+from broker.security.acl import Operation, ResourceType
 
 log = logging.getLogger(__name__)
 
@@ -30,9 +32,15 @@ async def handle_delete_records(ctx: RequestContext, request: Any) -> Any:
     timeout = max(0.0, request.timeout.total_seconds())
     results: dict[tuple[str, int], dict[str, Any]] = {}
     waits = []
+    deletable = ctx.authorized_names(Operation.DELETE, ResourceType.TOPIC,
+                                 (t.name for t in request.topics))
     for topic in request.topics:
         for p in topic.partitions:
             key = (topic.name, p.partition_index)
+            if topic.name not in deletable:
+                results[key] = {"low_watermark": -1,
+                                "error_code": ErrorCode.topic_authorization_failed}
+                continue
             partition, error = replicas.leader_for(topic.name, p.partition_index)
             if partition is None:
                 results[key] = {"low_watermark": -1, "error_code": error}

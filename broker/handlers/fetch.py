@@ -7,7 +7,8 @@ per partition, always returning at least the first batch of the first partition 
 sessions (KIP-227, ``broker.server.fetch_session``) are kept for clients that open one:
 their requests name only what changed, and their responses only partitions with news.
 
-Only the leader serves fetches. Consumers read up to the high watermark; a follower
+Only the leader serves fetches. Consumers read up to the high watermark (read_committed
+ones to the last stable offset, with the aborted transactions in what they get); a follower
 (``replica_id`` >= 0) reads up to the log end, and its fetch offset tells the leader how far
 it has replicated, which moves the high watermark and may return it to the ISR.
 """
@@ -29,6 +30,7 @@ from broker.protocol.fetch import (
     RequestedPartition,
     encode_fetch_response,
 )
+from broker.security.acl import Operation, ResourceType
 from broker.server.fetch_session import (
     FINAL_EPOCH,
     INITIAL_EPOCH,
@@ -54,11 +56,26 @@ class _Pass:
 Wanted = list[tuple[str, RequestedPartition | CachedPartition]]
 
 
+def _denied(ctx: RequestContext, follower: int | None, wanted: Wanted) -> set[str]:
+    """Topics this fetch may not read: a follower needs CLUSTER_ACTION on the cluster, a
+    consumer READ on each topic (Kafka answers TOPIC_AUTHORIZATION_FAILED for both)."""
+    topics = {name for name, _ in wanted}
+    if follower is not None:
+        return set() if ctx.authorize_cluster(Operation.CLUSTER_ACTION) else topics
+    return {name for name in topics
+            if not ctx.authorize(Operation.READ, ResourceType.TOPIC, name)}
+
+
 def _read_all(ctx: RequestContext, follower: int | None, wanted: Wanted, max_bytes: int,
-              first: bool) -> _Pass:
+              first: bool, read_committed: bool = False,
+              denied: set[str] | frozenset[str] = frozenset()) -> _Pass:
     replicas = ctx.services.replicas
     found = _Pass()
     for name, p in wanted:
+        if name in denied:
+            found.results.append((name, FetchPartition(
+                p.partition, ErrorCode.topic_authorization_failed, -1, -1, -1, None)))
+            continue
         partition = replicas.get(name, p.partition)
         if partition is None:
             found.results.append((name, FetchPartition(
@@ -72,7 +89,9 @@ def _read_all(ctx: RequestContext, follower: int | None, wanted: Wanted, max_byt
             replicas.record_follower_fetch(partition, follower, p.fetch_offset,
                                            p.log_start_offset)
         hw = partition.high_watermark
+        lso = partition.last_stable_offset
         region = None
+        aborted = None
         throttle = replicas.throttle_for(partition, follower) if follower is not None else None
         if error == ErrorCode.none:
             budget = min(p.partition_max_bytes, max(0, max_bytes - found.total))
@@ -82,7 +101,8 @@ def _read_all(ctx: RequestContext, follower: int | None, wanted: Wanted, max_byt
                 min_one = min_one and budget > 0
             try:
                 result = partition.read(p.fetch_offset, budget, min_one,
-                                        up_to_log_end=follower is not None)
+                                        up_to_log_end=follower is not None,
+                                        read_committed=read_committed)
             except OffsetOutOfRange:
                 error = ErrorCode.offset_out_of_range
             else:
@@ -94,8 +114,13 @@ def _read_all(ctx: RequestContext, follower: int | None, wanted: Wanted, max_byt
                     found.total += region.length
                     records = result.next_offset - max(p.fetch_offset, result.first_offset)
                     found.sent.append((name, region.length, records))
+                    if read_committed:
+                        aborted = [(a.producer_id, a.first_offset) for a in
+                                   log.collect_aborted_transactions(result.first_offset,
+                                                                    result.next_offset)]
         found.results.append((name, FetchPartition(
-            p.partition, error, hw, hw, log.log_start_offset, region)))
+            p.partition, error, hw, lso, log.log_start_offset, region,
+            aborted_transactions=aborted)))
     return found
 
 
@@ -144,8 +169,11 @@ async def handle_fetch(ctx: RequestContext, request: FetchRequest) -> EncodedRes
     max_bytes = min(request.max_bytes, ctx.services.config["fetch.max.bytes"])
     deadline = time.monotonic() + request.max_wait_ms / 1000
     first = True
+    denied = _denied(ctx, follower, wanted) if ctx.services.authorizer.enabled else set()
     while True:
-        found = _read_all(ctx, follower, wanted, max_bytes, first)
+        found = _read_all(ctx, follower, wanted, max_bytes, first,
+                          read_committed=follower is None and request.isolation_level == 1,
+                          denied=denied)
         first = False
         remaining = deadline - time.monotonic()
         if found.total >= request.min_bytes or remaining <= 0 or not found.watched:

@@ -5,6 +5,10 @@ Thin: each handler maps its request (every version) onto the GroupCoordinator an
 answer back onto the response. A group's coordinator is the leader of its partition of
 ``__consumer_offsets``; a broker that is not answers NOT_COORDINATOR, and clients ask
 FindCoordinator again.
+
+Authorization comes first, as in KafkaApis: a principal without the group's permission is
+refused with GROUP_AUTHORIZATION_FAILED whichever broker it asks and whether the group
+exists or not, and sees offsets only of topics it may describe.
 """
 
 from __future__ import annotations
@@ -16,15 +20,17 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from broker.coordinator import offsets_topic as ot
+from broker.coordinator import transaction_log as txn_log
 from broker.coordinator.group import GroupState
 from broker.coordinator.group_coordinator import MAX_NAME_BYTES, GroupCoordinator
 from broker.coordinator.offsets_topic import OffsetValue
 from broker.handlers import handles
-from broker.handlers.context import RequestContext, cooperatively
+from broker.handlers.context import DENIED_MESSAGES, RequestContext, cooperatively
 from broker.protocol.messages import build_long_response, build_response
+from broker.security.acl import OPERATIONS_OMITTED, Operation, ResourceType
 
-AUTHORIZED_OPERATIONS_OMITTED = -2147483648
 KEY_TYPE_GROUP = 0
+KEY_TYPE_TRANSACTION = 1
 NO_TIMEOUT = timedelta(0)
 
 
@@ -39,43 +45,58 @@ def _not_ours(ctx: RequestContext, group_id: str | None) -> bool:
             and not _coordinator(ctx).owns(group_id))
 
 
+def _may(ctx: RequestContext, operation: Operation, group_id: str) -> bool:
+    return ctx.authorize(operation, ResourceType.GROUP, group_id)
+
+
 def _ms(value: timedelta | int) -> int:
     return int(value.total_seconds() * 1000) if isinstance(value, timedelta) else int(value)
 
 
 @handles(10, 0, 4)
 async def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
-    endpoint = ctx.advertised_endpoint()
     key_type = getattr(request, "key_type", KEY_TYPE_GROUP)
     keys = getattr(request, "coordinator_keys", None)
     if keys is None:
         keys = (request.key,)
 
     async def answer(key: str) -> dict[str, Any]:
-        if key_type != KEY_TYPE_GROUP:
+        if key_type not in (KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION):
             return {"key": key, "error_code": ErrorCode.invalid_request, "node_id": -1,
                     "host": "", "port": -1,
-                    "error_message": "transactions are not supported by this broker yet"}
+                    "error_message": f"unknown coordinator key type {key_type}"}
+        what = "group id" if key_type == KEY_TYPE_GROUP else "transactional id"
+        resource, denied = (
+            (ResourceType.GROUP, ErrorCode.group_authorization_failed)
+            if key_type == KEY_TYPE_GROUP else
+            (ResourceType.TRANSACTIONAL_ID, ErrorCode.transactional_id_authorization_failed))
+        if not ctx.authorize(Operation.DESCRIBE, resource, key):
+            return {"key": key, "error_code": denied, "node_id": -1, "host": "", "port": -1,
+                    "error_message": DENIED_MESSAGES[denied]}
         if not key or len(key) > MAX_NAME_BYTES or len(key.encode()) > MAX_NAME_BYTES:
             problem = "empty" if not key else f"longer than {MAX_NAME_BYTES} bytes"
-            return {"key": key, "error_code": ErrorCode.invalid_group_id, "node_id": -1,
-                    "host": "", "port": -1, "error_message": f"the group id is {problem}"}
-        coordinator = _coordinator(ctx)
-        await coordinator.ensure_offsets_topic()
+            error = ErrorCode.invalid_group_id if key_type == KEY_TYPE_GROUP else (
+                ErrorCode.invalid_request)
+            return {"key": key, "error_code": error, "node_id": -1,
+                    "host": "", "port": -1, "error_message": f"the {what} is {problem}"}
         services = ctx.services
-        state = services.store.partition(ot.TOPIC, ot.partition_for(key, coordinator.partitions))
-        node = state.leader if state is not None else -1
-        if node == services.node_id:
-            host, port = endpoint.host, endpoint.port
-        elif node in services.store.brokers:
-            registered = services.store.brokers[node]
-            host, port = registered.host, registered.port
+        if key_type == KEY_TYPE_GROUP:
+            coordinator = _coordinator(ctx)
+            await coordinator.ensure_offsets_topic()
+            state = services.store.partition(ot.TOPIC,
+                                             ot.partition_for(key, coordinator.partitions))
         else:
+            transactions = services.transactions
+            await transactions.ensure_topic()
+            state = services.store.partition(txn_log.TOPIC, transactions.partition_of(key))
+        node = state.leader if state is not None else -1
+        endpoint = ctx.broker_endpoint(node) if node >= 0 else None
+        if endpoint is None:
             return {"key": key, "error_code": ErrorCode.coordinator_not_available,
                     "node_id": -1, "host": "", "port": -1,
-                    "error_message": "the group's offsets partition has no live leader"}
+                    "error_message": f"the {what}'s partition has no live leader"}
         return {"key": key, "error_code": ErrorCode.none, "node_id": node,
-                "host": host, "port": port, "error_message": None}
+                "host": endpoint.host, "port": endpoint.port, "error_message": None}
 
     known: dict[str, dict[str, Any]] = {}  # a key asked for again gets the same answer
     answers = []
@@ -91,6 +112,12 @@ async def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
 
 @handles(11, 0, 9)
 async def handle_join_group(ctx: RequestContext, request: Any) -> Any:
+    if not _may(ctx, Operation.READ, request.group_id):
+        return build_response(request, {
+            "throttle_time": NO_TIMEOUT, "error_code": ErrorCode.group_authorization_failed,
+            "generation_id": -1, "protocol_name": None if ctx.version >= 7 else "",
+            "leader": "", "member_id": "", "members": [],
+        })
     if _not_ours(ctx, request.group_id):
         return build_response(request, {
             "throttle_time": NO_TIMEOUT, "error_code": ErrorCode.not_coordinator,
@@ -124,6 +151,10 @@ async def handle_join_group(ctx: RequestContext, request: Any) -> Any:
 
 @handles(14, 0, 5)
 async def handle_sync_group(ctx: RequestContext, request: Any) -> Any:
+    if not _may(ctx, Operation.READ, request.group_id):
+        return build_response(request, {"throttle_time": NO_TIMEOUT,
+                                        "error_code": ErrorCode.group_authorization_failed,
+                                        "assignment": b""})
     if _not_ours(ctx, request.group_id):
         return build_response(request, {"throttle_time": NO_TIMEOUT,
                                         "error_code": ErrorCode.not_coordinator,
@@ -143,6 +174,9 @@ async def handle_sync_group(ctx: RequestContext, request: Any) -> Any:
 
 @handles(12, 0, 4)
 async def handle_heartbeat(ctx: RequestContext, request: Any) -> Any:
+    if not _may(ctx, Operation.READ, request.group_id):
+        return build_response(request, {"throttle_time": NO_TIMEOUT,
+                                        "error_code": ErrorCode.group_authorization_failed})
     if _not_ours(ctx, request.group_id):
         return build_response(request, {"throttle_time": NO_TIMEOUT,
                                         "error_code": ErrorCode.not_coordinator})
@@ -155,6 +189,10 @@ async def handle_heartbeat(ctx: RequestContext, request: Any) -> Any:
 
 @handles(13, 0, 5)
 async def handle_leave_group(ctx: RequestContext, request: Any) -> Any:
+    if not _may(ctx, Operation.READ, request.group_id):
+        return build_response(request, {"throttle_time": NO_TIMEOUT,
+                                        "error_code": ErrorCode.group_authorization_failed,
+                                        "members": []})
     if _not_ours(ctx, request.group_id):
         return build_response(request, {"throttle_time": NO_TIMEOUT,
                                         "error_code": ErrorCode.not_coordinator, "members": []})
@@ -176,16 +214,24 @@ async def handle_leave_group(ctx: RequestContext, request: Any) -> Any:
 
 @handles(8, 2, 9)
 async def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
+    """READ on the group, else every partition is refused; then READ on each topic."""
     services = ctx.services
     now = int(time.time() * 1000)
     max_metadata = services.config["offset.metadata.max.bytes"]
     offsets: dict[tuple[str, int], OffsetValue] = {}
     errors: dict[tuple[str, int], ErrorCode] = {}
+    group_allowed = _may(ctx, Operation.READ, request.group_id)
+    readable = ctx.authorized_names(Operation.READ, ResourceType.TOPIC,
+                                (t.name for t in request.topics)) if group_allowed else set()
     for topic in request.topics:
         for p in topic.partitions:
             tp = (topic.name, p.partition_index)
             metadata = p.committed_metadata or ""
-            if services.store.partition(*tp) is None:  # Kafka: the topic must exist
+            if not group_allowed:
+                errors[tp] = ErrorCode.group_authorization_failed
+            elif topic.name not in readable:
+                errors[tp] = ErrorCode.topic_authorization_failed
+            elif services.store.partition(*tp) is None:  # Kafka: the topic must exist
                 errors[tp] = ErrorCode.unknown_topic_or_partition
             elif len(metadata.encode()) > max_metadata:
                 errors[tp] = ErrorCode.offset_metadata_too_large
@@ -221,15 +267,37 @@ async def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
 
 
 def _fetch_group(
-    ctx: RequestContext, group_id: str, topics: Any
+    ctx: RequestContext, group_id: str, topics: Any, require_stable: bool = False,
 ) -> list[dict[str, Any]]:
-    """The topics part of an OffsetFetch answer for one group (None topics: all)."""
-    wanted = None
-    if topics is not None:
-        wanted = [(t.name, p) for t in topics for p in t.partition_indexes]
-    found = _coordinator(ctx).fetch_offsets(group_id, wanted)
+    """The topics part of an OffsetFetch answer for one group (None topics: all). With
+    ``require_stable`` (KIP-447), a partition whose offset an open transaction is about to
+    change answers UNSTABLE_OFFSET_COMMIT, and the consumer asks again.
+
+    Offsets are shown only of topics the principal may describe: a named topic it may not
+    is answered TOPIC_AUTHORIZATION_FAILED (after the others, as Kafka lists it); with all
+    topics asked for, such topics are left out."""
+    coordinator = _coordinator(ctx)
+    if topics is None:
+        found = coordinator.fetch_offsets(group_id, None)
+        describable = ctx.authorized_names(Operation.DESCRIBE, ResourceType.TOPIC,
+                                       (topic for topic, _ in found))
+        denied = []
+    else:
+        describable = ctx.authorized_names(Operation.DESCRIBE, ResourceType.TOPIC,
+                                       (t.name for t in topics))
+        denied = [t for t in topics if t.name not in describable]
+        found = coordinator.fetch_offsets(group_id, [
+            (t.name, p) for t in topics if t.name in describable for p in t.partition_indexes])
     by_topic: dict[str, list[dict[str, Any]]] = {}
     for (topic, partition), value in found.items():
+        if topic not in describable:
+            continue
+        if require_stable and coordinator.has_pending_offsets(group_id, (topic, partition)):
+            by_topic.setdefault(topic, []).append({
+                "partition_index": partition, "committed_offset": -1,
+                "committed_leader_epoch": -1, "metadata": "",
+                "error_code": ErrorCode.unstable_offset_commit})
+            continue
         by_topic.setdefault(topic, []).append({
             "partition_index": partition,
             "committed_offset": value.offset if value else -1,
@@ -237,47 +305,72 @@ def _fetch_group(
             "metadata": value.metadata if value else "",
             "error_code": ErrorCode.none,
         })
+    for t in denied:
+        by_topic.setdefault(t.name, []).extend(
+            {"partition_index": p, "committed_offset": -1, "committed_leader_epoch": -1,
+             "metadata": "", "error_code": ErrorCode.topic_authorization_failed}
+            for p in t.partition_indexes)
     return [{"name": t, "partitions": ps} for t, ps in by_topic.items()]
+
+
+def _fetch_group_answer(ctx: RequestContext, group_id: str, topics: Any,
+                        require_stable: bool) -> dict[str, Any]:
+    """One group's OffsetFetch answer: DESCRIBE on the group first, then its coordinator."""
+    if not _may(ctx, Operation.DESCRIBE, group_id):
+        return {"group_id": group_id, "topics": [],
+                "error_code": ErrorCode.group_authorization_failed}
+    if _not_ours(ctx, group_id):
+        return {"group_id": group_id, "topics": [], "error_code": ErrorCode.not_coordinator}
+    return {"group_id": group_id, "topics": _fetch_group(ctx, group_id, topics, require_stable),
+            "error_code": ErrorCode.none}
 
 
 @handles(9, 1, 9)
 async def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
+    stable = getattr(request, "require_stable", False)
     groups = getattr(request, "groups", None)
     if groups is not None:  # v8+: several groups in one request
         return build_response(request, {
             "throttle_time": NO_TIMEOUT,
-            "groups": [
-                {"group_id": g.group_id, "topics": [], "error_code": ErrorCode.not_coordinator}
-                if _not_ours(ctx, g.group_id) else
-                {"group_id": g.group_id, "topics": _fetch_group(ctx, g.group_id, g.topics),
-                 "error_code": ErrorCode.none}
-                for g in groups
-            ],
+            "groups": [_fetch_group_answer(ctx, g.group_id, g.topics, stable) for g in groups],
         })
-    # The empty group id is served too, as Kafka does for old clients.
-    if _not_ours(ctx, request.group_id):
-        return build_response(request, {"throttle_time": NO_TIMEOUT, "topics": [],
-                                        "error_code": ErrorCode.not_coordinator})
-    return build_response(request, {
-        "throttle_time": NO_TIMEOUT,
-        "topics": _fetch_group(ctx, request.group_id, request.topics),
-        "error_code": ErrorCode.none,
-    })
+    # The empty group id is served too, as Kafka does for old clients. Before v2 the
+    # response has no error field: a refused group is an empty answer, as in Kafka.
+    answer = _fetch_group_answer(ctx, request.group_id, request.topics, stable)
+    return build_response(request, {"throttle_time": NO_TIMEOUT, "topics": answer["topics"],
+                                    "error_code": answer["error_code"]})
 
 
-def _describe_group(ctx: RequestContext, group_id: str) -> dict[str, Any]:
+def _group_error(group_id: str, error: ErrorCode) -> dict[str, Any]:
+    return {
+        "error_code": error, "group_id": group_id,
+        "group_state": "", "protocol_type": "", "protocol_data": "", "members": [],
+        "authorized_operations": OPERATIONS_OMITTED,
+    }
+
+
+def _describe_group(ctx: RequestContext, group_id: str, with_operations: bool
+                    ) -> dict[str, Any]:
+    """One group described: DESCRIBE on it first; with ``with_operations`` (v3+), a group
+    described without error carries the operations the principal may perform on it."""
+    if not _may(ctx, Operation.DESCRIBE, group_id):
+        return _group_error(group_id, ErrorCode.group_authorization_failed)
     if _not_ours(ctx, group_id):
-        return {
-            "error_code": ErrorCode.not_coordinator, "group_id": group_id,
-            "group_state": "", "protocol_type": "", "protocol_data": "", "members": [],
-            "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
-        }
+        return _group_error(group_id, ErrorCode.not_coordinator)
+    described = _group_description(ctx, group_id)
+    if with_operations:
+        described["authorized_operations"] = ctx.services.authorizer.authorized_operations(
+            ctx.principal, ctx.client_host, ResourceType.GROUP, group_id)
+    return described
+
+
+def _group_description(ctx: RequestContext, group_id: str) -> dict[str, Any]:
     group = _coordinator(ctx).describe(group_id)
     if group is None:
         return {
             "error_code": ErrorCode.none, "group_id": group_id, "group_state": "Dead",
             "protocol_type": "", "protocol_data": "", "members": [],
-            "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+            "authorized_operations": OPERATIONS_OMITTED,
         }
     stable = group.is_(GroupState.STABLE)
     return {
@@ -293,17 +386,18 @@ def _describe_group(ctx: RequestContext, group_id: str) -> dict[str, Any]:
              "member_assignment": m.assignment if stable else b""}
             for m in group.members.values()
         ],
-        "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+        "authorized_operations": OPERATIONS_OMITTED,
     }
 
 
 @handles(15, 0, 5)
 async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
+    with_operations = getattr(request, "include_authorized_operations", False)
     described: list[dict[str, Any]] = []
     known: dict[str, dict[str, Any]] = {}  # a group asked for again gets the same answer
     async for group_id in cooperatively(request.groups):
         if group_id not in known:
-            known[group_id] = _describe_group(ctx, group_id)
+            known[group_id] = _describe_group(ctx, group_id, with_operations)
         described.append(known[group_id])
     return await build_long_response(
         request, {"throttle_time": NO_TIMEOUT, "groups": described}, len(described))
@@ -316,15 +410,20 @@ GROUP_TYPE = "classic"
 
 @handles(16, 0, 5)
 async def handle_list_groups(ctx: RequestContext, request: Any) -> Any:
-    """Filters as Kafka applies them, case-insensitively: states (v4+), types (v5+)."""
+    """Filters as Kafka applies them, case-insensitively: states (v4+), types (v5+). A
+    principal with DESCRIBE on the cluster sees every group, any other only the groups it
+    may describe, the rest left out without an error (and unlogged, as Kafka filters)."""
     states = {s.lower() for s in getattr(request, "states_filter", ()) or ()}
     types = {t.lower() for t in getattr(request, "types_filter", ()) or ()}
     listed = types == set() or GROUP_TYPE in types
+    everything = ctx.authorize_cluster(Operation.DESCRIBE, log_denied=False)
     groups = [
         {"group_id": g.group_id, "protocol_type": g.protocol_type or "",
          "group_state": g.state.value, "group_type": GROUP_TYPE}
         for g in _coordinator(ctx).list_groups()
         if listed and (not states or g.state.value.lower() in states)
+        and (everything or ctx.authorize(Operation.DESCRIBE, ResourceType.GROUP, g.group_id,
+                                         log_denied=False))
     ]
     return build_response(request, {
         "throttle_time": NO_TIMEOUT, "error_code": ErrorCode.none, "groups": groups,
@@ -333,9 +432,15 @@ async def handle_list_groups(ctx: RequestContext, request: Any) -> Any:
 
 @handles(42, 0, 2)
 async def handle_delete_groups(ctx: RequestContext, request: Any) -> Any:
-    names = list(request.groups_names)
-    results = _coordinator(ctx).delete_groups([g for g in names if not _not_ours(ctx, g)])
-    results.update({g: ErrorCode.not_coordinator for g in names if _not_ours(ctx, g)})
+    """DELETE on each group, else GROUP_AUTHORIZATION_FAILED for it; the others deleted."""
+    names = list(dict.fromkeys(request.groups_names))
+    deletable = ctx.authorized_names(Operation.DELETE, ResourceType.GROUP, names)
+    ours = [g for g in names if g in deletable and not _not_ours(ctx, g)]
+    results = _coordinator(ctx).delete_groups(ours)
+    results.update({g: ErrorCode.not_coordinator for g in names
+                    if g in deletable and _not_ours(ctx, g)})
+    results.update({g: ErrorCode.group_authorization_failed for g in names
+                    if g not in deletable})
     return build_response(request, {
         "throttle_time": NO_TIMEOUT,
         "results": [{"group_id": g, "error_code": e} for g, e in results.items()],
@@ -344,11 +449,21 @@ async def handle_delete_groups(ctx: RequestContext, request: Any) -> Any:
 
 @handles(47, 0, 0)
 async def handle_offset_delete(ctx: RequestContext, request: Any) -> Any:
-    partitions = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
+    """DELETE on the group, else the whole request is refused; then READ (not DELETE, as
+    in Kafka) on each topic, whose partitions are refused without it."""
+    if not _may(ctx, Operation.DELETE, request.group_id):
+        return build_response(request, {"error_code": ErrorCode.group_authorization_failed,
+                                        "throttle_time": NO_TIMEOUT, "topics": []})
+    readable = ctx.authorized_names(Operation.READ, ResourceType.TOPIC,
+                                (t.name for t in request.topics))
+    partitions = [(t.name, p.partition_index) for t in request.topics if t.name in readable
+                  for p in t.partitions]
     if _not_ours(ctx, request.group_id):
         error, results = ErrorCode.not_coordinator, {}
     else:
         error, results = _coordinator(ctx).delete_offsets(request.group_id, partitions)
+    results.update({(t.name, p.partition_index): ErrorCode.topic_authorization_failed
+                    for t in request.topics if t.name not in readable for p in t.partitions})
     return build_response(request, {
         "error_code": error,
         "throttle_time": NO_TIMEOUT,

@@ -4,6 +4,10 @@ Each is one compare-and-set on the cluster image, built from the controller's pu
 functions, so it is safe from any broker (ZooKeeper-era Kafka let every broker write these
 requests for the controller too). A reassignment only starts here: the replicas to add join
 as followers, and the controller completes it once they are all in the ISR (KIP-455).
+
+All three are cluster operations in Kafka (ALTER, ALTER, DESCRIBE on the cluster); without
+the permission the whole request is refused with CLUSTER_AUTHORIZATION_FAILED, at the top
+and on every partition it names, as each request's error response puts it.
 """
 
 from __future__ import annotations
@@ -24,10 +28,12 @@ from broker.handlers import handles
 from broker.handlers.admin import ApiError, check_manual_replicas
 from broker.handlers.context import RequestContext
 from broker.protocol.messages import build_response
+from broker.security.acl import Operation
 from broker.server.metadata import ConcurrentUpdate
 
 NO_THROTTLE = timedelta(0)
 PREFERRED, UNCLEAN = 0, 1
+DENIED = ErrorCode.cluster_authorization_failed
 
 
 def _elect(state: PartitionState | None, election_type: int, live: set[int]) -> PartitionState:
@@ -65,6 +71,17 @@ def _requested(image: ClusterImage, topics: Iterable[Any] | None) -> list[tuple[
 
 @handles(43, 0, 2)
 async def elect_leaders(ctx: RequestContext, request: Any) -> Any:
+    if not ctx.authorize_cluster(Operation.ALTER):
+        message = ctx.not_authorized()
+        return build_response(request, {
+            "throttle_time": NO_THROTTLE, "error_code": DENIED,
+            "replica_election_results": [
+                {"topic": t.topic, "partition_result": [
+                    {"partition_id": p, "error_code": DENIED, "error_message": message}
+                    for p in t.partitions]}
+                for t in request.topic_partitions or ()
+            ],
+        })
     election_type = getattr(request, "election_type", PREFERRED)
     store = ctx.services.store
     results: dict[tuple[str, int], tuple[ErrorCode, str | None]] = {}
@@ -108,6 +125,18 @@ async def elect_leaders(ctx: RequestContext, request: Any) -> Any:
 
 @handles(45, 0, 0)
 async def alter_partition_reassignments(ctx: RequestContext, request: Any) -> Any:
+    if not ctx.authorize_cluster(Operation.ALTER):
+        message = ctx.not_authorized()
+        return build_response(request, {
+            "throttle_time": NO_THROTTLE, "error_code": DENIED, "error_message": message,
+            "responses": [
+                {"name": t.name, "partitions": [
+                    {"partition_index": p.partition_index, "error_code": DENIED,
+                     "error_message": message}
+                    for p in t.partitions]}
+                for t in request.topics
+            ],
+        })
     store = ctx.services.store
     results: dict[tuple[str, int], tuple[ErrorCode, str | None]] = {}
 
@@ -162,6 +191,18 @@ async def alter_partition_reassignments(ctx: RequestContext, request: Any) -> An
 
 @handles(46, 0, 0)
 async def list_partition_reassignments(ctx: RequestContext, request: Any) -> Any:
+    if not ctx.authorize_cluster(Operation.DESCRIBE):
+        return build_response(request, {
+            "throttle_time": NO_THROTTLE, "error_code": DENIED,
+            "error_message": ctx.not_authorized(),
+            "topics": [
+                {"name": t.name, "partitions": [
+                    {"partition_index": i, "replicas": [], "adding_replicas": [],
+                     "removing_replicas": []}
+                    for i in t.partition_indexes]}
+                for t in request.topics or ()
+            ],
+        })
     image = ctx.services.store.image
     if request.topics is None:
         wanted = [(name, i) for name, t in sorted(image.topics.items())

@@ -4,7 +4,8 @@ What Kafka's ReplicaManager.describeLogDirs answers: for every log dir its absol
 total and usable bytes (v4+), and for each hosted partition of the requested topics (all
 of them when the request names none) its size on disk and how far its log end is behind
 its high watermark. A requested partition this broker does not host is simply absent, as in
-Kafka: the admin client asks every broker and merges the answers.
+Kafka: the admin client asks every broker and merges the answers. It needs DESCRIBE on the
+cluster: without it the answer is CLUSTER_AUTHORIZATION_FAILED (v3+) and no log dirs.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from kio.schema.errors import ErrorCode
 from broker.handlers import handles
 from broker.handlers.context import RequestContext
 from broker.protocol.messages import build_response
+from broker.security.acl import Operation
 
 
 def _wanted(request: Any) -> dict[str, set[int]] | None:
@@ -42,6 +44,9 @@ def _space(log_dir: Path) -> tuple[int, int]:
 
 @handles(35, 1, 5)
 async def handle_describe_log_dirs(ctx: RequestContext, request: Any) -> Any:
+    if not ctx.authorize_cluster(Operation.DESCRIBE):
+        return build_response(request, {"throttle_time": timedelta(0), "results": [],
+                                        "error_code": ErrorCode.cluster_authorization_failed})
     replicas = ctx.services.replicas
     wanted = _wanted(request)
     by_dir: dict[Path, dict[str, list[dict[str, Any]]]] = {d: defaultdict(list)

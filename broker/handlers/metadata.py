@@ -15,6 +15,7 @@ from kio.schema.errors import ErrorCode
 from broker.handlers import handles
 from broker.handlers.context import BrokerServices, RequestContext, cooperatively
 from broker.protocol.messages import build_long_response, build_response
+from broker.security.acl import CLUSTER_NAME, SUPPORTED_OPERATIONS, Operation, ResourceType
 from broker.server.metadata import topic_name_error
 from broker.server.replica_manager import TopicExists
 
@@ -97,14 +98,13 @@ def live_brokers(ctx: RequestContext) -> list[dict[str, Any]]:
     """Registered brokers; ourselves at the address this client reached us on if we
     advertise no host, as other brokers on this machine do by theirs."""
     services = ctx.services
-    own = ctx.advertised_endpoint()
-    brokers = {services.node_id: {"node_id": services.node_id, "host": own.host,
-                                  "port": own.port, "rack": own.rack}}
-    for node_id, b in sorted(services.store.brokers.items()):
-        if node_id != services.node_id:
-            brokers[node_id] = {"node_id": node_id, "host": b.host, "port": b.port,
-                                "rack": b.rack}
-    return list(brokers.values())
+    brokers = []
+    for node_id in sorted({services.node_id, *services.store.brokers}):
+        endpoint = ctx.broker_endpoint(node_id)
+        if endpoint is not None:  # a broker without this listener is not listed (Kafka)
+            brokers.append({"node_id": node_id, "host": endpoint.host,
+                            "port": endpoint.port, "rack": endpoint.rack})
+    return brokers
 
 
 @handles(3, 0, 12)
@@ -112,8 +112,12 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
     services = ctx.services
     wanted = _requested(ctx, request)
     allow_create = getattr(request, "allow_auto_topic_creation", True)
-    if wanted is None:
-        wanted = [(name, None) for name in sorted(services.store.topics)]
+    authorizer = services.authorizer
+    if wanted is None:  # every topic this principal may describe; the others unmentioned
+        wanted = [(name, None) for name in sorted(services.store.topics)
+                  if not authorizer.enabled or ctx.authorize(
+                      Operation.DESCRIBE, ResourceType.TOPIC, name, log_denied=False)]
+    with_operations = getattr(request, "include_topic_authorized_operations", False)
     topics = []
     async for name, topic_id in cooperatively(wanted):
         if name is None and topic_id is not None:
@@ -122,11 +126,25 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
                            "name": None if ctx.version >= 12 else "", "topic_id": topic_id,
                            "partitions": []})
             continue
+        if name and authorizer.enabled and not ctx.authorize(
+                Operation.DESCRIBE, ResourceType.TOPIC, name):
+            # Refused whether or not it exists; asked for by id, its name stays unsaid.
+            hidden = topic_id is not None
+            topics.append({"error_code": ErrorCode.topic_authorization_failed,
+                           "name": (None if ctx.version >= 12 else "") if hidden else name,
+                           "topic_id": topic_id, "partitions": []})
+            continue
         if name and name not in services.store.topics and allow_create:
+            if not _may_create(ctx, name):
+                topics.append({"error_code": ErrorCode.topic_authorization_failed,
+                               "name": name, "topic_id": None, "partitions": []})
+                continue
             await auto_create(services, name)
         described = describe_topic(services, name)
         if described["name"] is None and ctx.version < 12:
             described["name"] = ""  # neither name nor id: refused, in a non-nullable name
+        if with_operations and described["error_code"] == ErrorCode.none:
+            described["topic_authorized_operations"] = _topic_operations(ctx, name)
         topics.append(described)
     return await build_long_response(request, {
         "throttle_time": timedelta(0),
@@ -134,8 +152,34 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
         "cluster_id": services.store.cluster_id,
         "controller_id": services.store.controller_id,
         "topics": topics,
-        "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+        "cluster_authorized_operations": _cluster_operations(ctx, request),
     }, sum(1 + len(t["partitions"]) for t in topics))
+
+
+def _may_create(ctx: RequestContext, name: str) -> bool:
+    """Auto-creation needs CREATE on the cluster or on the topic (Kafka's order)."""
+    return ctx.authorize_cluster(Operation.CREATE, log_denied=False) or ctx.authorize(
+        Operation.CREATE, ResourceType.TOPIC, name)
+
+
+def _topic_operations(ctx: RequestContext, name: str) -> int:
+    if not ctx.services.authorizer.enabled:
+        return ALL_TOPIC_OPERATIONS
+    return ctx.services.authorizer.authorized_operations(
+        ctx.principal, ctx.client_host, ResourceType.TOPIC, name)
+
+
+def _cluster_operations(ctx: RequestContext, request: Any) -> int:
+    """Metadata v8-10's cluster operations, when asked for: none without DESCRIBE."""
+    if not getattr(request, "include_cluster_authorized_operations", False):
+        return AUTHORIZED_OPERATIONS_OMITTED
+    authorizer = ctx.services.authorizer
+    if not ctx.authorize_cluster(Operation.DESCRIBE):
+        return 0
+    return authorizer.authorized_operations(ctx.principal, ctx.client_host,
+                                            ResourceType.CLUSTER, CLUSTER_NAME) \
+        if authorizer.enabled else sum(1 << op for op in SUPPORTED_OPERATIONS[
+            ResourceType.CLUSTER])
 
 
 @handles(75, 0, 0)
@@ -161,6 +205,11 @@ async def handle_describe_topic_partitions(ctx: RequestContext, request: Any) ->
     topics: list[dict[str, Any]] = []
     next_cursor = None
     for name in names:
+        if not ctx.authorize(Operation.DESCRIBE, ResourceType.TOPIC, name,
+                             log_denied=by_name):
+            if by_name:
+                topics.append(_topic_page(name, ErrorCode.topic_authorization_failed))
+            continue
         if remaining == 0:
             next_cursor = {"topic_name": name, "partition_index": 0}
             break
@@ -171,8 +220,10 @@ async def handle_describe_topic_partitions(ctx: RequestContext, request: Any) ->
             continue
         first = cursor.partition_index if cursor is not None and name == after else 0
         partitions = described["partitions"][first : first + remaining]
-        topics.append(_topic_page(name, ErrorCode.none, described["topic_id"], [
-            {**p, "eligible_leader_replicas": [], "last_known_elr": []} for p in partitions]))
+        page = _topic_page(name, ErrorCode.none, described["topic_id"], [
+            {**p, "eligible_leader_replicas": [], "last_known_elr": []} for p in partitions])
+        page["topic_authorized_operations"] = _topic_operations(ctx, name)
+        topics.append(page)
         if first + len(partitions) < len(described["partitions"]):
             next_cursor = {"topic_name": name, "partition_index": first + len(partitions)}
             break

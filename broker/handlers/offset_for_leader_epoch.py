@@ -17,6 +17,7 @@ from kio.schema.errors import ErrorCode
 from broker.handlers import handles
 from broker.handlers.context import RequestContext
 from broker.protocol.messages import build_response
+from broker.security.acl import Operation, ResourceType
 from broker.server.replica_manager import ReplicaManager
 
 NO_THROTTLE = datetime.timedelta(0)
@@ -56,5 +57,14 @@ async def offset_for_leader_epoch(ctx: RequestContext, request: Any) -> Any:
     """Answer every partition asked for, from the leader only (followers ask with replica_id
     to find where to truncate, consumers to detect truncation)."""
     replicas = ctx.services.replicas
-    topics = [_topic_result(replicas, topic) for topic in request.topics]
+    # CLUSTER_ACTION (brokers) covers every topic; a consumer needs DESCRIBE on each.
+    every_topic = ctx.authorize_cluster(Operation.CLUSTER_ACTION, log_denied=False)
+    topics = [
+        _topic_result(replicas, topic)
+        if every_topic or ctx.authorize(Operation.DESCRIBE, ResourceType.TOPIC, topic.topic)
+        else {"topic": topic.topic, "partitions": [
+            {"partition": p.partition, "error_code": ErrorCode.topic_authorization_failed}
+            for p in topic.partitions]}
+        for topic in request.topics
+    ]
     return build_response(request, {"throttle_time": NO_THROTTLE, "topics": topics})

@@ -1,10 +1,15 @@
 """Produce: validate and append each partition's batches, answer per partition.
 
 Appends happen synchronously, before any ``await``, so a connection's pipelined produce
-requests are applied in order. acks=0 gets no response at all, as in Kafka. acks=all
-(-1) first needs an ISR of at least ``min.insync.replicas`` (NOT_ENOUGH_REPLICAS), then
-waits, for every partition at once, until the high watermark passes the batch, up to the
-request's timeout (Kafka's DelayedProduce).
+requests are applied in order. The one exception is a transaction's first batch in a
+partition: its leader first asks the coordinator whether the partition is in the
+transaction (KIP-890, ``broker.server.txn_verification``), and later requests of the
+same producer and partition queue behind that question, keeping their order.
+
+acks=0 gets no response at all, as in Kafka. acks=all (-1) first needs an ISR of at least
+``min.insync.replicas`` (NOT_ENOUGH_REPLICAS), then waits, for every partition at once,
+until the high watermark passes the batch, up to the request's timeout (Kafka's
+DelayedProduce).
 
 The request arrives decoded by ``broker.protocol.produce`` (its records are views into the
 request frame) and the answer leaves encoded by it: this is the broker's busiest path.
@@ -26,6 +31,74 @@ from broker.protocol.produce import (
     TopicResponse,
     encode_produce_response,
 )
+from broker.protocol.records import ATTR_TRANSACTIONAL, HEADER_SIZE, parse_header
+from broker.security.acl import Operation, ResourceType
+from broker.server.partition import Partition
+from broker.server.txn_verification import as_produce_error, needs_verification
+
+
+def _transactional(records: bytes | memoryview | None) -> bool:
+    return bool(records) and len(records) >= HEADER_SIZE \
+        and bool(records[22] & ATTR_TRANSACTIONAL)
+
+
+def _unverified(partition: Partition | None, records: bytes | memoryview | None
+                ) -> tuple[int, int] | None:
+    """(producer id, epoch) of a transactional batch whose producer has no transaction
+    open in this partition yet: the writes KIP-890 has the leader check first."""
+    if not _transactional(records):
+        return None
+    header = parse_header(records)
+    if not needs_verification(partition, header.producer_id, header.producer_epoch):
+        return None
+    return header.producer_id, header.producer_epoch
+
+
+def _unauthorized_transaction(ctx: RequestContext, request: ProduceRequest
+                              ) -> dict[tuple[str, int], ErrorCode]:
+    """Transactional batches need WRITE on their transactional id; without it every
+    partition is refused (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), as Kafka does."""
+    if not ctx.services.authorizer.enabled or not any(
+            _transactional(data.records) for topic in request.topic_data
+            for data in topic.partition_data):
+        return {}
+    transactional_id = request.transactional_id
+    if transactional_id is not None and ctx.authorize(
+            Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
+        return {}
+    return {(topic.name, data.index): ErrorCode.transactional_id_authorization_failed
+            for topic in request.topic_data for data in topic.partition_data}
+
+
+def _without_transactional_id(request: ProduceRequest) -> dict[tuple[str, int], ErrorCode]:
+    """A transactional batch in a request that names no transactional id: Kafka refuses
+    the request (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), as no coordinator vouches for it."""
+    if any(_transactional(data.records) for topic in request.topic_data
+           for data in topic.partition_data):
+        return {(topic.name, data.index): ErrorCode.transactional_id_authorization_failed
+                for topic in request.topic_data for data in topic.partition_data}
+    return {}
+
+
+async def _verify(ctx: RequestContext, request: ProduceRequest
+                  ) -> dict[tuple[str, int], ErrorCode]:
+    """The partitions whose transactional batches the coordinator did not vouch for."""
+    services = ctx.services
+    if request.transactional_id is None or not services.config[
+            "transaction.partition.verification.enable"]:
+        return {}
+    wanted: dict[tuple[int, int], list[tuple[str, int]]] = {}
+    for topic in request.topic_data:
+        for data in topic.partition_data:
+            producer = _unverified(services.replicas.get(topic.name, data.index), data.records)
+            if producer is not None:
+                wanted.setdefault(producer, []).append((topic.name, data.index))
+    failed: dict[tuple[str, int], ErrorCode] = {}
+    for (producer_id, epoch), partitions in wanted.items():
+        answers = await services.verifier.verify(request.transactional_id, producer_id, epoch,
+                                                 partitions)
+        failed.update({tp: e for tp, e in answers.items() if e != ErrorCode.none})
+    return failed
 
 
 @handles(0, 0, 11, accepts_from=3)
@@ -33,11 +106,21 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> bytes 
     services = ctx.services
     replicas = services.replicas
     acks = request.acks
+    refused = _unauthorized_transaction(ctx, request)
+    if not refused:
+        refused = (await _verify(ctx, request) if request.transactional_id is not None
+                   else _without_transactional_id(request))
     responses = []
     waits: list[tuple[PartitionResponse, Coroutine[Any, Any, ErrorCode]]] = []
     timeout = max(0.0, request.timeout_ms / 1000)
+    authorizer = services.authorizer
     for topic in request.topic_data:
         name = topic.name
+        if authorizer.enabled and not ctx.authorize(Operation.WRITE, ResourceType.TOPIC, name):
+            responses.append(TopicResponse(name, [
+                PartitionResponse(data.index, ErrorCode.topic_authorization_failed)
+                for data in topic.partition_data]))
+            continue
         meta = services.store.topics.get(name)
         log_config = replicas.log_config(meta) if meta else None
         max_bytes = log_config.max_message_bytes if log_config else 0
@@ -55,6 +138,10 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> bytes 
                 continue
             if acks not in (-1, 0, 1):
                 partitions.append(PartitionResponse(index, ErrorCode.invalid_required_acks))
+                continue
+            if (name, index) in refused:
+                error, message = as_produce_error(refused[(name, index)])
+                partitions.append(PartitionResponse(index, error, error_message=message))
                 continue
             outcome = partition.append(data.records, max_bytes, min_isr, acks)
             response = PartitionResponse(

@@ -12,6 +12,7 @@ import struct
 from typing import Any
 
 from broker.protocol.codec import RequestHeader, decode_response, encode_request
+from broker.security.client import ClientSecurity, PeerAuthenticationFailed
 
 _SIZE = struct.Struct(">i")
 
@@ -21,11 +22,13 @@ class BrokerConnectionError(Exception):
 
 
 class KafkaConnection:
-    def __init__(self, host: str, port: int, client_id: str, timeout: float) -> None:
+    def __init__(self, host: str, port: int, client_id: str, timeout: float,
+                 security: ClientSecurity | None = None) -> None:
         self.host = host
         self.port = port
         self.client_id = client_id
         self.timeout = timeout
+        self.security = security or ClientSecurity()
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._correlation_id = 0
@@ -34,14 +37,22 @@ class KafkaConnection:
         try:
             async with asyncio.timeout(self.timeout):
                 return await self._roundtrip(api_key, api_version, body)
-        except (OSError, EOFError, asyncio.IncompleteReadError, TimeoutError) as e:
+        except (OSError, EOFError, asyncio.IncompleteReadError, TimeoutError,
+                PeerAuthenticationFailed) as e:
             self.close()
             raise BrokerConnectionError(f"{self.host}:{self.port}: {e!r}") from None
 
     async def _roundtrip(self, api_key: int, api_version: int, body: Any) -> Any:
         if self._writer is None:
-            self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
-        assert self._reader is not None
+            context = self.security.context
+            self._reader, self._writer = await asyncio.open_connection(
+                self.host, self.port, ssl=context,
+                server_hostname=self.host if context is not None else None)
+            await self.security.authenticate(self._exchange)
+        return await self._exchange(api_key, api_version, body)
+
+    async def _exchange(self, api_key: int, api_version: int, body: Any) -> Any:
+        assert self._reader is not None and self._writer is not None
         self._correlation_id += 1
         header = RequestHeader(api_key, api_version, self._correlation_id, self.client_id)
         self._writer.write(encode_request(header, body))

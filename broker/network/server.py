@@ -27,9 +27,10 @@ import errno
 import logging
 import os
 import socket
+import ssl
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from broker.handlers import REGISTRY
@@ -37,6 +38,7 @@ from broker.handlers.api_versions import unsupported_version_response
 from broker.handlers.context import BrokerServices, RequestContext
 from broker.network import eager
 from broker.network.memory_pool import MemoryPool
+from broker.network.transport import PlainTransport, TlsTransport, Transport
 from broker.protocol.codec import (
     API_VERSIONS_KEY,
     FrameReader,
@@ -47,6 +49,15 @@ from broker.protocol.codec import (
     encode_response,
 )
 from broker.protocol.fetch import EncodedResponse
+from broker.security.sasl import (
+    SASL_AUTHENTICATE,
+    SASL_HANDSHAKE,
+    AuthenticationFailed,
+    IllegalSaslState,
+    SaslState,
+)
+from broker.security.session import ListenerSecurity, Session
+from broker.security.tls import NoMatchingRule
 from broker.storage.segment import FileRegion
 
 log = logging.getLogger(__name__)
@@ -62,14 +73,23 @@ DIRECT_RECV_BYTES = 64 << 10  # frames missing more than this are received in pl
 # answered on a worker thread: a request naming 100,000 groups takes seconds of kio's time.
 LARGE_FRAME = 256 << 10
 PRODUCE_KEY = b"\x00\x00"
+# Frames answered on the loop whatever their size: Produce (its records stay bytes), and
+# SASL's, whose handling changes the connection's state right after (sasl.py).
+SASL_KEYS = (SASL_HANDSHAKE, SASL_AUTHENTICATE)
+SMALL_WORK_KEYS = (PRODUCE_KEY, *(key.to_bytes(2, "big") for key in SASL_KEYS))
+# A TLS fetch response is encrypted piece by piece and sent when this much is waiting.
+TLS_FLUSH_BYTES = 1 << 20
 _CLOSE = object()
 
 
 class KafkaServer:
-    def __init__(self, services: BrokerServices, host: str, port: int) -> None:
+    """One listener: its socket, and the security every connection on it starts with."""
+
+    def __init__(self, services: BrokerServices, security: ListenerSecurity) -> None:
         self.services = services
-        self.host = host
-        self.port = port
+        self.security = security
+        self.host = security.listener.host
+        self.port = security.listener.port
         self._sock: socket.socket | None = None
         self._accept_task: asyncio.Task[None] | None = None
         self._connections: set[asyncio.Task[None]] = set()
@@ -119,7 +139,8 @@ class KafkaServer:
             conn.setblocking(False)
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self._per_ip[ip] += 1
-            task = asyncio.create_task(Connection(self.services, conn, addr, self.pool).run())
+            task = asyncio.create_task(
+                Connection(self.services, conn, addr, self.pool, self.security).run())
             self._connections.add(task)
             task.add_done_callback(lambda t, ip=ip: self._closed(t, ip))
 
@@ -144,13 +165,18 @@ class KafkaServer:
 
 class Connection:
     def __init__(self, services: BrokerServices, sock: socket.socket, addr: Any,
-                 pool: MemoryPool) -> None:
+                 pool: MemoryPool, security: ListenerSecurity) -> None:
         self.services = services
         self.sock = sock
         self.peer = f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) else str(addr)
         self.client_host = addr[0] if isinstance(addr, tuple) else ""
         self.local_host = sock.getsockname()[0]
         self.loop = asyncio.get_running_loop()
+        self.security = security
+        self.transport: Transport = (
+            TlsTransport(sock, security.context) if security.context is not None
+            else PlainTransport(sock))
+        self.session: Session | None = None
         self.frames = FrameReader(services.config["socket.request.max.bytes"])
         self.pool = pool
         self._reserved = 0  # pool bytes held for the frame being read
@@ -166,7 +192,14 @@ class Connection:
         self.metrics.connections.inc()
         writer = self._writer = asyncio.create_task(self._write_loop())
         self._idle_timer = self.loop.call_later(self._idle_s, self._check_idle)
+        auth_deadline = self.loop.call_later(
+            self.services.config["kafkube.authentication.timeout.ms"] / 1000,
+            self._authentication_timed_out)
         try:
+            if not await self._open_session():
+                return
+            if self.session is not None and self.session.authenticated:
+                auth_deadline.cancel()
             await self._read_loop()
         except (ConnectionError, OSError) as e:
             log.debug("%s: connection lost: %s", self.peer, e)
@@ -180,10 +213,43 @@ class Connection:
                 await writer
             if self._idle_timer is not None:
                 self._idle_timer.cancel()
+            auth_deadline.cancel()
             self.pool.release(self._reserved)
             self._reserved = 0
             self.sock.close()
             self.metrics.connections.dec()
+
+    async def _open_session(self) -> bool:
+        """The TLS handshake, if any, and the session it leaves; False closes."""
+        transport = self.transport
+        certificate = None
+        if isinstance(transport, TlsTransport):
+            try:
+                await transport.handshake()
+                certificate = transport.peer_certificate()
+            except ssl.SSLError as e:
+                self._refuse("authentication", ConnectionError(
+                    f"Failed authentication with {self.client_host} (SSL handshake failed: "
+                    f"{e.reason or e})"))
+                return False
+        try:
+            self.session = self.security.new_session(self.client_host, certificate)
+        except NoMatchingRule as e:
+            self._refuse("authentication", ConnectionError(
+                f"Failed authentication with {self.client_host} ({e})"))
+            return False
+        if not self.session.authenticated:
+            # Kafka's sasl.server.max.receive.size: a client not yet known sends small frames.
+            self.frames.max_frame_bytes = self.services.config["sasl.server.max.receive.size"]
+        return True
+
+    def _authentication_timed_out(self) -> None:
+        if self.session is not None and self.session.authenticated:
+            return
+        self._refuse("authentication", ConnectionError(
+            "not authenticated within kafkube.authentication.timeout.ms"))
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
 
     def _check_idle(self) -> None:
         """Close the connection after connections.max.idle.ms with nothing read, written
@@ -216,13 +282,13 @@ class Connection:
                 self._reserved = pending
             target = self.frames.unfilled(DIRECT_RECV_BYTES)
             if target is not None:  # the rest of a large frame: receive straight into it
-                count = await self.loop.sock_recv_into(self.sock, target)
+                count = await self.transport.recv_into(target)
                 del target
                 if not count:
                     return
                 frames = self.frames.filled(count)
             else:
-                data = await self.loop.sock_recv(self.sock, RECV_SIZE)
+                data = await self.transport.recv(RECV_SIZE)
                 if not data:
                     return
                 try:
@@ -260,11 +326,16 @@ class Connection:
     async def _start(self, frame: bytes) -> tuple[bool, asyncio.Task[Any] | None]:
         """Decode the frame and start its handler; (keep the connection open, the handler's
         task if it is still running)."""
+        session = self.session
+        assert session is not None
+        if session.sasl is not None and session.sasl.raw_tokens \
+                and session.sasl.state == SaslState.AUTHENTICATE:
+            return await self._raw_sasl_token(session, bytes(frame)), None
         started = time.perf_counter()
         try:
             # A large frame is decoded on a worker thread (kio takes ~2 µs an element) while
             # the loop serves everyone else; so is its answer encoded, in _handle.
-            large = len(frame) >= LARGE_FRAME and frame[:2] != PRODUCE_KEY
+            large = len(frame) >= LARGE_FRAME and frame[:2] not in SMALL_WORK_KEYS
             request = (await asyncio.to_thread(decode_request, frame) if large
                        else decode_request(frame))
         except UnsupportedRequest as e:
@@ -288,7 +359,16 @@ class Connection:
                 ProtocolError(f"API {request.header.api_key} v{version} is not supported"),
             )
             return False, None
-        ctx = RequestContext(self.services, request.header, self.client_host, self.local_host)
+        if not session.allows(request.header.api_key):
+            expired = session.sasl is not None and session.sasl.expired()
+            self._refuse("authentication", ProtocolError(
+                f"{session.principal}'s session expired without re-authentication "
+                f"(connections.max.reauth.ms)" if expired else
+                f"Unexpected Kafka request of type {type(request.body).__name__} during SASL "
+                f"authentication on listener {session.listener.name}"))
+            return False, None
+        ctx = RequestContext(self.services, request.header, self.client_host, self.local_host,
+                             session)
         try:
             step = eager.start(self._handle(spec.handler, ctx, request, started, large))
         except Exception as e:  # a handler bug: the writer logs it and closes, in order
@@ -306,7 +386,33 @@ class Connection:
                 await self._respond(self._ready(rest))
         else:
             await self._respond(self._ready(step.result))
+        if session.sasl is not None and request.header.api_key in SASL_KEYS:
+            return await self._after_sasl_step(session), None
         return True, None
+
+    async def _raw_sasl_token(self, session: Session, token: bytes) -> bool:
+        """A SASL token as a bare frame (after SaslHandshake v0), answered the same way."""
+        assert session.sasl is not None
+        try:
+            answer, _ = session.sasl.authenticate(token)
+        except (AuthenticationFailed, IllegalSaslState) as e:
+            log.info("Failed authentication with %s (%s) on listener %s", self.client_host, e,
+                     session.listener.name)
+            return await self._after_sasl_step(session)
+        await self._respond(self._ready(len(answer).to_bytes(4, "big") + answer))
+        return await self._after_sasl_step(session)
+
+    async def _after_sasl_step(self, session: Session) -> bool:
+        """Keep the connection open after a SASL request, or close it (after Kafka's
+        connection.failed.authentication.delay.ms, which slows password guessing)."""
+        if session.sasl is not None and session.sasl.state == SaslState.FAILED:
+            self.metrics.request_errors.labels("authentication").inc()
+            await asyncio.sleep(
+                self.services.config["connection.failed.authentication.delay.ms"] / 1000)
+            return False
+        if session.authenticated:
+            self.frames.max_frame_bytes = self.services.config["socket.request.max.bytes"]
+        return True
 
     async def _respond(self, item: asyncio.Future[Any]) -> None:
         """Queue a response (or the task making it) for the writer, behind earlier ones."""
@@ -356,11 +462,7 @@ class Connection:
             if response.size > INLINE_LIMIT:
                 return response
             response = _inline(response)
-        try:
-            sent = self.sock.send(response)
-        except BlockingIOError:
-            sent = 0
-        return None if sent == len(response) else memoryview(response)[sent:]
+        return self.transport.try_send(response)
 
     async def _write_loop(self) -> None:
         try:
@@ -379,7 +481,7 @@ class Connection:
                     if isinstance(response, EncodedResponse):
                         await self._send_chunks(response)
                     elif response is not None:
-                        await self.loop.sock_sendall(self.sock, response)
+                        await self.transport.sendall(response)
                     self.last_active = self.loop.time()
                 finally:
                     self._backlog -= 1
@@ -395,7 +497,17 @@ class Connection:
 
     async def _send_chunks(self, response: EncodedResponse) -> None:
         if response.size <= INLINE_LIMIT:
-            await self.loop.sock_sendall(self.sock, _inline(response))
+            await self.transport.sendall(_inline(response))
+            return
+        transport = self.transport
+        if isinstance(transport, TlsTransport):  # each region read, then encrypted
+            for chunk in response.chunks:
+                pieces = _slices(chunk, TLS_FLUSH_BYTES) if isinstance(chunk, FileRegion) \
+                    else (chunk,)
+                for piece in pieces:
+                    if transport.write(piece) >= TLS_FLUSH_BYTES:
+                        await transport.flush()
+            await transport.flush()
             return
         pending = bytearray()
         for chunk in response.chunks:
@@ -447,14 +559,21 @@ class Connection:
 
 def _inline(response: EncodedResponse) -> bytes:
     """The whole response frame as bytes, its file regions read with pread."""
-    parts = []
-    for chunk in response.chunks:
-        if isinstance(chunk, FileRegion):
-            data = os.pread(chunk.fd, chunk.length, chunk.position) if chunk.length else b""
-            if len(data) != chunk.length:
-                # The file shrank under us: the frame can no longer be completed.
-                raise ConnectionError("segment file truncated during a fetch")
-            parts.append(data)
-        else:
-            parts.append(chunk)
-    return b"".join(parts)
+    return b"".join(_read_region(chunk) if isinstance(chunk, FileRegion) else chunk
+                    for chunk in response.chunks)
+
+
+def _slices(region: FileRegion, size: int) -> Iterator[bytes]:
+    """A region read ``size`` bytes at a time: under TLS a fetch of a large partition
+    holds at most that much plaintext at once."""
+    for start in range(0, region.length, size):
+        yield _read_region(FileRegion(region.fd, region.position + start,
+                                      min(size, region.length - start)))
+
+
+def _read_region(region: FileRegion) -> bytes:
+    data = os.pread(region.fd, region.length, region.position) if region.length else b""
+    if len(data) != region.length:
+        # The file shrank under us: the frame can no longer be completed.
+        raise ConnectionError("segment file truncated during a fetch")
+    return data

@@ -21,6 +21,7 @@ from functools import cache
 from typing import Any
 
 from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema, load_response_schema
+from kio.schema.index import api_key_map
 from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
 from kio.serial import entity_reader, entity_writer
 
@@ -83,7 +84,8 @@ class FrameReader:
     """
 
     def __init__(self, max_frame_bytes: int) -> None:
-        self._max = max_frame_bytes
+        # Lowered while a SASL client is not yet authenticated (sasl.server.max.receive.size).
+        self.max_frame_bytes = max_frame_bytes
         self._size_bytes = bytearray()
         self._frame: bytearray | None = None
         self._size = 0  # the declared size of the frame in progress
@@ -109,9 +111,11 @@ class FrameReader:
                     break
                 (size,) = _FRAME_SIZE.unpack(self._size_bytes)
                 self._size_bytes.clear()
-                if size < 0 or size > self._max:
+                if size < 0 or size > self.max_frame_bytes:
                     raise FrameTooLarge(
-                        f"frame size {size} outside [0, {self._max}] (socket.request.max.bytes)"
+                        f"frame size {size} outside [0, {self.max_frame_bytes}] "
+                        f"(socket.request.max.bytes, or sasl.server.max.receive.size before "
+                        f"authentication)"
                     )
                 self._size, self._filled = size, 0
                 self._frame = bytearray(min(size, max(end - pos, _FIRST_ALLOCATION)))
@@ -310,3 +314,11 @@ def decode_response(frame: bytes, api_key: int, api_version: int) -> tuple[int, 
         pos = skip_tagged_fields(frame, pos)
     body, _ = entity_reader(schema)(frame, pos)
     return correlation_id, body
+
+
+def api_name(api_key: int) -> str:
+    """Kafka's name of an API (Produce, Metadata, ...), for logs."""
+    name = api_key_map.get(api_key)
+    if name is None:
+        return f"ApiKey{api_key}"
+    return "".join(part.capitalize() for part in name.split("_"))

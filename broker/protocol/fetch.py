@@ -99,6 +99,8 @@ class FetchPartition:
     log_start_offset: int
     records: FileRegion | None
     preferred_read_replica: int = -1
+    # (producer id, first offset) of aborted transactions in the records, read_committed only
+    aborted_transactions: list[tuple[int, int]] | None = None
 
 
 @dataclass(slots=True)
@@ -124,6 +126,11 @@ _PARTITION_HEADER = {
                            + ("i" if version >= 11 else ""))
     for version in VERSIONS
 }
+# The same fields up to log_start_offset, for a partition with aborted transactions to list.
+_PARTITION_OFFSETS = {
+    version: struct.Struct(">ihqq" + ("q" if version >= 5 else "")) for version in VERSIONS
+}
+_ABORTED = struct.Struct(">qq")
 
 
 def encode_fetch_response(
@@ -160,8 +167,10 @@ def encode_fetch_response(
         buf += array_len(len(topic.partitions))
         for p in topic.partitions:
             # One pack for the fixed fields, up to and including the empty
-            # aborted_transactions array (no transactions yet) and preferred_read_replica.
-            if version >= 11:
+            # aborted_transactions array and preferred_read_replica, in the common case.
+            if p.aborted_transactions:
+                buf += _aborted_header(version, flexible, p)
+            elif version >= 11:
                 buf += fixed.pack(p.partition_index, p.error_code, p.high_watermark,
                                   p.last_stable_offset, p.log_start_offset, no_aborted,
                                   p.preferred_read_replica)
@@ -188,3 +197,20 @@ def encode_fetch_response(
     body = sum(len(c) if isinstance(c, bytes) else c.length for c in chunks)
     chunks.insert(0, I32.pack(body))
     return EncodedResponse(chunks, body + 4)
+
+
+def _aborted_header(version: int, flexible: bool, p: FetchPartition) -> bytes:
+    """A partition's fixed fields with its aborted transactions listed (read_committed)."""
+    offsets = (p.partition_index, p.error_code, p.high_watermark, p.last_stable_offset)
+    if version >= 5:
+        offsets += (p.log_start_offset,)
+    out = bytearray(_PARTITION_OFFSETS[version].pack(*offsets))
+    aborted = p.aborted_transactions or []
+    out += write_uvarint(len(aborted) + 1) if flexible else I32.pack(len(aborted))
+    for producer_id, first_offset in aborted:
+        out += _ABORTED.pack(producer_id, first_offset)
+        if flexible:
+            out += b"\0"
+    if version >= 11:
+        out += I32.pack(p.preferred_read_replica)
+    return bytes(out)

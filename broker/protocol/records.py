@@ -115,11 +115,14 @@ def parse_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHead
     return BatchHeader._make(_HEADER.unpack_from(buf, pos))
 
 
-def validate_batch(buf: bytes | bytearray | memoryview, pos: int, end: int) -> BatchHeader:
+def validate_batch(buf: bytes | bytearray | memoryview, pos: int, end: int,
+                   allow_empty: bool = False) -> BatchHeader:
     """Check one batch starting at ``pos`` and ending at or before ``end``.
 
     Checks what Kafka checks before appending a v2 batch (LogValidator / ensureValid):
     a whole batch is present, magic 2, at least one record, and the CRC-32C matches.
+    ``allow_empty`` accepts a batch of no records, which a log may hold (a compacted
+    producer's last batch header) but a producer may not send.
     Raises InvalidRecordError naming the check that failed.
     """
     if end - pos < HEADER_SIZE:
@@ -137,7 +140,7 @@ def validate_batch(buf: bytes | bytearray | memoryview, pos: int, end: int) -> B
         raise InvalidRecordError(
             f"truncated batch: length says {header.size} bytes, {end - pos} present"
         )
-    if header.record_count <= 0 or header.last_offset_delta < 0:
+    if header.record_count < (0 if allow_empty else 1) or header.last_offset_delta < 0:
         raise InvalidRecordError(
             f"batch with {header.record_count} records and lastOffsetDelta "
             f"{header.last_offset_delta}"
@@ -150,12 +153,13 @@ def validate_batch(buf: bytes | bytearray | memoryview, pos: int, end: int) -> B
     return header
 
 
-def split_batches(buf: bytes | bytearray | memoryview) -> list[BatchHeader]:
+def split_batches(buf: bytes | bytearray | memoryview,
+                  allow_empty: bool = False) -> list[BatchHeader]:
     """Validate every batch of a record set; return their headers in order."""
     headers = []
     pos, end = 0, len(buf)
     while pos < end:
-        header = validate_batch(buf, pos, end)
+        header = validate_batch(buf, pos, end, allow_empty)
         headers.append(header)
         pos += header.size
     if not headers:

@@ -145,8 +145,11 @@ class Partition:
     # -- produce -------------------------------------------------------------------------
 
     def append(self, records: bytes | None, max_message_bytes: int,
-               min_insync_replicas: int = 1, acks: int = 1) -> ProduceOutcome:
-        """Validate and append one produce payload as leader."""
+               min_insync_replicas: int = 1, acks: int = 1,
+               from_coordinator: bool = False) -> ProduceOutcome:
+        """Validate and append one produce payload as leader. A coordinator's own write
+        for a producer (TxnOffsetCommit's transactional batch) carries no sequence: only
+        the producer's epoch is checked, as Kafka does for AppendOrigin.COORDINATOR."""
         if not self.is_leader:
             return ProduceOutcome(ErrorCode.not_leader_or_follower,
                                   message=f"broker {self.node_id} is not the leader")
@@ -172,7 +175,13 @@ class Partition:
                 message=f"the ISR {self.isr} is smaller than min.insync.replicas "
                 f"{min_insync_replicas}",
             )
-        if header.producer_id >= 0:
+        if header.producer_id >= 0 and from_coordinator:
+            entry = self.log.producer_state.producers.get(header.producer_id)
+            if entry is not None and header.producer_epoch < entry.epoch:
+                return ProduceOutcome(ErrorCode.invalid_producer_epoch,
+                                      message=f"producer {header.producer_id} epoch "
+                                      f"{header.producer_epoch} is older than {entry.epoch}")
+        elif header.producer_id >= 0:
             producer_state = self.log.producer_state
             duplicate = producer_state.find_duplicate(header)
             if duplicate is not None:
@@ -197,6 +206,39 @@ class Partition:
             bytes=len(records),
             last_offset=result.last_offset,
         )
+
+    def append_marker(self, producer_id: int, producer_epoch: int, commit: bool,
+                      coordinator_epoch: int) -> ProduceOutcome:
+        """Write a transaction's COMMIT or ABORT marker as leader (WriteTxnMarkers), with
+        acks=all's rule that the ISR holds min.insync.replicas (the coordinator retries
+        NOT_ENOUGH_REPLICAS). A marker from an older producer epoch or coordinator epoch
+        is refused: a newer producer or coordinator took the transaction over."""
+        if not self.is_leader:
+            return ProduceOutcome(ErrorCode.not_leader_or_follower,
+                                  message=f"broker {self.node_id} is not the leader")
+        min_isr = self.log.config.min_insync_replicas
+        if len(self.isr) < min_isr:
+            return ProduceOutcome(ErrorCode.not_enough_replicas,
+                                  message=f"the ISR {self.isr} is smaller than "
+                                  f"min.insync.replicas {min_isr}")
+        error = self.log.producer_state.check_marker(producer_id, producer_epoch,
+                                                     coordinator_epoch)
+        if error is not None:
+            return ProduceOutcome(error, message=f"marker of producer {producer_id} epoch "
+                                  f"{producer_epoch}, coordinator epoch {coordinator_epoch}")
+        result = self.log.append_control_as_leader(producer_id, producer_epoch, commit,
+                                                   coordinator_epoch, self.leader_epoch)
+        self.wake_fetchers()
+        self.maybe_advance_high_watermark()
+        return ProduceOutcome(base_offset=result.first_offset, last_offset=result.last_offset)
+
+    @property
+    def last_stable_offset(self) -> int:
+        """Where read_committed consumers stop: the high watermark, or the first offset of
+        the oldest transaction still open, whichever is lower."""
+        unstable = self.log.first_unstable_offset
+        hw = self.high_watermark
+        return hw if unstable is None or unstable >= hw else unstable
 
     def _record_rules(self) -> RecordRules:
         """The topic's rules for records, rebuilt only when its config changes."""
@@ -387,9 +429,15 @@ class Partition:
         self._waiters.discard(fut)
 
     def read(self, offset: int, max_bytes: int, min_one_batch: bool,
-             up_to_log_end: bool = False) -> ReadResult:
-        """Consumers read committed data only; followers (``up_to_log_end``) read it all."""
-        limit = self.log.log_end_offset if up_to_log_end else self.high_watermark
+             up_to_log_end: bool = False, read_committed: bool = False) -> ReadResult:
+        """Consumers read what the ISR holds (read_committed ones only to the last stable
+        offset); followers (``up_to_log_end``) read it all."""
+        if up_to_log_end:
+            limit = self.log.log_end_offset
+        elif read_committed:
+            limit = self.last_stable_offset
+        else:
+            limit = self.high_watermark
         return self.log.read(offset, max_bytes, limit, min_one_batch)
 
     def check_leader_epoch(self, current_leader_epoch: int) -> ErrorCode:

@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -27,6 +27,7 @@ from broker.cluster.backend import BrokerRegistration
 from broker.network.client import BrokerConnectionError, KafkaConnection
 from broker.protocol.messages import build
 from broker.protocol.records import InvalidRecordError
+from broker.security.client import ClientSecurity
 from broker.server.partition import Partition, now_ms
 from broker.server.throttle import Throttle
 
@@ -56,6 +57,7 @@ class FetcherConfig:
     backoff_ms: int  # replica.fetch.backoff.ms
     socket_timeout_ms: int  # replica.socket.timeout.ms
     rack: str | None = None
+    security: ClientSecurity = field(default_factory=ClientSecurity)  # the listener's
 
 
 @dataclass(slots=True)
@@ -158,6 +160,7 @@ class ReplicaFetcher:
             conn = self._connection = KafkaConnection(
                 endpoint.host, endpoint.port, f"replica-fetcher-{self.config.node_id}",
                 (self.config.socket_timeout_ms + self.config.wait_max_ms) / 1000,
+                self.config.security,
             )
         return conn
 

@@ -26,6 +26,7 @@ from broker.cluster.image import NO_LEADER, ClusterImage, PartitionState, TopicM
 from broker.config import BrokerConfig
 from broker.controller.elections import Handover
 from broker.controller.placement import assign_replicas
+from broker.security.client import ClientSecurity
 from broker.server.metadata import ClusterMetadata, ConcurrentUpdate
 from broker.server.partition import Partition, now_ms
 from broker.server.replica_fetcher import FetcherConfig, ReplicaFetcher
@@ -63,7 +64,8 @@ def parse_partition_dir(name: str) -> TopicPartition | None:
 
 
 class ReplicaManager:
-    def __init__(self, config: BrokerConfig, metadata: ClusterMetadata) -> None:
+    def __init__(self, config: BrokerConfig, metadata: ClusterMetadata,
+                 peer_security: ClientSecurity | None = None) -> None:
         self.config = config
         self.metadata = metadata
         metadata.listeners.append(self.apply_image)
@@ -102,6 +104,7 @@ class ReplicaManager:
             backoff_ms=config["replica.fetch.backoff.ms"],
             socket_timeout_ms=config["replica.socket.timeout.ms"],
             rack=config["broker.rack"],
+            security=peer_security or ClientSecurity(),
         )
 
     # -- startup and shutdown ------------------------------------------------------------

@@ -6,9 +6,10 @@ cleaner picks the log with the largest dirty share of its non-active bytes, if t
 exceeds ``min.cleanable.dirty.ratio`` (strictly, as Kafka's LogCleanerManager compares), and:
 
 1. finds the cleanable range: from the log start to the first *uncleanable* offset, which is
-   the base of the active segment, or of the first segment reaching the high watermark, or of
-   the first dirty segment holding a record newer than ``min.compaction.lag.ms`` (Kafka's
-   segment-granular rule, by the segment's largest timestamp);
+   the base of the active segment, or of the first segment reaching the high watermark or
+   the first unstable offset (an open transaction may still abort), or of the first dirty
+   segment holding a record newer than ``min.compaction.lag.ms`` (Kafka's segment-granular
+   rule, by the segment's largest timestamp);
 2. maps key -> latest offset over the dirty part of that range (keys of 16 bytes or more are
    kept as a 16-byte digest, as Kafka's SkimpyOffsetMap keeps an MD5 of the key; at most
    MAX_MAP_ENTRIES keys, beyond which the range stops at a segment boundary and the rest is
@@ -20,7 +21,10 @@ exceeds ``min.cleanable.dirty.ratio`` (strictly, as Kafka's LogCleanerManager co
    A batch that keeps every record is copied byte for byte; a batch that keeps some is
    re-encoded with ``encode_batch`` under its base offset, lastOffsetDelta (the next offset
    and the producer's last sequence stay what they were), codec, attributes, leader epoch
-   and producer id/epoch/base sequence; a batch that keeps none is dropped;
+   and producer id/epoch/base sequence; a batch that keeps none is dropped, unless it is
+   the newest data batch of a producer the partition still knows: then its header is kept
+   with no records (Kafka's RETAIN_EMPTY), so the producer's epoch and sequence, and its
+   last batch for duplicate detection, survive cleaning and a reload;
 4. swaps each rewritten segment in (``.cleaned``, then ``.swap``, then the live name; see
    ``Log.replace_segments`` and ``finish_interrupted_swaps``) and moves the checkpoint to the
    end of the range. The checkpoint is saved by the replica manager in
@@ -38,21 +42,27 @@ kafkube's batch codec cannot write it, so the segment's time stands in for it. T
 also remembers when the earliest kept tombstone expires and cleans the log again then, even
 without new dirty bytes (that memory does not survive a restart; the next pass drops them).
 
+Transactions follow Kafka's Cleaner and CleanedTransactionMetadata. The aborted transactions
+come from the segments' aborted-transaction indexes; their batches are dropped (their records
+never enter the offset map, so they cannot hide an older committed value). A marker stays
+while a batch of its transaction was met in this pass (an abort's index entry then moves
+with it into the cleaned segment) and afterwards until its segment has been clean for
+``delete.retention.ms``, the tombstones' rule; then it goes. The markers after a producer's
+last data batch under its current epoch stay, as that batch does: they carry the epoch.
+Unlike Kafka, such a marker keeps its record (Kafka empties it): a reload, which here replays
+the log instead of reading a producer snapshot, then still knows the coordinator epoch.
+One pass tracks transactions across all its groups (Kafka: per group), so a COMMIT marker is
+never dropped while data of its transaction remains in an earlier group: a reload would take
+that data for an open transaction and hold the last stable offset back for good.
+
 Differences from Kafka, deliberate:
 
 - Records without a key are kept. Kafka refuses them on produce to a compacted topic and so
   treats any it meets as invalid; kafkube does not check at produce time, so dropping them
   here would lose acknowledged data.
-- A batch whose records are all superseded is dropped even if it is the last one a producer
-  wrote. Kafka keeps an empty batch header (RETAIN_EMPTY) so producer state survives; an
-  empty batch fails kafkube's batch validation, so it cannot. In-memory producer state is
-  unaffected, but after a restart it is rebuilt from the remaining headers: such a producer
-  is then remembered by an older batch (its next idempotent send gets
-  OUT_OF_ORDER_SEQUENCE and the client bumps its epoch) or not at all (accepted as new), and
-  a retry of the dropped batch is no longer recognised as a duplicate.
-- Control batches and batches whose records cannot be decoded are copied unchanged (the
-  second kind only exists if a client wrote malformed records under a valid CRC; see
-  docs/architecture.md).
+- Batches whose records cannot be decoded are copied unchanged (they only exist if a client
+  wrote malformed records under a valid CRC; see docs/architecture.md), unless they belong
+  to an aborted transaction.
 - No max.compaction.lag.ms, cleaner I/O throttling or dedupe buffer setting.
 
 Threading: choosing a log, preparing and swapping run on the event loop; building the map and
@@ -68,17 +78,24 @@ import asyncio
 import hashlib
 import logging
 import os
+import struct
 import threading
 import time
+from collections import deque
 from collections.abc import Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import crc32c
+
 from broker.protocol.batch_codec import CorruptRecords, Record, encode_batch, read_records
 from broker.protocol.records import (
+    ATTR_CONTROL,
     ATTR_TIMESTAMP_TYPE,
+    ATTR_TRANSACTIONAL,
     HEADER_SIZE,
+    LOG_OVERHEAD,
     BatchHeader,
     parse_header,
     stamp_header,
@@ -92,6 +109,7 @@ from broker.storage.segment import (
     LogSegment,
     segment_name,
 )
+from broker.storage.txn_index import TXN_INDEX_SUFFIX, TxnIndexEntry
 
 if TYPE_CHECKING:
     from broker.storage.log import Log, LogConfig
@@ -107,6 +125,9 @@ _WRITE_CHUNK = 1 << 20
 _WRITE_BATCHES = 512  # stay well below IOV_MAX in one writev
 _INT_MAX = 2**31 - 1
 _NAME_LEN = 20
+_SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
+# A v2 batch header (records.py's layout), for the empty batches the cleaner writes.
+_BATCH_HEADER = struct.Struct(">qiibIhiqqqhii")
 
 
 class CleaningAborted(Exception):
@@ -154,7 +175,14 @@ def first_dirty_offset(log_: Log, checkpoint: int | None) -> int:
 def cleanable_range(
     log_: Log, checkpoint: int | None, now_ms: int, max_offset: int | None = None
 ) -> CleanableRange:
-    """Kafka's LogCleanerManager.cleanableOffsets and the byte counts of LogToClean."""
+    """Kafka's LogCleanerManager.cleanableOffsets and the byte counts of LogToClean.
+
+    ``max_offset`` (the high watermark) and the first unstable offset bound it: records of
+    an open transaction may yet be aborted, and its marker is not written yet.
+    """
+    unstable = log_.first_unstable_offset
+    if unstable is not None:
+        max_offset = unstable if max_offset is None else min(max_offset, unstable)
     first_dirty = first_dirty_offset(log_, checkpoint)
     lag = log_.config.min_compaction_lag_ms
     limit = log_.active_segment.base_offset
@@ -205,6 +233,8 @@ class CleanStats:
     batches_reencoded: int = 0
     batches_dropped: int = 0
     tombstones_dropped: int = 0
+    aborted_batches_dropped: int = 0
+    markers_dropped: int = 0
     segments_before: int = 0
     segments_after: int = 0
 
@@ -217,6 +247,12 @@ class CleanPlan:
     end_offset: int  # the range's end; the map may pull it in (see build_offset_map)
     now_ms: int
     sources: list[_Source]
+    # The aborts of the log with records below end_offset, by first offset (a snapshot of
+    # the segments' indexes, taken on the loop).
+    aborted: list[TxnIndexEntry] = field(default_factory=list)
+    # Producer id -> (last offset of its newest data batch or -1, epoch): ProducerState-
+    # Manager.last_batches when the pass was planned; those batches are never dropped.
+    last_batches: dict[int, tuple[int, int]] = field(default_factory=dict)
     stats: CleanStats = field(default_factory=CleanStats)
     tombstone_expiry_ms: int | None = None
 
@@ -255,9 +291,14 @@ def plan_cleaning(log_: Log, cleanable: CleanableRange, now_ms: int) -> CleanPla
         raise
     if not sources:
         return None
+    end = cleanable.first_uncleanable
+    aborted = sorted(
+        (e for s in log_.segments for e in s.txn_index.entries if e.first_offset < end),
+        key=lambda e: e.first_offset,
+    )
     return CleanPlan(
-        log_.dir, log_.config, cleanable.first_dirty, cleanable.first_uncleanable, now_ms,
-        sources,
+        log_.dir, log_.config, cleanable.first_dirty, end, now_ms, sources, aborted,
+        log_.producer_state.last_batches(),
     )
 
 
@@ -276,8 +317,10 @@ def execute_plan(plan: CleanPlan, abort: threading.Event | None = None) -> list[
     staged: list[_Staged] = []
     try:
         offsets = build_offset_map(plan, abort)
-        for group in group_segments(plan):
-            staged.append(_clean_group(plan, group, offsets, abort))
+        groups = group_segments(plan)
+        txns = _Transactions(plan.aborted, groups[0][0].base_offset if groups else 0)
+        for group in groups:
+            staged.append(_clean_group(plan, group, offsets, txns, abort))
         if abort is not None and abort.is_set():
             raise CleaningAborted
     except BaseException:
@@ -349,6 +392,7 @@ def build_offset_map(plan: CleanPlan, abort: threading.Event | None = None) -> d
     """
     offsets: dict[bytes, int] = {}
     mapped_any = False
+    txns: _Transactions | None = None
     for source in plan.sources:
         if not source.dirty:
             continue
@@ -356,8 +400,15 @@ def build_offset_map(plan: CleanPlan, abort: threading.Event | None = None) -> d
             plan.end_offset = source.base_offset
             break
         mapped_any = True
+        if txns is None:
+            txns = _Transactions(plan.aborted, source.base_offset)
         for header, data in _read_batches(source, abort):
-            records = None if header.is_control else _decode(header, data)
+            if header.is_control:
+                txns.on_marker(header)
+                continue
+            if txns.is_aborted(header, keeps_header=False):
+                continue  # an aborted record must not hide the committed value before it
+            records = _decode(header, data)
             for record in records or ():
                 if record.key is not None:
                     offsets[key_digest(record.key)] = record.offset
@@ -441,10 +492,84 @@ def group_segments(plan: CleanPlan) -> list[list[_Source]]:
     return groups
 
 
+@dataclass(slots=True)
+class _OpenAbort:
+    entry: TxnIndexEntry
+    met: bool = False  # a batch of it was read in this pass
+    header_kept: bool = False  # ... and kept, emptied, as its producer's last
+
+
+class _Transactions:
+    """Which batches of a pass belong to aborted transactions and which markers are still
+    needed, learnt by meeting the batches in log order (Kafka's CleanedTransactionMetadata).
+
+    A producer's transactions never interleave, so its next control batch after a data batch
+    of a transaction is that transaction's marker; the marker's record need not be read.
+    """
+
+    def __init__(self, aborted: list[TxnIndexEntry], start: int) -> None:
+        # Aborts whose markers lie at or after ``start``: the pass meets each of them.
+        self._pending = deque(e for e in aborted if e.last_offset >= start)
+        self._aborted: dict[int, _OpenAbort] = {}
+        self._committed: set[int] = set()  # producers with committed data met, marker not
+
+    def _open_up_to(self, offset: int) -> None:
+        pending = self._pending
+        while pending and pending[0].first_offset <= offset:
+            entry = pending.popleft()
+            self._aborted.setdefault(entry.producer_id, _OpenAbort(entry))
+
+    def is_aborted(self, header: BatchHeader, keeps_header: bool) -> bool:
+        """Whether a data batch belongs to an aborted transaction (its records all go);
+        ``keeps_header``: the cleaner keeps its empty header anyway."""
+        self._open_up_to(header.last_offset)
+        if not header.attributes & ATTR_TRANSACTIONAL:
+            return False
+        found = self._aborted.get(header.producer_id)
+        if found is None:
+            self._committed.add(header.producer_id)
+            return False
+        found.met = True
+        found.header_kept = found.header_kept or keeps_header
+        return True
+
+    def on_marker(self, header: BatchHeader) -> tuple[bool, TxnIndexEntry | None, bool]:
+        """For a control batch: (whether a batch of its transaction was met, so the marker
+        must stay; the abort's index entry the cleaned segment must keep, if any; whether
+        data of it stays in the log after this pass)."""
+        self._open_up_to(header.last_offset)
+        pid = header.producer_id
+        found = self._aborted.pop(pid, None)
+        if found is not None:
+            if not found.met:
+                return False, None, False
+            return True, found.entry, found.header_kept
+        if pid in self._committed:
+            self._committed.discard(pid)
+            return True, None, True
+        return False, None, False
+
+
+def _is_producers_last(header: BatchHeader, last_batches: dict[int, tuple[int, int]]) -> bool:
+    """Whether the batch carries what the producer state must find after a reload: the
+    producer's newest data batch, or, when a marker came after its epoch began, that epoch's
+    markers (Kafka's isBatchLastRecordOfProducer)."""
+    if header.producer_id < 0:
+        return False
+    last = last_batches.get(header.producer_id)
+    if last is None:
+        return False
+    last_data_offset, epoch = last
+    if header.attributes & ATTR_CONTROL:
+        return last_data_offset < 0 and header.producer_epoch == epoch
+    return header.last_offset == last_data_offset
+
+
 def _clean_group(
     plan: CleanPlan,
     group: list[_Source],
     offsets: dict[bytes, int],
+    txns: _Transactions,
     abort: threading.Event | None,
 ) -> _Staged:
     """Write the records of ``group`` that survive into one ``.cleaned`` segment."""
@@ -454,22 +579,30 @@ def _clean_group(
     out = _new_cleaned_segment(plan, group[0].base_offset)
     writer = _Writer(out, plan.stats)
     unchanged = len(group) == 1
-    kept_tombstones = False
+    kept_deletes = False  # tombstones or markers that a later pass may drop
     try:
         for source in group:
             expired = source.last_modified_ms + cfg.delete_retention_ms < plan.now_ms
-            drop_tombstones = not source.dirty and expired
+            drop_deletes = not source.dirty and expired
             for header, data in _read_batches(source, abort):
-                kept, tombstones = _filter_batch(header, data, offsets, drop_tombstones, plan.stats)
+                last = _is_producers_last(header, plan.last_batches)
+                if header.is_control:
+                    kept, waiting = _filter_marker(header, data, txns, drop_deletes, last, out,
+                                                   plan.stats)
+                else:
+                    aborted = txns.is_aborted(header, keeps_header=last)
+                    kept, tombstones = _filter_batch(header, data, offsets, drop_deletes,
+                                                     aborted, last, plan.stats)
+                    waiting = tombstones > 0
                 unchanged = unchanged and kept is data
-                kept_tombstones = kept_tombstones or tombstones > 0
+                kept_deletes = kept_deletes or waiting
                 if kept is not None:
                     writer.add(kept)
         writer.flush()
     except BaseException:
         _delete_segment_files(out)
         raise
-    if kept_tombstones:
+    if kept_deletes:
         expiry = file_time + cfg.delete_retention_ms
         current = plan.tombstone_expiry_ms
         plan.tombstone_expiry_ms = expiry if current is None else min(current, expiry)
@@ -485,30 +618,75 @@ def _clean_group(
     return _Staged([s.segment for s in group], out)
 
 
+def _filter_marker(
+    header: BatchHeader,
+    data: bytes,
+    txns: _Transactions,
+    drop_deletes: bool,
+    producers_last: bool,
+    out: LogSegment,
+    stats: CleanStats,
+) -> tuple[bytes | None, bool]:
+    """(what to write for this marker, whether a later pass may drop it)."""
+    stats.bytes_read += header.size
+    needed, entry, data_remains = txns.on_marker(header)
+    if entry is not None:
+        out.txn_index.append(entry)
+    if producers_last or needed:
+        return data, not producers_last and not data_remains
+    if drop_deletes:
+        stats.markers_dropped += 1
+        return None, False
+    return data, True
+
+
 def _filter_batch(
     header: BatchHeader,
     data: bytes,
     offsets: dict[bytes, int],
     drop_tombstones: bool,
+    aborted: bool,
+    producers_last: bool,
     stats: CleanStats,
 ) -> tuple[bytes | None, int]:
-    """(what to write for this batch, how many tombstones it keeps).
+    """(what to write for this data batch, how many tombstones it keeps).
 
-    Returns ``data`` itself when every record stays, None when none does.
+    Returns ``data`` itself when every record stays, None when none does and the batch is
+    not its producer's last (that one keeps its header, emptied).
     """
     stats.bytes_read += header.size
-    records = None if header.is_control else _decode(header, data)
+    if producers_last and header.record_count == 0:
+        return data, 0  # emptied by an earlier pass
+    if aborted:
+        stats.aborted_batches_dropped += 1
+        stats.records_read += header.record_count
+        return (_empty_batch(header) if producers_last else None), 0
+    records = _decode(header, data)
     if records is None:
         return data, 0
     kept = _select_records(records, offsets, drop_tombstones, stats)
     tombstones = sum(1 for r in kept if r.key is not None and r.value is None)
-    if len(kept) == len(records):
+    if len(kept) == len(records) and (kept or producers_last):
         return data, tombstones
     if not kept:
         stats.batches_dropped += 1
-        return None, 0
+        return (_empty_batch(header) if producers_last else None), 0
     stats.batches_reencoded += 1
     return _reencode(header, kept), tombstones
+
+
+def _empty_batch(header: BatchHeader) -> bytes:
+    """The batch's header with no records (Kafka's DefaultRecordBatch.writeEmptyHeader):
+    offsets, producer id, epoch and base sequence kept, so the next offset and the
+    producer's last sequence stay what they were; uncompressed; both timestamps the max."""
+    attributes = header.attributes & (ATTR_TIMESTAMP_TYPE | ATTR_TRANSACTIONAL | ATTR_CONTROL)
+    head = bytearray(_BATCH_HEADER.pack(
+        header.base_offset, HEADER_SIZE - LOG_OVERHEAD, header.partition_leader_epoch, 2, 0,
+        attributes, header.last_offset_delta, header.max_timestamp, header.max_timestamp,
+        header.producer_id, header.producer_epoch, header.base_sequence, 0,
+    ))
+    struct.pack_into(">I", head, 17, crc32c.crc32c(memoryview(head)[21:]))
+    return bytes(head)
 
 
 def _select_records(
@@ -579,8 +757,7 @@ class _Writer:
 
 def _segment_files(directory: Path, base_offset: int, suffix: str) -> list[Path]:
     stem = segment_name(base_offset)
-    return [directory / f"{stem}{ext}{suffix}" for ext in (LOG_SUFFIX, INDEX_SUFFIX,
-                                                          TIME_INDEX_SUFFIX)]
+    return [directory / f"{stem}{ext}{suffix}" for ext in _SEGMENT_SUFFIXES]
 
 
 def _new_cleaned_segment(plan: CleanPlan, base_offset: int) -> LogSegment:
@@ -643,9 +820,7 @@ def finish_interrupted_swaps(directory: Path) -> set[int]:
 
 def _base_offset_of(name: str) -> int | None:
     stem, dot, rest = name.partition(".")
-    is_segment_file = any(
-        f".{rest}".startswith(ext) for ext in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
-    )
+    is_segment_file = any(f".{rest}".startswith(ext) for ext in _SEGMENT_SUFFIXES)
     if len(stem) != _NAME_LEN or not stem.isdigit() or not dot or not is_segment_file:
         return None
     return int(stem)

@@ -3,8 +3,12 @@
 Plays the part of Kafka's UnifiedLog + LocalLog for local storage: assigns offsets on
 append, rolls segments by size, age or full index, reads by offset or timestamp, enforces
 retention, and recovers after an unclean shutdown (scan from the recovery point, truncate
-at the first invalid batch, rebuild indexes). It knows nothing of leaders, ISR or requests;
-the partition above it decides the leader epoch and the high watermark.
+at the first invalid batch, rebuild indexes). It keeps the producer state, transactions
+included: every batch written, by leader or follower or found on reload, goes through
+``ProducerStateManager.update`` or, for a marker, ``_complete_txn``; an abort marker adds an
+entry to its segment's aborted-transaction index.
+It knows nothing of leaders, ISR or requests; the partition above it decides the leader
+epoch and the high watermark, and checks producers and markers before appending.
 Not thread-safe: every call runs on the broker's event loop.
 """
 
@@ -21,6 +25,7 @@ from typing import Any, NamedTuple
 
 from broker.protocol.batch_codec import CorruptRecords, first_record_at_or_after
 from broker.protocol.records import (
+    ATTR_CONTROL,
     HEADER_SIZE,
     BatchHeader,
     InvalidRecordError,
@@ -30,13 +35,19 @@ from broker.protocol.records import (
 )
 from broker.storage.cleaner import finish_interrupted_swaps
 from broker.storage.leader_epoch import LeaderEpochCache
-from broker.storage.producer_state import ProducerStateManager
+from broker.storage.producer_state import CompletedTxn, ProducerStateManager
 from broker.storage.segment import (
     LOG_SUFFIX,
     SWAP_SUFFIX,
     BatchPosition,
     FileRegion,
     LogSegment,
+)
+from broker.storage.txn_index import (
+    AbortedTxn,
+    TxnIndexEntry,
+    encode_marker,
+    read_marker,
 )
 
 log = logging.getLogger(__name__)
@@ -142,6 +153,9 @@ class Log:
         self._schedule = scheduler
         self.segments: list[LogSegment] = []
         self._bases: list[int] = []
+        # The segments whose aborted-transaction index has entries, in log order: a
+        # read_committed fetch on a topic that never aborted a transaction looks at nothing.
+        self._txn_segments: list[LogSegment] = []
         self.producer_state = ProducerStateManager()
         self.epoch_cache = LeaderEpochCache(directory)
         self.recovery_point = recovery_point
@@ -169,11 +183,15 @@ class Log:
         for base in bases:
             self._add_segment(self._new_segment(base))
         truncated_at = None
+        rebuild: list[LogSegment] = []  # segments whose aborted-transaction index is remade
         for i, segment in enumerate(self.segments):
             complete = i + 1 < len(self.segments) and bases[i + 1] <= self.recovery_point
             if (clean_shutdown or complete) and segment.base_offset not in swapped:
                 segment.load_from_indexes()
+                if segment.txn_index.missing:
+                    rebuild.append(segment)
                 continue
+            rebuild.append(segment)
             lost = segment.recover(self.config.max_message_bytes)
             if lost:
                 log.warning(
@@ -193,17 +211,38 @@ class Log:
         if not self.segments:
             self._add_segment(self._new_segment(0))
         self.epoch_cache.truncate_from_end(self.log_end_offset)
-        self._rebuild_producer_and_epoch_state()
+        self._rebuild_producer_and_epoch_state(rebuild, assign_epochs=True)
         self.recovery_point = self.log_end_offset
 
-    def _rebuild_producer_and_epoch_state(self) -> None:
-        epochs_known = bool(self.epoch_cache.entries)
+    def _rebuild_producer_and_epoch_state(
+        self, rebuild: list[LogSegment], assign_epochs: bool = False
+    ) -> None:
+        """Replay every batch header of the log into a fresh producer state, Kafka's
+        snapshot-less reload; the aborted-transaction index of each segment in ``rebuild``
+        is rewritten from what the replay finds (markers' LSOs included), and the leader
+        epoch cache is filled from the headers if asked and it is empty."""
+        assign_epochs = assign_epochs and not self.epoch_cache.entries
+        self.producer_state = ProducerStateManager()
+        redo = {id(segment) for segment in rebuild}
         for segment in self.segments:
+            entries: list[TxnIndexEntry] | None = [] if id(segment) in redo else None
             for batch in segment.batches_from(0):
                 header = batch.header
-                self.producer_state.update(header)
-                if not epochs_known:
+                if header.attributes & ATTR_CONTROL:
+                    raw = segment.read_bytes(batch.position, header.size)
+                    entry = self._complete_txn(header, raw)
+                    if entry is not None and entries is not None:
+                        entries.append(entry)
+                else:
+                    self.producer_state.update(header)
+                if assign_epochs:
                     self.epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
+            if entries is not None:
+                segment.txn_index.replace_all(entries)
+        self._refresh_txn_segments()
+
+    def _refresh_txn_segments(self) -> None:
+        self._txn_segments = [s for s in self.segments if s.txn_index.entries]
 
     def _add_segment(self, segment: LogSegment) -> None:
         self.segments.append(segment)
@@ -249,11 +288,78 @@ class Log:
         self._maybe_roll(size, assigned)
         self.active_segment.append([head, memoryview(batch)[HEADER_SIZE:size]], [assigned])
         self.epoch_cache.assign(leader_epoch, offset)
-        self.producer_state.update(assigned)
+        if assigned.attributes & ATTR_CONTROL:
+            self._track_marker(assigned, memoryview(batch)[:size])
+        else:
+            self.producer_state.update(assigned)
         self._unflushed_messages += header.record_count
         self._maybe_flush()
         stamped = -1 if append_time is None else append_time
         return AppendResult(offset, assigned.last_offset, stamped)
+
+    def append_control_as_leader(
+        self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
+        leader_epoch: int,
+    ) -> AppendResult:
+        """Write a COMMIT or ABORT marker for the producer's transaction (WriteTxnMarkers).
+
+        The caller checks it first with ``producer_state.check_marker``; this only writes.
+        The producer's open transaction ends, and an abort is added to the active
+        segment's aborted-transaction index.
+        """
+        batch = encode_marker(producer_id, producer_epoch, commit, coordinator_epoch)
+        return self.append_as_leader(batch, parse_header(batch), leader_epoch)
+
+    def _track_marker(self, header: BatchHeader, batch: bytes | memoryview) -> None:
+        """Producer state and aborted-transaction index for a marker just written to the
+        active segment (``batch``: its bytes; the header may be the unstamped one)."""
+        entry = self._complete_txn(header, batch)
+        if entry is None:
+            return
+        segment = self.active_segment
+        segment.txn_index.append(entry)
+        if not self._txn_segments or self._txn_segments[-1] is not segment:
+            self._txn_segments.append(segment)
+
+    def _complete_txn(self, header: BatchHeader, batch: bytes | memoryview
+                      ) -> TxnIndexEntry | None:
+        """Apply a control batch to the producer state; the index entry it calls for if it
+        aborted a transaction. The entry's last stable offset is the first unstable offset
+        once this one is done, or the marker's next offset (Kafka's lastStableOffset(txn)):
+        every abort completed later began at or after it, which lets a fetch stop early."""
+        marker = read_marker(batch) if header.record_count else None
+        if marker is None:
+            if header.record_count:
+                return None  # a control record of some other kind: not a transaction's
+            # An empty control batch: a cleaner emptied a marker whose transaction is gone
+            # from the log; it still carries the producer's epoch.
+            self.producer_state.complete(header, True, -1)
+            return None
+        done = self.producer_state.complete(header, marker.commit, marker.coordinator_epoch)
+        if done is None or not done.is_aborted:
+            return None
+        return _index_entry(done, self.producer_state.first_unstable_offset)
+
+    @property
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the oldest open transaction (None if none is open): the
+        partition's last stable offset is the lower of it and the high watermark."""
+        return self.producer_state.first_unstable_offset
+
+    def collect_aborted_transactions(self, start_offset: int, upper_bound_offset: int
+                                     ) -> list[AbortedTxn]:
+        """The aborted transactions with records in [start, upper bound), for a
+        read_committed fetch (Kafka's collectAbortedTransactions). A marker can sit in a
+        later segment than its records, so segments from the one holding ``start_offset``
+        on are looked at, until an entry's last stable offset reaches the upper bound.
+        In memory only: no file is read."""
+        found: list[AbortedTxn] = []
+        for segment in self._txn_segments:
+            if segment.next_offset > start_offset and segment.txn_index.collect(
+                start_offset, upper_bound_offset, found
+            ):
+                break
+        return found
 
     def append_as_follower(self, records: bytes | memoryview) -> int:
         """Write batches fetched from the leader as they are: offsets and epochs already set.
@@ -262,7 +368,7 @@ class Log:
         gaps); an overlap means follower and leader disagree, which truncation settles
         first. Returns the number of records appended.
         """
-        headers = split_batches(records)
+        headers = split_batches(records, allow_empty=True)
         view = memoryview(records)
         count = 0
         start = pos = 0  # the run of batches not written yet: view[start:pos]
@@ -292,9 +398,14 @@ class Log:
         """Write consecutive fetched batches with one write, rolling first if due."""
         self._maybe_roll(len(data), headers[-1])
         self.active_segment.append([data], headers)
+        position = 0
         for header in headers:
             self.epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
-            self.producer_state.update(header)
+            if header.attributes & ATTR_CONTROL:
+                self._track_marker(header, data[position : position + header.size])
+            else:
+                self.producer_state.update(header)
+            position += header.size
 
     def reset_to(self, offset: int) -> None:
         """Drop every segment and start empty at ``offset``: a follower behind the leader's
@@ -309,7 +420,8 @@ class Log:
         segment.next_offset = offset
         self._add_segment(segment)
         self.epoch_cache.truncate_from_end(0)
-        self.producer_state.truncate_to(0)
+        self.producer_state = ProducerStateManager()
+        self._txn_segments = []
         self.recovery_point = offset
         self.log_start_offset = offset
 
@@ -518,6 +630,7 @@ class Log:
         del self._bases[:count]
         self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
         self.epoch_cache.truncate_from_start(self.log_start_offset)
+        self._refresh_txn_segments()
         for segment in doomed:
             log.info("%s: deleting segment %s", self.dir.name, segment.log_path.name)
             renamed = segment.mark_deleted()
@@ -545,6 +658,7 @@ class Log:
         new.change_suffix("")
         self.segments[start:end] = [new]
         self._bases[start:end] = [new.base_offset]
+        self._refresh_txn_segments()
         return True
 
     def _later(self, delay: float, segment: LogSegment, paths: list[Path]) -> None:
@@ -578,10 +692,9 @@ class Log:
         self.epoch_cache.truncate_from_end(offset)
         if self.producer_state.truncate_to(offset):
             # Kafka reloads from a snapshot; we re-read the batch headers (truncation is rare).
-            self.producer_state = ProducerStateManager()
-            for segment in self.segments:
-                for batch in segment.batches_from(0):
-                    self.producer_state.update(batch.header)
+            # The aborted-transaction indexes were truncated with their segments: kept as is.
+            self._rebuild_producer_and_epoch_state([])
+        self._refresh_txn_segments()
         self.recovery_point = min(self.recovery_point, offset)
 
     def close(self) -> None:
@@ -594,6 +707,11 @@ class Log:
         for path in self.dir.iterdir():
             path.unlink(missing_ok=True)
         os.rmdir(self.dir)
+
+
+def _index_entry(done: CompletedTxn, first_unstable: int | None) -> TxnIndexEntry:
+    lso = done.last_offset + 1 if first_unstable is None else first_unstable
+    return TxnIndexEntry(done.producer_id, done.first_offset, done.last_offset, lso)
 
 
 def _fsync_dir(directory: Path) -> None:

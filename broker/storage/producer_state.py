@@ -1,9 +1,14 @@
-"""Idempotent-producer state of one partition: producer id -> epoch and recent batches.
+"""Producer state of one partition: producer id -> epoch, recent batches, open transaction.
 
 The rules are Kafka's (ProducerStateManager / ProducerAppendInfo): the last five batches of
 each producer are remembered so a retried batch gets its original offsets back; a batch
 whose first sequence does not follow the last one is out of order; an older epoch is fenced.
-State is rebuilt from batch headers when a log loads, so it survives restarts. No I/O.
+A transactional batch opens its producer's transaction if none is open; a marker (COMMIT or
+ABORT control batch) closes it. The oldest open transaction's first offset is the first
+unstable offset, which holds back the last stable offset that read_committed consumers see.
+
+State is rebuilt from the log's batches when a log loads, so it survives restarts: leader
+appends, follower appends and reloads all go through ``update`` and ``complete``. No I/O.
 """
 
 from __future__ import annotations
@@ -13,10 +18,11 @@ from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
-from broker.protocol.records import NO_PRODUCER_ID, NO_SEQUENCE, BatchHeader
+from broker.protocol.records import ATTR_TRANSACTIONAL, NO_PRODUCER_ID, NO_SEQUENCE, BatchHeader
 
 BATCHES_KEPT = 5
 _INT_MAX = 2**31 - 1
+NO_TXN = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,15 +34,34 @@ class BatchMetadata:
     timestamp: int
 
 
+@dataclass(frozen=True, slots=True)
+class CompletedTxn:
+    """A transaction a marker just ended (Kafka's CompletedTxn)."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int  # the marker's offset
+    is_aborted: bool
+
+
 @dataclass(slots=True)
 class ProducerEntry:
     producer_id: int
     epoch: int
     batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=BATCHES_KEPT))
+    current_txn_first_offset: int = NO_TXN
+    coordinator_epoch: int = -1
 
     @property
     def last_sequence(self) -> int:
         return self.batches[-1].last_sequence if self.batches else NO_SEQUENCE
+
+    def bump_epoch(self, epoch: int) -> None:
+        """A newer epoch starts its sequences afresh (Kafka's maybeUpdateProducerEpoch); an
+        open transaction and the coordinator epoch carry over."""
+        if epoch > self.epoch:
+            self.epoch = epoch
+            self.batches.clear()
 
 
 def _in_sequence(last: int, first: int) -> bool:
@@ -46,6 +71,10 @@ def _in_sequence(last: int, first: int) -> bool:
 class ProducerStateManager:
     def __init__(self) -> None:
         self.producers: dict[int, ProducerEntry] = {}
+        self._ongoing: dict[int, int] = {}  # producer id -> first offset of its open txn
+        # The last offset of any transactional or control batch applied: truncation below it
+        # may reopen or forget a transaction, which only a rebuild from the log undoes.
+        self._last_txn_offset = -1
 
     def find_duplicate(self, header: BatchHeader) -> BatchMetadata | None:
         entry = self.producers.get(header.producer_id)
@@ -69,20 +98,42 @@ class ProducerStateManager:
             return None
         if header.producer_epoch < entry.epoch:
             return ErrorCode.invalid_producer_epoch
+        if entry.current_txn_first_offset != NO_TXN and not header.attributes & ATTR_TRANSACTIONAL:
+            # Kafka's "Expected transactional write from producer": the transaction is open.
+            return ErrorCode.invalid_txn_state
         if header.producer_epoch > entry.epoch:
             return None if header.base_sequence == 0 else ErrorCode.out_of_order_sequence_number
-        if entry.batches and not _in_sequence(entry.last_sequence, header.base_sequence):
+        # With no batch under this epoch yet (a marker bumped it) the last sequence is -1,
+        # so the first batch must start at 0, as on any epoch bump.
+        if not _in_sequence(entry.last_sequence, header.base_sequence):
             return ErrorCode.out_of_order_sequence_number
         return None
 
+    def check_marker(self, producer_id: int, producer_epoch: int,
+                     coordinator_epoch: int) -> ErrorCode | None:
+        """The error that refuses a marker on the leader, or None (Kafka's
+        appendEndTxnMarker checks). A newer producer epoch is accepted: an abort written by
+        the coordinator under a bumped epoch is what fences a zombie producer."""
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            return None
+        if producer_epoch < entry.epoch:
+            return ErrorCode.invalid_producer_epoch
+        if coordinator_epoch < entry.coordinator_epoch:
+            return ErrorCode.transaction_coordinator_fenced
+        return None
+
     def update(self, header: BatchHeader) -> None:
-        """Record an appended batch (offsets already assigned)."""
+        """Record an appended data batch (offsets already assigned); markers go to
+        ``complete``."""
         if header.producer_id == NO_PRODUCER_ID:
             return
         entry = self.producers.get(header.producer_id)
-        if entry is None or header.producer_epoch > entry.epoch:
+        if entry is None:
             entry = ProducerEntry(header.producer_id, header.producer_epoch)
             self.producers[header.producer_id] = entry
+        elif header.producer_epoch > entry.epoch:
+            entry.bump_epoch(header.producer_epoch)
         entry.batches.append(
             BatchMetadata(
                 header.base_sequence,
@@ -92,19 +143,67 @@ class ProducerStateManager:
                 header.max_timestamp,
             )
         )
+        if header.attributes & ATTR_TRANSACTIONAL:
+            self._last_txn_offset = header.last_offset
+            if entry.current_txn_first_offset == NO_TXN:
+                entry.current_txn_first_offset = header.base_offset
+                self._ongoing[header.producer_id] = header.base_offset
+
+    def complete(self, header: BatchHeader, is_commit: bool,
+                 coordinator_epoch: int) -> CompletedTxn | None:
+        """Record an appended marker: the producer's epoch and coordinator epoch move up to
+        the marker's, and its open transaction, if any, ends. A marker with no open
+        transaction is legal (Kafka writes one when a transaction wrote nothing here, or
+        after a retry); then there is nothing to complete."""
+        pid = header.producer_id
+        self._last_txn_offset = header.last_offset
+        entry = self.producers.get(pid)
+        if entry is None:
+            entry = ProducerEntry(pid, header.producer_epoch)
+            self.producers[pid] = entry
+        else:
+            entry.bump_epoch(header.producer_epoch)
+        entry.coordinator_epoch = max(entry.coordinator_epoch, coordinator_epoch)
+        first = entry.current_txn_first_offset
+        if first == NO_TXN:
+            return None
+        entry.current_txn_first_offset = NO_TXN
+        del self._ongoing[pid]
+        return CompletedTxn(pid, first, header.base_offset, not is_commit)
+
+    @property
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the oldest open transaction, or None if none is open."""
+        ongoing = self._ongoing
+        return min(ongoing.values()) if ongoing else None
+
+    def ongoing_transactions(self) -> dict[int, int]:
+        """Producer id -> first offset of its open transaction (for DescribeProducers)."""
+        return dict(self._ongoing)
+
+    def last_batches(self) -> dict[int, tuple[int, int]]:
+        """Producer id -> (last offset of its newest data batch under its current epoch, or
+        -1 if a marker came after the epoch began; epoch). The log cleaner keeps those
+        batches (or, for -1, the markers of that epoch) so this state survives a reload."""
+        return {
+            pid: (entry.batches[-1].last_offset if entry.batches else -1, entry.epoch)
+            for pid, entry in self.producers.items()
+        }
 
     def truncate_to(self, offset: int) -> bool:
-        """Forget batches at or after ``offset`` (log truncation). True if some producer lost
-        every batch kept in memory: its older batches are only in the log now, and the
-        caller must rebuild the state from there, or a retry of one would not be known."""
-        emptied = False
-        for pid in list(self.producers):
-            entry = self.producers[pid]
-            kept = [b for b in entry.batches if b.last_offset < offset]
-            if kept:
-                entry.batches = deque(kept, maxlen=BATCHES_KEPT)
-            else:
-                del self.producers[pid]
-                emptied = True
-        return emptied
-
+        """Forget batches at or after ``offset`` (log truncation). True if the caller must
+        rebuild the state from the log: some producer lost every batch kept in memory (its
+        older batches are only in the log now, and a retry of one would not be known), or a
+        transactional batch or marker was removed (a transaction may have to reopen, an
+        epoch go back: the log alone knows)."""
+        if offset <= self._last_txn_offset:
+            return True
+        for entry in self.producers.values():
+            batches = entry.batches
+            if not batches or batches[-1].last_offset < offset:
+                continue
+            kept = [b for b in batches if b.last_offset < offset]
+            if not kept:
+                return True
+            entry.batches = deque(kept, maxlen=BATCHES_KEPT)
+        return False

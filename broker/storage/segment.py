@@ -1,4 +1,5 @@
-"""One log segment: a `.log` file of record batches plus its two sparse indexes.
+"""One log segment: a `.log` file of record batches, its two sparse indexes and its
+aborted-transaction index.
 
 Files are named by the 20-digit base offset, as in Kafka (LogFileUtils). A segment appends
 batches it is given with offsets already assigned, finds the batch holding an offset, and
@@ -26,6 +27,7 @@ from broker.protocol.records import (
     validate_batch,
 )
 from broker.storage.index import OffsetIndex, TimeIndex
+from broker.storage.txn_index import TXN_INDEX_SUFFIX, TransactionIndex
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -90,6 +92,11 @@ class LogSegment:
         )
         self.time_index = TimeIndex(
             Path(stem + TIME_INDEX_SUFFIX + suffix), base_offset, index_max_bytes
+        )
+        # Created empty for a new segment; left missing (for the log to rebuild) for an
+        # existing one written before transactions existed.
+        self.txn_index = TransactionIndex(
+            Path(stem + TXN_INDEX_SUFFIX + suffix), create=self.size == 0
         )
         self._bytes_since_index = 0
         self.max_timestamp = -1
@@ -253,7 +260,9 @@ class LogSegment:
                 buf = os.pread(self.fd, max(_READ_CHUNK, header.size), valid)
                 rel = 0
             try:
-                validate_batch(buf, rel, len(buf))
+                # A batch without records is legal on disk: a cleaner keeps a producer's
+                # last batch header when all its records are gone (Kafka's RETAIN_EMPTY).
+                validate_batch(buf, rel, len(buf), allow_empty=True)
             except InvalidRecordError:
                 break
             if header.base_offset < self.next_offset and self.next_offset != self.base_offset:
@@ -312,12 +321,14 @@ class LogSegment:
         """Remove every batch at or after ``offset``; returns bytes removed.
 
         Rare (follower truncation), so it simply rebuilds the indexes from the kept bytes.
+        The aborted-transaction index keeps the aborts whose markers are still there.
         """
         position = self.position_of(offset)
         removed = self.size - position
         os.ftruncate(self.fd, position)
         self.size = position
         self.recover(max_batch_bytes=2**31)
+        self.txn_index.truncate_to(self.next_offset)
         return removed
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -326,6 +337,7 @@ class LogSegment:
         os.fsync(self.fd)
         self.offset_index.flush()
         self.time_index.flush()
+        self.txn_index.flush()
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -335,7 +347,7 @@ class LogSegment:
         self.time_index.close()
 
     def files(self) -> list[Path]:
-        return [self.log_path, self.offset_index.path, self.time_index.path]
+        return [self.log_path, self.offset_index.path, self.time_index.path, self.txn_index.path]
 
     def change_suffix(self, suffix: str) -> None:
         """Rename the files from the current suffix to ``suffix`` ("" for the live names).
@@ -343,7 +355,7 @@ class LogSegment:
         Kafka's LogSegment.changeFileSuffixes: the descriptors stay open, so the segment keeps
         working. The .log file goes last because a restart decides by its name alone.
         """
-        for index in (self.offset_index, self.time_index):
+        for index in (self.offset_index, self.time_index, self.txn_index):
             index.path = _resuffixed(index.path, self.suffix, suffix)
         self.log_path = _resuffixed(self.log_path, self.suffix, suffix)
         self.suffix = suffix
@@ -362,5 +374,9 @@ class LogSegment:
 def _resuffixed(path: Path, old: str, new: str) -> Path:
     base = path.name[: len(path.name) - len(old)] if old else path.name
     target = path.with_name(base + new)
-    path.rename(target)
+    try:
+        path.rename(target)
+    except FileNotFoundError:
+        if not path.name.endswith(TXN_INDEX_SUFFIX + old):
+            raise  # only a transaction index may be absent (an old log's, until rebuilt)
     return target

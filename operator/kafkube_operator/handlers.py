@@ -25,14 +25,19 @@ from kafkube_operator.kube import Kube
 from kafkube_operator.model.cluster import GROUP, VERSION
 from kafkube_operator.reconcile.cluster import delete_cluster, reconcile_cluster, stop_brokers
 from kafkube_operator.reconcile.topic import delete_topic, reconcile_topic
+from kafkube_operator.reconcile.user import delete_user, reconcile_user
 from kafkube_operator.reconcile.views import ClusterViews
 
 log = logging.getLogger(__name__)
 CLUSTERS = (GROUP, VERSION, "kafkaclusters")
 TOPICS = (GROUP, VERSION, "topics")
+USERS = (GROUP, VERSION, "kafkausers")
 FINALIZER = f"{GROUP}/operator"
 # How often a KafkaCluster's status is refreshed when nothing changes in its spec.
 STATUS_INTERVAL_S = 5.0
+# A KafkaUser changes only with its spec, its Secret or its cluster's CA: checked less often
+# (each check describes the user's credential and ACLs).
+USER_INTERVAL_S = 30.0
 
 
 @dataclass
@@ -159,4 +164,22 @@ def topic_deleted(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
         if not delete_topic(context.kube, context.views, context.admins, body,
                             KopfEvents(body)):
             raise kopf.TemporaryError("waiting for the topic to leave the cluster", delay=3)
+    context.locks.pop(body.metadata["uid"], None)
+
+
+@kopf.on.resume(*USERS)
+@kopf.on.create(*USERS)
+@kopf.on.update(*USERS)
+@kopf.timer(*USERS, id="user_tick", interval=USER_INTERVAL_S, sharp=True)
+def user_reconcile(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
+    _reconcile("KafkaUser", reconcile_user, body, patch, _context(memo))
+
+
+@kopf.on.delete(*USERS)
+def user_deleted(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    context = _context(memo)
+    with context.locks[body.metadata["uid"]]:
+        if not delete_user(context.kube, context.views, context.admins, body,
+                           KopfEvents(body)):
+            raise kopf.TemporaryError("waiting to remove the user from its cluster", delay=3)
     context.locks.pop(body.metadata["uid"], None)

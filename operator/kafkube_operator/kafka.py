@@ -10,17 +10,31 @@ handlers run in kopf's thread pool.
 from __future__ import annotations
 
 import logging
+import os
+import tempfile
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from kafka.admin import (
+    ACL,
+    ACLFilter,
+    ACLOperation,
+    ACLPermissionType,
+    ACLResourcePatternType,
     AlterConfigOp,
     ConfigResource,
     ConfigResourceType,
     KafkaAdminClient,
     NewPartitions,
     NewTopic,
+    ResourcePattern,
+    ResourcePatternFilter,
+    ResourceType,
+    ScramMechanism,
+    UserScramCredentialDeletion,
+    UserScramCredentialUpsertion,
 )
 from kafka.errors import KafkaError
 from kafka.structs import TopicPartition
@@ -36,20 +50,77 @@ class KafkaRefused(Exception):
         super().__init__(f"{what}: {error}")  # kafka-python's: "[Error 40] Name: message"
 
 
+@dataclass(frozen=True)
+class AdminSecurity:
+    """How the operator logs in on a secured cluster's replication listener: mutual TLS with
+    its own certificate of the cluster CA (model/cluster_pki.py), PEM text."""
+
+    ca: str
+    certificate: str
+    key: str
+
+
 class KafkaAdmin:
-    def __init__(self, bootstrap: Sequence[str]) -> None:
-        self._client = KafkaAdminClient(
-            bootstrap_servers=list(bootstrap), client_id="kafkube-operator",
-            request_timeout_ms=REQUEST_TIMEOUT_MS)
+    """One connection to a cluster, shared by the handlers' threads: kafka-python's client is
+    not thread-safe, so one request at a time (a lock), and closing waits for the request
+    under way; a request on a closed client is refused (the next pass gets a new one)."""
+
+    def __init__(self, bootstrap: Sequence[str], security: AdminSecurity | None = None,
+                 connect: Callable[..., Any] = KafkaAdminClient) -> None:
+        self.security = security
+        self._lock = threading.Lock()
+        self._closed = False
+        self._files: tempfile.TemporaryDirectory | None = None
+        options: dict[str, Any] = {}
+        if security is not None:
+            # kafka-python reads PEM from files only; private to this process, gone on close.
+            self._files = tempfile.TemporaryDirectory(prefix="kafkube-operator-")
+            paths = {}
+            for name, text in (("ca.crt", security.ca), ("operator.crt", security.certificate),
+                               ("operator.key", security.key)):
+                path = os.path.join(self._files.name, name)
+                with open(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+                    f.write(text)
+                paths[name] = path
+            options = {"security_protocol": "SSL", "ssl_cafile": paths["ca.crt"],
+                       "ssl_certfile": paths["operator.crt"], "ssl_keyfile": paths["operator.key"]}
+        try:
+            self._client = connect(
+                bootstrap_servers=list(bootstrap), client_id="kafkube-operator",
+                request_timeout_ms=REQUEST_TIMEOUT_MS, **options)
+        except Exception:
+            self._cleanup()
+            raise
+
+    def _cleanup(self) -> None:
+        if self._files is not None:
+            self._files.cleanup()
+            self._files = None
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     def close(self) -> None:
-        self._client.close()
+        """Once the request under way (another thread's) is done; again is a no-op."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            try:
+                self._client.close()
+            finally:
+                self._cleanup()
 
     def _call(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except KafkaError as e:
-            raise KafkaRefused(what, e) from None
+        with self._lock:
+            if self._closed:
+                raise KafkaRefused(what, "the admin client was closed (it failed another "
+                                   "request); a new one is made on the next pass")
+            try:
+                return fn(*args, **kwargs)
+            except KafkaError as e:
+                raise KafkaRefused(what, e) from None
 
     def create_topic(self, name: str, replicas: Sequence[Sequence[int]],
                      configs: Mapping[str, str]) -> None:
@@ -113,6 +184,76 @@ class KafkaAdmin:
                    topic_partitions=wanted, timeout_ms=REQUEST_TIMEOUT_MS)
 
 
+    # Users: SCRAM credentials (KIP-554) and ACLs, as kafka-configs and kafka-acls send them.
+
+    def scram_users(self, users: Iterable[str]) -> set[str]:
+        """Which of ``users`` hold a SCRAM-SHA-512 credential."""
+        found = self._call("describing SCRAM credentials",
+                           self._client.describe_user_scram_credentials, list(users))
+        return {user for user, info in (found or {}).items() if not info.get("error") and any(
+            c["mechanism"] == ScramMechanism.SCRAM_SHA_512 for c in info["credential_infos"])}
+
+    def upsert_scram(self, user: str, password: str) -> None:
+        self._alter_scram(f"setting the SCRAM credential of {user}", UserScramCredentialUpsertion(
+            user, ScramMechanism.SCRAM_SHA_512, password))
+
+    def delete_scram(self, user: str) -> None:
+        self._alter_scram(f"deleting the SCRAM credential of {user}",
+                          UserScramCredentialDeletion(user, ScramMechanism.SCRAM_SHA_512))
+
+    def _alter_scram(self, what: str, alteration: Any) -> None:
+        result = self._call(what, self._client.alter_user_scram_credentials, [alteration])
+        refused = {user: error for user, error in (result or {}).items() if error}
+        if refused:
+            raise KafkaRefused(what, refused)
+
+    def acls_of(self, principal: str) -> list[ACL]:
+        """Every ACL of ``principal``, whatever its resource."""
+        found, error = self._call(f"describing the ACLs of {principal}", self._client.describe_acls,
+                                  _principal_filter(principal))
+        if error is not None and getattr(error, "errno", 0):
+            raise KafkaRefused(f"describing the ACLs of {principal}", error)
+        return list(found)
+
+    def create_acls(self, acls: Sequence[ACL]) -> None:
+        result = self._call("creating ACLs", self._client.create_acls, list(acls))
+        if result["failed"]:
+            raise KafkaRefused("creating ACLs", result["failed"][0])
+
+    def delete_acls(self, acls: Sequence[ACL]) -> None:
+        """Each exactly (an ACL is its own filter)."""
+        filters = [ACLFilter(a.principal, a.host, a.operation, a.permission_type,
+                             ResourcePatternFilter(a.resource_pattern.resource_type,
+                                                   a.resource_pattern.resource_name,
+                                                   a.resource_pattern.pattern_type))
+                   for a in acls]
+        for _, _, error in self._call("deleting ACLs", self._client.delete_acls, filters):
+            if error is not None and getattr(error, "errno", 0):
+                raise KafkaRefused("deleting ACLs", error)
+
+
+def _principal_filter(principal: str) -> ACLFilter:
+    return ACLFilter(principal=principal, host=None, operation=ACLOperation.ANY,
+                     permission_type=ACLPermissionType.ANY,
+                     resource_pattern=ResourcePatternFilter(ResourceType.ANY, None,
+                                                            ACLResourcePatternType.ANY))
+
+
+def make_acl(principal: str, host: str, operation: str, permission: str, resource_type: str,
+             resource_name: str, pattern_type: str) -> ACL:
+    """kafka-python's ACL from Kafka's names (model/user.py's AclBinding fields)."""
+    return ACL(principal, host, ACLOperation[operation], ACLPermissionType[permission],
+               ResourcePattern(ResourceType[resource_type], resource_name,
+                               ACLResourcePatternType[pattern_type]))
+
+
+def acl_fields(acl: ACL) -> tuple[str, str, str, str, str, str, str]:
+    """The inverse of ``make_acl``."""
+    pattern = acl.resource_pattern
+    return (acl.principal, acl.host, acl.operation.name, acl.permission_type.name,
+            pattern.resource_type.name, pattern.resource_name, pattern.pattern_type.name)
+
+
 def _raise_errors(what: str, result: Any) -> None:
     """kafka-python returns per-resource results ("OK" or the error as text) instead of
     raising them."""
@@ -127,28 +268,49 @@ class AdminClients:
     addresses (so the operator reaches the brokers from outside the cluster in tests just as
     from its pod), dropped when a request fails so the next one reconnects."""
 
-    def __init__(self) -> None:
+    def __init__(self, security: Callable[[tuple[str, str]], AdminSecurity | None]
+                 | None = None,
+                 make: Callable[[Sequence[str], AdminSecurity | None], KafkaAdmin] = KafkaAdmin
+                 ) -> None:
+        """``security``: how to log in on a cluster, (namespace, name) → None for a cluster
+        without listeners (plaintext), read when a client is made."""
         self._clients: dict[tuple[str, str], KafkaAdmin] = {}
         self._lock = threading.Lock()
+        self._security = security or (lambda key: None)
+        self._make = make
 
     def of(self, key: tuple[str, str], bootstrap: Callable[[], Sequence[str]]) -> KafkaAdmin:
         with self._lock:
             client = self._clients.get(key)
-        if client is None:
-            servers = bootstrap()
-            if not servers:
-                raise KafkaRefused(f"cluster {key[1]}", "no live broker to connect to")
-            try:
-                client = KafkaAdmin(servers)
-            except KafkaError as e:
-                raise KafkaRefused(f"connecting to cluster {key[1]}", e) from None
-            with self._lock:
-                self._clients[key] = client
+        if client is not None and not client.closed:
+            return client
+        servers = bootstrap()
+        if not servers:
+            raise KafkaRefused(f"cluster {key[1]}", "no live broker to connect to")
+        try:
+            made = self._make(servers, self._security(key))
+        except KafkaError as e:
+            raise KafkaRefused(f"connecting to cluster {key[1]}", e) from None
+        with self._lock:
+            client = self._clients.get(key)
+            if client is None or client.closed:  # else another thread made one meanwhile
+                self._clients[key], client, made = made, made, None
+        if made is not None:
+            made.close()
         return client
 
-    def drop(self, key: tuple[str, str]) -> None:
+    def drop(self, key: tuple[str, str], client: KafkaAdmin | None = None) -> None:
+        """Forget the cluster's client and close it (once its request under way is done);
+        given ``client``, only if that is still the one (not one another thread has made
+        since)."""
         with self._lock:
-            client = self._clients.pop(key, None)
+            current = self._clients.get(key)
+            if current is None or (client is not None and current is not client):
+                current = None
+            else:
+                del self._clients[key]
+        if current is not None:
+            current.close()
         if client is not None:
             client.close()
 

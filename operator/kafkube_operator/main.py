@@ -15,8 +15,10 @@ import kopf
 from prometheus_client import start_http_server
 
 from kafkube_operator import handlers, metrics
+from kafkube_operator.kafka import AdminClients
 from kafkube_operator.kube import Kube
 from kafkube_operator.leadership import Leadership
+from kafkube_operator.reconcile.security import admin_security
 from kafkube_operator.reconcile.views import ClusterViews
 
 log = logging.getLogger(__name__)
@@ -66,7 +68,8 @@ def run(options: OperatorOptions) -> int:
 
     leadership.keep(stop, on_lost)
     views = ClusterViews.create(options.kubeconfig)
-    memo = kopf.Memo(context=handlers.OperatorContext(kube, views))
+    memo = kopf.Memo(context=handlers.OperatorContext(
+        kube, views, AdminClients(admin_security(kube))))
 
     async def operate() -> None:
         try:

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from broker.config import BROKER_KEYS, IGNORED_KAFKA_KEYS, ConfigError, render_properties
+from kafkube_operator.model.listeners import SecuritySpec, security_properties
 
 # Set per pod (--pod-identity, the downward API) or by the operator for the whole cluster.
 OWNED_KEYS = frozenset({
@@ -63,11 +64,17 @@ def broker_properties(cluster: str, spec: Mapping, brokers: int | None = None) -
         "min.insync.replicas": str(min(2, replicas)),
         "offsets.topic.replication.factor": str(min(3, replicas)),
     }
+    # spec.listeners and spec.authorization (model/listeners.py): none by default.
+    security = security_properties(cluster, SecuritySpec.of(spec))
+    properties.update(security)
     refused: dict[str, str] = {}
     for key, value in sorted((spec.get("config") or {}).items()):
         text = _as_text(value)
         if key in OWNED_KEYS:
             refused[key] = "set by the operator for each broker; remove it from spec.config"
+            continue
+        if key in security:
+            refused[key] = "set by the operator from spec.listeners and spec.authorization"
             continue
         known = BROKER_KEYS.get(key)
         if known is None and key not in IGNORED_KAFKA_KEYS:

@@ -18,6 +18,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from kafkube_operator.model.broker_config import DATA_DIR, METRICS_PORT, PORT, broker_properties
+from kafkube_operator.model.listeners import (
+    BROKER_CERTS_DIR,
+    CLIENTS_CA_DIR,
+    CLUSTER_CA_DIR,
+    REPLICATION,
+    REPLICATION_PORT,
+    SecuritySpec,
+    advertised_listeners,
+)
 
 GROUP = "kafkube.io"
 VERSION = "v1alpha1"
@@ -37,6 +46,7 @@ DEFAULT_RESOURCES = {"requests": {"cpu": "100m", "memory": "256Mi"},
 TERMINATION_GRACE_S = 60
 
 Manifest = dict[str, Any]
+PLAINTEXT_ONLY = SecuritySpec()  # no spec.listeners: the one default listener
 
 
 @dataclass(frozen=True)
@@ -71,6 +81,23 @@ class ClusterRef:
     @property
     def service_account(self) -> str:
         return f"{self.name}-broker"
+
+    @property
+    def cluster_ca(self) -> str:
+        return f"{self.name}-cluster-ca"
+
+    @property
+    def clients_ca(self) -> str:
+        return f"{self.name}-clients-ca"
+
+    @property
+    def broker_certs(self) -> str:
+        return f"{self.name}-kafka-brokers"
+
+    @property
+    def operator_certs(self) -> str:
+        """The operator's own client certificate for the replication listener."""
+        return f"{self.name}-operator-certs"
 
     @property
     def node_reader_binding(self) -> str:
@@ -117,18 +144,30 @@ def config_map(ref: ClusterRef, properties_text: str) -> Manifest:
             "data": {"server.properties": properties_text}}
 
 
-def headless_service(ref: ClusterRef) -> Manifest:
+def _kafka_ports(security: SecuritySpec, replication: bool) -> list[Manifest]:
+    """Named after the listeners (``kafka`` for the default one); the replication listener
+    only on the headless service, which is what brokers and the operator dial."""
+    if not security.enabled:
+        return [{"name": "kafka", "port": PORT, "targetPort": "kafka"}]
+    ports = [{"name": REPLICATION, "port": REPLICATION_PORT, "targetPort": REPLICATION}] \
+        if replication else []
+    return ports + [{"name": li.name, "port": li.port, "targetPort": li.name}
+                    for li in security.listeners]
+
+
+def headless_service(ref: ClusterRef, security: SecuritySpec = PLAINTEXT_ONLY) -> Manifest:
     """Stable DNS names per broker, the advertised addresses; not-ready pods are published so
     brokers reach each other while starting."""
     return {"apiVersion": "v1", "kind": "Service",
             "metadata": _metadata(ref, ref.headless_service),
             "spec": {"clusterIP": "None", "publishNotReadyAddresses": True,
                      "selector": selector(ref),
-                     "ports": [{"name": "kafka", "port": PORT, "targetPort": "kafka"}]}}
+                     "ports": _kafka_ports(security, replication=True)}}
 
 
-def bootstrap_service(ref: ClusterRef, metrics: bool) -> Manifest:
-    ports = [{"name": "kafka", "port": PORT, "targetPort": "kafka"}]
+def bootstrap_service(ref: ClusterRef, metrics: bool,
+                      security: SecuritySpec = PLAINTEXT_ONLY) -> Manifest:
+    ports = _kafka_ports(security, replication=False)
     if metrics:
         ports.append({"name": "metrics", "port": METRICS_PORT, "targetPort": "metrics"})
     return {"apiVersion": "v1", "kind": "Service",
@@ -202,6 +241,40 @@ def _env(ref: ClusterRef, rack_label: str) -> list[Manifest]:
     ]
 
 
+def _security_args(ref: ClusterRef, security: SecuritySpec) -> list[str]:
+    """advertised.listeners for every listener: per pod, so not in the shared ConfigMap."""
+    if not security.enabled:
+        return []
+    return ["--override", "advertised.listeners="
+            + advertised_listeners(ref.headless_service, ref.namespace, security)]
+
+
+def _certificate_volumes(ref: ClusterRef, security: SecuritySpec) -> list[Manifest]:
+    """The brokers' key store, and of each CA its certificate only (items: ca.crt), never
+    its key."""
+    if not security.enabled:
+        return []
+    volumes: list[Manifest] = [
+        {"name": "broker-certs", "secret": {"secretName": ref.broker_certs}},
+        {"name": "cluster-ca", "secret": {"secretName": f"{ref.cluster_ca}-cert",
+                                          "items": [{"key": "ca.crt", "path": "ca.crt"}]}}]
+    if security.uses_clients_ca:
+        volumes.append({"name": "clients-ca", "secret": {
+            "secretName": f"{ref.clients_ca}-cert",
+            "items": [{"key": "ca.crt", "path": "ca.crt"}]}})
+    return volumes
+
+
+def _certificate_mounts(security: SecuritySpec) -> list[Manifest]:
+    if not security.enabled:
+        return []
+    mounts = [{"name": "broker-certs", "mountPath": BROKER_CERTS_DIR, "readOnly": True},
+              {"name": "cluster-ca", "mountPath": CLUSTER_CA_DIR, "readOnly": True}]
+    if security.uses_clients_ca:
+        mounts.append({"name": "clients-ca", "mountPath": CLIENTS_CA_DIR, "readOnly": True})
+    return mounts
+
+
 def stateful_set(ref: ClusterRef, spec: Mapping, properties_text: str,
                  replicas: int | None = None) -> Manifest:
     """``replicas``: when not spec.replicas, the size a scale-down keeps until the brokers
@@ -214,7 +287,9 @@ def stateful_set(ref: ClusterRef, spec: Mapping, properties_text: str,
                             "resources": {"requests": {"storage": storage.get("size", "10Gi")}}}
     if storage.get("class"):
         claim_spec["storageClassName"] = storage["class"]
-    ports = [{"name": "kafka", "containerPort": PORT}]
+    security = SecuritySpec.of(spec)
+    ports = [{"name": p["name"], "containerPort": p["port"]}
+             for p in _kafka_ports(security, replication=True)]
     if metrics:
         ports.append({"name": "metrics", "containerPort": METRICS_PORT})
     pod_labels = labels(ref)
@@ -222,13 +297,16 @@ def stateful_set(ref: ClusterRef, spec: Mapping, properties_text: str,
         "name": CONTAINER,
         "image": spec.get("image", "localhost/kafkube:dev"),
         "imagePullPolicy": "IfNotPresent",
-        "args": ["broker", "--pod-identity", "--config", f"{CONFIG_DIR}/server.properties"],
+        "args": ["broker", "--pod-identity", "--config", f"{CONFIG_DIR}/server.properties",
+                 *_security_args(ref, security)],
         "env": _env(ref, rack_label),
         "ports": ports,
-        "readinessProbe": {"tcpSocket": {"port": "kafka"}, "periodSeconds": 2},
+        "readinessProbe": {"tcpSocket": {"port": REPLICATION if security.enabled else "kafka"},
+                           "periodSeconds": 2},
         "resources": spec.get("resources") or DEFAULT_RESOURCES,
         "volumeMounts": [{"name": "data", "mountPath": DATA_DIR.rsplit("/", 1)[0]},
-                         {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True}],
+                         {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
+                         *_certificate_mounts(security)],
     }
     pod_spec: Manifest = {
         "serviceAccountName": ref.service_account,
@@ -241,7 +319,8 @@ def stateful_set(ref: ClusterRef, spec: Mapping, properties_text: str,
              "labelSelector": {"matchLabels": selector(ref)}}
             for key in (rack_label, "kubernetes.io/hostname")],
         "containers": [container],
-        "volumes": [{"name": "config", "configMap": {"name": ref.config_map}}],
+        "volumes": [{"name": "config", "configMap": {"name": ref.config_map}},
+                    *_certificate_volumes(ref, security)],
     }
     return {
         "apiVersion": "apps/v1", "kind": "StatefulSet",
@@ -283,9 +362,11 @@ def desired_cluster(resource: Mapping, statefulset_replicas: int | None = None) 
     spec = resource.get("spec") or {}
     props = broker_properties(ref.name, spec, statefulset_replicas)
     metrics = (spec.get("metrics") or {}).get("enabled", True)
+    security = SecuritySpec.of(spec)
     objects = [
         service_account(ref), role(ref), role_binding(ref), node_reader_binding(ref),
-        config_map(ref, props.text), headless_service(ref), bootstrap_service(ref, metrics),
+        config_map(ref, props.text), headless_service(ref, security),
+        bootstrap_service(ref, metrics, security),
         pod_disruption_budget(ref),
         stateful_set(ref, spec, props.text, statefulset_replicas),
     ]

@@ -8,10 +8,11 @@ from collections.abc import Mapping
 
 from broker.cluster.image import DEFAULT_BROKER
 from broker.cluster.kubernetes import KubernetesBackend
-from kafkube_operator.kafka import AdminClients, KafkaRefused
+from kafkube_operator.kafka import AdminClients, KafkaAdmin, KafkaRefused
 from kafkube_operator.kube import ApplyError, Kube
 from kafkube_operator.model.broker_config import broker_properties
 from kafkube_operator.model.cluster import ClusterRef, desired_cluster, selector
+from kafkube_operator.model.listeners import SecuritySpec, listener_status
 from kafkube_operator.model.roll import PodState, next_restart, pod_state
 from kafkube_operator.model.scale import (
     THROTTLED_REPLICAS,
@@ -26,6 +27,7 @@ from kafkube_operator.model.status import (
     cluster_status,
 )
 from kafkube_operator.reconcile.leaders import rebalance_leaders
+from kafkube_operator.reconcile.security import apply_cluster_pki
 from kafkube_operator.reconcile.topic import mirror_topics
 from kafkube_operator.reconcile.views import (
     ClusterMemory,
@@ -117,7 +119,9 @@ def reconcile_cluster(kube: Kube, views: ClusterViews, admins: AdminClients,
     view = views.of(ref)
     memory = views.memory(ref)
     scaling = scale(kube, view, admins, ref, resource, memory, events)
-    warnings = apply_cluster(kube, resource, events, scaling.statefulset_replicas)
+    # Certificates before the pods that mount them (nothing without spec.listeners).
+    _, warnings = apply_cluster_pki(kube, resource, events)
+    warnings += apply_cluster(kube, resource, events, scaling.statefulset_replicas)
     if scaling.refused:
         warnings.append(SpecWarning("ScaleDownRefused", scaling.refused))
     observed, pods = observe(kube, view, ref)
@@ -128,13 +132,16 @@ def reconcile_cluster(kube: Kube, views: ClusterViews, admins: AdminClients,
         rebalance_leaders(admins, view, ref, spec, memory, events, elect_now=rolled)
     mirror_topics(kube, ref, view.read_image(), events)
     previous = (resource.get("status") or {}).get("conditions") or []
+    listeners = listener_status(ref.bootstrap_service, ref.namespace, SecuritySpec.of(spec))
     status = cluster_status(
         desired=int(spec.get("replicas", 3)),
         generation=resource["metadata"].get("generation", 0), observed=observed,
         warnings=warnings, waiting=waiting or scaling.waiting,
-        bootstrap_servers=ref.bootstrap_servers,
+        bootstrap_servers=listeners[0]["bootstrapServers"] if listeners
+        else ref.bootstrap_servers,
         selector=",".join(f"{k}={v}" for k, v in selector(ref).items()),
         previous=previous, now=utc_now())
+    status["listeners"] = listeners or None
     status["scaling"] = {"phase": scaling.phase, "message": scaling.waiting} \
         if scaling.phase else None
     return status
@@ -159,6 +166,7 @@ def scale(kube: Kube, view: KubernetesBackend, admins: AdminClients, ref: Cluste
         events.warning("ScaleDownRefused", decision.refused)
     memory.last_refusal = decision.refused
     rate = int((spec.get("rebalance") or {}).get("throttleBytesPerSecond") or DEFAULT_THROTTLE)
+    admin: KafkaAdmin | None = None
     try:
         if decision.moves:
             admin = cluster_admin(admins, ref, view)
@@ -170,12 +178,14 @@ def scale(kube: Kube, view: KubernetesBackend, admins: AdminClients, ref: Cluste
                             sorted(decision.moves.items())[:5])
                         + (" ..." if len(decision.moves) > 5 else ""))
         elif phase is not None and decision.phase is None:
-            cluster_admin(admins, ref, view).throttle(None, live, {
+            admin = cluster_admin(admins, ref, view)
+            admin.throttle(None, live, {
                 name: dict.fromkeys(THROTTLED_REPLICAS) for name, topic in image.topics.items()
                 if set(THROTTLED_REPLICAS) & set(topic.configs)})
             events.info("ReassignmentDone", f"{phase} done; replication throttle removed")
     except KafkaRefused as e:
-        admins.drop((ref.namespace, ref.name))
+        if admin is not None:
+            admins.drop((ref.namespace, ref.name), admin)
         events.warning("KafkaRefused", str(e))
         memory.scaling_phase = phase  # try again on the next pass
     if current is not None and decision.statefulset_replicas != current:

@@ -13,7 +13,7 @@ from typing import Any
 
 from broker.config import BROKER_KEYS
 from broker.controller.rebalance import leader_imbalance, preferred_leader_moves
-from kafkube_operator.kafka import AdminClients, KafkaRefused
+from kafkube_operator.kafka import AdminClients, KafkaAdmin, KafkaRefused
 from kafkube_operator.model.cluster import ClusterRef
 from kafkube_operator.reconcile.views import (
     ClusterMemory,
@@ -45,12 +45,15 @@ def rebalance_leaders(admins: AdminClients, view: KubernetesBackend, ref: Cluste
     if not moves:
         return
     worst = max(leader_imbalance(image).values(), default=0.0)
+    admin: KafkaAdmin | None = None
     try:
-        cluster_admin(admins, ref, view).elect_preferred(moves)
+        admin = cluster_admin(admins, ref, view)
+        admin.elect_preferred(moves)
     except KafkaRefused as e:
         # Often a broker just restarted that the client still takes for the controller:
         # try again on the next pass rather than an interval later.
-        admins.drop((ref.namespace, ref.name))
+        if admin is not None:
+            admins.drop((ref.namespace, ref.name), admin)
         memory.next_leader_check = 0.0
         events.warning("KafkaRefused", str(e))
         return

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 
 from broker.cluster.image import ClusterImage
 from broker.cluster.kubernetes import KubernetesBackend
-from kafkube_operator.kafka import AdminClients, KafkaRefused
+from kafkube_operator.kafka import AdminClients, KafkaAdmin, KafkaRefused
 from kafkube_operator.kube import Kube
 from kafkube_operator.model.cluster import API_VERSION, ClusterRef
 from kafkube_operator.model.topic import (
@@ -59,6 +59,7 @@ def reconcile_topic(kube: Kube, views: ClusterViews, admins: AdminClients, resou
     plan = topic_plan(spec, current, brokers)
     problems = list(plan.refused)
     if not plan.empty:
+        admin: KafkaAdmin | None = None
         try:
             admin = cluster_admin(admins, ref, view)
             if plan.create is not None:
@@ -76,7 +77,8 @@ def reconcile_topic(kube: Kube, views: ClusterViews, admins: AdminClients, resou
         except KafkaRefused as e:
             problems.append(("KafkaRefused", str(e)))
             events.warning("KafkaRefused", str(e))
-            admins.drop((ref.namespace, ref.name))
+            if admin is not None:
+                admins.drop((ref.namespace, ref.name), admin)
         else:
             _wait_image(view, lambda image: topic_plan(
                 spec, image.topics.get(spec.name), brokers).empty)
@@ -97,11 +99,14 @@ def delete_topic(kube: Kube, views: ClusterViews, admins: AdminClients, resource
     view = views.of(ref)
     if spec.name not in view.read_image().topics:
         return True
+    admin: KafkaAdmin | None = None
     try:
-        cluster_admin(admins, ref, view).delete_topic(spec.name)
+        admin = cluster_admin(admins, ref, view)
+        admin.delete_topic(spec.name)
     except KafkaRefused as e:
         events.warning("KafkaRefused", str(e))
-        admins.drop((ref.namespace, ref.name))
+        if admin is not None:
+            admins.drop((ref.namespace, ref.name), admin)
         return False
     events.info("TopicDeleted", f"deleted topic {spec.name}")
     _wait_image(view, lambda image: spec.name not in image.topics)

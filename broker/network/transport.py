@@ -1,0 +1,190 @@
+"""The bytes under a connection: the socket itself, or TLS over it.
+
+A connection reads and writes through one of these. The plain one is the socket's own
+non-blocking calls, and keeps ``os.sendfile`` for fetch responses (zero-copy). The TLS one
+runs OpenSSL over memory buffers (``ssl.MemoryBIO``) and moves the ciphertext with the same
+socket calls, so both work on asyncio and uvloop alike; its fetch responses are read from
+the page cache and encrypted, as Kafka loses zero-copy under TLS too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import ssl
+
+RECV_SIZE = 256 << 10
+
+
+class PlainTransport:
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.loop = asyncio.get_running_loop()
+
+    async def recv(self, size: int) -> bytes:
+        return await self.loop.sock_recv(self.sock, size)
+
+    async def recv_into(self, buffer: memoryview) -> int:
+        return await self.loop.sock_recv_into(self.sock, buffer)
+
+    def try_send(self, data: bytes | memoryview) -> bytes | memoryview | None:
+        """Send what the socket takes now; the rest (None: nothing) is for ``sendall``."""
+        try:
+            sent = self.sock.send(data)
+        except BlockingIOError:
+            sent = 0
+        return None if sent == len(data) else memoryview(data)[sent:]
+
+    async def sendall(self, data: bytes | bytearray | memoryview) -> None:
+        if data:
+            await self.loop.sock_sendall(self.sock, data)
+
+    def peer_certificate(self) -> bytes | None:
+        return None
+
+
+class TlsTransport:
+    """TLS over the socket. Every byte of ciphertext leaves through ``_flush``, one at a
+    time (a lock), so records from the reader (a TLS 1.3 key update) and from the writer
+    never interleave on the wire."""
+
+
+    def __init__(self, sock: socket.socket, context: ssl.SSLContext,
+                 server_side: bool = True, server_hostname: str | None = None) -> None:
+        self.sock = sock
+        self.loop = asyncio.get_running_loop()
+        self._in = ssl.MemoryBIO()
+        self._out = ssl.MemoryBIO()
+        self.tls = context.wrap_bio(self._in, self._out, server_side=server_side,
+                                    server_hostname=server_hostname)
+        self._pending = bytearray()  # ciphertext the socket did not take yet
+        self._sending = asyncio.Lock()
+
+    async def handshake(self) -> None:
+        """Raises ssl.SSLError (a bad certificate, garbage in place of a ClientHello) or
+        ConnectionError when the peer goes away first."""
+        while True:
+            try:
+                self.tls.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                await self._flush()
+                if not await self._fill():
+                    raise ConnectionError("closed during the TLS handshake") from None
+            except ssl.SSLError:
+                # The alert OpenSSL wrote (unknown CA, expired certificate) tells the client
+                # why; send it before the connection closes.
+                with contextlib.suppress(OSError):
+                    await self._flush()
+                raise
+        await self._flush()
+
+    def peer_certificate(self) -> bytes | None:
+        return self.tls.getpeercert(binary_form=True)
+
+    async def _fill(self) -> bool:
+        data = await self.loop.sock_recv(self.sock, RECV_SIZE)
+        if not data:
+            self._in.write_eof()
+            return False
+        self._in.write(data)
+        return True
+
+    async def recv(self, size: int) -> bytes:
+        while True:
+            try:
+                data = self.tls.read(size)
+            except ssl.SSLWantReadError:
+                if self._out.pending:
+                    await self._flush()
+                if not await self._fill():
+                    return b""
+                continue
+            except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
+                return b""
+            if self._out.pending:
+                await self._flush()
+            return self._more(data, size)
+
+    def _more(self, first: bytes, size: int) -> bytes:
+        """``first`` and what other records already received decrypt to, up to ``size``:
+        OpenSSL hands out one TLS record (16 KiB) per read, and a large produce request
+        would otherwise cost one trip through the event loop per record."""
+        parts = [first]
+        have = len(first)
+        while have < size:
+            try:
+                more = self.tls.read(size - have)
+            except (ssl.SSLWantReadError, ssl.SSLZeroReturnError, ssl.SSLEOFError):
+                break
+            if not more:
+                break
+            parts.append(more)
+            have += len(more)
+        return first if len(parts) == 1 else b"".join(parts)
+
+    async def recv_into(self, buffer: memoryview) -> int:
+        while True:
+            try:
+                count = self.tls.read(len(buffer), buffer)
+            except ssl.SSLWantReadError:
+                if self._out.pending:
+                    await self._flush()
+                if not await self._fill():
+                    return 0
+                continue
+            except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
+                return 0
+            if self._out.pending:
+                await self._flush()
+            while count < len(buffer):  # more records already here: take them too
+                try:
+                    more = self.tls.read(len(buffer) - count, buffer[count:])
+                except (ssl.SSLWantReadError, ssl.SSLZeroReturnError, ssl.SSLEOFError):
+                    break
+                if not more:
+                    break
+                count += more
+            return count
+
+    def try_send(self, data: bytes | memoryview) -> bytes | None:
+        """Encrypt all of ``data`` and send what the socket takes; b"" means ciphertext is
+        left for ``sendall`` to finish."""
+        self.tls.write(data)
+        if self._sending.locked():
+            return b""
+        self._pending += self._out.read()
+        try:
+            sent = self.sock.send(self._pending)
+        except BlockingIOError:
+            sent = 0
+        del self._pending[:sent]
+        return None if not self._pending else b""
+
+    async def sendall(self, data: bytes | bytearray | memoryview) -> None:
+        if data:
+            self.tls.write(data)
+        await self._flush()
+
+    def write(self, data: bytes | bytearray | memoryview) -> int:
+        """Encrypt ``data`` without sending it yet; how many encrypted bytes wait. A
+        response of many pieces is then sent with few system calls (``flush``)."""
+        if data:
+            self.tls.write(data)
+        return self._out.pending
+
+    async def flush(self) -> None:
+        await self._flush()
+
+    async def _flush(self) -> None:
+        async with self._sending:
+            if self._pending:
+                chunk, self._pending = self._pending, bytearray()
+                await self.loop.sock_sendall(self.sock, chunk)
+            while self._out.pending:
+                await self.loop.sock_sendall(self.sock, self._out.read())
+
+
+Transport = PlainTransport | TlsTransport
