@@ -83,18 +83,21 @@ def next_restart(pods: Sequence[PodState], image: ClusterImage, min_isr: Callabl
     ISR it belongs to first (partitions under-replicated for other reasons, a follower on a
     slow disk, do not stall the roll: the min ISR rule keeps them writable)."""
     outdated = sorted((p for p in pods if p.outdated), key=lambda p: p.broker)
-    if not outdated:
-        return RollStep(None, None, 0)
     stuck = [p for p in outdated if p.stuck]
     if stuck:
         return RollStep(stuck[0], None, len(outdated))
+    # The last restart is not over until its broker is back in its ISRs, the roll's last one
+    # included: a roll reported done earlier would have its preferred-leader election skip
+    # that broker's partitions (not in their ISR yet) until the next imbalance check.
     not_ready = sorted(p.name for p in pods if not p.ready)
-    if not_ready:
+    if not_ready and (outdated or last_restarted is not None):
         return RollStep(None, f"waiting for pod {not_ready[0]} to be ready", len(outdated))
     lagging = catching_up(last_restarted, image) if last_restarted is not None else 0
     if lagging:
         return RollStep(None, f"waiting for broker {last_restarted} to rejoin the ISR of "
                         f"{lagging} partition(s)", len(outdated))
+    if not outdated:
+        return RollStep(None, None, 0)
     order = [p for p in outdated if p.broker != controller] + \
         [p for p in outdated if p.broker == controller]
     blocked = []

@@ -77,7 +77,7 @@ def roll(kube: Kube, view: KubernetesBackend, ref: ClusterRef, pods: list[PodSta
             events.info("RollingRestart", f"restarted pod {pod.name} (broker {pod.broker}) "
                         f"{why}; {step.pending - 1} more to go")
         return None, False
-    if step.pending == 0 and memory.rolling:
+    if step.pending == 0 and step.waiting is None and memory.rolling:
         memory.last_restarted, memory.rolling = None, False
         events.info("RollingRestartDone", "every broker runs the current revision")
         return None, True
