@@ -102,8 +102,15 @@ def test_verifiable_producer_and_consumer_lose_nothing_across_a_kill(
         # VerifiableProducer sets retries=0, so a record sent to the restarted broker while the
         # producer still takes it for the leader fails (NOT_LEADER_OR_FOLLOWER), as with Kafka.
         # Restart it the way an operator does: once the partition is served by its new leader.
-        wait_until(lambda: _acked_in(producer.lines, 0) > acked_before, 60,
-                   "partition 0 acknowledging again under its new leader")
+        try:
+            wait_until(lambda: _acked_in(producer.lines, 0) > acked_before, 60,
+                       "partition 0 acknowledging again under its new leader")
+        except AssertionError as e:  # what the producer and the cluster saw, to tell why
+            errors = [(x.get("partition"), x.get("exception"), x.get("message")) for x in
+                      _events(producer.lines, "producer_send_error")][-5:]
+            raise AssertionError(f"{e}; last send errors {errors}; partitions "
+                                 f"{cluster.partitions('verified')}; producer stderr "
+                                 f"{producer.errors[-10:]}") from None
         assert cluster.leader_of("verified", 0) != leader
         cluster.restart(leader)
         assert producer.wait(120) == 0, producer.errors[-20:]
