@@ -36,7 +36,12 @@ from kafkube_operator.model.certificates import (
     split_pem,
     subject,
 )
-from kafkube_operator.model.cluster import ClusterRef, desired_cluster
+from kafkube_operator.model.cluster import (
+    CERTIFICATES_HASH,
+    CLUSTER_CA_HASH,
+    ClusterRef,
+    desired_cluster,
+)
 from kafkube_operator.model.cluster_pki import cluster_pki, secret_names
 from kafkube_operator.model.listeners import (
     SecuritySpec,
@@ -234,6 +239,58 @@ def test_cas_are_renewed_within_the_renewal_days_and_certificates_issued_again()
                                                                    old_ca.certificate]
     broker = pair(second["prod-kafka-brokers"], "broker.crt", "broker.key")
     assert signed_by(broker, new_ca) and not signed_by(broker, old_ca)
+
+
+def test_a_renewed_cluster_ca_takes_two_rolls_trust_first_then_certificates() -> None:
+    """Brokers load certificates at start: the pod template's hashes roll them. A broker
+    restarted with a certificate of the new CA would be refused by brokers that trust only
+    the old one, so the certificates wait until every broker trusts the new CA."""
+    resource = secure_cluster()
+    first = issued(resource, NOW)
+    running = cluster_pki(resource, first, NOW + dt.timedelta(days=1)).pod_annotations
+    trusting_old = running[CLUSTER_CA_HASH]
+    renewal_time = NOW + dt.timedelta(days=340)
+    # Roll 1: the new CA joins the trust store; the old CA's certificates stay in use.
+    trust = cluster_pki(resource, first, renewal_time, brokers_trust=trusting_old)
+    assert trust.actions == ["cluster-ca renewed", "clients-ca renewed",
+                             "brokers' and operator's certificate(s) of the previous cluster "
+                             "CA kept until every broker trusts the renewed one"]
+    applied = {s["metadata"]["name"] for s in trust.secrets}
+    assert not applied & {"prod-kafka-brokers", "prod-operator-certs"}, applied
+    assert trust.pod_annotations[CLUSTER_CA_HASH] != trusting_old
+    assert trust.pod_annotations[CERTIFICATES_HASH] != running[CERTIFICATES_HASH]
+    second = {**first, **{m["metadata"]["name"]: decode(m) for m in trust.secrets}}
+    # Mid-roll (pods differ) nothing more happens; the pod template stays as it is.
+    mid = cluster_pki(resource, second, renewal_time, brokers_trust="")
+    assert mid.actions == ["brokers' and operator's certificate(s) of the previous cluster "
+                           "CA kept until every broker trusts the renewed one"]
+    assert mid.pod_annotations == trust.pod_annotations
+    # Roll 2: every broker trusts the new CA; its certificates are issued and roll in.
+    rolled = cluster_pki(resource, second, renewal_time,
+                         brokers_trust=trust.pod_annotations[CLUSTER_CA_HASH])
+    assert rolled.actions == ["brokers' certificate issued", "operator's certificate issued"]
+    assert rolled.pod_annotations[CLUSTER_CA_HASH] == trust.pod_annotations[CLUSTER_CA_HASH]
+    assert rolled.pod_annotations[CERTIFICATES_HASH] != trust.pod_annotations[CERTIFICATES_HASH]
+    new_ca = KeyPair(split_pem(second["prod-cluster-ca"]["ca.crt"])[0],
+                     second["prod-cluster-ca"]["ca.key"])
+    broker = next(decode(m) for m in rolled.secrets
+                  if m["metadata"]["name"] == "prod-kafka-brokers")
+    assert signed_by(pair(broker, "broker.crt", "broker.key"), new_ca)
+    # The pod template carries the hashes.
+    (sts,) = desired_cluster(resource, None, rolled.pod_annotations).by_kind("StatefulSet")
+    annotations = sts["spec"]["template"]["metadata"]["annotations"]
+    assert rolled.pod_annotations.items() <= annotations.items()
+
+
+def test_certificates_are_issued_at_once_when_no_broker_runs_or_the_old_one_expired() -> None:
+    resource = secure_cluster()
+    first = issued(resource, NOW)
+    renewal_time = NOW + dt.timedelta(days=340)
+    assert "brokers' certificate issued" in cluster_pki(resource, first, renewal_time).actions
+    # Past the old certificate's end, waiting would leave the brokers with an expired one.
+    expired = NOW + dt.timedelta(days=400)
+    assert "brokers' certificate issued" in cluster_pki(resource, first, expired,
+                                                        brokers_trust="old").actions
 
 
 def test_the_renewal_days_come_from_the_spec() -> None:

@@ -61,6 +61,12 @@ class FakeKube:
         self.applied.append(f"{manifest['kind']}/{meta['name']}")
         return copy.deepcopy(dict(manifest))
 
+    def list(self, api_version: str, kind: str, namespace: str | None = None,
+             labels: Mapping[str, str] | None = None) -> list[dict]:
+        return [copy.deepcopy(o) for (k, ns, _), o in sorted(self.objects.items())
+                if k == kind and ns == namespace and (labels or {}).items()
+                <= ((o.get("metadata") or {}).get("labels") or {}).items()]
+
     def secret(self, name: str) -> dict[str, str] | None:
         return decode(self.get("v1", "Secret", name, "kafka"))
 

@@ -35,6 +35,10 @@ KIND = "KafkaCluster"
 CLUSTER_LABEL = f"{GROUP}/cluster"
 NAMESPACE_LABEL = f"{GROUP}/namespace"
 CONFIG_HASH = f"{GROUP}/config-hash"
+# A secured cluster's (model/cluster_pki.py): what the brokers load at start, and of it the
+# cluster CA's trust store.
+CERTIFICATES_HASH = f"{GROUP}/certificates-hash"
+CLUSTER_CA_HASH = f"{GROUP}/cluster-ca-hash"
 CONTAINER = "broker"
 # Shipped by the chart and the bundle: get on nodes, for broker.rack (pod_identity.py). A
 # ClusterRoleBinding per cluster grants it, since a RoleBinding cannot grant cluster-scoped reads.
@@ -276,7 +280,8 @@ def _certificate_mounts(security: SecuritySpec) -> list[Manifest]:
 
 
 def stateful_set(ref: ClusterRef, spec: Mapping, properties_text: str,
-                 replicas: int | None = None) -> Manifest:
+                 replicas: int | None = None,
+                 pod_annotations: Mapping[str, str] | None = None) -> Manifest:
     """``replicas``: when not spec.replicas, the size a scale-down keeps until the brokers
     to remove are drained (model/scale.py)."""
     rack_label = (spec.get("rack") or {}).get("topologyKey") or "topology.kubernetes.io/zone"
@@ -335,7 +340,8 @@ def stateful_set(ref: ClusterRef, spec: Mapping, properties_text: str,
             "selector": {"matchLabels": selector(ref)},
             "template": {
                 "metadata": {"labels": pod_labels,
-                             "annotations": {CONFIG_HASH: config_hash(properties_text)}},
+                             "annotations": {CONFIG_HASH: config_hash(properties_text),
+                                             **(pod_annotations or {})}},
                 "spec": pod_spec,
             },
             "volumeClaimTemplates": [{"metadata": {"name": "data", "labels": selector(ref)},
@@ -355,9 +361,11 @@ class DesiredCluster:
         return [o for o in self.objects if o["kind"] == kind]
 
 
-def desired_cluster(resource: Mapping, statefulset_replicas: int | None = None) -> DesiredCluster:
+def desired_cluster(resource: Mapping, statefulset_replicas: int | None = None,
+                    pod_annotations: Mapping[str, str] | None = None) -> DesiredCluster:
     """The objects, in the order they are applied: identity and configuration before the
-    pods that need them."""
+    pods that need them. ``pod_annotations``: more for the pod template (a secured
+    cluster's certificate hashes, model/cluster_pki.py), each a roll when it changes."""
     ref = ClusterRef.of(resource)
     spec = resource.get("spec") or {}
     props = broker_properties(ref.name, spec, statefulset_replicas)
@@ -368,6 +376,6 @@ def desired_cluster(resource: Mapping, statefulset_replicas: int | None = None) 
         config_map(ref, props.text), headless_service(ref, security),
         bootstrap_service(ref, metrics, security),
         pod_disruption_budget(ref),
-        stateful_set(ref, spec, props.text, statefulset_replicas),
+        stateful_set(ref, spec, props.text, statefulset_replicas, pod_annotations),
     ]
     return DesiredCluster(objects, props.refused)

@@ -85,10 +85,11 @@ def roll(kube: Kube, view: KubernetesBackend, ref: ClusterRef, pods: list[PodSta
 
 
 def apply_cluster(kube: Kube, resource: Mapping, events: Events,
-                  statefulset_replicas: int | None = None) -> list[SpecWarning]:
+                  statefulset_replicas: int | None = None,
+                  pod_annotations: Mapping[str, str] | None = None) -> list[SpecWarning]:
     """Create or update every object the KafkaCluster owns; what could not be applied comes
     back as warnings, with the API server's or the broker's reason."""
-    desired = desired_cluster(resource, statefulset_replicas)
+    desired = desired_cluster(resource, statefulset_replicas, pod_annotations)
     warnings = []
     if desired.refused_config:
         warnings.append(SpecWarning("InvalidConfig", "spec.config not applied: " + "; ".join(
@@ -120,8 +121,9 @@ def reconcile_cluster(kube: Kube, views: ClusterViews, admins: AdminClients,
     memory = views.memory(ref)
     scaling = scale(kube, view, admins, ref, resource, memory, events)
     # Certificates before the pods that mount them (nothing without spec.listeners).
-    _, warnings = apply_cluster_pki(kube, resource, events)
-    warnings += apply_cluster(kube, resource, events, scaling.statefulset_replicas)
+    pki, warnings = apply_cluster_pki(kube, resource, events)
+    warnings += apply_cluster(kube, resource, events, scaling.statefulset_replicas,
+                              pki.pod_annotations)
     if scaling.refused:
         warnings.append(SpecWarning("ScaleDownRefused", scaling.refused))
     observed, pods = observe(kube, view, ref)

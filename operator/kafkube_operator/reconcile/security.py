@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 
 from kafkube_operator.kafka import AdminSecurity, KafkaRefused
 from kafkube_operator.kube import ApplyError, Kube
-from kafkube_operator.model.cluster import API_VERSION, ClusterRef
+from kafkube_operator.model.cluster import API_VERSION, CLUSTER_CA_HASH, ClusterRef, selector
 from kafkube_operator.model.cluster_pki import ClusterPki, cluster_pki, secret_names
 from kafkube_operator.model.listeners import SecuritySpec
 from kafkube_operator.model.pki import decode
@@ -21,6 +21,17 @@ def read_secrets(kube: Kube, namespace: str, names: list[str]) -> dict[str, dict
     return {name: decode(kube.get("v1", "Secret", name, namespace)) for name in names}
 
 
+def brokers_trust(kube: Kube, ref: ClusterRef) -> str | None:
+    """The cluster CA trust store every broker pod loaded (its ``kafkube.io/cluster-ca-hash``):
+    None when no pod runs, "" when they differ (a roll under way, or pods older than the
+    annotation)."""
+    hashes = {((p.get("metadata") or {}).get("annotations") or {}).get(CLUSTER_CA_HASH) or ""
+              for p in kube.list("v1", "Pod", ref.namespace, selector(ref))}
+    if not hashes:
+        return None
+    return hashes.pop() if len(hashes) == 1 else ""
+
+
 def apply_cluster_pki(kube: Kube, resource: Mapping, events: Events,
                       now: dt.datetime | None = None) -> tuple[ClusterPki, list[SpecWarning]]:
     """Create or renew the CAs and certificates the spec needs (nothing without listeners);
@@ -29,7 +40,8 @@ def apply_cluster_pki(kube: Kube, resource: Mapping, events: Events,
     if not SecuritySpec.of(resource.get("spec") or {}).enabled:
         return ClusterPki(), []
     current = read_secrets(kube, ref.namespace, secret_names(ref))
-    pki = cluster_pki(resource, current, now or dt.datetime.now(dt.UTC))
+    pki = cluster_pki(resource, current, now or dt.datetime.now(dt.UTC),
+                      brokers_trust(kube, ref))
     warnings = [SpecWarning("CertificateAuthority", p) for p in pki.problems]
     # In order, CAs first, and none after one fails: a certificate is stored only once the
     # CA that signed it is (else brokers would get a certificate of a CA no Secret holds,
