@@ -134,6 +134,28 @@ def test_a_tls_users_certificate_is_kept_then_issued_again() -> None:
     assert signed_by(KeyPair(reissued["user.crt"], reissued["user.key"]), renewed_ca)
 
 
+def test_a_renewed_clients_ca_issues_again_only_once_every_broker_trusts_it() -> None:
+    """Brokers load the clients CA's trust store at start: until every one has restarted
+    with the renewed CA in it (the operator's roll), a certificate of the new CA would be
+    refused by some; the previous CA's, still good, is kept meanwhile."""
+    user = UserSpec.of(kafka_user(authentication="tls"))
+    old_ca = new_ca("clients", NOW)
+    data = decode(user_secret(user, None, old_ca, NOW).manifest)
+    later = NOW + dt.timedelta(days=10)
+    renewed_ca = new_ca("clients", later)
+    trusted = renewed_ca.certificate + old_ca.certificate
+    waiting = user_secret(user, data, renewed_ca, later, trusted=trusted, brokers_trust_it=False)
+    assert waiting.manifest is None
+    trusting = user_secret(user, data, renewed_ca, later, trusted=trusted, brokers_trust_it=True)
+    issued = decode(trusting.manifest)
+    assert trusting.action == "certificate issued"
+    assert signed_by(KeyPair(issued["user.crt"], issued["user.key"]), renewed_ca)
+    # A trust store without the previous CA (a CA brought anew): nothing to wait for.
+    alone = user_secret(user, data, renewed_ca, later, trusted=renewed_ca.certificate,
+                        brokers_trust_it=False)
+    assert alone.action == "certificate issued"
+
+
 def test_switching_authentication_replaces_the_secrets_keys() -> None:
     scram = decode(user_secret(UserSpec.of(kafka_user()), None, None, NOW).manifest)
     tls = user_secret(UserSpec.of(kafka_user(authentication="tls")), scram,

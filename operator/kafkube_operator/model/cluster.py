@@ -36,9 +36,10 @@ CLUSTER_LABEL = f"{GROUP}/cluster"
 NAMESPACE_LABEL = f"{GROUP}/namespace"
 CONFIG_HASH = f"{GROUP}/config-hash"
 # A secured cluster's (model/cluster_pki.py): what the brokers load at start, and of it the
-# cluster CA's trust store.
+# two CAs' trust stores.
 CERTIFICATES_HASH = f"{GROUP}/certificates-hash"
 CLUSTER_CA_HASH = f"{GROUP}/cluster-ca-hash"
+CLIENTS_CA_HASH = f"{GROUP}/clients-ca-hash"
 CONTAINER = "broker"
 # Shipped by the chart and the bundle: get on nodes, for broker.rack (pod_identity.py). A
 # ClusterRoleBinding per cluster grants it, since a RoleBinding cannot grant cluster-scoped reads.

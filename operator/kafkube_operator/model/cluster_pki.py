@@ -24,9 +24,10 @@ import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from kafkube_operator.model.certificates import KeyPair, issue, split_pem
+from kafkube_operator.model.certificates import KeyPair, issue
 from kafkube_operator.model.cluster import (
     CERTIFICATES_HASH,
+    CLIENTS_CA_HASH,
     CLUSTER_CA_HASH,
     ClusterRef,
     Manifest,
@@ -48,6 +49,7 @@ from kafkube_operator.model.pki import (
     CaPolicy,
     ca_decision,
     held_pair,
+    kept_for_trust,
     needs_issuing,
     secret,
 )
@@ -88,12 +90,10 @@ def _ca(ref: ClusterRef, which: str, name: str, spec: Mapping,
 def _kept_until_trusted(held: KeyPair | None, trusted: str, now: dt.datetime, renewal: int,
                         names: list[str], brokers_trust: str | None) -> bool:
     """Whether ``held``, which the current cluster CA did not sign, stays in use for now:
-    some brokers do not trust that CA yet, and a CA of the trust store (the previous one)
-    signed it, which would not issue it again (valid, not due, the right names)."""
-    if held is None or brokers_trust is None or brokers_trust == config_hash(trusted):
+    some brokers do not trust that CA yet, and the previous CA's certificate is still good."""
+    if brokers_trust is None or brokers_trust == config_hash(trusted):
         return False
-    return any(not needs_issuing(held, KeyPair(ca, ""), now, renewal, names)
-               for ca in split_pem(trusted))
+    return kept_for_trust(held, trusted, now, renewal, names)
 
 
 def cluster_pki(resource: Mapping, current: Mapping[str, Mapping[str, str] | None],
@@ -149,5 +149,7 @@ def cluster_pki(resource: Mapping, current: Mapping[str, Mapping[str, str] | Non
         loaded.append(clients_ca.trusted)
     annotations = {CLUSTER_CA_HASH: config_hash(trusted),
                    CERTIFICATES_HASH: config_hash("".join(loaded))}
+    if SecuritySpec.of(spec).uses_clients_ca:
+        annotations[CLIENTS_CA_HASH] = config_hash(clients_ca.trusted)
     return ClusterPki(result.secrets, result.actions, result.problems, operator,
                       trusted, clients_ca.pair, annotations)

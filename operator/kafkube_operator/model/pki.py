@@ -144,3 +144,13 @@ def needs_issuing(current: KeyPair | None, ca: KeyPair, now: dt.datetime, renewa
     return (current is None or not signed_by(current, ca)
             or sorted(dns_names(current)) != sorted(names)
             or leaf_needs_renewal(current, ca, now, renewal_days))
+
+
+def kept_for_trust(held: KeyPair | None, trusted: str, now: dt.datetime, renewal_days: int,
+                   names: Sequence[str] = ()) -> bool:
+    """Whether ``held`` is good under one of the CAs of ``trusted`` (a CA's trust store, the
+    renewed CA then the previous one): valid, not due, with its names. Such a certificate
+    of the previous CA stays in use until every broker trusts the renewed CA, since brokers
+    load their trust store when they start (model/cluster_pki.py)."""
+    return held is not None and any(not needs_issuing(held, KeyPair(ca, ""), now, renewal_days,
+                                                      names) for ca in split_pem(trusted))

@@ -25,7 +25,7 @@ from typing import Any
 
 from kafkube_operator.model.certificates import DEFAULT_VALIDITY_DAYS, KeyPair, issue
 from kafkube_operator.model.listeners import SCRAM, TLS, principal
-from kafkube_operator.model.pki import held_pair, needs_issuing, secret
+from kafkube_operator.model.pki import held_pair, kept_for_trust, needs_issuing, secret
 from kafkube_operator.model.status import FALSE, TRUE, Condition
 
 Manifest = dict[str, Any]
@@ -218,11 +218,14 @@ def user_secret(user: UserSpec, current: Mapping[str, str] | None,
                 clients_ca: KeyPair | None, now: dt.datetime, renewal_days: int = 30,
                 password: Callable[[], str] = new_password, *,
                 annotations: Mapping[str, str] | None = None,
-                validity_days: int = DEFAULT_VALIDITY_DAYS) -> UserSecret:
+                validity_days: int = DEFAULT_VALIDITY_DAYS,
+                trusted: str = "", brokers_trust_it: bool = True) -> UserSecret:
     """``current``: the Secret's decoded data (None: no Secret), ``annotations`` its
     annotations. A SCRAM password, once generated, is kept; a certificate is issued again
     when the clients CA changed or it nears its end. Only the operator's keys are compared;
-    others are kept. Switching authentication replaces the operator's keys."""
+    others are kept. Switching authentication replaces the operator's keys. A renewed
+    clients CA (``trusted``: its trust store) issues again only once every broker trusts it
+    (``brokers_trust_it``): until then the previous CA's certificate, still good, is kept."""
     others = {k: v for k, v in (current or {}).items() if k not in OWN_KEYS}
     recorded = (annotations or {}).get(CREDENTIAL_ANNOTATION)
     if user.authentication == SCRAM:
@@ -249,6 +252,9 @@ def user_secret(user: UserSpec, current: Mapping[str, str] | None,
         held_cert = held_pair(current, "user.crt", "user.key")
         reissue = needs_issuing(held_cert, clients_ca, now, renewal_days)
         owned_ok = set(current or {}) & OWN_KEYS == set(TLS_KEYS)
+        if reissue and not brokers_trust_it and owned_ok and kept_for_trust(
+                held_cert, trusted, now, renewal_days):
+            return UserSecret(None)
         if not reissue and owned_ok and (current or {}).get("ca.crt") == clients_ca.certificate:
             return UserSecret(None)
         pair = issue(clients_ca, user.name, now, validity_days=validity_days) \

@@ -21,11 +21,11 @@ def read_secrets(kube: Kube, namespace: str, names: list[str]) -> dict[str, dict
     return {name: decode(kube.get("v1", "Secret", name, namespace)) for name in names}
 
 
-def brokers_trust(kube: Kube, ref: ClusterRef) -> str | None:
-    """The cluster CA trust store every broker pod loaded (its ``kafkube.io/cluster-ca-hash``):
-    None when no pod runs, "" when they differ (a roll under way, or pods older than the
-    annotation)."""
-    hashes = {((p.get("metadata") or {}).get("annotations") or {}).get(CLUSTER_CA_HASH) or ""
+def brokers_trust(kube: Kube, ref: ClusterRef, which: str = CLUSTER_CA_HASH) -> str | None:
+    """The trust store of a CA every broker pod loaded (its annotation ``which``,
+    ``kafkube.io/cluster-ca-hash`` or ``clients-ca-hash``): None when no pod runs, "" when
+    they differ (a roll under way, or pods older than the annotation)."""
+    hashes = {((p.get("metadata") or {}).get("annotations") or {}).get(which) or ""
               for p in kube.list("v1", "Pod", ref.namespace, selector(ref))}
     if not hashes:
         return None

@@ -12,7 +12,7 @@ from dataclasses import astuple
 from kafkube_operator.kafka import AdminClients, KafkaAdmin, KafkaRefused, acl_fields, make_acl
 from kafkube_operator.kube import ApplyError, Kube
 from kafkube_operator.model.certificates import KeyPair, ca_problem
-from kafkube_operator.model.cluster import API_VERSION, ClusterRef
+from kafkube_operator.model.cluster import API_VERSION, CLIENTS_CA_HASH, ClusterRef, config_hash
 from kafkube_operator.model.listeners import SCRAM, TLS, SecuritySpec
 from kafkube_operator.model.pki import CaPolicy, decode, held_ca
 from kafkube_operator.model.user import (
@@ -27,14 +27,24 @@ from kafkube_operator.model.user import (
     user_secret,
     user_status,
 )
+from kafkube_operator.reconcile.security import brokers_trust
 from kafkube_operator.reconcile.views import ClusterViews, Events, cluster_admin, utc_now
 
 log = logging.getLogger(__name__)
 
 
-def _clients_ca(kube: Kube, ref: ClusterRef) -> KeyPair | None:
+def _clients_ca(kube: Kube, ref: ClusterRef) -> tuple[KeyPair | None, str]:
+    """The clients CA and its trust store (the renewed CA, then the previous one)."""
     held = held_ca(decode(kube.get("v1", "Secret", ref.clients_ca, ref.namespace)))
-    return held[0] if held else None
+    return held if held else (None, "")
+
+
+def _brokers_trust(kube: Kube, ref: ClusterRef, trusted: str) -> bool:
+    """Whether every running broker loaded the clients CA's trust store ``trusted``."""
+    if not trusted:
+        return True
+    loaded = brokers_trust(kube, ref, CLIENTS_CA_HASH)
+    return loaded is None or loaded == config_hash(trusted)
 
 
 def reconcile_user(kube: Kube, views: ClusterViews, admins: AdminClients, resource: Mapping,
@@ -49,7 +59,7 @@ def reconcile_user(kube: Kube, views: ClusterViews, admins: AdminClients, resour
     if found or cluster is None or cluster_spec is None:
         return user_status(user, generation, found, None, previous, utc_now())
     ref = ClusterRef.of(cluster)
-    clients_ca = _clients_ca(kube, ref) if user.authentication == TLS else None
+    clients_ca, trusted = _clients_ca(kube, ref) if user.authentication == TLS else (None, "")
     if user.authentication == TLS and clients_ca is None:
         return user_status(user, generation, [("WaitingForCa", (
             f"the clients CA of KafkaCluster {ref.name} (Secret {ref.clients_ca}) is not "
@@ -69,7 +79,8 @@ def reconcile_user(kube: Kube, views: ClusterViews, admins: AdminClients, resour
     policy = CaPolicy.of(cluster_spec.get("clientsCa"))
     decision = user_secret(user, current, clients_ca, moment, policy.renewal_days,
                            annotations=((existing or {}).get("metadata") or {}).get("annotations"),
-                           validity_days=policy.validity_days)
+                           validity_days=policy.validity_days, trusted=trusted,
+                           brokers_trust_it=_brokers_trust(kube, ref, trusted))
     # The Secret first (it needs no broker); a SCRAM password's hash is recorded on it once
     # the cluster took it, so one it refused is set again on the next pass.
     if decision.manifest is not None:
