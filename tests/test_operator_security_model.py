@@ -252,9 +252,7 @@ def test_a_renewed_cluster_ca_takes_two_rolls_trust_first_then_certificates() ->
     renewal_time = NOW + dt.timedelta(days=340)
     # Roll 1: the new CA joins the trust store; the old CA's certificates stay in use.
     trust = cluster_pki(resource, first, renewal_time, brokers_trust=trusting_old)
-    assert trust.actions == ["cluster-ca renewed", "clients-ca renewed",
-                             "brokers' and operator's certificate(s) of the previous cluster "
-                             "CA kept until every broker trusts the renewed one"]
+    assert trust.actions == ["cluster-ca renewed", "clients-ca renewed"]
     applied = {s["metadata"]["name"] for s in trust.secrets}
     assert not applied & {"prod-kafka-brokers", "prod-operator-certs"}, applied
     assert trust.pod_annotations[CLUSTER_CA_HASH] != trusting_old
@@ -262,8 +260,8 @@ def test_a_renewed_cluster_ca_takes_two_rolls_trust_first_then_certificates() ->
     second = {**first, **{m["metadata"]["name"]: decode(m) for m in trust.secrets}}
     # Mid-roll (pods differ) nothing more happens; the pod template stays as it is.
     mid = cluster_pki(resource, second, renewal_time, brokers_trust="")
-    assert mid.actions == ["brokers' and operator's certificate(s) of the previous cluster "
-                           "CA kept until every broker trusts the renewed one"]
+    assert mid.actions == [] and {m["metadata"]["name"] for m in mid.secrets} == {
+        "prod-cluster-ca-cert", "prod-clients-ca-cert"}
     assert mid.pod_annotations == trust.pod_annotations
     # Roll 2: every broker trusts the new CA; its certificates are issued and roll in.
     rolled = cluster_pki(resource, second, renewal_time,

@@ -124,13 +124,11 @@ def cluster_pki(resource: Mapping, current: Mapping[str, Mapping[str, str] | Non
     trusted = cluster_ca.trusted
     broker = held_pair(current.get(ref.broker_certs), "broker.crt", "broker.key")
     operator = held_pair(current.get(ref.operator_certs), "operator.crt", "operator.key")
+    # Not an Event (a pass every few seconds would repeat it): the roll's own are the news.
     waiting = [what for what, held, wanted in (("brokers'", broker, names),
                                                  ("operator's", operator, []))
                if needs_issuing(held, cluster_ca.pair, now, renewal, wanted)
                and _kept_until_trusted(held, trusted, now, renewal, wanted, brokers_trust)]
-    if waiting:
-        result.actions.append(f"{' and '.join(waiting)} certificate(s) of the previous "
-                              "cluster CA kept until every broker trusts the renewed one")
     if needs_issuing(broker, cluster_ca.pair, now, renewal, names) and "brokers'" not in waiting:
         broker = issue(cluster_ca.pair, f"{ref.name}-kafka", now, dns_names=names,
                        organization=ORGANIZATION, validity_days=policy.validity_days)
