@@ -4,8 +4,11 @@ clients, same workloads (issue #5).
 The two systems never run at the same time: Apache Kafka (KRaft, combined broker+controller
 nodes, jars from Maven Central; see ``bench.kafka``) runs every workload first, on a fresh
 1-node and then a fresh 3-node cluster, each stopped before the next starts; then kafkube does
-the same (``bench.cluster.BenchCluster``, fresh data dirs). Both get the broker settings of
-``SHARED_BROKER_CONFIG``.
+the same (``bench.cluster.BenchCluster``, fresh data dirs). That is one round; ``--rounds``
+(3) interleave them, Kafka, kafkube, Kafka, kafkube..., so a slow spell of the machine hits
+both, and every figure is reported as its median with the range over the rounds, the ratio
+as the median of the per-round ratios. Both get the broker settings of
+``SHARED_BROKER_CONFIG``; each throughput figure comes with the brokers' CPU seconds per GB.
 
 Workloads (1 KiB values, 16 partitions, topics created up front through the admin API):
 
@@ -32,6 +35,7 @@ import platform
 import re
 import shlex
 import signal
+import statistics
 import struct
 import subprocess
 import sys
@@ -107,6 +111,52 @@ class Figure:
     system: str
     value: float
     raw: dict[str, Any] = field(default_factory=dict)
+    round: int = 0  # which of the interleaved rounds (--rounds) measured it
+
+
+@dataclass(frozen=True)
+class Summary:
+    """One figure over the rounds: each system's values in round order, and kafkube/Kafka
+    per round (the two runs of a round are adjacent in time, so they share the machine's
+    mood; their ratio is steadier than a ratio of medians)."""
+
+    workload: int
+    name: str
+    client: str
+    metric: str
+    better: str
+    kafka: tuple[float, ...]
+    kafkube: tuple[float, ...]
+    ratios: tuple[float, ...]
+
+
+def summarise(figures: list[Figure]) -> list[Summary]:
+    """Per workload, client and metric (in workload order, then first measured), both
+    systems' values over the rounds."""
+    keys: dict[tuple[int, str, str, str], dict[str, dict[int, float]]] = {}
+    better: dict[tuple[int, str, str, str], str] = {}
+    for f in figures:
+        key = (f.workload, f.name, f.client, f.metric)
+        keys.setdefault(key, {s: {} for s in SYSTEMS})[f.system][f.round] = f.value
+        better[key] = f.better
+    out = []
+    for key, by_system in sorted(keys.items(), key=lambda kv: kv[0][0]):
+        kafka_, kafkube_ = by_system["kafka"], by_system["kafkube"]
+        ratios = tuple(kafkube_[r] / kafka_[r] for r in sorted(kafka_.keys() & kafkube_.keys())
+                       if kafka_[r])
+        out.append(Summary(*key, better[key], tuple(v for _, v in sorted(kafka_.items())),
+                           tuple(v for _, v in sorted(kafkube_.items())), ratios))
+    return out
+
+
+def spread(values: tuple[float, ...], fmt: Callable[[float], str]) -> str:
+    """The median, and with more than one value their range: "1.23 (1.10-1.31)"."""
+    if not values:
+        return "-"
+    middle = fmt(statistics.median(values))
+    if len(values) == 1:
+        return middle
+    return f"{middle} ({fmt(min(values))}-{fmt(max(values))})"
 
 
 # -- the systems ------------------------------------------------------------------------------
@@ -423,6 +473,7 @@ def group(env: Running, topic: str, records: int, args: argparse.Namespace) -> d
 
 # -- running them -----------------------------------------------------------------------------
 
+CPU_PER_GB = "broker CPU s/GB"
 SHORT_NAMES = {1: "produce\nacks=1", 2: "produce\nacks=all", 3: "consume\n", 5: "group\nof 3"}
 WORKLOAD_NAMES = {
     1: "produce acks=1, RF 1, 1 broker",
@@ -433,8 +484,8 @@ WORKLOAD_NAMES = {
 }
 
 
-def run_system(system: str, args: argparse.Namespace, log: Callable[[str], None]
-               ) -> list[Figure]:
+def run_system(system: str, args: argparse.Namespace, log: Callable[[str], None],
+               round_: int = 0) -> list[Figure]:
     """Every selected workload against ``system``: a 1-node session, then a 3-node one."""
     figures: list[Figure] = []
     rdkafka = "rdkafka" in args.clients
@@ -444,8 +495,13 @@ def run_system(system: str, args: argparse.Namespace, log: Callable[[str], None]
             raw: dict[str, Any], name: str | None = None) -> None:
         label = name or WORKLOAD_NAMES[workload].format(members=args.members)
         figures.append(Figure(workload, label, client, metric, better, system,
-                              round(value, 3), raw))
+                              round(value, 3), raw, round_))
         log(f"  {system:<8} {workload} {label} [{client}]: {value:,.2f} {metric}")
+        if metric == "MB/s" and raw.get("bytes"):
+            # What survives noise on 2 shared cores: broker CPU per byte moved.
+            per_gb = raw["broker_cpu_s"] / (raw["bytes"] / 1e9)
+            figures.append(Figure(workload, label, client, CPU_PER_GB, "lower", system,
+                                  round(per_gb, 3), raw, round_))
 
     single = {1, 3, 4, 5} & set(args.workloads)
     triple = {2} & set(args.workloads)
@@ -540,40 +596,31 @@ def _commit() -> str:
     return f"{rev}{' + uncommitted changes' if dirty else ''}" if rev else "unknown"
 
 
-def pair_up(figures: list[Figure]) -> list[tuple[Figure | None, Figure | None]]:
-    """(Kafka, kafkube) per workload, client and metric, in workload order."""
-    keys: dict[tuple[int, str, str, str], list[Figure | None]] = {}
-    for f in figures:
-        slot = keys.setdefault((f.workload, f.name, f.client, f.metric), [None, None])
-        slot[SYSTEMS.index(f.system)] = f
-    return [(a, b) for _, (a, b) in sorted(keys.items(), key=lambda kv: kv[0][0])]
-
-
-def _ratio(k: Figure | None, m: Figure | None) -> float | None:
-    if k is None or m is None or not k.value:
-        return None
-    return m.value / k.value
-
-
 def _fmt(value: float | None) -> str:
     if value is None:
         return "-"
     return f"{value:,.1f}" if abs(value) >= 10 else f"{value:,.2f}"
 
 
+def _ratio_fmt(value: float) -> str:
+    return f"{value:.2f}"
+
+
+def ahead(summary: Summary) -> str:
+    """Who leads on the median ratio."""
+    if not summary.ratios:
+        return ""
+    ratio = statistics.median(summary.ratios)
+    return "kafkube ahead" if (ratio >= 1 if summary.better == "higher" else ratio <= 1) \
+        else "Kafka ahead"
+
+
 def table(figures: list[Figure], markdown: bool = False) -> str:
-    rows = []
-    for k, m in pair_up(figures):
-        f = k or m
-        assert f is not None
-        ratio = _ratio(k, m)
-        verdict = "" if ratio is None else (
-            "kafkube ahead" if (ratio >= 1 if f.better == "higher" else ratio <= 1)
-            else "Kafka ahead")
-        rows.append([str(f.workload), f.name, f.client, f.metric,
-                     _fmt(k.value if k else None), _fmt(m.value if m else None),
-                     "-" if ratio is None else f"{ratio:.2f}",
-                     f"{f.better} is better", verdict])
+    """Each figure's median over the rounds with its range, for both systems, and the
+    median of the per-round ratios with theirs."""
+    rows = [[str(s.workload), s.name, s.client, s.metric, spread(s.kafka, _fmt),
+             spread(s.kafkube, _fmt), spread(s.ratios, _ratio_fmt), f"{s.better} is better",
+             ahead(s)] for s in summarise(figures)]
     head = ["#", "workload", "client", "unit", f"Kafka {kafka.version()}", "kafkube",
             "kafkube/Kafka", "", ""]
     if markdown:
@@ -591,17 +638,17 @@ def table(figures: list[Figure], markdown: bool = False) -> str:
 
 
 def raw_table(figures: list[Figure]) -> str:
-    """Markdown: every run's raw numbers, one row per system, workload and client."""
-    out = ["| # | workload | client | system | records | bytes | seconds | broker CPU s | "
-           "broker CPU s/GB | machine busy | other |",
-           "|---|---|---|---|---:|---:|---:|---:|---:|---:|---|"]
-    done: set[tuple[str, int, str, str]] = set()
+    """Markdown: every run's raw numbers, one row per round, system, workload and client."""
+    out = ["| # | workload | client | round | system | records | bytes | seconds | "
+           "broker CPU s | broker CPU s/GB | machine busy | other |",
+           "|---|---|---|---:|---|---:|---:|---:|---:|---:|---:|---|"]
+    done: set[tuple[str, int, str, str, int]] = set()
     first: dict[tuple[int, str, str], int] = {}  # rows in run order, within a workload
     for f in figures:
         first.setdefault((f.workload, f.name, f.client), len(first))
     for f in sorted(figures, key=lambda f: (f.workload, first[f.workload, f.name, f.client],
-                                            SYSTEMS.index(f.system))):
-        key = (f.system, f.workload, f.client, f.name)
+                                            f.round, SYSTEMS.index(f.system))):
+        key = (f.system, f.workload, f.client, f.name, f.round)
         if key in done:
             continue
         done.add(key)
@@ -612,7 +659,7 @@ def raw_table(figures: list[Figure]) -> str:
             "records", "bytes", "seconds", "broker_cpu_s", "machine_busy", "client_cpu",
             "client_main_cpu")}
         other_text = ", ".join(f"{k}={_short(v)}" for k, v in other.items())
-        out.append(f"| {f.workload} | {f.name} | {f.client} | {f.system} | "
+        out.append(f"| {f.workload} | {f.name} | {f.client} | {f.round + 1} | {f.system} | "
                    f"{r.get('records', '-'):,} | "
                    f"{nbytes:,} | {_fmt(r.get('seconds'))} | {r['broker_cpu_s']:.2f} | "
                    f"{per_gb:.2f} | {100 * r['machine_busy']:.0f}% | {other_text} |")
@@ -634,9 +681,9 @@ def chart(figures: list[Figure], path: Path, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    pairs = pair_up(figures)
-    tput = [(k, m) for k, m in pairs if (k or m) and (k or m).metric == "MB/s"]  # type: ignore[union-attr]
-    lat = [(k, m) for k, m in pairs if (k or m) and (k or m).metric.endswith(" ms")]  # type: ignore[union-attr]
+    summaries = summarise(figures)
+    tput = [x for x in summaries if x.metric == "MB/s"]
+    lat = [x for x in summaries if x.metric.endswith(" ms")]
     panels = [p for p in ((tput, "MB/s (higher is better)"), (lat, "ms (lower is better)")) if p[0]]
     if not panels:
         return
@@ -645,29 +692,31 @@ def chart(figures: list[Figure], path: Path, title: str) -> None:
     colors = {"kafka": "#4c72b0", "kafkube": "#dd8452"}
     for ax, (rows, unit) in zip(axes[0], panels, strict=True):
         labels = []
-        for i, (k, m) in enumerate(rows):
-            f = k or m
-            assert f is not None
-            if f.metric == "MB/s":
-                labels.append(f"{f.workload}. {SHORT_NAMES.get(f.workload, '')}\n{f.client}")
+        for i, x in enumerate(rows):
+            if x.metric == "MB/s":
+                labels.append(f"{x.workload}. {SHORT_NAMES.get(x.workload, '')}\n{x.client}")
             else:  # "p99 ms" of "e2e latency at 20 MB/s, ..."
-                at = re.search(r"at ([\d.]+) MB/s", f.name)
-                labels.append(f"{f.metric.split()[0]}, {at.group(1) if at else '?'} MB/s")
-            for j, (sys_name, fig_) in enumerate((("kafka", k), ("kafkube", m))):
-                if fig_ is None:
+                at = re.search(r"at ([\d.]+) MB/s", x.name)
+                labels.append(f"{x.metric.split()[0]}, {at.group(1) if at else '?'} MB/s")
+            for j, (sys_name, values) in enumerate((("kafka", x.kafka), ("kafkube", x.kafkube))):
+                if not values:
                     continue
-                bar = ax.bar(i + (j - 0.5) * 0.38, fig_.value, 0.38, color=colors[sys_name],
+                middle = statistics.median(values)
+                # The bar is the median; the whisker spans the rounds' lowest to highest.
+                bar = ax.bar(i + (j - 0.5) * 0.38, middle, 0.38, color=colors[sys_name],
+                             yerr=[[middle - min(values)], [max(values) - middle]],
+                             error_kw={"elinewidth": 0.8, "capsize": 2},
                              label=(f"Apache Kafka {kafka.version()}" if sys_name == "kafka"
                                     else "kafkube") if i == 0 else None)
-                ax.bar_label(bar, labels=[_fmt(fig_.value)], fontsize=6.5, padding=1)
-            ratio = _ratio(k, m)
-            if ratio is not None:
-                ax.annotate(f"{ratio:.2f}x", (i, 0), xycoords=("data", "axes fraction"),
+                ax.bar_label(bar, labels=[_fmt(middle)], fontsize=6.5, padding=1)
+            if x.ratios:
+                ax.annotate(f"{statistics.median(x.ratios):.2f}x", (i, 0),
+                            xycoords=("data", "axes fraction"),
                             xytext=(0, -46), textcoords="offset points", ha="center",
                             fontsize=7, color="#555")
         ax.set_xticks(range(len(rows)), labels, fontsize=7)
         ax.set_ylabel(unit)
-        top = max((f.value for pair in rows for f in pair if f is not None), default=1.0)
+        top = max((v for x in rows for v in (*x.kafka, *x.kafkube)), default=1.0)
         if unit.startswith("ms"):
             ax.set_yscale("log")
             ax.set_ylim(top=top * 6)  # room for the legend above the bars
@@ -676,7 +725,8 @@ def chart(figures: list[Figure], path: Path, title: str) -> None:
         ax.legend(fontsize=8, loc="upper left", ncols=2)
         ax.grid(axis="y", alpha=0.3)
     fig.suptitle(title, fontsize=9)
-    fig.text(0.01, 0.01, "below each pair: kafkube / Kafka", fontsize=7, color="#555")
+    fig.text(0.01, 0.01, "bars: medians over the rounds, whiskers: their range; below each "
+             "pair: the median of kafkube / Kafka per round", fontsize=7, color="#555")
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
@@ -747,6 +797,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--latency-brokers", type=int, choices=(1, 3), default=1,
                         help="workload 4 on 1 broker (acks=1, RF 1) or on 3 (acks=all, RF 3, "
                              "minISR 2) (1)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="interleaved rounds (Kafka, kafkube, Kafka, kafkube, ...), each "
+                             "on fresh clusters; the table shows medians and ranges (3)")
     parser.add_argument("--members", type=int, default=3,
                         help="consumer processes in workload 5's group (3)")
     parser.add_argument("--workloads", type=_list(None, int), default=[1, 2, 3, 4, 5],
@@ -773,6 +826,8 @@ def main(argv: list[str]) -> int:
         return 0
     if not set(args.workloads) <= {1, 2, 3, 4, 5}:
         parser.error("--workloads: 1 to 5")
+    if args.rounds < 1:
+        parser.error("--rounds: at least 1")
     if args.record_size < 16:
         parser.error("--record-size: at least 16 (workload 4 stamps 16 bytes into each value)")
     if args.consume_size < args.record_size:
@@ -806,6 +861,9 @@ def main(argv: list[str]) -> int:
         f"4: {' and '.join(f'{r:g}' for r in args.rate)} MB/s, each for "
         f"{LATENCY_WARMUP_S:g} s warm-up + "
         f"{args.latency_seconds:g} s, {lat_acks}, linger.ms=1, batch.size=131072",
+        f"- {args.rounds} interleaved round(s) ({', '.join(args.systems)}, then again), each "
+        "system on fresh clusters every round; the table gives each figure's median with its "
+        "range over the rounds, and the median (range) of the per-round ratios",
         f"- every fresh cluster first produces and consumes {args.warmup_records:,} records, "
         "untimed (JVM warm-up)",
         f"- Apache Kafka {kafka.version()}: KRaft, combined broker+controller nodes (3 voters "
@@ -815,8 +873,10 @@ def main(argv: list[str]) -> int:
     figures: list[Figure] = []
     failed: BaseException | None = None
     try:
-        for system in args.systems:
-            figures += run_system(system, args, log)
+        for round_ in range(args.rounds):
+            for system in args.systems:
+                log(f"round {round_ + 1} of {args.rounds}: {system}")
+                figures += run_system(system, args, log, round_)
     except KeyboardInterrupt:
         print("interrupted: every broker started has been stopped", file=sys.stderr)
         return 130
