@@ -17,6 +17,7 @@ Workloads (1 KiB values, 16 partitions, topics created up front through the admi
 3. consume a large topic from its start (``--consume-size``, written untimed just before);
 4. end-to-end latency at a fixed rate (``--rate``), OMB-style: the producer writes its send
    time into each record, the consumer (another process) subtracts it from its receive time;
+   and Kafka's own ``EndToEndLatency`` (java), one record in flight at a time;
 5. a consumer group of 3 processes catching up on the topic of 3.
 
 Clients: confluent-kafka (librdkafka), each in its own process (``bench.clients``), for all
@@ -292,6 +293,25 @@ def java_produce(env: Running, topic: str, records: int, args: argparse.Namespac
                         "p99": int(p99), "p99.9": int(p999)}})
 
 
+_END_TO_END = re.compile(r"Percentiles: 50th = (\d+), 99th = (\d+), 99.9th = (\d+)")
+_END_TO_END_AVG = re.compile(r"Avg latency: ([\d.]+) ms")
+
+
+def java_end_to_end(env: Running, topic: str, records: int, args: argparse.Namespace,
+                    acks: str) -> dict[str, Any]:
+    """Kafka's own ``EndToEndLatency``: one record in flight, sent synchronously (linger.ms
+    0) and polled by a consumer with fetch.max.wait.ms 0; whole milliseconds."""
+    meter = Meter(env)
+    out = kafka.run_tool(args.libs, "EndToEndLatency", [
+        env.bootstrap, topic, str(records), acks, str(args.record_size)], args.timeout)
+    found, avg = _END_TO_END.search(out), _END_TO_END_AVG.search(out)
+    if not found or not avg:
+        raise RuntimeError(f"EndToEndLatency: no result line in:\n{out[-2000:]}")
+    p50, p99, p999 = (int(x) for x in found.groups())
+    return meter.done({"records": records, "p50_ms": p50, "p99_ms": p99, "p999_ms": p999,
+                       "avg_ms": float(avg.group(1))})
+
+
 def rdkafka_consume(env: Running, topic: str, records: int,
                     args: argparse.Namespace) -> dict[str, Any]:
     meter = Meter(env)
@@ -554,8 +574,16 @@ def run_system(system: str, args: argparse.Namespace, log: Callable[[str], None]
                     add(5, "rdkafka", "MB/s", "higher", _throughput(raw), raw)
                     add(5, "rdkafka", "s, subscribe to last record", "lower",
                         raw["subscribe_to_last_s"], raw)
-                elif workload == 4 and rdkafka:
-                    for i, mbps in enumerate(args.rate):
+                elif workload == 4:
+                    if "java" in args.clients:
+                        topic = "w4-end-to-end"
+                        create_topic(env, topic, rf, topic_config, partitions=1)
+                        raw = java_end_to_end(env, topic, args.end_to_end_records, args, acks)
+                        name = (f"e2e latency, one record in flight (EndToEndLatency), "
+                                f"acks={acks}, {brokers} broker{'s' * (brokers > 1)}")
+                        for q in ("p50", "p99", "p999"):
+                            add(4, "java", f"{q} ms", "lower", raw[f"{q}_ms"], raw, name)
+                    for i, mbps in enumerate(args.rate if rdkafka else ()):
                         topic = f"w4-latency-{i}"
                         create_topic(env, topic, rf, topic_config)
                         raw = latency(env, topic, args, acks, mbps)
@@ -794,6 +822,9 @@ def main(argv: list[str]) -> int:
                         help="workload 4's fixed produce rates, MB/s, one run each (5,20)")
     parser.add_argument("--latency-seconds", type=float, default=20.0,
                         help="workload 4's measured span per rate, after a 5 s warm-up (20)")
+    parser.add_argument("--end-to-end-records", type=int, default=10_000,
+                        help="records Kafka's EndToEndLatency sends one at a time, workload 4 "
+                             "with the java client (10000)")
     parser.add_argument("--latency-brokers", type=int, choices=(1, 3), default=1,
                         help="workload 4 on 1 broker (acks=1, RF 1) or on 3 (acks=all, RF 3, "
                              "minISR 2) (1)")
