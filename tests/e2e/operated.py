@@ -47,7 +47,10 @@ def installed_operator(cluster: Cluster) -> Iterator[Cluster]:
                     "-n", OPERATOR_NAMESPACE, "logs", pod, "--tail=60"))
         cluster.run_in_netns([helm, "uninstall", "kafkube-operator", "--namespace",
                               OPERATOR_NAMESPACE, "--wait"], timeout=180, check=False)
-        cluster.kubectl("delete", "namespace", OPERATOR_NAMESPACE, "--wait=false")
+        # Gone before the next module installs the chart again: a namespace still being
+        # terminated refuses new objects (helm's release Secret first).
+        cluster.kubectl("delete", "namespace", OPERATOR_NAMESPACE, "--ignore-not-found",
+                        "--timeout=180s", timeout=190)
 
 
 @contextlib.contextmanager
