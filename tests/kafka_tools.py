@@ -33,8 +33,8 @@ from bench.kafka import HERE as KAFKA_CONF
 from bench.kafka import ensure_jars
 
 TOPIC_COMMAND = "org.apache.kafka.tools.TopicCommand"
-CONFIG_COMMAND = "kafka.admin.ConfigCommand"
-DUMP_LOG_SEGMENTS = "kafka.tools.DumpLogSegments"
+CONFIG_COMMAND = "org.apache.kafka.tools.ConfigCommand"  # kafka.admin. until Kafka 4.1
+DUMP_LOG_SEGMENTS = "org.apache.kafka.tools.DumpLogSegments"  # kafka.tools. until 4.1
 GET_OFFSET_SHELL = "org.apache.kafka.tools.GetOffsetShell"
 LOG_DIRS_COMMAND = "org.apache.kafka.tools.LogDirsCommand"
 REASSIGN_PARTITIONS_COMMAND = "org.apache.kafka.tools.reassign.ReassignPartitionsCommand"

@@ -184,13 +184,13 @@ def test_every_client_connects_with_each_protocol(cluster_factory, kafka_tools, 
         bootstrap = broker.bootstrap_of(LISTENER_OF[case])
         values = [f"java-{case}-{i}".encode() for i in range(5)]
         kafka_tools.run(CONSOLE_PRODUCER, "--bootstrap-server", bootstrap, "--topic", "secure",
-                        "--producer.config", str(config),
+                        "--command-config", str(config),
                         stdin="\n".join(v.decode() for v in values) + "\n")
         expected += values
         out = kafka_tools.run(CONSOLE_CONSUMER, "--bootstrap-server", bootstrap, "--topic",
                               "secure", "--from-beginning", "--max-messages",
                               str(len(expected)), "--timeout-ms", "30000",
-                              "--consumer.config", str(config))
+                              "--command-config", str(config))
         assert out.stdout.encode().splitlines() == expected
     assert _read(broker.bootstrap, {}, "secure", len(expected)) == expected  # PLAINTEXT
 
