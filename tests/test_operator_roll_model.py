@@ -60,6 +60,10 @@ def test_one_at_a_time_in_broker_order_with_the_controller_last() -> None:
     assert "broker 0 to rejoin the ISR of 3" in step.waiting
     step = next_restart(pods(set()), WHOLE, min_isr_2, controller=1, last_restarted=0)
     assert (step.restart, step.waiting, step.pending) == (None, None, 0)
+    # Another pod not ready (a scaled-up one stuck Pending) does not hold the roll's end.
+    step = next_restart(pods(set(), ready={0, 1}), WHOLE, min_isr_2, controller=1,
+                        last_restarted=0)
+    assert (step.restart, step.waiting, step.pending) == (None, None, 0)
 
 
 def test_a_broker_whose_restart_takes_a_partition_below_min_isr_waits() -> None:

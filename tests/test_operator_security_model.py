@@ -291,6 +291,20 @@ def test_certificates_are_issued_at_once_when_no_broker_runs_or_the_old_one_expi
                                                         brokers_trust="old").actions
 
 
+def test_a_kept_certificate_of_the_previous_ca_is_not_kept_past_its_end() -> None:
+    """A roll that stalls (a pod that never starts) must not leave the brokers an expired
+    certificate: past its end it is issued by the new CA, trusted or not."""
+    resource = secure_cluster()
+    first = issued(resource, NOW)
+    renewal_time = NOW + dt.timedelta(days=340)
+    trust = cluster_pki(resource, first, renewal_time, brokers_trust="old")
+    second = {**first, **{m["metadata"]["name"]: decode(m) for m in trust.secrets}}
+    assert "brokers' certificate issued" not in cluster_pki(
+        resource, second, NOW + dt.timedelta(days=360), brokers_trust="old").actions
+    late = cluster_pki(resource, second, NOW + dt.timedelta(days=366), brokers_trust="old")
+    assert "brokers' certificate issued" in late.actions
+
+
 def test_the_renewal_days_come_from_the_spec() -> None:
     resource = secure_cluster(clusterCa={"validityDays": 30, "renewalDays": 5})
     first = issued(resource, NOW)

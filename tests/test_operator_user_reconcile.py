@@ -28,6 +28,7 @@ from kafkube_operator.kafka import (
 )
 from kafkube_operator.kube import ApplyError
 from kafkube_operator.model.certificates import KeyPair, signed_by
+from kafkube_operator.model.cluster import CERTIFICATES_HASH, CLUSTER_CA_HASH
 from kafkube_operator.model.pki import decode
 from kafkube_operator.model.user import AclBinding, jaas_config
 from kafkube_operator.reconcile.security import admin_security, apply_cluster_pki
@@ -318,8 +319,14 @@ def test_certificate_secrets_stop_at_the_first_that_fails(refused: str) -> None:
     """CA Secrets first, and nothing after one fails: no broker gets a certificate of a CA
     that no Secret holds."""
     cluster = secure_cluster()
-    kube, events = FailingKube(cluster, refuse={refused}), Events()
-    _, warnings = apply_cluster_pki(kube, cluster, events, NOW)  # type: ignore[arg-type]
+    running = {"apiVersion": "apps/v1", "kind": "StatefulSet",
+               "metadata": {"name": "prod", "namespace": "kafka"},
+               "spec": {"template": {"metadata": {"annotations": {
+                   CERTIFICATES_HASH: "before", CLUSTER_CA_HASH: "before"}}}}}
+    kube, events = FailingKube(cluster, running, refuse={refused}), Events()
+    pki, warnings = apply_cluster_pki(kube, cluster, events, NOW)  # type: ignore[arg-type]
+    # The pods keep the hashes they have: none of Secrets that were not stored.
+    assert pki.pod_annotations == {CERTIFICATES_HASH: "before", CLUSTER_CA_HASH: "before"}
     assert [w.reason for w in warnings] == ["ApplyFailed"]
     assert events.warnings == ["ApplyFailed"] and events.infos == []
     assert kube.secret("prod-kafka-brokers") is None
@@ -341,7 +348,8 @@ def test_an_encrypted_brought_ca_is_a_warning_not_a_crash() -> None:
               "data": {"ca.crt": base64.b64encode(ca.certificate.encode()).decode(),
                        "ca.key": base64.b64encode(ca.key.encode()).decode()}}
     kube, events = FakeKube(cluster, theirs), Events()
-    _, warnings = apply_cluster_pki(kube, cluster, events, NOW)  # type: ignore[arg-type]
+    pki, warnings = apply_cluster_pki(kube, cluster, events, NOW)  # type: ignore[arg-type]
+    assert pki.pod_annotations == {}  # no StatefulSet yet: nothing to keep, nothing to roll
     assert [w.reason for w in warnings] == ["CertificateAuthority"]
     assert "encrypted" in warnings[0].message
     assert "CertificateAuthority" in events.warnings

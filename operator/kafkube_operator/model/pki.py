@@ -9,8 +9,10 @@ ca.crt: a CA's key never leaves the operator's Secrets). The operator generates 
 the spec says ``generateCertificateAuthority: false``: then the user's Secret is used as is
 and never renewed. A generated CA is renewed within ``renewalDays`` of its expiry; its
 ca.crt keeps the previous CA's certificate while that is valid, so certificates it signed
-are still trusted until they are issued again (which happens on the same pass, since they
-are no longer signed by the current CA).
+are still trusted until they are issued again by the new CA: once every broker trusts it
+(model/cluster_pki.py's two rolls; a KafkaUser's certificate likewise), at once for a
+certificate that is missing. A brought CA's ca.crt should hold the previous CA's
+certificate too, or the brokers' certificates change in one roll.
 """
 
 from __future__ import annotations
@@ -152,5 +154,6 @@ def kept_for_trust(held: KeyPair | None, trusted: str, now: dt.datetime, renewal
     renewed CA then the previous one): valid, not due, with its names. Such a certificate
     of the previous CA stays in use until every broker trusts the renewed CA, since brokers
     load their trust store when they start (model/cluster_pki.py)."""
-    return held is not None and any(not needs_issuing(held, KeyPair(ca, ""), now, renewal_days,
-                                                      names) for ca in split_pem(trusted))
+    return held is not None and still_valid(held.certificate, now) and any(
+        not needs_issuing(held, KeyPair(ca, ""), now, renewal_days, names)
+        for ca in split_pem(trusted))

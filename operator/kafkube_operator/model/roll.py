@@ -89,8 +89,11 @@ def next_restart(pods: Sequence[PodState], image: ClusterImage, min_isr: Callabl
     # The last restart is not over until its broker is back in its ISRs, the roll's last one
     # included: a roll reported done earlier would have its preferred-leader election skip
     # that broker's partitions (not in their ISR yet) until the next imbalance check.
-    not_ready = sorted(p.name for p in pods if not p.ready)
-    if not_ready and (outdated or last_restarted is not None):
+    # Once every pod is on the new revision, only the one restarted last holds the roll (a
+    # scaled-up pod stuck Pending is not the roll's business).
+    not_ready = sorted(p.name for p in pods if not p.ready
+                       and (outdated or p.broker == last_restarted))
+    if not_ready:
         return RollStep(None, f"waiting for pod {not_ready[0]} to be ready", len(outdated))
     lagging = catching_up(last_restarted, image) if last_restarted is not None else 0
     if lagging:

@@ -4,12 +4,20 @@ certificate)."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections.abc import Callable, Mapping
 
 from kafkube_operator.kafka import AdminSecurity, KafkaRefused
 from kafkube_operator.kube import ApplyError, Kube
-from kafkube_operator.model.cluster import API_VERSION, CLUSTER_CA_HASH, ClusterRef, selector
+from kafkube_operator.model.cluster import (
+    API_VERSION,
+    CERTIFICATES_HASH,
+    CLIENTS_CA_HASH,
+    CLUSTER_CA_HASH,
+    ClusterRef,
+    selector,
+)
 from kafkube_operator.model.cluster_pki import ClusterPki, cluster_pki, secret_names
 from kafkube_operator.model.listeners import SecuritySpec
 from kafkube_operator.model.pki import decode
@@ -60,7 +68,19 @@ def apply_cluster_pki(kube: Kube, resource: Mapping, events: Events,
         events.info("Certificates", f"{action} ({ref.name})")
     for problem in pki.problems:
         events.warning("CertificateAuthority", problem)
+    if failed or pki.problems:
+        # The hashes would be of Secrets not stored (or of a CA that cannot sign): keep the
+        # pods' as they are rather than roll every broker onto nothing new.
+        pki = dataclasses.replace(pki, pod_annotations=current_pod_annotations(kube, ref))
     return pki, warnings
+
+
+def current_pod_annotations(kube: Kube, ref: ClusterRef) -> dict[str, str]:
+    """The certificate hashes the StatefulSet's pod template carries now."""
+    sts = kube.get("apps/v1", "StatefulSet", ref.statefulset, ref.namespace) or {}
+    template = ((sts.get("spec") or {}).get("template") or {}).get("metadata") or {}
+    return {k: v for k, v in (template.get("annotations") or {}).items()
+            if k in (CERTIFICATES_HASH, CLUSTER_CA_HASH, CLIENTS_CA_HASH)}
 
 
 def admin_security(kube: Kube) -> Callable[[tuple[str, str]], AdminSecurity | None]:

@@ -39,9 +39,10 @@ def _clients_ca(kube: Kube, ref: ClusterRef) -> tuple[KeyPair | None, str]:
     return held if held else (None, "")
 
 
-def _brokers_trust(kube: Kube, ref: ClusterRef, trusted: str) -> bool:
-    """Whether every running broker loaded the clients CA's trust store ``trusted``."""
-    if not trusted:
+def _brokers_trust(kube: Kube, ref: ClusterRef, cluster_spec: Mapping, trusted: str) -> bool:
+    """Whether every running broker loaded the clients CA's trust store ``trusted`` (no
+    listener that authenticates by certificate: none needs to)."""
+    if not trusted or not SecuritySpec.of(cluster_spec).uses_clients_ca:
         return True
     loaded = brokers_trust(kube, ref, CLIENTS_CA_HASH)
     return loaded is None or loaded == config_hash(trusted)
@@ -80,7 +81,7 @@ def reconcile_user(kube: Kube, views: ClusterViews, admins: AdminClients, resour
     decision = user_secret(user, current, clients_ca, moment, policy.renewal_days,
                            annotations=((existing or {}).get("metadata") or {}).get("annotations"),
                            validity_days=policy.validity_days, trusted=trusted,
-                           brokers_trust_it=_brokers_trust(kube, ref, trusted))
+                           brokers_trust_it=_brokers_trust(kube, ref, cluster_spec, trusted))
     # The Secret first (it needs no broker); a SCRAM password's hash is recorded on it once
     # the cluster took it, so one it refused is set again on the next pass.
     if decision.manifest is not None:
