@@ -15,6 +15,7 @@ from kubernetes.client.rest import ApiException
 
 CRDS = Path(__file__).resolve().parents[1] / "crds"
 GROUP, VERSION, NAMESPACE = "kafkube.io", "v1alpha1", "default"
+KINDS = {"kafkaclusters": "KafkaCluster", "topics": "Topic", "kafkausers": "KafkaUser"}
 
 
 @pytest.fixture(scope="module")
@@ -23,8 +24,7 @@ def api(crd_api: k8s.ApiClient) -> k8s.ApiClient:
 
 
 def create(api: k8s.ApiClient, plural: str, spec: dict, name: str | None = None) -> dict:
-    kind = {"kafkaclusters": "KafkaCluster", "topics": "Topic"}[plural]
-    body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": kind,
+    body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": KINDS[plural],
             "metadata": {"name": name or f"t-{uuid.uuid4().hex[:8]}"}, "spec": spec}
     return k8s.CustomObjectsApi(api).create_namespaced_custom_object(
         GROUP, VERSION, NAMESPACE, plural, body)

@@ -6,14 +6,12 @@ what admission can judge is refused with a readable message."""
 from __future__ import annotations
 
 import json
-import uuid
 
 import pytest
 from kubernetes import client as k8s
 
-from tests.test_crds import GROUP, NAMESPACE, VERSION, refused
+from tests.test_crds import GROUP, NAMESPACE, VERSION, create, patch, refused
 
-KINDS = {"kafkaclusters": "KafkaCluster", "kafkausers": "KafkaUser"}
 PLAIN = {"name": "plain", "port": 9092}
 TLS = {"name": "tls", "port": 9093, "tls": True, "authentication": {"type": "tls"}}
 
@@ -21,18 +19,6 @@ TLS = {"name": "tls", "port": 9093, "tls": True, "authentication": {"type": "tls
 @pytest.fixture(scope="module")
 def api(crd_api: k8s.ApiClient) -> k8s.ApiClient:
     return crd_api
-
-
-def create(api: k8s.ApiClient, plural: str, spec: dict, name: str | None = None) -> dict:
-    body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": KINDS[plural],
-            "metadata": {"name": name or f"t-{uuid.uuid4().hex[:8]}"}, "spec": spec}
-    return k8s.CustomObjectsApi(api).create_namespaced_custom_object(
-        GROUP, VERSION, NAMESPACE, plural, body)
-
-
-def patch(api: k8s.ApiClient, plural: str, name: str, spec: dict) -> dict:
-    return k8s.CustomObjectsApi(api).patch_namespaced_custom_object(
-        GROUP, VERSION, NAMESPACE, plural, name, {"spec": spec})
 
 
 def test_listeners_get_their_defaults(api: k8s.ApiClient) -> None:
