@@ -54,6 +54,9 @@ def test_timestamp_bounds(partitions) -> None:
     ahead = build_batch([(b"k", b"a", (), 0), (b"k", b"b", (), 60_000)], now)
     assert [i for i, _ in strict.append(ahead, 1 << 20).record_errors] == [1]
     assert strict.log.log_end_offset == 0
+    # NO_TIMESTAMP (-1) is exempt from the bounds, as in Kafka's LogValidator.
+    unstamped = build_batch([(b"k", b"a", (), 0)], -1)
+    assert strict.append(unstamped, 1 << 20).error == ErrorCode.none
     # Kafka's defaults: any past, an hour ahead. LogAppendTime topics ignore them.
     plain = partitions("plain", 0)
     assert plain.append(build_batch([(b"k", b"a", (), 0)], 0), 1 << 20).error == ErrorCode.none

@@ -67,7 +67,11 @@ def validate_records(batch: bytes | memoryview, header: BatchHeader, rules: Reco
         raise InvalidRecordError(
             f"One or more records have been rejected: record {null_key}: {message}",
             INVALID_RECORD, ((null_key, message),))
-    if not rules.log_append_time and not header.attributes & ATTR_TIMESTAMP_TYPE:
+    if not rules.log_append_time and not header.attributes & ATTR_TIMESTAMP_TYPE and not (
+            min_ts >= now_ms - rules.timestamp_before_max_ms
+            and max_ts <= now_ms + rules.timestamp_after_max_ms):
+        # Only a batch with a timestamp out of range, or NO_TIMESTAMP under a bound, gets
+        # here: the per-record messages are built for those alone.
         _check_timestamps(((min_index, min_ts), (max_index, max_ts)), rules, now_ms)
     return max_ts
 
