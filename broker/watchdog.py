@@ -7,12 +7,19 @@ the loop for 20 s), and a profile afterwards rarely shows which call it was. Thi
 notices the stall from a thread of its own while it lasts, logs the loop thread's stack at
 that moment, and when the loop runs again logs how long it was held and counts it in
 ``kafkube_event_loop_stalls_total`` / ``kafkube_event_loop_stall_seconds``.
+
+Shorter stalls that still reach the tail of every latency have one common cause the watchdog
+is too coarse to see: CPython's cyclic garbage collector, which runs on whichever thread
+allocates, here the loop. ``GcPauses`` times every collection into
+``kafkube_gc_pause_seconds`` (by generation), the figure a Kafka operator reads from the
+JVM's GC pause metrics.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import sys
 import threading
@@ -78,3 +85,32 @@ class EventLoopWatchdog:
             frame = sys._current_frames().get(self._loop_thread)
             stack = "".join(traceback.format_stack(frame)) if frame is not None else "(gone)"
             log.warning("event loop held for over %.1f s, now at:\n%s", self.threshold, stack)
+
+
+class GcPauses:
+    """Times each garbage collection (``gc.callbacks``) into a histogram per generation."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        pauses = Histogram(
+            "kafkube_gc_pause_seconds", "How long each garbage collection held the broker's "
+            "threads (the event loop among them)", ["generation"],
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
+            registry=registry)
+        # Children looked up once: labels() takes a lock and builds a key each call, and a
+        # busy broker collects its youngest generation hundreds of times a second.
+        self._by_generation = [pauses.labels(str(g)) for g in range(3)]
+        self._started = 0.0
+
+    def start(self) -> None:
+        if self._callback not in gc.callbacks:
+            gc.callbacks.append(self._callback)
+
+    def stop(self) -> None:
+        with contextlib.suppress(ValueError):
+            gc.callbacks.remove(self._callback)
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self._by_generation[info["generation"]].observe(time.perf_counter() - self._started)

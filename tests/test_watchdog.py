@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import time
 
 from prometheus_client import CollectorRegistry
 
-from broker.watchdog import EventLoopWatchdog
+from broker.watchdog import EventLoopWatchdog, GcPauses
 
 
 def hold_the_loop_for(seconds: float) -> None:
@@ -57,3 +58,19 @@ def test_a_busy_but_yielding_loop_is_not_a_stall(caplog) -> None:
         asyncio.run(scenario())
     assert registry.get_sample_value("kafkube_event_loop_stalls_total") == 0
     assert not [r for r in caplog.records if r.name == "broker.watchdog"]
+
+
+def test_garbage_collections_are_timed_by_generation() -> None:
+    registry = CollectorRegistry()
+    pauses = GcPauses(registry)
+    pauses.start()
+    try:
+        gc.collect()  # a full collection: generation 2
+    finally:
+        pauses.stop()
+    full = registry.get_sample_value("kafkube_gc_pause_seconds_count", {"generation": "2"})
+    assert full is not None and full >= 1
+    assert registry.get_sample_value("kafkube_gc_pause_seconds_sum", {"generation": "2"}) > 0
+    gc.collect()  # stopped: no longer counted
+    assert registry.get_sample_value(
+        "kafkube_gc_pause_seconds_count", {"generation": "2"}) == full
