@@ -170,6 +170,14 @@ def main(argv: list[str] | None = None) -> int:
         from bench import tls
 
         return tls.main(argv[1:])
+    if argv[:1] == ["scale-load"]:  # throughput and memory vs partitions and connections
+        from bench import scale_load
+
+        return scale_load.main(argv[1:])
+    if argv[:1] == ["scale-recovery"]:  # recovery, metadata propagation, image vs scale
+        from bench import scale_recovery
+
+        return scale_recovery.main(argv[1:])
     if argv[:1] == ["fuzz"]:  # structure-aware fuzzing of every API; its own options
         from bench import fuzz
 

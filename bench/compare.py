@@ -181,7 +181,8 @@ def running(system: str, brokers: int, args: argparse.Namespace,
     the way out, whatever happens inside."""
     if system == "kafka":
         assert libs is not None
-        with kafka.KafkaCluster(libs, brokers, SHARED_BROKER_CONFIG, args.kafka_heap,
+        config = {**SHARED_BROKER_CONFIG, **dict(getattr(args, "kafka_config", None) or ())}
+        with kafka.KafkaCluster(libs, brokers, config, args.kafka_heap,
                                 keep=args.keep) as cluster:
             yield Running(system, brokers, cluster.bootstrap, cluster.pids, cluster.alive,
                           str(cluster.data_dir))
@@ -807,6 +808,13 @@ def _size(text: str) -> int:
     return int(float(match.group(1)) * {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}[unit])
 
 
+def _setting(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key.strip(), value.strip()
+
+
 def _list(choices: tuple[str, ...] | None, convert: Callable[[str], Any] = str
           ) -> Callable[[str], list[Any]]:
     def parse(text: str) -> list[Any]:
@@ -856,6 +864,10 @@ def main(argv: list[str]) -> int:
                         default=["rdkafka", "java"], help="rdkafka,java (both)")
     parser.add_argument("--kafka-heap", default="1G",
                         help="each Kafka node's -Xmx/-Xms (1G, kafka-server-start.sh's)")
+    parser.add_argument("--kafka-config", type=_setting, action="append", metavar="KEY=VALUE",
+                        help="a server.properties setting for Kafka alone, over "
+                             "SHARED_BROKER_CONFIG and the template (repeatable; e.g. "
+                             "num.io.threads=2 to try Kafka's threads on 2 cores)")
     parser.add_argument("--timeout", type=float, default=300.0,
                         help="seconds allowed per client run (300)")
     parser.add_argument("--no-docs", action="store_true",
@@ -914,7 +926,9 @@ def main(argv: list[str]) -> int:
         f"untimed (JVM warm-up), and before workload 4 runs it {args.latency_warmup_seconds:g} "
         "s at the highest rate, untimed",
         f"- Apache Kafka {kafka.version()}: KRaft, combined broker+controller nodes (3 voters "
-        f"for the 3-broker runs), -Xmx{args.kafka_heap}; kafkube: `python -m broker broker`",
+        f"for the 3-broker runs), -Xmx{args.kafka_heap}"
+        + "".join(f", {k}={v}" for k, v in args.kafka_config or ())
+        + "; kafkube: `python -m broker broker`",
     ]
     print("\n".join(line for line in header if line), flush=True)
     figures: list[Figure] = []

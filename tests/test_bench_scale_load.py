@@ -1,0 +1,234 @@
+"""``python -m bench scale-load`` (bench/scale_load.py): the pieces that decide its figures
+(memory and connection sampling, the ratio table, the sentence naming where kafkube's cost
+grows faster, the docs section) on made-up points, and the many-producers client against a
+real broker."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench import scale_load
+from bench.compare import Running
+from bench.scale_load import (
+    BEGIN,
+    END,
+    HEADING,
+    Point,
+    Sampler,
+    count_established,
+    failure_text,
+    findings,
+    process_tree,
+    replace_section,
+    rss_bytes,
+    split,
+    table,
+    tree_rss,
+)
+
+SETTINGS = {"rate": 10.0, "records": 1000, "record_size": 1024}
+
+# Two broker-side connections on port 0x2384 (9092), a client side of one (remote 9092),
+# a listening socket (state 0A) and one on another port.
+PROC_NET_TCP = """\
+  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid
+   0: 0100007F:2384 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0
+   1: 0100007F:2384 0100007F:D431 01 00000000:00000000 00:00000000 00000000     0
+   2: 0100007F:2384 0100007F:D432 01 00000000:00000000 00:00000000 00000000     0
+   3: 0100007F:D431 0100007F:2384 01 00000000:00000000 00:00000000 00000000     0
+   4: 0100007F:1F90 0100007F:D433 01 00000000:00000000 00:00000000 00000000     0
+"""
+
+
+def test_established_counts_the_broker_side_only():
+    assert count_established(PROC_NET_TCP, {9092}) == 2
+    assert count_established(PROC_NET_TCP, {9092, 8080}) == 3
+    assert count_established(PROC_NET_TCP, {1234}) == 0
+
+
+def test_rss_includes_children(monkeypatch):
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                             stdin=subprocess.PIPE)
+    try:
+        assert child.pid in process_tree(os.getpid())
+        assert rss_bytes(os.getpid()) > 0
+        # Each process counts once (constant sizes: real ones move between two readings).
+        monkeypatch.setattr(scale_load, "rss_bytes", lambda pid: 1 << 20)
+        assert tree_rss([os.getpid()]) == len(process_tree(os.getpid())) << 20 >= 2 << 20
+    finally:
+        assert child.stdin is not None
+        child.stdin.close()
+        child.wait(10)
+    assert rss_bytes(child.pid) == 0  # gone: no figure, no error
+
+
+def test_sampler_samples_on_entry_and_exit():
+    with Sampler([os.getpid()], ports={1}) as sampler:
+        pass
+    assert len(sampler.rss) >= 2 and sampler.peak_mib > 1
+    assert sampler.peak_connections == 0
+
+
+def test_split_shares_out_everything():
+    assert split(10, 4) == [3, 3, 2, 2]
+    assert split(200, 4) == [50] * 4
+    assert sum(split(300_001, 4)) == 300_001
+
+
+def test_failure_text_names_timeouts():
+    assert failure_text(TimeoutError("x"), 300) == "timed out after 300 s"
+    assert failure_text(RuntimeError("produce client still running after 360s"), 300) == \
+        "timed out after 300 s"
+    assert failure_text(RuntimeError("boom\nBrokerDied: gone"), 300) == "failed: BrokerDied: gone"
+    assert failure_text(RuntimeError("client failed:\nRuntimeError: produce: 102180 "
+                                     "undelivered, 0 failed (None)"), 300) == \
+        "timed out after 300 s (102,180 unacknowledged)"
+    assert failure_text(RuntimeError('KafkaError{code=POLICY_VIOLATION,val=44,str="x"}'),
+                        300) == "refused: POLICY_VIOLATION"
+
+
+def points() -> list[Point]:
+    """kafkube's CPU per GB grows faster than Kafka's (ratio 0.5 -> 2.0); its throughput
+    keeps pace; at 10,000 partitions kafkube timed out creating the topic."""
+    out = []
+    for x, ka_cpu, ku_cpu, ka_mbps, ku_mbps in ((1, 2.0, 1.0, 100, 200), (100, 2.0, 4.0, 90, 180)):
+        for system, cpu, mbps in (("kafka", ka_cpu, ka_mbps), ("kafkube", ku_cpu, ku_mbps)):
+            out.append(Point("partitions", x, system,
+                             {"produce_cpu": cpu, "produce_mbps": mbps, "rss_idle": 300.0}))
+    out.append(Point("partitions", 10000, "kafka", {"create_s": 5.0}))
+    out.append(Point("partitions", 10000, "kafkube", {}, {"create_s": "timed out after 300 s"}))
+    return out
+
+
+def test_table_has_both_systems_and_the_ratio():
+    text = table(points(), SETTINGS)
+    row = next(line for line in text.splitlines()
+               if "broker CPU per GB produced" in line and " 100 " in line)
+    assert row.split()[-4:] == ["2.00", "4.00", "2.00", "lower"]
+    assert "timed out after 300 s" in text
+    markdown = table(points(), SETTINGS, markdown=True)
+    assert markdown.splitlines()[1].startswith("|---")
+
+
+def test_findings_name_the_figure_that_grows_faster():
+    text = findings(points(), SETTINGS)
+    assert "broker CPU per GB produced" in text and "4.0x worse" in text
+    assert "produce, acks=1" not in text  # its ratio stays 2.0
+    assert text.startswith("Where one system reached a point and the other did not: kafkube "
+                           "at 10,000 partitions, create the topic, until every partition is "
+                           "led: timed out after 300 s")
+    assert "at 1 partition, " in text  # singular
+
+
+def test_findings_when_nothing_grows_faster():
+    even = [Point("connections", x, s, {"produce_cpu": 1.0}) for x in (1, 10)
+            for s in ("kafka", "kafkube")]
+    assert "grows no faster" in findings(even, SETTINGS)
+
+
+def test_replace_section_appends_then_replaces(tmp_path: Path):
+    original = "# Performance\n\n## Other\n\ntext\n"
+    once = replace_section(original, f"{BEGIN}\nfirst\n{END}")
+    assert once.startswith(original.rstrip("\n")) and HEADING in once and "first" in once
+    twice = replace_section(once + "\n## Later section\n", f"{BEGIN}\nsecond\n{END}")
+    assert "first" not in twice and "second" in twice and twice.count(HEADING) == 1
+    assert twice.endswith("## Later section\n")
+
+
+def test_write_docs_writes_chart_and_section(tmp_path: Path):
+    docs, chart = tmp_path / "performance.md", tmp_path / "scale-load.png"
+    docs.write_text("# Performance\n")
+    result = {"started": "today", "commit": "abc", "command": "python -m bench scale-load",
+              "machine": "2 CPUs", "settings": SETTINGS, "notes": ["a note"],
+              "points": [p.__dict__ for p in points()]}
+    scale_load.write_docs(result, docs, chart)
+    text = docs.read_text()
+    assert chart.stat().st_size > 0 and "(scale-load.png)" in text
+    assert "`python -m bench scale-load`" in text and "2 CPUs" in text
+
+
+def test_points_option_needs_one_curve():
+    args = scale_load.parse(["--curves", "partitions", "--points", "1,100"])
+    assert args.partition_points == [1, 100]
+    assert scale_load.plan(args) == [("partitions", 1, "kafka"), ("partitions", 1, "kafkube"),
+                                     ("partitions", 100, "kafka"),
+                                     ("partitions", 100, "kafkube")]
+    with pytest.raises(SystemExit):
+        scale_load.parse(["--points", "1,100"])
+
+
+def test_connections_point_against_a_broker(broker_factory):
+    """Four producers over two processes, flat out then at a rate, on a real broker."""
+    broker = broker_factory()
+    env = Running("kafkube", 1, broker.bootstrap, lambda: [broker.proc.pid], broker.alive,
+                  "test")
+    args = argparse.Namespace(records=2000, record_size=1024, rate=1.0, rate_seconds=1.0,
+                              processes=2, timeout=60.0, create_timeout=60.0, profile=None)
+    point = Point("connections", 4, "kafkube")
+    scale_load.measure_connections(env, point, args, lambda _: None)
+    assert point.failed == {}
+    assert point.raw["produce"]["records"] == 2000
+    assert point.values["produce_mbps"] > 0 and point.values["rate_p99"] > 0
+    assert point.values["connections"] >= 4  # at least one per producer
+    assert point.values["rss_peak"] >= point.values["rss_idle"] * 0.5 > 0
+
+
+def test_partitions_point_against_a_broker(broker_factory):
+    """A 10-partition point on a real broker: created, a write to each partition, produced
+    and consumed (the consumer reads the ten extra records too), memory sampled."""
+    broker = broker_factory()
+    env = Running("kafkube", 1, broker.bootstrap, lambda: [broker.proc.pid], broker.alive,
+                  "test")
+    args = argparse.Namespace(records=3000, record_size=1024, timeout=60.0,
+                              create_timeout=60.0, profile=None)
+    point = Point("partitions", 10, "kafkube")
+    scale_load.measure_partitions(env, point, args, lambda _: None)
+    assert point.failed == {}
+    assert 0 < point.values["create_s"] <= point.values["writable_s"]
+    assert point.raw["consume"]["records"] == 3010
+    assert point.values["produce_mbps"] > 0 and point.values["consume_cpu"] >= 0
+    assert point.values["rss_peak"] > 0
+
+
+def test_thread_cpu_names_this_process_threads():
+    before = scale_load.thread_cpu([os.getpid()])
+    sum(i * i for i in range(300_000))  # some CPU on this thread
+    top = scale_load.busiest(before, scale_load.thread_cpu([os.getpid()]), top=2)
+    assert top and all(len(t) == 3 for t in top) and top[0][1] + top[0][2] >= 0
+    assert len(top) <= 2
+
+
+def test_thread_notes_for_the_largest_point():
+    pts = points()
+    pts[-2].raw["produce_threads"] = [["data-plane-kafka-request-handler", 20.5, 0.25]]
+    assert scale_load.thread_notes(pts) == [
+        "kafka, 10,000 partitions, produce: data-plane-kafka-request-handler 20.5+0.2"]
+
+
+def test_a_refused_large_create_is_made_in_steps(monkeypatch):
+    """Kafka refuses 10,000 new partitions in one request: the topic is created with
+    STEP, then grown STEP at a time, and the point says so."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    calls: list[tuple[str, int]] = []
+
+    def create(_env, _topic, _rf, _config, timeout, partitions):
+        calls.append(("create", partitions))
+        if partitions > scale_load.STEP:
+            raise KafkaException(KafkaError(KafkaError.POLICY_VIOLATION,
+                                            "Unable to perform excessively large batch "
+                                            "operation."))
+
+    monkeypatch.setattr(scale_load, "create_topic", create)
+    monkeypatch.setattr(scale_load, "grow_topic",
+                        lambda _env, total, _timeout: calls.append(("grow", total)))
+    raw: dict = {}
+    scale_load.timed_create(None, 12_000, 60.0, raw)
+    assert calls == [("create", 12_000), ("create", 5_000), ("grow", 10_000), ("grow", 12_000)]
+    assert "excessively large batch operation" in raw["create_note"]
