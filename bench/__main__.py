@@ -171,13 +171,13 @@ def main(argv: list[str] | None = None) -> int:
 
         return tls.main(argv[1:])
     if argv[:1] == ["scale-load"]:  # throughput and memory vs partitions and connections
-        from bench import scale_load
+        from bench.scale import load
 
-        return scale_load.main(argv[1:])
+        return load.main(argv[1:])
     if argv[:1] == ["scale-recovery"]:  # recovery, metadata propagation, image vs scale
-        from bench import scale_recovery
+        from bench.scale import recovery_cli
 
-        return scale_recovery.main(argv[1:])
+        return recovery_cli.main(argv[1:])
     if argv[:1] == ["fuzz"]:  # structure-aware fuzzing of every API; its own options
         from bench import fuzz
 

@@ -1,7 +1,7 @@
-"""``python -m bench scale-load`` (bench/scale_load.py): the pieces that decide its figures
-(memory and connection sampling, the ratio table, the sentence naming where kafkube's cost
-grows faster, the docs section) on made-up points, and the many-producers client against a
-real broker."""
+"""``python -m bench scale-load`` (``bench.scale.load`` and the modules it uses): the pieces
+that decide its figures (memory and connection sampling, the ratio table, the sentence naming
+where kafkube's cost grows faster, the docs section) on made-up points, and the
+many-producers client against a real broker."""
 
 from __future__ import annotations
 
@@ -13,24 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from bench import scale_load
 from bench.compare import Running
-from bench.scale_load import (
-    BEGIN,
-    END,
-    HEADING,
-    Point,
-    Sampler,
-    count_established,
-    failure_text,
-    findings,
-    process_tree,
-    replace_section,
-    rss_bytes,
-    split,
-    table,
-    tree_rss,
-)
+from bench.scale import connections, load, load_report, sampling
+from bench.scale import partitions as partitions_module
+from bench.scale.connections import split
+from bench.scale.load_points import Point, failure_text
+from bench.scale.load_report import SECTION, findings, table
+from bench.scale.sampling import Sampler, count_established, process_tree, rss_bytes, tree_rss
 
 SETTINGS = {"rate": 10.0, "records": 1000, "record_size": 1024}
 
@@ -59,7 +48,7 @@ def test_rss_includes_children(monkeypatch):
         assert child.pid in process_tree(os.getpid())
         assert rss_bytes(os.getpid()) > 0
         # Each process counts once (constant sizes: real ones move between two readings).
-        monkeypatch.setattr(scale_load, "rss_bytes", lambda pid: 1 << 20)
+        monkeypatch.setattr(sampling, "rss_bytes", lambda pid: 1 << 20)
         assert tree_rss([os.getpid()]) == len(process_tree(os.getpid())) << 20 >= 2 << 20
     finally:
         assert child.stdin is not None
@@ -133,11 +122,13 @@ def test_findings_when_nothing_grows_faster():
 
 
 def test_replace_section_appends_then_replaces(tmp_path: Path):
+    begin, end, heading = SECTION.begin, SECTION.end, SECTION.heading
+    assert begin == "<!-- scale-load:begin -->" and end == "<!-- scale-load:end -->"
     original = "# Performance\n\n## Other\n\ntext\n"
-    once = replace_section(original, f"{BEGIN}\nfirst\n{END}")
-    assert once.startswith(original.rstrip("\n")) and HEADING in once and "first" in once
-    twice = replace_section(once + "\n## Later section\n", f"{BEGIN}\nsecond\n{END}")
-    assert "first" not in twice and "second" in twice and twice.count(HEADING) == 1
+    once = SECTION.replace(original, f"{begin}\nfirst\n{end}")
+    assert once.startswith(original.rstrip("\n")) and heading in once and "first" in once
+    twice = SECTION.replace(once + "\n## Later section\n", f"{begin}\nsecond\n{end}")
+    assert "first" not in twice and "second" in twice and twice.count(heading) == 1
     assert twice.endswith("## Later section\n")
 
 
@@ -147,20 +138,20 @@ def test_write_docs_writes_chart_and_section(tmp_path: Path):
     result = {"started": "today", "commit": "abc", "command": "python -m bench scale-load",
               "machine": "2 CPUs", "settings": SETTINGS, "notes": ["a note"],
               "points": [p.__dict__ for p in points()]}
-    scale_load.write_docs(result, docs, chart)
+    load_report.write_docs(result, docs, chart)
     text = docs.read_text()
     assert chart.stat().st_size > 0 and "(scale-load.png)" in text
     assert "`python -m bench scale-load`" in text and "2 CPUs" in text
 
 
 def test_points_option_needs_one_curve():
-    args = scale_load.parse(["--curves", "partitions", "--points", "1,100"])
+    args = load.parse(["--curves", "partitions", "--points", "1,100"])
     assert args.partition_points == [1, 100]
-    assert scale_load.plan(args) == [("partitions", 1, "kafka"), ("partitions", 1, "kafkube"),
+    assert load.plan(args) == [("partitions", 1, "kafka"), ("partitions", 1, "kafkube"),
                                      ("partitions", 100, "kafka"),
                                      ("partitions", 100, "kafkube")]
     with pytest.raises(SystemExit):
-        scale_load.parse(["--points", "1,100"])
+        load.parse(["--points", "1,100"])
 
 
 def test_connections_point_against_a_broker(broker_factory):
@@ -171,7 +162,7 @@ def test_connections_point_against_a_broker(broker_factory):
     args = argparse.Namespace(records=2000, record_size=1024, rate=1.0, rate_seconds=1.0,
                               processes=2, timeout=60.0, create_timeout=60.0, profile=None)
     point = Point("connections", 4, "kafkube")
-    scale_load.measure_connections(env, point, args, lambda _: None)
+    connections.measure_connections(env, point, args, lambda _: None)
     assert point.failed == {}
     assert point.raw["produce"]["records"] == 2000
     assert point.values["produce_mbps"] > 0 and point.values["rate_p99"] > 0
@@ -188,7 +179,7 @@ def test_partitions_point_against_a_broker(broker_factory):
     args = argparse.Namespace(records=3000, record_size=1024, timeout=60.0,
                               create_timeout=60.0, profile=None)
     point = Point("partitions", 10, "kafkube")
-    scale_load.measure_partitions(env, point, args, lambda _: None)
+    partitions_module.measure_partitions(env, point, args, lambda _: None)
     assert point.failed == {}
     assert 0 < point.values["create_s"] <= point.values["writable_s"]
     assert point.raw["consume"]["records"] == 3010
@@ -197,9 +188,9 @@ def test_partitions_point_against_a_broker(broker_factory):
 
 
 def test_thread_cpu_names_this_process_threads():
-    before = scale_load.thread_cpu([os.getpid()])
+    before = sampling.thread_cpu([os.getpid()])
     sum(i * i for i in range(300_000))  # some CPU on this thread
-    top = scale_load.busiest(before, scale_load.thread_cpu([os.getpid()]), top=2)
+    top = sampling.busiest(before, sampling.thread_cpu([os.getpid()]), top=2)
     assert top and all(len(t) == 3 for t in top) and top[0][1] + top[0][2] >= 0
     assert len(top) <= 2
 
@@ -207,7 +198,7 @@ def test_thread_cpu_names_this_process_threads():
 def test_thread_notes_for_the_largest_point():
     pts = points()
     pts[-2].raw["produce_threads"] = [["data-plane-kafka-request-handler", 20.5, 0.25]]
-    assert scale_load.thread_notes(pts) == [
+    assert load_report.thread_notes(pts) == [
         "kafka, 10,000 partitions, produce: data-plane-kafka-request-handler 20.5+0.2"]
 
 
@@ -220,15 +211,15 @@ def test_a_refused_large_create_is_made_in_steps(monkeypatch):
 
     def create(_env, _topic, _rf, _config, timeout, partitions):
         calls.append(("create", partitions))
-        if partitions > scale_load.STEP:
+        if partitions > partitions_module.STEP:
             raise KafkaException(KafkaError(KafkaError.POLICY_VIOLATION,
                                             "Unable to perform excessively large batch "
                                             "operation."))
 
-    monkeypatch.setattr(scale_load, "create_topic", create)
-    monkeypatch.setattr(scale_load, "grow_topic",
+    monkeypatch.setattr(partitions_module, "create_topic", create)
+    monkeypatch.setattr(partitions_module, "grow_topic",
                         lambda _env, total, _timeout: calls.append(("grow", total)))
     raw: dict = {}
-    scale_load.timed_create(None, 12_000, 60.0, raw)
+    partitions_module.timed_create(None, 12_000, 60.0, raw)
     assert calls == [("create", 12_000), ("create", 5_000), ("grow", 10_000), ("grow", 12_000)]
     assert "excessively large batch operation" in raw["create_note"]

@@ -1,5 +1,6 @@
-"""The pure parts of ``bench.scale_recovery``: what it reads from logs, checkpoints and the
-API server's metrics, and the table and docs block it writes. The measuring itself needs
+"""The pure parts of ``python -m bench scale-recovery`` (``bench.scale.recovery_cli`` and the
+modules it uses): what it reads from logs, checkpoints and the API server's metrics, and the
+table and docs block it writes. The measuring itself needs
 both systems and minutes, so ``python -m bench scale-recovery`` is its own test."""
 
 from __future__ import annotations
@@ -10,23 +11,23 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 
-import pytest
-
-from bench import scale_recovery as sr
+from bench.compare import PARTITIONS
+from bench.scale import image, probes, recovery, recovery_report
+from bench.scale.recovery_points import Point
 
 
 def test_records_make_the_size_and_end_every_partition_at_one_offset() -> None:
-    records = sr.records_for(1.0)
-    assert records % sr.PARTITIONS == 0
-    assert abs(records * sr.RECORD_SIZE - 1e9) < sr.PARTITIONS * sr.RECORD_SIZE
-    assert sr.records_for(0.0) == sr.PARTITIONS
+    records = recovery.records_for(1.0)
+    assert records % PARTITIONS == 0
+    assert abs(records * recovery.RECORD_SIZE - 1e9) < PARTITIONS * recovery.RECORD_SIZE
+    assert recovery.records_for(0.0) == PARTITIONS
 
 
 def test_a_kafka_checkpoint_file_is_read_by_partition(tmp_path: Path) -> None:
     path = tmp_path / "recovery-point-offset-checkpoint"
     path.write_text("0\n2\nscale-recovery 0 1000\nscale-recovery 15 2000\n")
-    assert sr.read_checkpoint(path) == {"scale-recovery-0": 1000, "scale-recovery-15": 2000}
-    assert sr.read_checkpoint(tmp_path / "missing") == {}
+    assert recovery.read_checkpoint(path) == {"scale-recovery-0": 1000, "scale-recovery-15": 2000}
+    assert recovery.read_checkpoint(tmp_path / "missing") == {}
 
 
 def _segments(tmp_path: Path) -> None:
@@ -40,10 +41,10 @@ def test_the_planned_scan_starts_at_the_segment_holding_the_recovery_point(
         tmp_path: Path) -> None:
     _segments(tmp_path)
     (tmp_path / "recovery-point-offset-checkpoint").write_text("0\n1\nt 0 50\n")
-    (note,) = sr.planned_scan("kafkube", tmp_path)
+    (note,) = recovery.planned_scan("kafkube", tmp_path)
     assert "1 segments" in note and "0.00 of 0.00 GB" in note
     (tmp_path / "recovery-point-offset-checkpoint").write_text("0\n1\nt 0 10\n")
-    assert "2 segments" in sr.planned_scan("kafkube", tmp_path)[0]
+    assert "2 segments" in recovery.planned_scan("kafkube", tmp_path)[0]
 
 
 def test_kafka_recovery_lines_are_counted_with_their_segment_sizes(tmp_path: Path) -> None:
@@ -54,11 +55,12 @@ def test_kafka_recovery_lines_are_counted_with_their_segment_sizes(tmp_path: Pat
         "[2026-11-27 12:30:00,100] INFO [LogLoader partition=t-0, dir=/x] Recovering unflushed "
         "segment 50. 1/2 recovered for t-0. (org.apache.kafka.storage.internals.log.LogLoader)\n"
         "[2026-11-27 12:30:01,000] INFO Loaded 1 logs in 812ms (kafka.log.LogManager)\n")
-    notes = sr.scanned("kafka", text, tmp_path)
+    notes = recovery.scanned("kafka", text, tmp_path)
     assert "x 2 (0.00 GB)" in notes[0]
     assert "Loaded 1 logs in 812ms" in notes[1]
-    kube = sr.scanned("kafkube", "INFO loaded 16 partitions in 1.25s\nWARNING recovered after an "
-                      "unclean shutdown of /d\nWARNING t-0: truncated 7 bytes of invalid", tmp_path)
+    kube = recovery.scanned("kafkube", "INFO loaded 16 partitions in 1.25s\nWARNING recovered "
+                            "after an unclean shutdown of /d\nWARNING t-0: truncated 7 bytes of "
+                            "invalid", tmp_path)
     assert kube == ["kafkube log: 'loaded 16 partitions in 1.25s'",
                     "kafkube log: unclean shutdown noted: yes; 7 bytes truncated"]
 
@@ -75,7 +77,7 @@ def test_configmap_writes_are_read_from_the_api_server_metrics() -> None:
         'etcd_request_duration_seconds_sum{operation="update",type="configmaps"} 0.25',
         'etcd_request_duration_seconds_count{operation="update",type="configmaps"} 5',
     ])
-    assert sr.parse_metrics(text) == sr.ApiMetrics(4, 0.5, 5, 0.25)
+    assert image.parse_metrics(text) == image.ApiMetrics(4, 0.5, 5, 0.25)
 
 
 def test_the_image_size_is_what_the_configmap_carries() -> None:
@@ -84,9 +86,9 @@ def test_the_image_size_is_what_the_configmap_carries() -> None:
     encoded = base64.b64encode(packed).decode()
     obj = SimpleNamespace(binary_data={"image.json.gz": encoded}, metadata=SimpleNamespace(
         annotations={"kafkube.io/image-version": "7"}))
-    size = sr.image_size(obj)
-    assert size == sr.ImageSize(7, len(packed), len(encoded), len(doc), frozenset({"a", "b"}))
-    assert sr.image_size(None) is None
+    size = image.image_size(obj)
+    assert size == image.ImageSize(7, len(packed), len(encoded), len(doc), frozenset({"a", "b"}))
+    assert image.image_size(None) is None
 
 
 def _partition(leader: int, isr: tuple[int, ...], error: int = 0) -> SimpleNamespace:
@@ -97,30 +99,30 @@ def test_led_needs_every_partition_with_a_leader_and_a_full_isr() -> None:
     def answer(*parts: SimpleNamespace) -> SimpleNamespace:
         return SimpleNamespace(topics=(SimpleNamespace(name="t", error_code=0,
                                                        partitions=parts),))
-    assert sr.led(answer(_partition(0, (0, 1, 2)), _partition(1, (1, 2, 0))), "t", 2, 3)
-    assert not sr.led(answer(_partition(0, (0, 1, 2)), _partition(-1, (1, 2, 0))), "t", 2, 3)
-    assert not sr.led(answer(_partition(0, (0, 1)), _partition(1, (1, 2, 0))), "t", 2, 3)
-    assert not sr.led(answer(_partition(0, (0, 1, 2))), "t", 2, 3)
-    assert not sr.led(None, "t", 2, 3)
+    assert probes.led(answer(_partition(0, (0, 1, 2)), _partition(1, (1, 2, 0))), "t", 2, 3)
+    assert not probes.led(answer(_partition(0, (0, 1, 2)), _partition(-1, (1, 2, 0))), "t", 2, 3)
+    assert not probes.led(answer(_partition(0, (0, 1)), _partition(1, (1, 2, 0))), "t", 2, 3)
+    assert not probes.led(answer(_partition(0, (0, 1, 2))), "t", 2, 3)
+    assert not probes.led(None, "t", 2, 3)
 
 
-def _points() -> list[sr.Point]:
+def _points() -> list[Point]:
     return [
-        sr.Point("recovery", "kafka", 1, 10.0, {"metadata_s": 9.0, "readable_s": 10.0}),
-        sr.Point("recovery", "kafkube", 1, 2.0, {"metadata_s": 1.0, "readable_s": 2.0}),
-        sr.Point("recovery", "kafka", 30, 20.0, {"metadata_s": 12.0, "readable_s": 20.0}),
-        sr.Point("recovery", "kafkube", 30, 40.0, {"metadata_s": 3.0, "readable_s": 40.0},
+        Point("recovery", "kafka", 1, 10.0, {"metadata_s": 9.0, "readable_s": 10.0}),
+        Point("recovery", "kafkube", 1, 2.0, {"metadata_s": 1.0, "readable_s": 2.0}),
+        Point("recovery", "kafka", 30, 20.0, {"metadata_s": 12.0, "readable_s": 20.0}),
+        Point("recovery", "kafkube", 30, 40.0, {"metadata_s": 3.0, "readable_s": 40.0},
                  ["kafkube log: 'loaded 16 partitions in 38s'"]),
-        sr.Point("metadata", "kafka", 100, 1.0, {"every_broker_s": 1.0}),
-        sr.Point("metadata", "kafkube", 100, None, error="not on every broker within 9 s"),
-        sr.Point("image", "kafkube", 1000, 0.5, {"image_bytes": 10240, "limit_share": 0.01,
+        Point("metadata", "kafka", 100, 1.0, {"every_broker_s": 1.0}),
+        Point("metadata", "kafkube", 100, None, error="not on every broker within 9 s"),
+        Point("image", "kafkube", 1000, 0.5, {"image_bytes": 10240, "limit_share": 0.01,
                                                  "image_writes": 3, "put_ms": 12.0,
                                                  "every_broker_s": 1.5}),
     ]
 
 
 def test_the_table_gives_both_systems_their_ratio_and_failures() -> None:
-    text = sr.table(_points())
+    text = recovery_report.table(_points())
     assert "0.20x" in text  # readable at 1 GB: 2 / 10
     assert "2.00x" in text  # readable at 30 GB: 40 / 20
     assert "failed (not on every broker within 9 s)" in text
@@ -128,7 +130,7 @@ def test_the_table_gives_both_systems_their_ratio_and_failures() -> None:
 
 
 def test_growth_names_where_kafkube_grows_faster() -> None:
-    lines = sr.growth(_points())
+    lines = recovery_report.growth(_points())
     assert any(line.startswith("recovery to readable: kafkube's cost grows FASTER") and
                "+1.31 s per GB against +0.34 s" in line for line in lines)
     # A ratio of totals would say "faster" here too (0.11x -> 0.25x); the added seconds
@@ -138,22 +140,21 @@ def test_growth_names_where_kafkube_grows_faster() -> None:
     assert any(line.startswith("image: 10.0 KiB") for line in lines)
 
 
-def test_the_docs_block_is_replaced_between_its_markers(tmp_path: Path,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_docs_block_is_replaced_between_its_markers(tmp_path: Path) -> None:
     docs = tmp_path / "performance.md"
     docs.write_text("# Performance\n\n## Other\n\nkept\n")
-    monkeypatch.setattr(sr, "DOCS", docs)
     result = {"started": "today", "commit": "abc", "machine": "2 CPUs", "command": "flock x",
               "header": ["- one"], "points": [vars(p) for p in _points()]}
-    sr.write_docs(sr.section(result, None))
+    recovery_report.write_docs(recovery_report.section(result, None), docs)
     first = docs.read_text()
-    assert first.count(sr.BEGIN) == 1 and "## Other\n\nkept" in first
+    assert first.count(recovery_report.SECTION.begin) == 1 and "## Other\n\nkept" in first
     assert "loaded 16 partitions in 38s" in first
     docs.write_text(first + "\n## After\n\nalso kept\n")
     result["commit"] = "def"
-    sr.write_docs(sr.section(result, None))
+    recovery_report.write_docs(recovery_report.section(result, None), docs)
     second = docs.read_text()
-    assert second.count(sr.BEGIN) == 1 and "commit def" in second and "commit abc" not in second
+    assert second.count(recovery_report.SECTION.begin) == 1
+    assert "commit def" in second and "commit abc" not in second
     assert "also kept" in second
 
 
@@ -163,12 +164,12 @@ def test_the_restart_phases_come_from_each_systems_log_stamps() -> None:
         "[2026-11-27 12:30:01,500] INFO Loaded 16 logs in 812ms (kafka.log.LogManager)\n"
         "[2026-11-27 12:30:09,250] INFO [KafkaRaftServer nodeId=0] Kafka Server started "
         "(kafka.server.KafkaRaftServer)\n")
-    assert sr.kafka_phases(kafka_log) == [
+    assert recovery.kafka_phases(kafka_log) == [
         "kafka log, from its first line: logs loaded at +1.5 s, broker started at +9.2 s"]
     kafkube_log = (
         "   10.000 [bench] restarted broker 0 (pid 7)\n"
         "   12.500 [broker 0] 2026-11-27 INFO broker.server.replica_manager: loaded 16 "
         "partitions in 2.40s\n"
         "   12.600 [broker 0] kafkube broker 0 listening on PLAINTEXT://127.0.0.1:9092\n")
-    assert sr.kafkube_phases(kafkube_log) == [
+    assert recovery.kafkube_phases(kafkube_log) == [
         "kafkube log, from the restart: logs loaded at +2.5 s, listening at +2.6 s"]

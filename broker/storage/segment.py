@@ -313,6 +313,9 @@ class LogSegment:
         as Kafka's onBecomeInactiveSegment leaves it."""
         if self.max_timestamp >= 0:
             self.time_index.append(self.max_timestamp, self.offset_of_max_timestamp)
+        # The recovery point passes a sealed segment: its indexes are read as they are.
+        self.offset_index.write_out()
+        self.time_index.write_out()
 
     def _forget_tail(self) -> None:
         self._tail.clear()
@@ -355,6 +358,8 @@ class LogSegment:
         Kafka's LogSegment.changeFileSuffixes: the descriptors stay open, so the segment keeps
         working. The .log file goes last because a restart decides by its name alone.
         """
+        self.offset_index.write_out()  # to the file being renamed, not a new one
+        self.time_index.write_out()
         for index in (self.offset_index, self.time_index, self.txn_index):
             index.path = _resuffixed(index.path, self.suffix, suffix)
         self.log_path = _resuffixed(self.log_path, self.suffix, suffix)
