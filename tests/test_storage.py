@@ -11,6 +11,7 @@ import pytest
 
 from broker.protocol.batch_codec import record_offsets_and_timestamps
 from broker.protocol.records import split_batches
+from broker.storage.index import PENDING_LIMIT
 from broker.storage.leader_epoch import LeaderEpochCache
 from broker.storage.log import Log, LogConfig, OffsetOutOfRange
 from broker.storage.segment import TAIL_BATCHES
@@ -383,3 +384,53 @@ def test_unreadable_records_on_disk_are_passed_over(tmp_path: Path, caplog):
     assert log.offset_for_timestamp(TS + 1000)[:2] == (3, TS + 2000)
     assert "cannot be read" in caplog.text and "00000000000000000000.log" in caplog.text
     assert log.max_timestamp_offset() is None  # the largest timestamp is in the bad batch
+
+
+def _open_descriptors_under(directory: Path) -> int:
+    fds = Path("/proc/self/fd")
+    count = 0
+    for fd in fds.iterdir():
+        try:
+            if str(directory) in os.readlink(fd):
+                count += 1
+        except OSError:
+            pass
+    return count
+
+
+def test_a_segment_holds_one_descriptor_and_its_indexes_reach_the_file(tmp_path: Path):
+    """10,000 partitions at three descriptors a segment ran a broker out of its 20,000 open
+    files: the indexes keep none open, and their entries are on disk once the segment is
+    sealed, flushed or closed (the active segment's are rebuilt after a crash)."""
+    directory = tmp_path / "t-0"
+    log = Log(directory, small_config())
+    for _ in range(200):
+        append(log, batch(3))
+    assert len(log.segments) > 3
+    assert _open_descriptors_under(directory) == len(log.segments)
+    sealed = log.segments[0]
+    on_disk = sealed.offset_index.path.stat().st_size
+    assert on_disk == sealed.offset_index.entries * 8 > 0
+    assert sealed.time_index.path.stat().st_size == sealed.time_index.entries * 12
+    active = log.active_segment
+    log.flush()
+    assert active.offset_index.path.stat().st_size == active.offset_index.entries * 8
+    log.close()
+    assert _open_descriptors_under(directory) == 0
+    reopened = Log(directory, small_config())
+    assert [s.offset_index.entries for s in reopened.segments] == \
+        [s.offset_index.entries for s in log.segments]
+    assert reopened.log_end_offset == 600
+    reopened.close()
+
+
+def test_index_entries_waiting_in_memory_stay_bounded(tmp_path: Path):
+    log = Log(tmp_path / "t-0", small_config(segment_bytes=64 << 20, index_interval_bytes=0))
+    for _ in range(3000):  # an index entry for each batch: 24,000 bytes of offset index
+        append(log, batch(1, size=10))
+    index = log.active_segment.offset_index
+    assert index.entries >= 2999  # the first batch of a segment is not indexed
+    written = index.path.stat().st_size
+    assert written > 0 and index.entries * 8 - written < PENDING_LIMIT
+    log.close()
+    assert index.path.stat().st_size == index.entries * 8
