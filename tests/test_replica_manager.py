@@ -9,10 +9,12 @@ from pathlib import Path
 from broker.config import BrokerConfig
 from broker.server.replica_manager import (
     OPEN_PER_SLICE,
+    RECOVERY_CHECKPOINT,
     REPLICATION_CHECKPOINT,
     read_offset_checkpoint,
 )
 from tests.conftest import open_replicas
+from tests.wire import build_batch
 
 PARTITIONS = 5 * OPEN_PER_SLICE
 
@@ -51,4 +53,29 @@ def test_a_large_topic_is_opened_in_slices_and_deleted_in_one_pass(tmp_path: Pat
     assert replicas.partitions == {}
     checkpoint = Path(config.log_dirs[0]) / REPLICATION_CHECKPOINT
     assert read_offset_checkpoint(checkpoint) == {}
+    asyncio.run(replicas.shutdown())
+
+
+def test_rolled_segments_are_synced_off_the_loop_before_the_recovery_point_passes_them(
+        tmp_path: Path) -> None:
+    config = BrokerConfig.from_dict({"log.dirs": str(tmp_path / "logs"), "node.id": "0"})
+    _, replicas = open_replicas(config)
+
+    async def scenario() -> tuple[int, int, int]:
+        await replicas.create_topic("rolled", 1, {"segment.bytes": "4096"}, 1, [(0,)])
+        partition = replicas.get("rolled", 0)
+        assert partition is not None and partition.is_leader
+        for i in range(40):
+            batch = build_batch([(None, b"v" * 200, (), 0)], 1_700_000_000_000 + i)
+            assert partition.append(batch, 1 << 20).error == 0
+        log = partition.log
+        before = log.recovery_point
+        await replicas.sync_sealed_segments()
+        return before, log.recovery_point, log.active_segment.base_offset
+
+    before, after, active_base = asyncio.run(scenario())
+    assert before == 0 and after == active_base > 0
+    replicas.write_checkpoints()
+    checkpoint = Path(config.log_dirs[0]) / RECOVERY_CHECKPOINT
+    assert read_offset_checkpoint(checkpoint)[("rolled", 0)] == active_base
     asyncio.run(replicas.shutdown())

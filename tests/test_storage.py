@@ -434,3 +434,32 @@ def test_index_entries_waiting_in_memory_stay_bounded(tmp_path: Path):
     assert written > 0 and index.entries * 8 - written < PENDING_LIMIT
     log.close()
     assert index.path.stat().st_size == index.entries * 8
+
+
+def test_a_rolled_segment_passes_the_recovery_point_only_once_on_disk(tmp_path: Path):
+    """Kafka's roll flushes the old segment on a background thread before the recovery
+    point passes it; a recovery point ahead of what was fsynced would have a restart after
+    a power cut trust a segment whose pages never reached the disk."""
+    log = Log(tmp_path / "t-0", small_config())
+    for _ in range(60):
+        append(log, batch(3))
+    assert len(log.segments) > 3
+    assert log.recovery_point == 0  # rolled, never synced
+    segments, target = log.unsynced_sealed()
+    assert segments == log.segments[:-1] and target == log.active_segment.base_offset
+    for segment in segments:
+        segment.sync_files()
+    log.advance_recovery_point(target)
+    assert log.recovery_point == target
+    assert log.unsynced_sealed() == ([], target)
+    # A truncation below the synced offset since: the recovery point does not move past it.
+    log.truncate_to(3)
+    log.advance_recovery_point(target)
+    assert log.recovery_point == 3
+    # flush() syncs every segment from the recovery point on, sealed ones included.
+    for _ in range(60):
+        append(log, batch(3))
+    log.flush()
+    assert log.recovery_point == log.log_end_offset
+    assert log.unsynced_sealed()[0] == []
+    log.close()

@@ -461,9 +461,24 @@ class Log:
         segment = self._new_segment(self.log_end_offset)
         segment.next_offset = old.next_offset
         self._add_segment(segment)
-        # A rolled segment is complete: it becomes the recovery point, as Kafka flushes it.
-        self.recovery_point = segment.base_offset
+        # The rolled segment is complete, but not yet known to be on disk: the recovery
+        # point passes it once sync_sealed() has fsynced it, off the event loop (Kafka's
+        # roll schedules the same flush on a background thread).
         return segment
+
+    def unsynced_sealed(self) -> tuple[list[LogSegment], int]:
+        """The sealed segments at or past the recovery point, and the recovery point they
+        make once on disk (the active segment's base)."""
+        target = self.active_segment.base_offset
+        if target <= self.recovery_point:
+            return [], target
+        return [s for s in self.segments[:-1] if s.next_offset > self.recovery_point], target
+
+    def advance_recovery_point(self, offset: int) -> None:
+        """The segments below ``offset`` were fsynced (``unsynced_sealed``). A truncation
+        since may have removed them: then the recovery point stays."""
+        if self.recovery_point < offset <= self.active_segment.base_offset:
+            self.recovery_point = offset
 
     def _maybe_flush(self) -> None:
         cfg = self.config
@@ -473,7 +488,9 @@ class Log:
             self.flush()
 
     def flush(self) -> None:
-        self.active_segment.flush()
+        """Everything written is on disk: the segments from the recovery point on."""
+        for segment in self.segments[self._segment_for(self.recovery_point):]:
+            segment.flush()
         self._unflushed_messages = 0
         self._last_flush_ms = time.monotonic() * 1000
         self.recovery_point = self.log_end_offset

@@ -342,6 +342,23 @@ class LogSegment:
         self.time_index.flush()
         self.txn_index.flush()
 
+    def sync_files(self) -> None:
+        """fsync a sealed segment's files from another thread: nothing of the segment's
+        state is touched (seal() wrote its index entries out), so a segment deleted or
+        truncated meanwhile costs an OSError, which the caller takes as "not synced"."""
+        os.fsync(self.fd)
+        for path in (self.offset_index.path, self.time_index.path, self.txn_index.path):
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except FileNotFoundError:
+                if path == self.txn_index.path:
+                    continue  # made only when a transaction aborts in this segment
+                raise
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
     def close(self) -> None:
         if self.fd >= 0:
             os.close(self.fd)
