@@ -5,12 +5,12 @@
 Neither is checksummed; both are rebuilt from the log after an unclean shutdown, as Kafka does.
 
 The entries also live in memory (two compact arrays per index), so a lookup is a bisect with
-no system call. New entries wait in memory too, and reach the file when the segment is
-flushed, sealed, renamed or closed: no descriptor stays open for an index, so a segment
-holds one (its .log), as in Kafka, whose indexes are memory-mapped. 10,000 partitions with
-three descriptors each ran a broker out of its 20,000 open files. Entries lost to a crash
-are those of segments past the recovery point, which are rebuilt from the log at restart
-anyway. Not thread-safe: the owning segment serialises access.
+no system call. New entries wait in memory too (at most PENDING_LIMIT bytes), and reach the
+file when the segment is flushed, sealed, renamed or closed: no descriptor stays open for an
+index, so a segment holds one (its .log), as in Kafka, whose indexes are memory-mapped.
+10,000 partitions with three descriptors each ran a broker out of its 20,000 open files.
+Entries lost to a crash are those of segments past the recovery point, which are rebuilt
+from the log at restart anyway. Not thread-safe: the owning segment serialises access.
 """
 
 from __future__ import annotations

@@ -462,8 +462,8 @@ class Log:
         segment.next_offset = old.next_offset
         self._add_segment(segment)
         # The rolled segment is complete, but not yet known to be on disk: the recovery
-        # point passes it once sync_sealed() has fsynced it, off the event loop (Kafka's
-        # roll schedules the same flush on a background thread).
+        # point passes it once the replica manager has fsynced it off the event loop
+        # (unsynced_sealed, advance_recovery_point), as Kafka's roll schedules a flush.
         return segment
 
     def unsynced_sealed(self) -> tuple[list[LogSegment], int]:
