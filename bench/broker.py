@@ -145,6 +145,18 @@ def cpu_times(pid: int) -> tuple[float, float]:
     return int(fields[11]) / tick, int(fields[12]) / tick
 
 
+def rss_bytes(pid: int) -> int:
+    """VmRSS of ``pid`` in bytes; 0 once it is gone (or a zombie, which has no VmRSS)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0
+    for line in status.splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
 def machine_busy_seconds() -> float:
     """CPU seconds all cores spent busy (not idle or iowait) since boot, from /proc/stat.
 

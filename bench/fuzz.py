@@ -34,6 +34,7 @@ from typing import Any
 
 from kio.index import load_request_schema
 
+from bench.broker import rss_bytes
 from broker.handlers import load_all
 from broker.protocol.batch_codec import CODEC_GZIP, CODEC_NONE, Record, compress, encode_batch
 from broker.protocol.bounds import MAX_ENTRIES
@@ -454,12 +455,6 @@ def broker_stalls(log_file: Path) -> list[str]:
     return ["\n".join(report) for report in reports]
 
 
-def rss_of(pid: int) -> int:
-    status = Path(f"/proc/{pid}/status").read_text()
-    return next(int(line.split()[1]) * 1024 for line in status.splitlines()
-                if line.startswith("VmRSS"))
-
-
 def main(argv: list[str]) -> int:
     """``python -m bench fuzz``: a long run against a fresh broker, with its figures."""
     import argparse
@@ -499,12 +494,12 @@ def main(argv: list[str]) -> int:
             print(f"{stats.summary()}; {rate:.0f} frames/s", flush=True)
 
         health()
-        start_rss = rss_of(broker.pid)
+        start_rss = rss_bytes(broker.pid)
         log_file = broker.log_dir / "broker.log"
         try:
             stats = run(broker.bootstrap, frames=args.frames, seconds=args.minutes * 60,
                         seed=seed, check_every=args.check_every, health=health,
-                        rss=lambda: rss_of(broker.pid),
+                        rss=lambda: rss_bytes(broker.pid),
                         failures=lambda: broker_failures(log_file), progress=progress)
         finally:
             stalls = broker_stalls(log_file)

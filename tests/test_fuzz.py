@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from bench.fuzz import GROUP, TOPIC, rss_of, run
+from bench.broker import rss_bytes
+from bench.fuzz import GROUP, TOPIC, run
 from tests.conftest import wait_until
 from tests.test_bad_input import broker_errors, log_barrier
 from tests.wire import WireClient, create_topic
@@ -39,10 +40,10 @@ def test_structure_aware_fuzz(broker_factory):
         assert msg.error() is None and msg.value() == value, msg.error()
 
     health()
-    start_rss = rss_of(broker.proc.pid)
+    start_rss = rss_bytes(broker.proc.pid)
     try:
         stats = run(broker.bootstrap, frames=FRAMES, seconds=600, seed=20261125,
-                    check_every=250, health=health, rss=lambda: rss_of(broker.proc.pid),
+                    check_every=250, health=health, rss=lambda: rss_bytes(broker.proc.pid),
                     failures=lambda: broker_errors(broker))
     finally:
         consumer.close()

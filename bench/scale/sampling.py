@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import statistics
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from bench.broker import cpu_times, rss_bytes
 from bench.compare import Running
 from bench.scale.load_points import Point
 
@@ -21,18 +21,6 @@ MiB = 1 << 20
 SAMPLE_S = 0.1  # RSS / connection sampling interval
 MAX_SAMPLES = 100_000  # a sampler's bound, whatever the phase's length (2.8 h at 100 ms)
 IDLE_S = 2.0  # how long an idle RSS is sampled (its median is the figure)
-
-
-def rss_bytes(pid: int) -> int:
-    """VmRSS of ``pid`` in bytes; 0 once it is gone (a dead broker is caught by Meter)."""
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return 0
-    for line in status.splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    return 0  # a zombie has no VmRSS line
 
 
 def process_tree(pid: int, limit: int = 1000) -> list[int]:
@@ -81,16 +69,15 @@ def thread_cpu(pids: list[int]) -> dict[str, tuple[float, float]]:
     """User and system CPU seconds per thread name of ``pids`` (trailing digits and dashes
     stripped, so a pool of threads adds up): says whether a phase's broker CPU went to
     request handling, to a JIT compiler, to GC or to the kernel."""
-    tick = os.sysconf("SC_CLK_TCK")
     out: dict[str, tuple[float, float]] = {}
     for pid in pids:
         with contextlib.suppress(OSError):
             for task in Path(f"/proc/{pid}/task").iterdir():
-                with contextlib.suppress(OSError, IndexError, ValueError):
+                with contextlib.suppress(OSError):
                     name = (task / "comm").read_text().strip().rstrip("0123456789-#") or "?"
-                    fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+                    task_user, task_system = cpu_times(int(task.name))  # /proc/<tid>/stat
                     user, system = out.get(name, (0.0, 0.0))
-                    out[name] = (user + int(fields[11]) / tick, system + int(fields[12]) / tick)
+                    out[name] = (user + task_user, system + task_system)
     return out
 
 
