@@ -81,6 +81,11 @@ SHARED_BROKER_CONFIG: dict[str, str] = {
     "replica.fetch.wait.max.ms": "500",
     "replica.lag.time.max.ms": "30000",
     "group.initial.rebalance.delay.ms": "3000",
+    # Reviewed for loopback (docs/performance.md, "Socket buffers"): Kafka's 100 KiB send
+    # buffer, and the kernel's autotuned receive buffer in place of Kafka's 100 KiB, which
+    # cost kafkube 7-10% of its produce rate and Kafka nothing.
+    "socket.send.buffer.bytes": "102400",
+    "socket.receive.buffer.bytes": "-1",
 }
 
 # The Java producer with the settings of bench.clients.PRODUCER_CONFIG (librdkafka's
@@ -187,7 +192,9 @@ def running(system: str, brokers: int, args: argparse.Namespace,
             yield Running(system, brokers, cluster.bootstrap, cluster.pids, cluster.alive,
                           str(cluster.data_dir))
     else:
-        overrides = [f"{k}={v}" for k, v in SHARED_BROKER_CONFIG.items()]
+        config = {**SHARED_BROKER_CONFIG,
+                  **dict(getattr(args, "kafkube_config", None) or ())}
+        overrides = [f"{k}={v}" for k, v in config.items()]
         with BenchCluster(brokers, overrides, keep=args.keep) as cluster:
             def alive() -> bool:
                 return all(b.proc is not None and b.proc.poll() is None
@@ -868,6 +875,10 @@ def main(argv: list[str]) -> int:
                         help="a server.properties setting for Kafka alone, over "
                              "SHARED_BROKER_CONFIG and the template (repeatable; e.g. "
                              "num.io.threads=2 to try Kafka's threads on 2 cores)")
+    parser.add_argument("--kafkube-config", type=_setting, action="append",
+                        metavar="KEY=VALUE",
+                        help="a broker setting for kafkube alone, over SHARED_BROKER_CONFIG "
+                             "(repeatable; e.g. socket.send.buffer.bytes=-1 for an A/B)")
     parser.add_argument("--timeout", type=float, default=300.0,
                         help="seconds allowed per client run (300)")
     parser.add_argument("--no-docs", action="store_true",
@@ -928,7 +939,8 @@ def main(argv: list[str]) -> int:
         f"- Apache Kafka {kafka.version()}: KRaft, combined broker+controller nodes (3 voters "
         f"for the 3-broker runs), -Xmx{args.kafka_heap}"
         + "".join(f", {k}={v}" for k, v in args.kafka_config or ())
-        + "; kafkube: `python -m broker broker`",
+        + "; kafkube: `python -m broker broker`"
+        + "".join(f", {k}={v}" for k, v in args.kafkube_config or ()),
     ]
     print("\n".join(line for line in header if line), flush=True)
     figures: list[Figure] = []

@@ -217,6 +217,13 @@ BROKER_KEYS = _keys(
     ConfigKey("queued.max.request.bytes", "long", -1,
               "Request bytes all connections may hold at once; a connection that would go "
               "over waits before reading more (-1: no limit).", at_least(-1)),
+    ConfigKey("socket.send.buffer.bytes", "int", 102400,
+              "SO_SNDBUF of each accepted connection (-1: the operating system's default, "
+              "autotuned). Below 64 KiB, loopback connections (64 KiB segments) wait on "
+              "delayed ACKs.", at_least(-1)),
+    ConfigKey("socket.receive.buffer.bytes", "int", 102400,
+              "SO_RCVBUF of the listening socket, which accepted connections inherit (-1: the "
+              "operating system's default, autotuned).", at_least(-1)),
     ConfigKey("connections.max.idle.ms", "long", 600000,
               "A connection with no request in flight and nothing read or written for this "
               "long is closed.", at_least(1)),
@@ -401,7 +408,7 @@ LISTENER_PREFIX = "listener.name."
 # Keys Kafka knows that do not apply to kafkube: accepted with a note, not a warning.
 IGNORED_KAFKA_KEYS = frozenset({
     "num.network.threads", "num.io.threads", "num.recovery.threads.per.data.dir",
-    "socket.send.buffer.bytes", "socket.receive.buffer.bytes", "process.roles",
+    "process.roles",
     "controller.quorum.voters", "controller.quorum.bootstrap.servers", "controller.listener.names",
     "broker.id",
     "zookeeper.connect", "zookeeper.connection.timeout.ms",

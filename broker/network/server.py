@@ -100,11 +100,16 @@ class KafkaServer:
         self.max_per_ip = config["max.connections.per.ip"]
         self._per_ip: Counter[str] = Counter()
         self._slot_freed = asyncio.Event()
+        self.send_buffer = config["socket.send.buffer.bytes"]
+        self.receive_buffer = config["socket.receive.buffer.bytes"]
 
     async def start(self) -> None:
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if self.receive_buffer != -1:
+            # Set before listen(): the window scale a connection uses is fixed by its SYN.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.receive_buffer)
         sock.bind((self.host, self.port))
         sock.listen(512)
         sock.setblocking(False)
@@ -138,6 +143,8 @@ class KafkaServer:
                 continue
             conn.setblocking(False)
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self.send_buffer != -1:
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.send_buffer)
             self._per_ip[ip] += 1
             task = asyncio.create_task(
                 Connection(self.services, conn, addr, self.pool, self.security).run())
