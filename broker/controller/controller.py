@@ -41,6 +41,9 @@ class Controller:
         self._next_rebalance = 0.0
         self._renewed = 0.0
         self._task: asyncio.Task[None] | None = None
+        # What a round's passes read (image version, live brokers, the broker's unclean
+        # election default), kept when they changed nothing.
+        self._settled: tuple[int, frozenset[int], bool] | None = None
 
     @property
     def active(self) -> bool:
@@ -92,12 +95,21 @@ class Controller:
             elif self.epoch is not None:
                 log.warning("broker %d lost the controller lease", self.node_id)
             self.epoch = epoch
+            self._settled = None
         if epoch is None:
             return
-        live = set(self.backend.live_brokers())
-        await self._write(lambda image: self._fence_and_elect(image, live))
-        await self._write(lambda image: map_partitions(
-            image, lambda _, state: step_reassignment(state, live)))
+        live = frozenset(self.backend.live_brokers())
+        before = (self.backend.read_image().version, live,
+                  bool(self.config["unclean.leader.election.enable"]))
+        if before != self._settled:
+            # The passes are pure functions of what ``before`` holds, so a round that finds
+            # it as a pass left it, with nothing to do, skips them: at 10,000 partitions the
+            # two passes took ~30 ms of the event loop, four times a second.
+            await self._write(lambda image: self._fence_and_elect(image, live))
+            await self._write(lambda image: map_partitions(
+                image, lambda _, state: step_reassignment(state, live)))
+            after = self.backend.read_image().version
+            self._settled = before if after == before[0] else None
         if self.config["auto.leader.rebalance.enable"] and now >= self._next_rebalance:
             self._next_rebalance = now + self._rebalance_interval()
             await self._write(lambda image: self.rebalance(image, live))
@@ -123,7 +135,8 @@ class Controller:
             return bool(self.config["unclean.leader.election.enable"])
         return raw.strip().lower() == "true"
 
-    def _fence_and_elect(self, image: ClusterImage, live: set[int]) -> ClusterImage | None:
+    def _fence_and_elect(self, image: ClusterImage, live: frozenset[int]
+                         ) -> ClusterImage | None:
         def change(topic: str, state: PartitionState) -> PartitionState:
             new = fence_and_elect(state, live, self._unclean(topic, image))
             if new.leader != state.leader:
@@ -134,7 +147,7 @@ class Controller:
 
         return map_partitions(image, change)
 
-    def rebalance(self, image: ClusterImage, live: set[int]) -> ClusterImage | None:
+    def rebalance(self, image: ClusterImage, live: frozenset[int]) -> ClusterImage | None:
         moves = preferred_leader_moves(
             image, live, self.config["leader.imbalance.per.broker.percentage"]
         )

@@ -116,7 +116,7 @@ def map_indexed(
     for name, topic in image.topics.items():
         for index, state in enumerate(topic.assignments):
             new = change(name, index, state)
-            if new != state:
+            if new is not state and new != state:  # most changes return the state itself
                 out = out.with_partition(name, index, new)
                 changed = True
     return out if changed else None

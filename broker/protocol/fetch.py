@@ -53,12 +53,35 @@ class FetchRequest:
     rack_id: str
 
 
+def _partition_layout(version: int) -> struct.Struct:
+    """A requested partition's fixed fields: index, current_leader_epoch (v9+),
+    fetch_offset, last_fetched_epoch (v12+), log_start_offset (v5+), partition_max_bytes."""
+    return struct.Struct(">i" + "i" * (version >= 9) + "q" + "i" * (version >= 12)
+                         + "q" * (version >= 5) + "i")
+
+
+_PARTITION_LAYOUTS = {version: _partition_layout(version) for version in VERSIONS}
+
+
+def _widen(version: int, fields: tuple[int, ...]) -> tuple[int, ...]:
+    """Fields of a version before 12 in ``RequestedPartition``'s order, -1 where absent."""
+    if version >= 9:
+        index, epoch, offset, start, max_bytes = fields
+        return index, epoch, offset, -1, start, max_bytes
+    if version >= 5:
+        index, offset, start, max_bytes = fields
+        return index, -1, offset, -1, start, max_bytes
+    index, offset, max_bytes = fields
+    return index, -1, offset, -1, -1, max_bytes
+
+
 def decode_fetch_request(frame: Buffer, pos: int, version: int) -> FetchRequest:
     """The body of a Fetch request starting at ``pos`` (after the request header).
 
     v12's tagged fields (cluster_id) are skipped: sessions and cluster checks are not kept.
     """
     r = Reader("FetchRequest", frame, pos, version >= FLEXIBLE_FROM)
+    layout = _PARTITION_LAYOUTS[version]
     replica_id, max_wait_ms, min_bytes, max_bytes = r.i32(), r.i32(), r.i32(), r.i32()
     isolation_level = r.i8()
     session_id, session_epoch = (r.i32(), r.i32()) if version >= 7 else (0, -1)
@@ -67,13 +90,11 @@ def decode_fetch_request(frame: Buffer, pos: int, version: int) -> FetchRequest:
         name = r.string("topics.topic")
         partitions = []
         for _ in range(r.array_length("topics.partitions")):
-            index = r.i32()
-            leader_epoch = r.i32() if version >= 9 else -1
-            fetch_offset = r.i64()
-            last_fetched_epoch = r.i32() if version >= 12 else -1
-            log_start_offset = r.i64() if version >= 5 else -1
-            partitions.append(RequestedPartition(index, leader_epoch, fetch_offset,
-                                                 last_fetched_epoch, log_start_offset, r.i32()))
+            # One unpack per partition: a consumer of 10,000 partitions names them all in
+            # every fetch, and field-by-field reads took ~1 µs a partition.
+            fields = r.fixed(layout)
+            partitions.append(RequestedPartition(*fields) if version >= 12
+                              else RequestedPartition(*_widen(version, fields)))
             r.tagged_fields()
         r.tagged_fields()
         topics.append(RequestedTopic(name, partitions))

@@ -9,6 +9,7 @@ of surfacing as an IndexError deep in a handler.
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 
 class ProtocolError(Exception):
@@ -134,6 +135,14 @@ class Reader:
         start = self._take(n)
         return self.buf[start : start + n]
 
+    def fixed(self, layout: struct.Struct) -> tuple[Any, ...]:
+        """Several fixed-size fields at once (one bounds check, one unpack)."""
+        return layout.unpack_from(self.buf, self._take(layout.size))
+
     def tagged_fields(self) -> None:
         if self.flexible:
-            self.pos = skip_tagged_fields(self.buf, self.pos)
+            pos = self.pos
+            if pos < len(self.buf) and self.buf[pos] == 0:  # none: the usual case
+                self.pos = pos + 1
+            else:
+                self.pos = skip_tagged_fields(self.buf, pos)

