@@ -5,8 +5,8 @@ indexes, producer state). A full collection walks every one: ~200 ms of the even
 that size. And full collections come often under load: a Fetch naming 10,000 partitions
 keeps ~30,000 objects alive while it is answered, the young collections promote them, and
 once what was promoted reaches a quarter of the old generation the next collection is a
-full one, every few fetches (`bench/scale`, 10,000 partitions: 111 full collections,
-21.6 s of the loop, in a few minutes).
+full one, every few fetches (a broker whose 10,000 partitions were created, written once
+each and then named in 255 such fetches: 111 full collections, 21.6 s of the loop).
 
 So, as the broker freezes what start-up built (``gc.freeze`` in ``broker.app``), it freezes
 again once the set of hosted partitions has changed and stayed unchanged for a poll: one
