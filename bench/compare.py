@@ -184,16 +184,15 @@ def running(system: str, brokers: int, args: argparse.Namespace,
             libs: Path | None) -> Iterator[Running]:
     """A fresh cluster of ``system`` with ``brokers`` nodes; stopped (killed if need be) on
     the way out, whatever happens inside."""
+    # --kafka-config / --kafkube-config: settings for one system alone, over the shared ones.
+    config = {**SHARED_BROKER_CONFIG, **dict(getattr(args, f"{system}_config", None) or ())}
     if system == "kafka":
         assert libs is not None
-        config = {**SHARED_BROKER_CONFIG, **dict(getattr(args, "kafka_config", None) or ())}
         with kafka.KafkaCluster(libs, brokers, config, args.kafka_heap,
                                 keep=args.keep) as cluster:
             yield Running(system, brokers, cluster.bootstrap, cluster.pids, cluster.alive,
                           str(cluster.data_dir))
     else:
-        config = {**SHARED_BROKER_CONFIG,
-                  **dict(getattr(args, "kafkube_config", None) or ())}
         overrides = [f"{k}={v}" for k, v in config.items()]
         with BenchCluster(brokers, overrides, keep=args.keep) as cluster:
             def alive() -> bool:

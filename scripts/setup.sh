@@ -17,6 +17,8 @@ command -v gcc >/dev/null || need_apt+=(gcc)
 # The integration tier's Kubernetes API server: Debian's etcd, and openssl for its certificates.
 command -v etcd >/dev/null || need_apt+=(etcd-server)
 command -v openssl >/dev/null || need_apt+=(openssl)
+# ss reads the broker's socket buffer sizes from the kernel (tests/test_socket_buffers.py).
+command -v ss >/dev/null || need_apt+=(iproute2)
 python3 -c 'import os, sys, sysconfig
 sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
   || need_apt+=(python3-dev)

@@ -1,13 +1,13 @@
 """socket.send.buffer.bytes and socket.receive.buffer.bytes on a real broker's sockets.
 
-Read from the kernel's side with ``ss``: the buffer a socket has is twice what was set
-(Linux keeps room for its bookkeeping), and autotuning is off once a size is set.
+Read from the kernel's side with ``ss`` (iproute2, installed by scripts/setup.sh): the
+buffer a socket has is twice what was set (Linux keeps room for its bookkeeping), and
+autotuning is off once a size is set.
 """
 
 from __future__ import annotations
 
 import re
-import shutil
 import socket
 import subprocess
 
@@ -15,8 +15,6 @@ import pytest
 
 from broker.config import BrokerConfig, ConfigError
 from tests.conftest import BrokerProcess, wait_until
-
-pytestmark = pytest.mark.skipif(shutil.which("ss") is None, reason="needs ss (iproute2)")
 
 
 def accepted_buffers(broker: BrokerProcess, client: socket.socket) -> tuple[int, int] | None:
