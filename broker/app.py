@@ -88,8 +88,9 @@ class BrokerApp:
         self.config = config
         handlers.load_all()
         log_dirs = [Path(d) for d in config.log_dirs]
-        self.backend = open_backend(config)
-        self.store = ClusterMetadata(self.backend, log_dirs, config.node_id)
+        # Waits here, saying why, while the store holds no image this broker may trust.
+        self.store = ClusterMetadata(open_backend(config), log_dirs, config.node_id)
+        self.backend = self.store.backend
         follow_dynamic_configs(config, self.store)
         self.listener_plan = listener_plan(config)
         # Built before anything starts: a listener it could not serve stops the broker here.
@@ -194,6 +195,7 @@ class BrokerApp:
         await self.membership.join()
         self.store.refresh()
         self.replicas.apply_image(self.store.image)
+        await self.store.keep_copy(force=True)
         self.replicas.start_background_tasks()
         self.groups.start()
         self.transactions.start()
@@ -256,6 +258,8 @@ class BrokerApp:
                     next_heartbeat = loop.time() + heartbeat
                     await self.membership.heartbeat()
                 self.store.refresh()  # the replica manager follows every new image
+                await self.store.repair()
+                await self.store.keep_copy()
                 failures.succeeded()
             except Exception as e:
                 failures.failed(e)
@@ -291,6 +295,7 @@ class BrokerApp:
         await self.replicas.shutdown()
         if self.membership is not None:
             await self.membership.leave()
+        await self.store.keep_copy(force=True)
         self.store.close()
         await self.watchdog.stop()
         await self.long_lived.stop()

@@ -130,6 +130,16 @@ def broker(broker_factory) -> BrokerProcess:
     return broker_factory()
 
 
+def new_cluster(backend):
+    """``backend`` with the image of a new cluster in its store (as the first broker of a new
+    cluster creates it), unless one is there already; returned for chaining."""
+    from broker.cluster.backend import new_cluster_id
+    from broker.cluster.image import ClusterImage
+
+    backend.create_image(new_cluster_id(), ClusterImage())
+    return backend
+
+
 def wait_until(predicate, timeout: float, what: str, interval: float = 0.05):
     """Poll ``predicate`` until it returns a truthy value; fail with ``what`` at the deadline."""
     deadline = time.monotonic() + timeout
@@ -166,11 +176,10 @@ def open_replicas(config, rack: str | None = None):
     from broker.server.replica_manager import ReplicaManager
 
     log_dirs = [Path(d) for d in config.log_dirs]
-    backend = SqliteBackend(log_dirs[0] / "cluster.db")
+    store = ClusterMetadata(SqliteBackend(log_dirs[0] / "cluster.db"), log_dirs, config.node_id)
     registration = BrokerRegistration(config.node_id, "127.0.0.1", 9092, rack)
-    epoch = backend.register_broker(registration, 3_600_000)
-    backend.acquire_controller(config.node_id, epoch, 3_600_000)
-    store = ClusterMetadata(backend, log_dirs, config.node_id)
+    epoch = store.backend.register_broker(registration, 3_600_000)
+    store.backend.acquire_controller(config.node_id, epoch, 3_600_000)
     store.refresh()
     follow_dynamic_configs(config, store)
     replicas = ReplicaManager(config, store)

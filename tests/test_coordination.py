@@ -22,6 +22,7 @@ from broker.controller.elections import (
     step_reassignment,
     without_broker,
 )
+from tests.conftest import new_cluster
 
 
 @pytest.fixture(params=["sqlite", "kubernetes"])
@@ -31,7 +32,7 @@ def open_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator:
     opened: list[CoordinationBackend] = []
     if request.param == "sqlite":
         def make() -> CoordinationBackend:
-            opened.append(SqliteBackend(tmp_path / "cluster.db"))
+            opened.append(new_cluster(SqliteBackend(tmp_path / "cluster.db")))
             return opened[-1]
     else:
         from broker.cluster.kubernetes import KubernetesBackend, KubernetesSettings
@@ -41,7 +42,7 @@ def open_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator:
                                       str(plane.kubeconfig))
 
         def make() -> CoordinationBackend:
-            opened.append(KubernetesBackend(settings))
+            opened.append(new_cluster(KubernetesBackend(settings)))
             return opened[-1]
     yield make
     for backend in opened:
@@ -202,7 +203,7 @@ def test_controller_fences_a_dead_broker_and_hands_over(tmp_path: Path) -> None:
     from broker.server.metadata import ClusterMetadata
 
     session = 300
-    backend = SqliteBackend(tmp_path / "cluster.db")
+    backend = new_cluster(SqliteBackend(tmp_path / "cluster.db"))
     controllers = {}
     epochs = {}
     for node in (1, 2):
@@ -235,14 +236,15 @@ def test_controller_fences_a_dead_broker_and_hands_over(tmp_path: Path) -> None:
 
 def _open_backend(path: str, results) -> None:
     try:
-        results.put(SqliteBackend(Path(path)).cluster_id())
+        results.put(new_cluster(SqliteBackend(Path(path))).cluster_id())
     except Exception as e:  # reported to the test, which fails on it
         results.put(f"error: {e!r}")
 
 
 def test_brokers_starting_together_share_one_new_store(tmp_path: Path) -> None:
-    """Three processes create the same coordination file at once: one cluster id, no
-    'database is locked' (switching a new file to WAL does not wait for the lock)."""
+    """Three processes create the same coordination file and a new cluster in it at once: one
+    cluster id, no 'database is locked' (switching a new file to WAL does not wait for the
+    lock)."""
     import multiprocessing
 
     context = multiprocessing.get_context("spawn")

@@ -31,7 +31,7 @@ from broker.cluster.kubernetes import (
 )
 from broker.cluster.pod_liveness import PodRef
 from tests.cluster import cluster_factory  # noqa: F401 (fixture)
-from tests.conftest import wait_until
+from tests.conftest import new_cluster, wait_until
 
 
 @pytest.fixture
@@ -44,7 +44,7 @@ def open_backend(settings: KubernetesSettings) -> Iterator:
     opened: list[KubernetesBackend] = []
 
     def make() -> KubernetesBackend:
-        opened.append(KubernetesBackend(settings))
+        opened.append(new_cluster(KubernetesBackend(settings)))
         return opened[-1]
 
     yield make

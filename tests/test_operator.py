@@ -176,8 +176,9 @@ def test_a_kafka_cluster_is_reconciled_from_its_spec_and_its_brokers(
     assert operator.metric("kafkube_operator_leader") == 1.0
 
     # Deleting it: the brokers stop first (here, the test stops them: no kubelet), then
-    # the operator removes what owner references cannot: the node-reader binding, the
-    # brokers' Leases and the cluster image.
+    # the operator removes what owner references cannot: the node-reader binding and the
+    # brokers' Leases. The claims are kept (deleteClaim: false), so the cluster image and
+    # its counters are kept with them.
     cluster.stop()
     clusters.delete("alpha")
     wait_until(lambda: clusters.get("alpha") is None, 60, "the KafkaCluster gone")
@@ -186,7 +187,9 @@ def test_a_kafka_cluster_is_reconciled_from_its_spec_and_its_brokers(
     assert leases == []
     config_maps = core.list_namespaced_config_map(
         namespace, label_selector="kafkube.io/cluster=alpha").items
-    assert [c.metadata.name for c in config_maps] == ["alpha-config"]  # owned: the GC's
+    # alpha-config is owned: the garbage collector's (no controller manager runs here).
+    assert sorted(c.metadata.name for c in config_maps) == [
+        "alpha-config", "alpha-epochs", "alpha-metadata"]
     with pytest.raises(ApiException) as gone:
         rbac.read_cluster_role_binding(f"kafkube-{namespace}-alpha-nodes")
     assert gone.value.status == 404

@@ -9,6 +9,7 @@ from kafkube_operator.model.status import (
     ObservedCluster,
     SpecWarning,
     cluster_status,
+    metadata_problem,
 )
 
 BROKERS = tuple(BrokerState(i, "abc"[i], 2) for i in range(3))
@@ -66,3 +67,18 @@ def test_transition_times_move_only_with_the_status() -> None:
     times = {c["type"]: c["lastTransitionTime"] for c in changed["conditions"]}
     assert times == {"Ready": "2026-11-25T10:06:00Z", "Reconciling": "2026-11-25T10:06:00Z",
                      "Warning": "2026-11-25T10:00:00Z"}
+
+
+def test_the_image_is_acted_on_only_when_it_is_this_clusters() -> None:
+    """As the brokers judge it (broker/cluster/guard.py): no image before the first broker
+    is no problem; no image where brokers ran, or another cluster's, is a Warning."""
+    where = "ConfigMap ns/c-metadata"
+    assert metadata_problem(None, None, False, where) is None
+    assert metadata_problem(("id-1", 4), None, True, where) is None
+    assert metadata_problem(("id-1", 4), "id-1", True, where) is None
+    missing = metadata_problem(None, "id-1", False, where)
+    assert missing is not None and missing.reason == "MetadataMissing"
+    assert metadata_problem(None, None, True, where).reason == "MetadataMissing"
+    foreign = metadata_problem(("id-2", 1), "id-1", True, where)
+    assert foreign is not None and foreign.reason == "MetadataOfAnotherCluster"
+    assert "id-2" in foreign.message and "id-1" in foreign.message and where in foreign.message

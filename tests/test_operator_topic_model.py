@@ -113,6 +113,18 @@ def test_status_lists_every_partition_and_counts_the_under_replicated() -> None:
     assert [c["status"] for c in missing["conditions"]] == ["False", "True"]
 
 
+def test_a_topic_with_an_offline_partition_is_not_ready() -> None:
+    """A partition with no leader (no in-sync replica alive, none outside elected) holds no
+    readable data: the Topic says so instead of Ready."""
+    current = existing([(0, 1, 2), (1, 2, 0)])
+    offline = TopicMetadata(current.name, current.topic_id, {}, (
+        current.assignments[0], PartitionState((1, 2, 0), (1,), -1)))
+    status = topic_status(spec(2), offline, 4, [], [], NOW)
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "PartitionsOffline")
+    assert "1 offline" in ready["message"]
+
+
 @pytest.mark.parametrize(("topic", "expected"), [
     ("orders", "orders"), ("orders.v2", "orders.v2"),
     ("Orders_V2", "orders-v2-"), ("__weird__", "weird-")])

@@ -38,6 +38,19 @@ class ClusterImageTooLarge(Exception):
     """The cluster image no longer fits where the backend keeps it (one Kubernetes object)."""
 
 
+class MetadataMissing(Exception):
+    """The store holds no cluster image (never created, or deleted behind the brokers' back)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoredIdentity:
+    """Which cluster's image the store holds, and its version: what a broker checks before it
+    trusts the image (broker/cluster/guard.py)."""
+
+    cluster_id: str
+    version: int
+
+
 @dataclass(frozen=True, slots=True)
 class BrokerRegistration:
     """A live broker. ``host``/``port`` is its inter-broker listener (what peers dial);
@@ -75,13 +88,41 @@ class CoordinationBackend(ABC):
     notifies_changes = False
     #: True if writes cross the network (an API server): brokers make them off the event loop.
     remote = False
+    #: Where the image is kept, as messages name it.
+    where = "the coordination store"
 
     def add_listener(self, listener: Callable[[], None]) -> None:  # noqa: B027 - optional
         """Have ``listener`` called, from any thread, when a lease or the image changes."""
 
-    @abstractmethod
     def cluster_id(self) -> str:
-        """The cluster's id, created by the first broker to start."""
+        """The id of the cluster whose image the store holds."""
+        stored = self.stored_identity()
+        if stored is None:
+            raise MetadataMissing("the coordination store holds no cluster image")
+        return stored.cluster_id
+
+    # -- the stored image's identity, its creation and its repair ---------------------------
+
+    @abstractmethod
+    def stored_identity(self) -> StoredIdentity | None:
+        """The stored image's cluster id and version, None if there is none; cheap (cached)."""
+
+    @abstractmethod
+    def create_image(self, cluster_id: str, image: ClusterImage) -> bool:
+        """Create the store of a new cluster holding ``image`` at ``image.version``, and its
+        counters at zero; False if an image is stored already (another broker won)."""
+
+    @abstractmethod
+    def restore_image(self, cluster_id: str, image: ClusterImage) -> bool:
+        """Put back ``image`` at its own version where the store lost it (no image) or went
+        backwards (an image of ``cluster_id`` older than ``image.version``), by compare-and-set;
+        counters recreated skip past any value handed out before. False if nothing was written
+        (the store holds that version or newer, another cluster's image, or a race was lost)."""
+
+    @abstractmethod
+    def has_history(self) -> bool:
+        """Whether brokers of this cluster ran before (counters, registrations): then an empty
+        broker must not create a new cluster where the image is missing, but wait for it."""
 
     # -- broker liveness -------------------------------------------------------------------
 

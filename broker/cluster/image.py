@@ -173,7 +173,10 @@ class ClusterImage:
 
     @classmethod
     def from_json(cls, text: str, version: int) -> ClusterImage:
-        doc = json.loads(text) if text else {}
+        return cls.from_doc(json.loads(text) if text else {}, version)
+
+    @classmethod
+    def from_doc(cls, doc: dict[str, Any], version: int) -> ClusterImage:
         topics = {}
         for t in doc.get("topics", []):
             states = tuple(

@@ -30,14 +30,11 @@ import datetime as dt
 import gzip
 import logging
 import math
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import urllib3
 from kubernetes import client as k8s
-from kubernetes import watch
 from kubernetes.client.rest import ApiException
 
 from broker.cluster.backend import (
@@ -45,11 +42,13 @@ from broker.cluster.backend import (
     ClusterImageTooLarge,
     ControllerLease,
     CoordinationBackend,
-    new_cluster_id,
+    MetadataMissing,
+    StoredIdentity,
 )
 from broker.cluster.contact import Contact, now_ms
 from broker.cluster.image import ClusterImage
 from broker.cluster.pod_liveness import PodRef, process_ended
+from broker.cluster.watch_cache import REQUEST_TIMEOUT_S, WatchCache, unreachable
 
 log = logging.getLogger(__name__)
 
@@ -68,17 +67,10 @@ IMAGE_KEY = "image.json.gz"
 # The API server refuses a ConfigMap whose data exceed 1 MiB (its own check, before etcd's
 # 1.5 MiB request limit); refusing here first gives the caller a message that says why.
 MAX_IMAGE_BYTES = 1024 * 1024 - 4096
-REQUEST_TIMEOUT_S = 10.0
-WATCH_TIMEOUT_S = 60
 CONFLICT, NOT_FOUND, GONE = 409, 404, 410
-
-
-def _unreachable(error: BaseException) -> bool:
-    """No answer from the API server (refused, reset, timed out), or one saying it cannot
-    serve (5xx, e.g. etcd down); a conflict or a 404 is an answer."""
-    if isinstance(error, ApiException):
-        return not 0 < (error.status or 0) < 500
-    return isinstance(error, OSError | urllib3.exceptions.HTTPError)
+# Counters recreated after a loss skip this far past the last values seen (broker/cluster/guard.py).
+EPOCH_MARGIN = 1000
+PRODUCER_ID_MARGIN = 10_000_000
 
 
 def controller_lease_name(cluster: str) -> str:
@@ -116,16 +108,6 @@ def epoch_ms(value: dt.datetime | None) -> int:
     return int(value.timestamp() * 1000) if value is not None else 0
 
 
-def _revision(obj: Any) -> int:
-    """An object's resourceVersion as a number. Kubernetes calls it opaque, but with etcd it
-    is the object's modification revision, which only grows; the watch cache compares them
-    so that a late watch event never replaces what a write of ours already returned."""
-    try:
-        return int(obj.metadata.resource_version)
-    except (TypeError, ValueError):
-        return 0
-
-
 @dataclass(frozen=True, slots=True)
 class KubernetesSettings:
     namespace: str
@@ -149,125 +131,6 @@ def api_client(kubeconfig: str | None) -> k8s.ApiClient:
     return k8s.ApiClient(configuration)
 
 
-class _WatchCache:
-    """Objects of one kind as of the latest list or watch event, kept by a daemon thread:
-    list, then watch from the list's resourceVersion, and list again when the watch ends in
-    410 Gone or an error (an API server restart)."""
-
-    def __init__(self, kind: str, item_type: type, list_fn: Callable[..., Any], selector: str,
-                 on_change: Callable[[], None], contact: Contact) -> None:
-        self.kind = kind
-        self._item_type = item_type  # the watch cannot tell it from a lambda's signature
-        self._contact = contact
-        self._list = list_fn
-        self._selector = selector
-        self._on_change = on_change
-        self._objects: dict[str, Any] = {}
-        self._gone: dict[str, str] = {}  # name -> uid of the last one seen deleted
-        self._lock = threading.Lock()
-        self._synced = threading.Event()
-        self._stopped = threading.Event()
-        self._watch: watch.Watch | None = None
-        self.lists = self.watches = self.bookmarks = 0  # for tests and debugging
-        self._thread = threading.Thread(target=self._run, name=f"watch-{kind}", daemon=True)
-        self._thread.start()
-
-    def get(self, name: str) -> Any:
-        with self._lock:
-            return self._objects.get(name)
-
-    def items(self) -> list[Any]:
-        with self._lock:
-            return list(self._objects.values())
-
-    def gone_uid(self, name: str) -> str | None:
-        """The uid of the last object of this name seen deleted (by an event, or by its
-        absence from a fresh list), if any."""
-        with self._lock:
-            return self._gone.get(name)
-
-    def put(self, obj: Any) -> None:
-        """Take in an object a write of ours returned (or a watch event), unless ours is
-        already newer."""
-        name = obj.metadata.name
-        with self._lock:
-            known = self._objects.get(name)
-            if known is not None and _revision(known) > _revision(obj):
-                return
-            self._objects[name] = obj
-        self._on_change()
-
-    def forget(self, name: str, deleted: Any = None) -> None:
-        """Drop an object: one we found gone, or one a DELETED event names, unless what we
-        hold is newer (recreated by a write of ours after that deletion)."""
-        with self._lock:
-            known = self._objects.get(name)
-            if known is None or (deleted is not None and _revision(known) > _revision(deleted)):
-                return
-            del self._objects[name]
-            if deleted is not None:
-                self._gone[name] = deleted.metadata.uid
-        self._on_change()
-
-    def wait_synced(self, timeout: float) -> bool:
-        return self._synced.wait(timeout)
-
-    def stop(self) -> None:
-        self._stopped.set()
-        if self._watch is not None:
-            self._watch.stop()
-
-    def _run(self) -> None:
-        backoff = 0.2
-        while not self._stopped.is_set():
-            try:
-                listed = self._list(label_selector=self._selector,
-                                    _request_timeout=REQUEST_TIMEOUT_S)
-                self._contact.reached()
-                self.lists += 1
-                with self._lock:
-                    fresh = {o.metadata.name: o for o in listed.items}
-                    for name, obj in self._objects.items():  # deleted while we were not watching
-                        if fresh.get(name) is None or fresh[name].metadata.uid != obj.metadata.uid:
-                            self._gone[name] = obj.metadata.uid
-                    self._objects = fresh
-                self._synced.set()
-                self._on_change()
-                backoff = 0.2
-                self._follow(listed.metadata.resource_version)
-            except Exception as e:  # any failure: list again after a pause
-                if self._stopped.is_set():
-                    return
-                if _unreachable(e):
-                    self._contact.lost(e)
-                log.info("watch of %s ended (%s); listing again in %.1fs", self.kind, e, backoff)
-                self._stopped.wait(backoff)
-                backoff = min(backoff * 2, 5.0)
-
-    def _follow(self, resource_version: str) -> None:
-        while not self._stopped.is_set():
-            self._watch = watch.Watch(return_type=self._item_type)
-            self.watches += 1
-            for event in self._watch.stream(
-                    self._list, label_selector=self._selector, resource_version=resource_version,
-                    timeout_seconds=WATCH_TIMEOUT_S, allow_watch_bookmarks=True,
-                    _request_timeout=WATCH_TIMEOUT_S + REQUEST_TIMEOUT_S):
-                kind, obj = event["type"], event["object"]
-                self._contact.reached()  # the server is there: leases are judged by it
-                if kind == "ERROR":
-                    raise RuntimeError(f"watch error: {getattr(obj, 'message', obj)}")
-                if kind == "BOOKMARK":  # only a resourceVersion to go on from, as a dict
-                    resource_version = obj["metadata"]["resourceVersion"]
-                    self.bookmarks += 1
-                    continue
-                resource_version = obj.metadata.resource_version
-                if kind == "DELETED":
-                    self.forget(obj.metadata.name, obj)
-                elif kind in ("ADDED", "MODIFIED"):
-                    self.put(obj)
-            # The server closed the watch after its timeout: go on from where it was.
-
-
 class KubernetesBackend(CoordinationBackend):
     notifies_changes = True
     remote = True
@@ -277,23 +140,23 @@ class KubernetesBackend(CoordinationBackend):
         self.settings = settings
         self.namespace = settings.namespace
         self.cluster = settings.cluster
+        self.where = f"ConfigMap {self.namespace}/{metadata_name(self.cluster)}"
         self._client = client or api_client(settings.kubeconfig)
         self._leases_api = k8s.CoordinationV1Api(self._client)
         self._core = k8s.CoreV1Api(self._client)
         self._listeners: list[Callable[[], None]] = [on_change] if on_change else []
         self._contact = Contact()
         selector = f"{CLUSTER_LABEL}={self.cluster}"
-        self._ensure_cluster()
-        self._leases = _WatchCache(
+        self._leases = WatchCache(
             "leases", k8s.V1Lease,
             lambda **kw: self._leases_api.list_namespaced_lease(self.namespace, **kw),
             selector, self._changed, self._contact)
-        self._config_maps = _WatchCache(
+        self._config_maps = WatchCache(
             "configmaps", k8s.V1ConfigMap,
             lambda **kw: self._core.list_namespaced_config_map(self.namespace, **kw),
-            f"{selector},{ROLE_LABEL}=metadata", self._changed, self._contact)
+            f"{selector},{ROLE_LABEL} in (metadata,counters)", self._changed, self._contact)
         # The brokers' pods carry the cluster label too (deploy/kafkube.yaml, the operator).
-        self._pods = _WatchCache(
+        self._pods = WatchCache(
             "pods", k8s.V1Pod,
             lambda **kw: self._core.list_namespaced_pod(self.namespace, **kw),
             selector, self._changed, self._contact) if settings.pod is not None else None
@@ -306,11 +169,11 @@ class KubernetesBackend(CoordinationBackend):
 
     def _call(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """One request to the API server, with a bounded timeout, noting contact."""
-        with self._contact.request(_unreachable):
+        with self._contact.request(unreachable):
             return method(*args, _request_timeout=REQUEST_TIMEOUT_S, **kwargs)
 
     @property
-    def _caches(self) -> list[_WatchCache]:
+    def _caches(self) -> list[WatchCache]:
         return [c for c in (self._leases, self._config_maps, self._pods) if c is not None]
 
     def _lapsed(self, lease: Any) -> bool:
@@ -410,22 +273,84 @@ class KubernetesBackend(CoordinationBackend):
 
     # -- the cluster object and the counters ------------------------------------------
 
-    def _ensure_cluster(self) -> None:
-        """Create the metadata and counter ConfigMaps if this is the cluster's first broker;
-        brokers starting together race, and the API server lets exactly one create win."""
-        for name, role, body in (
-            (self.metadata_name, "metadata", self._image_body(ClusterImage(), 0,
-                                                              new_cluster_id(), None)),
-            (self.counters_name, "counters", k8s.V1ConfigMap(
-                metadata=self._meta(self.counters_name, "counters", {}),
-                data={"broker": "0", "controller": "0", "producer-id": "0"})),
-        ):
+    # -- the stored image's identity, its creation and its repair ---------------------------
+
+    def stored_identity(self) -> StoredIdentity | None:
+        obj = self._config_maps.get(self.metadata_name)
+        if obj is None:
+            return None
+        return StoredIdentity(self._annotation(obj, A_CLUSTER_ID, ""),
+                              int(self._annotation(obj, A_IMAGE_VERSION)))
+
+    def create_image(self, cluster_id: str, image: ClusterImage) -> bool:
+        """Brokers of a new cluster starting together race; the API server lets one win."""
+        counters = {"broker": "0", "controller": "0", "producer-id": "0"}
+        if not self._create(self._image_body(image, image.version, cluster_id, None)):
+            return False
+        log.info("created the metadata of a new cluster %s (id %s)", self.cluster, cluster_id)
+        self._create(self._counters_body(counters))
+        return True
+
+    def restore_image(self, cluster_id: str, image: ClusterImage) -> bool:
+        current = self._config_maps.get(self.metadata_name)
+        body = self._image_body(image, image.version, cluster_id, None)
+        if current is None:
+            written = self._create(body)
+        elif self._annotation(current, A_CLUSTER_ID, "") != cluster_id \
+                or int(self._annotation(current, A_IMAGE_VERSION)) >= image.version:
+            return False
+        else:
+            body.metadata.resource_version = current.metadata.resource_version
             try:
-                self._call(self._core.create_namespaced_config_map, self.namespace, body)
-                log.info("created %s %s/%s", role, self.namespace, name)
+                self._config_maps.put(self._call(self._core.replace_namespaced_config_map,
+                                                 self.metadata_name, self.namespace, body))
+                written = True
             except ApiException as e:
-                if e.status != CONFLICT:
+                if e.status not in (CONFLICT, NOT_FOUND):
                     raise
+                written = False
+        if written:
+            log.warning("restored %s/%s: image version %d of cluster %s, from this broker's copy",
+                        self.namespace, self.metadata_name, image.version, cluster_id)
+        return written
+
+    def has_history(self) -> bool:
+        return self._config_maps.get(self.counters_name) is not None or any(
+            (lease.metadata.labels or {}).get(ROLE_LABEL) == "broker"
+            for lease in self._leases.items())
+
+    def _create(self, body: k8s.V1ConfigMap) -> bool:
+        try:
+            self._config_maps.put(self._call(self._core.create_namespaced_config_map,
+                                             self.namespace, body))
+            return True
+        except ApiException as e:
+            if e.status != CONFLICT:
+                raise
+            return False
+
+    def _counters_body(self, values: dict[str, str]) -> k8s.V1ConfigMap:
+        return k8s.V1ConfigMap(metadata=self._meta(self.counters_name, "counters", {}),
+                               data=values)
+
+    def _restore_counters(self) -> None:
+        """Counters lost (deleted) while the cluster lives: recreated past every value they
+        may have handed out, as far as the last copy seen and the leases tell, with margins
+        for what this broker may not have seen; producer ids from the clock's milliseconds,
+        which no cluster hands out that many of."""
+        seen = self._config_maps.last_seen(self.counters_name)
+        values = {k: int(v) for k, v in ((seen.data or {}) if seen is not None else {}).items()}
+        leases = self._leases.items()
+        broker = max([values.get("broker", 0)] + [
+            int(self._annotation(lease, A_EPOCH)) for lease in leases])
+        controller = max([values.get("controller", 0)] + [
+            int(self._annotation(lease, A_CONTROLLER_EPOCH)) for lease in leases])
+        producer = max(values.get("producer-id", 0) + PRODUCER_ID_MARGIN, now_ms())
+        restored = {"broker": str(broker + EPOCH_MARGIN),
+                    "controller": str(controller + EPOCH_MARGIN), "producer-id": str(producer)}
+        if self._create(self._counters_body(restored)):
+            log.warning("restored the counters %s/%s: %s", self.namespace, self.counters_name,
+                        restored)
 
     def _image_body(self, image: ClusterImage, version: int, cluster_id: str,
                     resource_version: str | None) -> k8s.V1ConfigMap:
@@ -444,8 +369,14 @@ class KubernetesBackend(CoordinationBackend):
     def _next(self, counter: str, count: int = 1) -> int:
         """Add ``count`` to a counter by compare-and-set; returns the first value taken."""
         while True:
-            current = self._call(self._core.read_namespaced_config_map,
-                                 self.counters_name, self.namespace)
+            try:
+                current = self._call(self._core.read_namespaced_config_map,
+                                     self.counters_name, self.namespace)
+            except ApiException as e:
+                if e.status != NOT_FOUND:
+                    raise
+                self._restore_counters()
+                continue
             first = int(current.data[counter]) + 1
             current.data[counter] = str(first + count - 1)
             try:
@@ -463,13 +394,17 @@ class KubernetesBackend(CoordinationBackend):
         return obj
 
     def _refresh_metadata(self) -> Any:
-        obj = self._call(self._core.read_namespaced_config_map,
-                         self.metadata_name, self.namespace)
+        try:
+            obj = self._call(self._core.read_namespaced_config_map,
+                             self.metadata_name, self.namespace)
+        except ApiException as e:
+            if e.status != NOT_FOUND:
+                raise
+            self._config_maps.forget(self.metadata_name)
+            raise MetadataMissing(f"ConfigMap {self.namespace}/{self.metadata_name} is missing: "
+                                  "the cluster metadata is gone") from e
         self._config_maps.put(obj)
         return self._config_maps.get(self.metadata_name)
-
-    def cluster_id(self) -> str:
-        return self._annotation(self._metadata_object(), A_CLUSTER_ID)
 
     # -- broker liveness ------------------------------------------------------------------
 
@@ -650,6 +585,9 @@ class KubernetesBackend(CoordinationBackend):
             written = self._call(self._core.replace_namespaced_config_map,
                                  self.metadata_name, self.namespace, body)
         except ApiException as e:
+            if e.status == NOT_FOUND:  # deleted since the watch last said: the guard judges
+                self._config_maps.forget(self.metadata_name)
+                return False
             if e.status == CONFLICT:
                 self._refresh_metadata()  # the watch may lag: the caller re-reads from this
                 return False

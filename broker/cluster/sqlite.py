@@ -18,7 +18,8 @@ from broker.cluster.backend import (
     BrokerRegistration,
     ControllerLease,
     CoordinationBackend,
-    new_cluster_id,
+    MetadataMissing,
+    StoredIdentity,
 )
 from broker.cluster.image import ClusterImage
 
@@ -59,6 +60,7 @@ class SqliteBackend(CoordinationBackend):
     def __init__(self, path: Path, busy_timeout_s: float = 5.0) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
+        self.where = str(path)
         self._decoded: tuple[int, ClusterImage] | None = None  # (version, image)
         self._db = sqlite3.connect(path, timeout=busy_timeout_s, isolation_level=None,
                                    check_same_thread=False)
@@ -81,11 +83,6 @@ class SqliteBackend(CoordinationBackend):
             columns = {row[1] for row in db.execute("PRAGMA table_info(brokers)")}
             if "listeners" not in columns:  # a store written before listeners were kept
                 db.execute("ALTER TABLE brokers ADD COLUMN listeners TEXT NOT NULL DEFAULT ''")
-            if db.execute("SELECT 1 FROM cluster").fetchone() is None:
-                db.execute(
-                    "INSERT INTO cluster VALUES (0, ?, ?, 0, 0)",
-                    (new_cluster_id(), ClusterImage().to_json()),
-                )
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
@@ -103,8 +100,35 @@ class SqliteBackend(CoordinationBackend):
         db.execute("INSERT OR REPLACE INTO epochs VALUES (?, ?)", (name, value))
         return value
 
-    def cluster_id(self) -> str:
-        return self._db.execute("SELECT cluster_id FROM cluster").fetchone()[0]
+    # -- the stored image's identity, its creation and its repair ---------------------------
+
+    def stored_identity(self) -> StoredIdentity | None:
+        row = self._db.execute("SELECT cluster_id, version FROM cluster").fetchone()
+        return StoredIdentity(*row) if row else None
+
+    def create_image(self, cluster_id: str, image: ClusterImage) -> bool:
+        with self._write() as db:
+            if db.execute("SELECT 1 FROM cluster").fetchone() is not None:
+                return False
+            db.execute("INSERT INTO cluster VALUES (0, ?, ?, ?, 0)",
+                       (cluster_id, image.to_json(), image.version))
+            return True
+
+    def restore_image(self, cluster_id: str, image: ClusterImage) -> bool:
+        with self._write() as db:
+            if db.execute("SELECT 1 FROM cluster").fetchone() is None:
+                # The producer ids handed out before are unknown: start past any of them.
+                db.execute("INSERT INTO cluster VALUES (0, ?, ?, ?, ?)",
+                           (cluster_id, image.to_json(), image.version, _now_ms()))
+                return True
+            cursor = db.execute(
+                "UPDATE cluster SET image = ?, version = ? WHERE cluster_id = ? AND version < ?",
+                (image.to_json(), image.version, cluster_id, image.version))
+            return cursor.rowcount == 1
+
+    def has_history(self) -> bool:
+        return any(self._db.execute(f"SELECT 1 FROM {table} LIMIT 1").fetchone() is not None
+                   for table in ("brokers", "epochs", "controller"))
 
     # -- broker liveness -------------------------------------------------------------------
 
@@ -185,7 +209,10 @@ class SqliteBackend(CoordinationBackend):
     # -- cluster image ---------------------------------------------------------------------
 
     def image_version(self) -> int:
-        return self._db.execute("SELECT version FROM cluster").fetchone()[0]
+        row = self._db.execute("SELECT version FROM cluster").fetchone()
+        if row is None:
+            raise MetadataMissing(f"{self.path} holds no cluster image")
+        return row[0]
 
     def read_image(self) -> ClusterImage:
         """Decoded once per version: the controller reads the image several times a round,
@@ -206,7 +233,10 @@ class SqliteBackend(CoordinationBackend):
 
     def allocate_producer_ids(self, count: int) -> int:
         with self._write() as db:
-            first = db.execute("SELECT next_producer_id FROM cluster").fetchone()[0]
+            row = db.execute("SELECT next_producer_id FROM cluster").fetchone()
+            if row is None:
+                raise MetadataMissing(f"{self.path} holds no cluster image")
+            first = row[0]
             db.execute("UPDATE cluster SET next_producer_id = ?", (first + count,))
             return first
 

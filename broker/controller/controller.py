@@ -21,7 +21,7 @@ from broker.config import BrokerConfig
 from broker.controller.elections import fence_and_elect, map_partitions, step_reassignment
 from broker.controller.rebalance import elect_preferred, preferred_leader_moves
 from broker.repeated_failure import RepeatedFailure
-from broker.server.metadata import ClusterMetadata, ConcurrentUpdate
+from broker.server.metadata import ClusterMetadata, ConcurrentUpdate, MetadataUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +125,8 @@ class Controller:
     async def _write(self, change: Callable[[ClusterImage], ClusterImage | None]) -> None:
         try:
             await self.metadata.update(change)
+        except MetadataUnavailable:
+            pass  # the guard reports the fault itself, and not four times a second
         except ConcurrentUpdate as e:
             log.warning("controller: %s", e)
 

@@ -29,6 +29,7 @@ from broker.coordinator import offsets_topic as ot
 from broker.coordinator.group import Group, GroupState, Member
 from broker.protocol.batch_codec import Record, encode_batch, read_records
 from broker.protocol.records import ATTR_TRANSACTIONAL, BatchHeader
+from broker.server.metadata import ConcurrentUpdate
 from broker.server.partition import Partition
 from broker.server.replica_manager import ReplicaManager, TopicExists
 
@@ -212,11 +213,15 @@ class GroupCoordinator:
             return
         live = max(1, len(self.replicas.metadata.brokers))
         replication_factor = min(self.config["offsets.topic.replication.factor"], live)
-        with contextlib.suppress(TopicExists):  # another broker created it first
+        try:
             await self.replicas.create_topic(ot.TOPIC, self.partitions, {
                 "cleanup.policy": "compact",
                 "segment.bytes": str(self.config["offsets.topic.segment.bytes"]),
             }, replication_factor)
+        except TopicExists:  # another broker created it first
+            pass
+        except ConcurrentUpdate as e:  # callers find no coordinator yet, which clients retry
+            log.warning("cannot create %s now: %s", ot.TOPIC, e)
 
     # -- persistence ---------------------------------------------------------------------
 

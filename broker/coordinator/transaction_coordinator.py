@@ -34,7 +34,7 @@ from broker.coordinator.serde import partition_for
 from broker.coordinator.transaction_log import TopicPartition, TxnRecord, TxnState
 from broker.coordinator.txn_markers import MarkerJob, MarkerSender
 from broker.protocol.batch_codec import Record, encode_batch, read_records
-from broker.server.metadata import ClusterMetadata
+from broker.server.metadata import ClusterMetadata, ConcurrentUpdate
 from broker.server.partition import Partition
 from broker.server.replica_manager import ReplicaManager, TopicExists
 
@@ -159,13 +159,17 @@ class TransactionCoordinator:
         live = max(1, len(self.store.brokers))
         replication_factor = min(self.config["transaction.state.log.replication.factor"], live)
         min_isr = min(self.config["transaction.state.log.min.isr"], replication_factor)
-        with contextlib.suppress(TopicExists):
+        try:
             await self.replicas.create_topic(tl.TOPIC, self.partitions, {
                 "cleanup.policy": "compact",
                 "segment.bytes": str(self.config["transaction.state.log.segment.bytes"]),
                 "min.insync.replicas": str(min_isr),
                 "unclean.leader.election.enable": "false",
             }, replication_factor)
+        except TopicExists:
+            pass
+        except ConcurrentUpdate as e:  # callers find no coordinator yet, which clients retry
+            log.warning("cannot create %s now: %s", tl.TOPIC, e)
 
     # -- lifecycle -----------------------------------------------------------------------
 

@@ -37,7 +37,12 @@ from broker.handlers.context import DENIED_MESSAGES, BrokerServices, RequestCont
 from broker.handlers.metadata import live_brokers
 from broker.protocol.messages import build_response
 from broker.security.acl import CLUSTER_NAME, OPERATIONS_OMITTED, Operation, ResourceType
-from broker.server.metadata import ClusterMetadata, TopicMetadata, topic_name_error
+from broker.server.metadata import (
+    ClusterMetadata,
+    ConcurrentUpdate,
+    TopicMetadata,
+    topic_name_error,
+)
 from broker.server.replica_manager import InvalidPartitions, TopicExists
 
 NO_THROTTLE = datetime.timedelta(0)
@@ -304,6 +309,8 @@ async def _create_topic(services: BrokerServices, topic: Any, validate_only: boo
                 ErrorCode.invalid_replication_factor, str(e)))
         except ClusterImageTooLarge as e:
             return _creation_error(topic.name, ApiError(ErrorCode.policy_violation, str(e)))
+        except ConcurrentUpdate as e:  # the metadata busy or not to be trusted: retriable
+            return _creation_error(topic.name, ApiError(ErrorCode.request_timed_out, str(e)))
         topic_id = created.uuid
     result: dict[str, Any] = {
         "name": new.name, "topic_id": topic_id, "error_code": ErrorCode.none,
@@ -456,7 +463,7 @@ async def delete_topics(ctx: RequestContext, request: Any) -> Any:
 
     results, targets = _resolve_deletions(services.store, refs, may)
     for topic_id, name in targets.items():
-        await services.replicas.delete_topic(name)
+        await services.replicas.delete_topic(name, str(topic_id))
         services.groups.delete_topic_offsets(name)
         services.metrics.forget_topic(name)
         results.append(_deletion(name, topic_id, ErrorCode.none, None))
@@ -521,6 +528,8 @@ async def _add_partitions(services: BrokerServices, topic: Any, validate_only: b
             return _partitions_result(topic.name, ErrorCode.invalid_replication_factor, str(e))
         except ClusterImageTooLarge as e:
             return _partitions_result(topic.name, ErrorCode.policy_violation, str(e))
+        except ConcurrentUpdate as e:
+            return _partitions_result(topic.name, ErrorCode.request_timed_out, str(e))
         except InvalidPartitions as e:
             return _partitions_result(topic.name, ErrorCode.invalid_partitions, str(e))
     return _partitions_result(topic.name, ErrorCode.none, None)

@@ -4,7 +4,6 @@ Kafka 4's admin client uses to describe topics, answers the same partitions page
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import uuid
 from datetime import timedelta
@@ -16,7 +15,7 @@ from broker.handlers import handles
 from broker.handlers.context import BrokerServices, RequestContext, cooperatively
 from broker.protocol.messages import build_long_response, build_response
 from broker.security.acl import CLUSTER_NAME, SUPPORTED_OPERATIONS, Operation, ResourceType
-from broker.server.metadata import topic_name_error
+from broker.server.metadata import ConcurrentUpdate, topic_name_error
 from broker.server.replica_manager import TopicExists
 
 log = logging.getLogger(__name__)
@@ -60,8 +59,13 @@ async def auto_create(services: BrokerServices, name: str) -> bool:
                     "brokers", name, replication_factor, len(services.store.brokers))
         return False
     log.info("auto-creating topic %s with %d partitions", name, cfg["num.partitions"])
-    with contextlib.suppress(TopicExists):
+    try:
         await services.replicas.create_topic(name, cfg["num.partitions"], {}, replication_factor)
+    except TopicExists:
+        pass
+    except ConcurrentUpdate as e:  # answered as not there yet: the client asks again
+        log.warning("not auto-creating %s now: %s", name, e)
+        return False
     return True
 
 

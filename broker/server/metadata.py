@@ -3,16 +3,17 @@
 Kafka brokers keep a MetadataCache fed by the controller; ours is fed by polling the
 coordination backend's image version (``refresh``), and every change a broker makes itself
 (a topic created through CreateTopics, an ISR change as leader) is a compare-and-set through
-``update``. ``meta.properties`` in each log dir carries Kafka's keys (version, cluster.id,
-node.id) so a log dir is never mixed up between clusters or nodes.
+``update``. Every read and write goes through the guard (broker/cluster/guard.py), so an
+image of another cluster or an older one is never applied; the log dirs keep meta.properties
+and a copy of the newest image (broker/cluster/local_copy.py) to start from and repair with.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import re
+import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -20,10 +21,16 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from broker.cluster.backend import BrokerRegistration, CoordinationBackend
+from broker.cluster.guard import MetadataFault, MetadataGuard, bootstrap
 from broker.cluster.image import ClusterImage, PartitionState, TopicMetadata
-from broker.config import ConfigError, parse_properties
+from broker.cluster.local_copy import (
+    read_cluster_id,
+    read_image_copy,
+    write_image_copy,
+    write_meta_properties,
+)
 
-META_PROPERTIES = "meta.properties"
+COPY_EVERY_S = 5.0  # the image copy in the log dir lags the applied image at most this long
 PRODUCER_ID_BLOCK = 1000
 MAX_TOPIC_NAME = 249
 MAX_CAS_ATTEMPTS = 50
@@ -54,16 +61,28 @@ class ConcurrentUpdate(Exception):
     """A compare-and-set kept losing to other writers."""
 
 
+class MetadataUnavailable(ConcurrentUpdate):
+    """The stored metadata cannot be trusted now (the guard's fault): nothing is changed, and
+    callers answer as for a lost race, which clients retry."""
+
+
 class ClusterMetadata:
-    def __init__(self, backend: CoordinationBackend, log_dirs: list[Path], node_id: int) -> None:
-        self.backend = backend
+    def __init__(self, backend: CoordinationBackend, log_dirs: list[Path], node_id: int,
+                 wait: Callable[[float], None] = time.sleep) -> None:
+        """Waits, saying why, until the store holds an image this broker may trust
+        (``guard.bootstrap``)."""
         self.log_dirs = log_dirs
         self.node_id = node_id
         for d in log_dirs:
             d.mkdir(parents=True, exist_ok=True)
-        self.cluster_id = backend.cluster_id()
-        self._check_meta_properties()
-        self.image = backend.read_image()
+        local_id = read_cluster_id(log_dirs, node_id)
+        cluster_id, image = bootstrap(backend, local_id, read_image_copy(log_dirs, local_id),
+                                      backend.where, wait)
+        write_meta_properties(log_dirs, cluster_id, node_id)
+        self.cluster_id = cluster_id
+        self.backend = MetadataGuard(backend, cluster_id, image, backend.where)
+        self.image = image
+        self._copied = (-1, 0.0)  # (version, time.monotonic()) of the last copy kept
         self.brokers: dict[int, BrokerRegistration] = backend.live_brokers()
         self.controller_id = -1
         # Called with each newer image, from refresh() or our own update(): the replica
@@ -77,25 +96,6 @@ class ClusterMetadata:
         if self._writer is not None:
             self._writer.shutdown(wait=False, cancel_futures=True)
         self.backend.close()
-
-    def _check_meta_properties(self) -> None:
-        for d in self.log_dirs:
-            path = d / META_PROPERTIES
-            if not path.exists():
-                _atomic_write(
-                    path, f"version=1\ncluster.id={self.cluster_id}\nnode.id={self.node_id}\n"
-                )
-                continue
-            props = parse_properties(path.read_text())
-            if props.get("node.id") not in (None, str(self.node_id)):
-                raise ConfigError(
-                    f"log.dirs: {d} belongs to node.id {props['node.id']}, not {self.node_id}"
-                )
-            if props.get("cluster.id") not in (None, self.cluster_id):
-                raise ConfigError(
-                    f"log.dirs: {d} belongs to cluster {props['cluster.id']}, but the "
-                    f"coordination store is for cluster {self.cluster_id}"
-                )
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -131,7 +131,7 @@ class ClusterMetadata:
         return True
 
     def _set_image(self, image: ClusterImage) -> None:
-        if image.version == self.image.version:
+        if image.version <= self.image.version:  # the guard's images only move forward
             return
         self.image = image
         for listener in self.listeners:
@@ -165,10 +165,31 @@ class ClusterMetadata:
             if changed is None:
                 self._set_image(current)
                 return current
-            if await self.call(self.backend.write_image, changed):
+            try:
+                written = await self.call(self.backend.write_image, changed)
+            except MetadataFault as e:
+                raise MetadataUnavailable(str(e)) from e
+            if written:
                 self._set_image(self.backend.read_image())
                 return self.image
         raise ConcurrentUpdate(f"cluster metadata kept changing for {MAX_CAS_ATTEMPTS} attempts")
+
+    async def repair(self) -> bool:
+        """Put the image back where the store lost it or went backwards (the guard's fault)."""
+        if not self.backend.repairable:
+            return False
+        return await self.call(self.backend.repair)
+
+    async def keep_copy(self, force: bool = False) -> None:
+        """Keep the applied image in the first log dir, at most every COPY_EVERY_S (it is
+        rebuilt whole: tens of milliseconds at 10,000 partitions), on a worker thread."""
+        version, at = self._copied
+        now = time.monotonic()
+        if self.image.version == version or (not force and now - at < COPY_EVERY_S):
+            return
+        image = self.image
+        self._copied = (image.version, now)
+        await asyncio.to_thread(write_image_copy, self.log_dirs[0], self.cluster_id, image)
 
     async def next_producer_id(self) -> int:
         """Unique cluster-wide: each broker reserves blocks, as brokers do from the controller."""
@@ -181,11 +202,3 @@ class ClusterMetadata:
         self._next_producer_id += 1
         return pid
 
-
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)

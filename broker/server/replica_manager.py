@@ -411,11 +411,15 @@ class ReplicaManager:
 
         await self.metadata.update(grow)
 
-    async def delete_topic(self, name: str) -> None:
-        """Forget the topic now; its files go after file.delete.delay.ms, as in Kafka."""
+    async def delete_topic(self, name: str, topic_id: str | None = None) -> None:
+        """Forget the topic now; its files go after file.delete.delay.ms, as in Kafka. With
+        ``topic_id``, only that topic: one of the same name created since stays."""
 
         def remove(image: ClusterImage) -> ClusterImage | None:
-            return image.without_topic(name) if name in image.topics else None
+            topic = image.topics.get(name)
+            if topic is None or (topic_id is not None and topic.topic_id != topic_id):
+                return None
+            return image.without_topic(name)
 
         await self.metadata.update(remove)
 

@@ -13,6 +13,7 @@ import logging
 import os
 import tempfile
 import threading
+import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -160,9 +161,11 @@ class KafkaAdmin:
                             resources, raise_on_unknown=False, incremental=True)
         _raise_errors("setting the replication throttle", result)
 
-    def delete_topic(self, name: str) -> None:
-        self._call(f"deleting topic {name}", self._client.delete_topics, [name],
-                   timeout_ms=REQUEST_TIMEOUT_MS)
+    def delete_topic(self, name: str, topic_id: str | None = None) -> None:
+        """By id where one is known (DeleteTopics v6): a topic of the same name created again
+        since (a producer's auto-creation, a user) is another topic and stays."""
+        self._call(f"deleting topic {name}", self._client.delete_topics,
+                   [uuid.UUID(topic_id) if topic_id else name], timeout_ms=REQUEST_TIMEOUT_MS)
 
     def reassign(self, moves: Mapping[tuple[str, int], Sequence[int]]) -> None:
         """AlterPartitionReassignments (KIP-455): the brokers copy the new replicas, then drop

@@ -57,6 +57,27 @@ class SpecWarning:
     message: str
 
 
+def metadata_problem(stored: tuple[str, int] | None, recorded_id: str | None,
+                     history: bool, where: str) -> SpecWarning | None:
+    """Why the operator must not act on the cluster image now, judged as the brokers judge it
+    (broker/cluster/guard.py): ``stored`` is the (cluster id, version) the store holds,
+    ``recorded_id`` the id this KafkaCluster's status recorded, ``history`` whether brokers
+    of this cluster ran before. A cluster whose first broker has not started yet has no
+    image and no problem."""
+    if stored is None:
+        if recorded_id is None and not history:
+            return None
+        return SpecWarning("MetadataMissing", (
+            f"{where} is missing: the brokers put it back from their copies (the first broker "
+            "to start does if none runs); until then no topic, scale or roll is acted on"))
+    if recorded_id is not None and stored[0] != recorded_id:
+        return SpecWarning("MetadataOfAnotherCluster", (
+            f"{where} holds cluster {stored[0]}, but this KafkaCluster is cluster "
+            f"{recorded_id}: the brokers refuse it and keep their data. Delete that ConfigMap "
+            f"(the brokers put theirs back) or restore the one of cluster {recorded_id}"))
+    return None
+
+
 def ready_brokers(desired: int, observed: ObservedCluster) -> list[BrokerState]:
     return [b for b in observed.brokers if 0 <= b.id < desired]
 

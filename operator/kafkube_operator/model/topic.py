@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from broker.cluster.image import TopicMetadata
+from broker.cluster.image import NO_LEADER, TopicMetadata
 from broker.controller.placement import PlacementError, assign_replicas
 from kafkube_operator.model.scale import THROTTLED_REPLICAS
 from kafkube_operator.model.status import TRUE, Condition
@@ -134,9 +134,15 @@ def topic_status(spec: TopicSpec, current: TopicMetadata | None, generation: int
         status["topicId"] = current.topic_id
         in_spec = current.partitions == spec.partitions and all(
             current.configs.get(k) == v for k, v in spec.config.items())
-        ready = Condition("Ready", TRUE if in_spec and not problems else "False",
-                          "Applied" if in_spec else "Applying",
-                          f"{current.partitions} partition(s) in cluster {spec.cluster}")
+        offline = [i for i, p in enumerate(current.assignments) if p.leader == NO_LEADER]
+        message = f"{current.partitions} partition(s) in cluster {spec.cluster}"
+        if offline:
+            # No leader: no replica in the ISR is alive, and none outside it is elected.
+            message += (f"; {len(offline)} offline (no in-sync replica alive): "
+                        + ", ".join(str(i) for i in offline[:10]))
+        ready = Condition("Ready", TRUE if in_spec and not problems and not offline else "False",
+                          "PartitionsOffline" if offline else
+                          "Applied" if in_spec else "Applying", message)
     status["partitions"] = partitions
     status["underReplicated"] = sum(1 for p in partitions if len(p["isr"]) < len(p["replicas"]))
     conditions = [ready]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
-from broker.cluster.image import DEFAULT_BROKER
+from broker.cluster.image import DEFAULT_BROKER, ClusterImage
 from broker.cluster.kubernetes import KubernetesBackend
 from kafkube_operator.kafka import AdminClients, KafkaAdmin, KafkaRefused
 from kafkube_operator.kube import ApplyError, Kube
@@ -34,6 +34,7 @@ from kafkube_operator.reconcile.views import (
     ClusterViews,
     Events,
     cluster_admin,
+    trusted_image,
     utc_now,
 )
 
@@ -41,13 +42,13 @@ log = logging.getLogger(__name__)
 DEFAULT_THROTTLE = 52_428_800  # crds/kafkacluster.yaml's default of throttleBytesPerSecond
 
 
-def observe(kube: Kube, view: KubernetesBackend,
-            ref: ClusterRef) -> tuple[ObservedCluster, list[PodState]]:
+def observe(kube: Kube, view: KubernetesBackend, ref: ClusterRef,
+            image: ClusterImage) -> tuple[ObservedCluster, list[PodState]]:
     sts = kube.get("apps/v1", "StatefulSet", ref.statefulset, ref.namespace) or {}
     revision = (sts.get("status") or {}).get("updateRevision")
     pods = [pod_state(p, revision) for p in kube.list("v1", "Pod", ref.namespace, selector(ref))]
     controller = view.controller()
-    leaders = view.read_image().leaders()
+    leaders = image.leaders()
     brokers = tuple(BrokerState(b.node_id, b.rack, leaders.get(b.node_id, 0))
                     for b in view.live_brokers().values())
     observed = ObservedCluster(pods=len(pods), outdated_pods=sum(p.outdated for p in pods),
@@ -56,12 +57,11 @@ def observe(kube: Kube, view: KubernetesBackend,
     return observed, pods
 
 
-def roll(kube: Kube, view: KubernetesBackend, ref: ClusterRef, pods: list[PodState],
+def roll(kube: Kube, image: ClusterImage, ref: ClusterRef, pods: list[PodState],
          observed: ObservedCluster, default_min_isr: int, memory: ClusterMemory,
          events: Events) -> tuple[str | None, bool]:
     """One step of the rolling restart (model/roll.py); what it waits for, and whether the
     roll has just finished."""
-    image = view.read_image()
     cluster_default = image.broker_configs.get(DEFAULT_BROKER, {}).get("min.insync.replicas")
     fallback = int(cluster_default) if cluster_default else default_min_isr
 
@@ -119,22 +119,37 @@ def reconcile_cluster(kube: Kube, views: ClusterViews, admins: AdminClients,
     spec = resource.get("spec") or {}
     view = views.of(ref)
     memory = views.memory(ref)
-    scaling = scale(kube, view, admins, ref, resource, memory, events)
+    previous = (resource.get("status") or {}).get("conditions") or []
+    listeners = listener_status(ref.bootstrap_service, ref.namespace, SecuritySpec.of(spec))
+    trusted = trusted_image(view, (resource.get("status") or {}).get("clusterId"))
+    if trusted.problem is not None:
+        # Nothing is acted on while the image cannot be trusted: a scale, a roll or a
+        # Topic pass judged on a missing or foreign image could take data away.
+        observed, _ = observe(kube, view, ref, ClusterImage())
+        status = cluster_status(
+            desired=int(spec.get("replicas", 3)),
+            generation=resource["metadata"].get("generation", 0), observed=observed,
+            warnings=[trusted.problem], bootstrap_servers=listeners[0]["bootstrapServers"]
+            if listeners else ref.bootstrap_servers,
+            selector=",".join(f"{k}={v}" for k, v in selector(ref).items()),
+            previous=previous, now=utc_now())
+        status["clusterId"] = trusted.cluster_id
+        return status
+    image = trusted.image
+    scaling = scale(kube, view, image, admins, ref, resource, memory, events)
     # Certificates before the pods that mount them (nothing without spec.listeners).
     pki, warnings = apply_cluster_pki(kube, resource, events)
     warnings += apply_cluster(kube, resource, events, scaling.statefulset_replicas,
                               pki.pod_annotations)
     if scaling.refused:
         warnings.append(SpecWarning("ScaleDownRefused", scaling.refused))
-    observed, pods = observe(kube, view, ref)
+    observed, pods = observe(kube, view, ref, image)
     default_min_isr = int(broker_properties(ref.name, spec, scaling.statefulset_replicas)
                           .properties["min.insync.replicas"])
-    waiting, rolled = roll(kube, view, ref, pods, observed, default_min_isr, memory, events)
+    waiting, rolled = roll(kube, image, ref, pods, observed, default_min_isr, memory, events)
     if not observed.outdated_pods:
         rebalance_leaders(admins, view, ref, spec, memory, events, elect_now=rolled)
-    mirror_topics(kube, ref, view.read_image(), events)
-    previous = (resource.get("status") or {}).get("conditions") or []
-    listeners = listener_status(ref.bootstrap_service, ref.namespace, SecuritySpec.of(spec))
+    mirror_topics(kube, ref, image, events)
     status = cluster_status(
         desired=int(spec.get("replicas", 3)),
         generation=resource["metadata"].get("generation", 0), observed=observed,
@@ -144,13 +159,15 @@ def reconcile_cluster(kube: Kube, views: ClusterViews, admins: AdminClients,
         selector=",".join(f"{k}={v}" for k, v in selector(ref).items()),
         previous=previous, now=utc_now())
     status["listeners"] = listeners or None
+    status["clusterId"] = trusted.cluster_id
     status["scaling"] = {"phase": scaling.phase, "message": scaling.waiting} \
         if scaling.phase else None
     return status
 
 
-def scale(kube: Kube, view: KubernetesBackend, admins: AdminClients, ref: ClusterRef,
-          resource: Mapping, memory: ClusterMemory, events: Events) -> ScaleDecision:
+def scale(kube: Kube, view: KubernetesBackend, image: ClusterImage, admins: AdminClients,
+          ref: ClusterRef, resource: Mapping, memory: ClusterMemory,
+          events: Events) -> ScaleDecision:
     """The StatefulSet's size for this pass, and the partition moves a change of
     spec.replicas needs first (model/scale.py), started here."""
     sts = kube.get("apps/v1", "StatefulSet", ref.statefulset, ref.namespace)
@@ -161,7 +178,6 @@ def scale(kube: Kube, view: KubernetesBackend, admins: AdminClients, ref: Cluste
         ((resource.get("status") or {}).get("scaling") or {}).get("phase")
     live = {b.node_id: b.rack for b in view.live_brokers().values()}
     spec = resource.get("spec") or {}
-    image = view.read_image()
     decision = scale_decision(int(spec.get("replicas", 3)), current, image, live, phase)
     memory.scaling_phase = decision.phase
     if decision.refused and decision.refused != memory.last_refusal:
@@ -209,15 +225,23 @@ def stop_brokers(kube: Kube, resource: Mapping, events: Events) -> int:
 def delete_cluster(kube: Kube, views: ClusterViews, resource: Mapping,
                    events: Events) -> None:
     """What owner references cannot remove, once the brokers stopped: the cluster-scoped
-    node-reader binding, and the Leases and ConfigMaps the brokers created for themselves
-    (the cluster image). The Services and the rest go with their owner; the claims as the
-    StatefulSet's retention policy says."""
+    node-reader binding, and the Leases and ConfigMaps the brokers created for themselves.
+    The Services and the rest go with their owner; the claims as the StatefulSet's retention
+    policy says. Where the claims are kept (``storage.deleteClaim: false``, the default), so
+    are the cluster image and its counters: a KafkaCluster created again with the same name
+    finds its brokers' data, topics and offsets as they were (the brokers also keep a copy of
+    the image in their volumes, from which they would rebuild it)."""
     ref = ClusterRef.of(resource)
     views.forget(ref)
     kube.delete("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", ref.node_reader_binding)
+    claims_deleted = bool(((resource.get("spec") or {}).get("storage") or {}).get("deleteClaim"))
     coordination = {"kafkube.io/cluster": ref.name}
     for api_version, kind in (("coordination.k8s.io/v1", "Lease"), ("v1", "ConfigMap")):
         for obj in kube.list(api_version, kind, ref.namespace, coordination):
-            if not obj["metadata"].get("ownerReferences"):
-                kube.delete(api_version, kind, obj["metadata"]["name"], ref.namespace)
-    events.info("Deleted", f"removed the coordination objects of cluster {ref.name}")
+            if obj["metadata"].get("ownerReferences"):
+                continue
+            if kind == "ConfigMap" and not claims_deleted:
+                continue
+            kube.delete(api_version, kind, obj["metadata"]["name"], ref.namespace)
+    events.info("Deleted", f"removed the coordination objects of cluster {ref.name}" + (
+        "" if claims_deleted else "; its metadata is kept with its volumes"))

@@ -19,7 +19,13 @@ from kafkube_operator.model.topic import (
     topic_plan,
     topic_status,
 )
-from kafkube_operator.reconcile.views import ClusterViews, Events, cluster_admin, utc_now
+from kafkube_operator.reconcile.views import (
+    ClusterViews,
+    Events,
+    cluster_admin,
+    trusted_image,
+    utc_now,
+)
 
 log = logging.getLogger(__name__)
 # How long a change waits to show in the cluster image before the pass ends (the next pass
@@ -50,8 +56,17 @@ def reconcile_topic(kube: Kube, views: ClusterViews, admins: AdminClients, resou
             f"no KafkaCluster {spec.cluster} in namespace {namespace}"))], previous, utc_now())
     ref = ClusterRef.of(cluster)
     view = views.of(ref)
+    trusted = trusted_image(view, (cluster.get("status") or {}).get("clusterId"))
+    if trusted.problem is not None:
+        # Status keeps what it showed (not Ready), and nothing is created or removed on the
+        # strength of an image that is missing or another cluster's.
+        status = topic_status(spec, None, generation, [
+            (trusted.problem.reason, trusted.problem.message)], previous, utc_now())
+        status |= {k: v for k, v in (resource.get("status") or {}).items()
+                   if k in ("topicId", "partitions")}
+        return status
     brokers = {b.node_id: b.rack for b in view.live_brokers().values()}
-    current = view.read_image().topics.get(spec.name)
+    current = trusted.image.topics.get(spec.name)
     if deleted_through_kafka(resource, current is not None):
         # Not created again: the cluster's pass would remove the resource a moment later.
         _remove_mirror(kube, resource, events)
@@ -97,12 +112,24 @@ def delete_topic(kube: Kube, views: ClusterViews, admins: AdminClients, resource
         return True
     ref = ClusterRef.of(cluster)
     view = views.of(ref)
-    if spec.name not in view.read_image().topics:
+    trusted = trusted_image(view, (cluster.get("status") or {}).get("clusterId"))
+    if trusted.problem is not None:
+        events.warning(trusted.problem.reason, f"topic {spec.name} not deleted yet: "
+                       + trusted.problem.message)
+        return False
+    current = trusted.image.topics.get(spec.name)
+    if current is None:
+        return True
+    recorded = (resource.get("status") or {}).get("topicId")
+    if recorded and current.topic_id != recorded:
+        events.warning("TopicRecreated", f"topic {spec.name} was deleted and created again "
+                       f"(id {recorded} -> {current.topic_id}) outside this resource: the "
+                       "new topic is not deleted with it")
         return True
     admin: KafkaAdmin | None = None
     try:
         admin = cluster_admin(admins, ref, view)
-        admin.delete_topic(spec.name)
+        admin.delete_topic(spec.name, recorded)
     except KafkaRefused as e:
         events.warning("KafkaRefused", str(e))
         if admin is not None:

@@ -10,9 +10,12 @@ import threading
 from dataclasses import dataclass
 from typing import Protocol
 
+from broker.cluster.backend import MetadataMissing
+from broker.cluster.image import ClusterImage
 from broker.cluster.kubernetes import KubernetesBackend, KubernetesSettings
 from kafkube_operator.kafka import AdminClients, KafkaAdmin
 from kafkube_operator.model.cluster import ClusterRef
+from kafkube_operator.model.status import SpecWarning, metadata_problem
 
 
 class Events(Protocol):
@@ -74,6 +77,29 @@ class ClusterViews:
             views, self._views = list(self._views.values()), {}
         for view in views:
             view.close()
+
+
+@dataclass(frozen=True)
+class TrustedImage:
+    """The cluster image the operator may act on, or the problem that forbids it."""
+
+    image: ClusterImage
+    cluster_id: str | None
+    problem: SpecWarning | None = None
+
+
+def trusted_image(view: KubernetesBackend, recorded_id: str | None) -> TrustedImage:
+    """The image, unless it is missing where brokers ran or belongs to another cluster than
+    the one the KafkaCluster's status recorded; an empty one before the first broker made it."""
+    stored = view.stored_identity()
+    identity = (stored.cluster_id, stored.version) if stored is not None else None
+    problem = metadata_problem(identity, recorded_id, view.has_history(), view.where)
+    if problem is not None or stored is None:
+        return TrustedImage(ClusterImage(), recorded_id, problem)
+    try:
+        return TrustedImage(view.read_image(), stored.cluster_id)
+    except MetadataMissing:  # deleted since the look above
+        return trusted_image(view, recorded_id)
 
 
 def utc_now() -> str:

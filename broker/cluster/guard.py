@@ -1,0 +1,258 @@
+"""The cluster metadata only moves forward: what a broker checks before it trusts the store.
+
+On Kubernetes the cluster image is one ConfigMap, and one kubectl command deletes it, a
+restored backup puts an older copy back, a GitOps tool prunes it. A broker that believed
+such an image would drop every replica it no longer lists, and delete the logs. KRaft
+refuses a metadata log of another cluster id and never applies an older one; so does this
+guard, which every read and write of the image goes through:
+
+* an image of another cluster id, or older than the newest this broker applied, is never
+  applied: readers keep the last good image (brokers serve on, as through an API server
+  outage) and writes are refused with ``MetadataFault``, whose message says what is wrong;
+* a missing image, or one of this cluster gone backwards, is rebuilt from the newest good
+  image this broker holds (``repair``): in memory while it runs, from the copy it keeps in
+  its log dir when it starts (broker/cluster/local_copy.py). Each broker puts back its own
+  version only where the store holds an older one, so the newest copy wins;
+* only a broker with no data creates the image of a new cluster, and only where no broker of
+  that name ran before (``CoordinationBackend.has_history``): anything else waits for the
+  image to come back, saying why every ``REPORT_EVERY_S``.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from broker.cluster.backend import (
+    BrokerRegistration,
+    ControllerLease,
+    CoordinationBackend,
+    MetadataMissing,
+    StoredIdentity,
+    new_cluster_id,
+)
+from broker.cluster.image import ClusterImage
+
+log = logging.getLogger(__name__)
+
+REPORT_EVERY_S = 30.0
+BOOTSTRAP_POLL_S = 1.0
+
+
+class MetadataFault(Exception):
+    """The stored cluster metadata cannot be trusted (missing, of another cluster, older than
+    what this broker applied): no change to it is made until it is repaired."""
+
+
+class Verdict(enum.Enum):
+    TRUSTED = "trusted"
+    MISSING = "missing"  # rebuilt from our copy
+    BEHIND = "behind"  # of our cluster but older than our copy: rebuilt from it
+    FOREIGN = "foreign"  # of another cluster: never applied, never overwritten
+
+
+def judge(stored: StoredIdentity | None, cluster_id: str, version: int) -> Verdict:
+    """What the store holds, measured against the newest image this broker applied."""
+    if stored is None:
+        return Verdict.MISSING
+    if stored.cluster_id != cluster_id:
+        return Verdict.FOREIGN
+    return Verdict.BEHIND if stored.version < version else Verdict.TRUSTED
+
+
+def explain(verdict: Verdict, stored: StoredIdentity | None, cluster_id: str,
+            version: int, store: str) -> str:
+    """A fault as an operator reads it: what the store holds, what the broker holds."""
+    if verdict is Verdict.MISSING:
+        return (f"the cluster metadata ({store}) is missing; this broker holds cluster "
+                f"{cluster_id} at version {version} and puts it back")
+    assert stored is not None
+    if verdict is Verdict.FOREIGN:
+        return (f"the cluster metadata ({store}) belongs to cluster {stored.cluster_id}, not to "
+                f"cluster {cluster_id} whose data this broker holds: it is not applied. Delete "
+                f"it (the brokers put theirs back) or restore the one of cluster {cluster_id}")
+    return (f"the cluster metadata ({store}) went back to version {stored.version}; this "
+            f"broker applied version {version} and puts it back")
+
+
+class _Reporter:
+    """Logs a fault when it changes, and again every REPORT_EVERY_S while it lasts."""
+
+    def __init__(self) -> None:
+        self._last: tuple[str, float] | None = None
+
+    def fault(self, message: str) -> None:
+        now = time.monotonic()
+        if self._last is None or self._last[0] != message or now - self._last[1] >= REPORT_EVERY_S:
+            log.error("%s", message)
+            self._last = (message, now)
+
+    def cleared(self) -> None:
+        if self._last is not None:
+            log.warning("the cluster metadata can be trusted again")
+        self._last = None
+
+
+def bootstrap(store: CoordinationBackend, local_id: str | None, copy: ClusterImage | None,
+              where: str, wait: Callable[[float], None] = time.sleep) -> tuple[str, ClusterImage]:
+    """The cluster id and image a starting broker may trust. ``local_id`` is the cluster its
+    log dirs belong to (None for a broker with no data), ``copy`` the newest image it kept.
+    Creates the image of a new cluster, restores a lost one, or waits until one it may
+    trust is there."""
+    report = _Reporter()
+    while True:
+        stored = store.stored_identity()
+        if stored is None:
+            if local_id is not None and copy is not None:
+                store.restore_image(local_id, copy)
+                continue
+            if local_id is None and not store.has_history():
+                if store.create_image(new_cluster_id(), ClusterImage()):
+                    continue
+                continue
+            report.fault(
+                f"the cluster metadata ({where}) is missing and this broker has no copy of it "
+                + ("(its data belong to cluster " + local_id + ")" if local_id else
+                   "(brokers of this cluster ran before)")
+                + ": waiting for a broker that holds one, or for the object to be restored")
+        elif local_id is not None and stored.cluster_id != local_id:
+            report.fault(explain(Verdict.FOREIGN, stored, local_id, -1, where))
+        elif local_id is not None and copy is not None and stored.version < copy.version:
+            store.restore_image(local_id, copy)
+            continue
+        else:
+            try:
+                image = store.read_image()
+            except MetadataMissing:
+                continue
+            report.cleared()
+            return stored.cluster_id, image
+        wait(BOOTSTRAP_POLL_S)
+
+
+class MetadataGuard(CoordinationBackend):
+    """A coordination backend whose image only moves forward within one cluster; leases and
+    counters pass through. Reads are as cheap as the store's (its cached identity first)."""
+
+    def __init__(self, store: CoordinationBackend, cluster_id: str, image: ClusterImage,
+                 where: str) -> None:
+        self.store = store
+        self.notifies_changes = store.notifies_changes
+        self.remote = store.remote
+        self._cluster_id = cluster_id
+        self._good = image
+        self._where = where
+        self._lock = threading.Lock()
+        self._fault: tuple[Verdict, str] | None = None
+        self._report = _Reporter()
+
+    # -- the guarded image ------------------------------------------------------------------
+
+    @property
+    def fault(self) -> str | None:
+        """Why the store cannot be trusted now, or None."""
+        fault = self._fault
+        return fault[1] if fault is not None else None
+
+    @property
+    def repairable(self) -> bool:
+        fault = self._fault
+        return fault is not None and fault[0] in (Verdict.MISSING, Verdict.BEHIND)
+
+    def _judge(self) -> StoredIdentity | None:
+        """The stored identity if it can be trusted; else None, with the fault noted."""
+        stored = self.store.stored_identity()
+        version = self._good.version
+        verdict = judge(stored, self._cluster_id, version)
+        if verdict is Verdict.TRUSTED:
+            if self._fault is not None:
+                self._fault = None
+                self._report.cleared()
+            return stored
+        message = explain(verdict, stored, self._cluster_id, version, self._where)
+        self._fault = (verdict, message)
+        self._report.fault(message)
+        return None
+
+    def stored_identity(self) -> StoredIdentity | None:
+        return self.store.stored_identity()
+
+    def cluster_id(self) -> str:
+        return self._cluster_id
+
+    def image_version(self) -> int:
+        stored = self._judge()
+        return stored.version if stored is not None else self._good.version
+
+    def read_image(self) -> ClusterImage:
+        stored = self._judge()
+        if stored is not None and stored.version != self._good.version:
+            try:
+                image = self.store.read_image()
+            except MetadataMissing:
+                return self._good
+            with self._lock:
+                if image.version > self._good.version:
+                    self._good = image
+        return self._good
+
+    def write_image(self, image: ClusterImage) -> bool:
+        if self._judge() is None:
+            raise MetadataFault(self.fault or "the cluster metadata cannot be trusted")
+        if image.version < self._good.version:
+            return False  # computed from an image older than one applied: compute again
+        return self.store.write_image(image)
+
+    def repair(self) -> bool:
+        """Put the newest good image back where the store lost it or went backwards; a write,
+        so brokers on a remote store make it from their coordination thread."""
+        if self._judge() is not None or not self.repairable:
+            return False
+        return self.store.restore_image(self._cluster_id, self._good)
+
+    def create_image(self, cluster_id: str, image: ClusterImage) -> bool:
+        raise MetadataFault("a running broker never creates the image of a new cluster")
+
+    def restore_image(self, cluster_id: str, image: ClusterImage) -> bool:
+        return self.store.restore_image(cluster_id, image)
+
+    def has_history(self) -> bool:
+        return self.store.has_history()
+
+    # -- passed through -----------------------------------------------------------------------
+
+    def add_listener(self, listener: Callable[[], None]) -> None:
+        self.store.add_listener(listener)
+
+    def register_broker(self, registration: BrokerRegistration, ttl_ms: int) -> int:
+        return self.store.register_broker(registration, ttl_ms)
+
+    def renew_broker(self, node_id: int, broker_epoch: int, ttl_ms: int) -> bool:
+        return self.store.renew_broker(node_id, broker_epoch, ttl_ms)
+
+    def unregister_broker(self, node_id: int, broker_epoch: int) -> None:
+        self.store.unregister_broker(node_id, broker_epoch)
+
+    def live_brokers(self) -> dict[int, BrokerRegistration]:
+        return self.store.live_brokers()
+
+    def lease_expiries(self) -> dict[int, int]:
+        return self.store.lease_expiries()
+
+    def acquire_controller(self, node_id: int, broker_epoch: int, ttl_ms: int) -> int | None:
+        return self.store.acquire_controller(node_id, broker_epoch, ttl_ms)
+
+    def resign_controller(self, node_id: int) -> None:
+        self.store.resign_controller(node_id)
+
+    def controller(self) -> ControllerLease | None:
+        return self.store.controller()
+
+    def allocate_producer_ids(self, count: int) -> int:
+        return self.store.allocate_producer_ids(count)
+
+    def close(self) -> None:
+        self.store.close()

@@ -1,0 +1,89 @@
+"""What a broker keeps of the cluster in its own log dirs: ``meta.properties`` (Kafka's keys:
+version, cluster.id, node.id), so a log dir is never mixed up between clusters or nodes, and
+a copy of the newest cluster image it applied, from which the image is rebuilt if the store
+loses it (broker/cluster/guard.py) while every broker is down: a KafkaCluster deleted and
+recreated over its kept volumes, a restore from an old backup.
+
+KRaft brokers keep the metadata log itself in ``__cluster_metadata-0``; this is its
+snapshot, one JSON file written atomically (a temporary file, fsync, rename).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+
+from broker.cluster.image import ClusterImage
+from broker.config import ConfigError, parse_properties
+
+log = logging.getLogger(__name__)
+
+META_PROPERTIES = "meta.properties"
+IMAGE_COPY = "cluster-metadata.json"
+
+
+def read_cluster_id(log_dirs: list[Path], node_id: int) -> str | None:
+    """The cluster these log dirs belong to (None if none holds a meta.properties yet);
+    refuses dirs of another node, or of two clusters."""
+    found: dict[str, Path] = {}
+    for d in log_dirs:
+        path = d / META_PROPERTIES
+        if not path.exists():
+            continue
+        props = parse_properties(path.read_text())
+        if props.get("node.id") not in (None, str(node_id)):
+            raise ConfigError(f"log.dirs: {d} belongs to node.id {props['node.id']}, not {node_id}")
+        if props.get("cluster.id"):
+            found.setdefault(props["cluster.id"], d)
+    if len(found) > 1:
+        raise ConfigError("log.dirs: the log dirs belong to different clusters: " + ", ".join(
+            f"{d} to {cluster_id}" for cluster_id, d in found.items()))
+    return next(iter(found), None)
+
+
+def write_meta_properties(log_dirs: list[Path], cluster_id: str, node_id: int) -> None:
+    """Stamp every log dir that has no meta.properties yet."""
+    for d in log_dirs:
+        path = d / META_PROPERTIES
+        if not path.exists():
+            atomic_write(path, f"version=1\ncluster.id={cluster_id}\nnode.id={node_id}\n")
+
+
+def read_image_copy(log_dirs: list[Path], cluster_id: str | None) -> ClusterImage | None:
+    """The newest image kept in these log dirs for ``cluster_id``; a copy that cannot be read
+    is reported and passed over (the store, or another broker's copy, is still there)."""
+    best: ClusterImage | None = None
+    for d in log_dirs:
+        path = d / IMAGE_COPY
+        if cluster_id is None or not path.exists():
+            continue
+        try:
+            doc = json.loads(path.read_text())
+            if doc["cluster_id"] != cluster_id:
+                log.error("%s is a copy of cluster %s, not %s: not used", path,
+                          doc["cluster_id"], cluster_id)
+                continue
+            image = ClusterImage.from_doc(doc["image"], int(doc["version"]))
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            log.error("%s cannot be read (%s): not used", path, e)
+            continue
+        if best is None or image.version > best.version:
+            best = image
+    return best
+
+
+def write_image_copy(log_dir: Path, cluster_id: str, image: ClusterImage) -> None:
+    """Keep ``image`` (a blocking write: brokers call it off the event loop)."""
+    head = f'{{"cluster_id": {json.dumps(cluster_id)}, "version": {image.version}, "image": '
+    atomic_write(log_dir / IMAGE_COPY, head + image.to_json() + "}\n")
+
+
+def atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)

@@ -1,0 +1,205 @@
+"""Users' mistakes with kubectl against the operator and real brokers on a real API server
+(issue 27): the KafkaCluster deleted and created again over its kept volumes, the cluster's
+metadata ConfigMap replaced by another cluster's. Nothing is lost, and the status says what
+is wrong while it is."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from confluent_kafka import Consumer, Producer
+from kubernetes import client as k8s
+
+from broker.cluster.kubernetes import A_CLUSTER_ID, A_IMAGE_VERSION
+from tests.cluster import cluster_factory  # noqa: F401 (fixture)
+from tests.conftest import wait_until
+from tests.operator_process import OperatorProcess
+from tests.test_operator import (  # noqa: F401 (fixtures)
+    condition,
+    kafka_clusters,
+    namespace,
+    operators,
+    topic_resources,
+)
+
+
+def _brokers(cluster_factory, control_plane: Any, namespace: str, name: str):  # noqa: F811
+    return cluster_factory(3, {
+        "kafkube.coordination.backend": "kubernetes", "kafkube.cluster.name": name,
+        "kafkube.kubernetes.namespace": namespace,
+        "kafkube.kubernetes.kubeconfig": str(control_plane.kubeconfig),
+        "min.insync.replicas": "2",
+    })
+
+
+def _produce(bootstrap: str, values: list[str]) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all",
+                         "enable.idempotence": True})
+    for value in values:
+        producer.produce("orders", value=value)
+    assert producer.flush(60) == 0
+
+
+def _read(bootstrap: str, expected: int) -> list[str]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex,
+                         "auto.offset.reset": "earliest"})
+    consumer.subscribe(["orders"])
+    values: list[str] = []
+
+    def more() -> bool:
+        message = consumer.poll(0.5)
+        if message is not None and message.error() is None:
+            values.append(message.value().decode())
+        return len(values) >= expected
+
+    try:
+        wait_until(more, 60, f"{expected} records", interval=0)
+    finally:
+        consumer.close()
+    return values
+
+
+def test_a_kafka_cluster_deleted_and_created_again_keeps_its_data(
+        crd_api: k8s.ApiClient, control_plane: Any, namespace: str,  # noqa: F811
+        operators: list[OperatorProcess], cluster_factory) -> None:  # noqa: F811
+    """Item 3: ``kubectl delete kafkacluster`` keeps the claims by default; the same
+    KafkaCluster applied again finds its topics and records, under the same cluster id."""
+    operators.append(OperatorProcess(control_plane.kubeconfig, namespace))
+    clusters = kafka_clusters(crd_api, namespace)
+    clusters.create("kept", {"replicas": 3})
+    brokers = _brokers(cluster_factory, control_plane, namespace, "kept")
+    brokers.create_topic("orders", 3, 3)
+    first = [f"order-{i}" for i in range(500)]
+    _produce(brokers.bootstrap, first)
+    status = clusters.status_when("kept", lambda s: s.get("clusterId") and
+                                  s.get("readyReplicas") == 3, 60, "a cluster id in status")
+    cluster_id = status["clusterId"]
+
+    brokers.stop()  # what the StatefulSet's deletion does to the pods
+    clusters.delete("kept")
+    wait_until(lambda: clusters.get("kept") is None, 60, "the KafkaCluster gone")
+    clusters.create("kept", {"replicas": 3})
+    for i in range(3):  # the pods again, on the same volumes
+        brokers.restart(i)
+    brokers.wait_for_brokers(3)
+    status = clusters.status_when("kept", lambda s: s.get("state") == "Ready", 90,
+                                  "Ready again")
+    assert status["clusterId"] == cluster_id
+    assert sorted(_read(brokers.bootstrap, 500)) == sorted(first)
+
+
+def test_a_metadata_configmap_of_another_cluster_is_refused_and_shown(
+        crd_api: k8s.ApiClient, control_plane: Any, namespace: str,  # noqa: F811
+        operators: list[OperatorProcess], cluster_factory) -> None:  # noqa: F811
+    """The metadata ConfigMap replaced by another cluster's (a wrong backup restored): the
+    brokers keep serving their data, the KafkaCluster and its Topic say why they are not
+    Ready, and nothing is created or deleted on the strength of the foreign image; deleting
+    the wrong ConfigMap, as the Warning says, brings the cluster's own back."""
+    operators.append(OperatorProcess(control_plane.kubeconfig, namespace))
+    clusters = kafka_clusters(crd_api, namespace)
+    topics = topic_resources(crd_api, namespace)
+    clusters.create("own", {"replicas": 3})
+    brokers = _brokers(cluster_factory, control_plane, namespace, "own")
+    topics.create("orders", {"cluster": "own", "partitions": 3, "replicationFactor": 3})
+    topics.status_when("orders", lambda s: condition(s, "Ready").get("status") == "True", 60,
+                       "orders Ready")
+    clusters.status_when("own", lambda s: s.get("clusterId"), 60, "a cluster id in status")
+    first = [f"order-{i}" for i in range(300)]
+    _produce(brokers.bootstrap, first)
+    assert len(_read(brokers.bootstrap, 300)) == 300  # __consumer_offsets made meanwhile
+
+    core = k8s.CoreV1Api(crd_api)
+    own = core.read_namespaced_config_map("own-metadata", namespace)
+    foreign = k8s.V1ConfigMap(
+        metadata=k8s.V1ObjectMeta(
+            name="own-metadata", labels=own.metadata.labels, resource_version=own.metadata
+            .resource_version, annotations={A_CLUSTER_ID: "another-cluster",
+                                            A_IMAGE_VERSION: "2"}),
+        binary_data=own.binary_data)
+    core.replace_namespaced_config_map("own-metadata", namespace, foreign)
+
+    status = clusters.status_when("own", lambda s: condition(s, "Warning").get("reason")
+                                  == "MetadataOfAnotherCluster", 60, "the Warning")
+    assert "another-cluster" in condition(status, "Warning")["message"]
+    topic = topics.status_when("orders", lambda s: condition(s, "Ready").get("status")
+                               == "False", 60, "orders not Ready")
+    assert condition(topic, "Warning")["reason"] == "MetadataOfAnotherCluster"
+    # The brokers keep serving their own image: records written and read.
+    _produce(brokers.bootstrap, ["during"])
+    assert len(_read(brokers.bootstrap, 301)) == 301
+
+    core.delete_namespaced_config_map("own-metadata", namespace)
+    back = wait_until(lambda: _annotation(core, namespace), 30, "the cluster's own image back")
+    assert back != "another-cluster"
+    clusters.status_when("own", lambda s: condition(s, "Warning").get("status") == "False"
+                         and s.get("state") == "Ready", 60, "the Warning cleared")
+    topics.status_when("orders", lambda s: condition(s, "Ready").get("status") == "True", 60,
+                       "orders Ready again")
+    assert sorted(_read(brokers.bootstrap, 301)) == sorted([*first, "during"])
+
+
+def _annotation(core: k8s.CoreV1Api, namespace: str) -> str | None:  # noqa: F811
+    try:
+        found = core.read_namespaced_config_map("own-metadata", namespace)
+    except k8s.ApiException as e:
+        if e.status == 404:
+            return None
+        raise
+    return (found.metadata.annotations or {}).get(A_CLUSTER_ID)
+
+
+class RecordedEvents:
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str, str]] = []
+
+    def info(self, reason: str, message: str) -> None:
+        self.seen.append(("Normal", reason, message))
+
+    def warning(self, reason: str, message: str) -> None:
+        self.seen.append(("Warning", reason, message))
+
+
+def test_a_topic_created_again_outlives_the_resource_of_the_one_before(
+        crd_api: k8s.ApiClient, control_plane: Any, namespace: str,  # noqa: F811
+        cluster_factory) -> None:  # noqa: F811
+    """Item 9: a Topic's finalizer deletes the topic its status recorded (by id), not
+    whatever now has its name: a topic auto-created again by a producer after the old one was
+    deleted keeps its acknowledged records. The finalizer step is called directly, so the
+    re-creation lands deterministically between the resource's last look and its deletion."""
+    from confluent_kafka.admin import NewTopic
+
+    from kafkube_operator.kafka import AdminClients
+    from kafkube_operator.kube import Kube
+    from kafkube_operator.model.cluster import ClusterRef
+    from kafkube_operator.reconcile.topic import delete_topic
+    from kafkube_operator.reconcile.views import ClusterViews
+
+    kafka_clusters(crd_api, namespace).create("ids", {"replicas": 3})
+    brokers = _brokers(cluster_factory, control_plane, namespace, "ids")
+    brokers.create_topic("orders", 3, 3)
+    views = ClusterViews.create(str(control_plane.kubeconfig))
+    admins = AdminClients()
+    try:
+        view = views.of(ClusterRef.of(kafka_clusters(crd_api, namespace).get("ids")))
+        old_id = wait_until(lambda: (t := view.read_image().topics.get("orders")) and t.topic_id,
+                            10, "the topic in the operator's view")
+        brokers.admin.delete_topics(["orders"])["orders"].result(30)
+        wait_until(lambda: "orders" not in view.read_image().topics, 10, "orders deleted")
+        brokers.admin.create_topics([NewTopic("orders", 3, 3)])["orders"].result(30)
+        brokers.wait_for_isr("orders", 3)
+        kept = [f"new-{i}" for i in range(100)]
+        _produce(brokers.bootstrap, kept)
+        resource = {"apiVersion": "kafkube.io/v1alpha1", "kind": "Topic",
+                    "metadata": {"name": "orders", "namespace": namespace},
+                    "spec": {"cluster": "ids", "partitions": 3, "replicationFactor": 3},
+                    "status": {"topicId": old_id}}
+        events = RecordedEvents()
+        assert delete_topic(Kube(crd_api), views, admins, resource, events)
+        assert [e[1] for e in events.seen] == ["TopicRecreated"]
+        assert view.read_image().topics["orders"].topic_id != old_id
+        assert sorted(_read(brokers.bootstrap, 100)) == sorted(kept)
+    finally:
+        admins.close()
+        views.close()
+
