@@ -320,6 +320,10 @@ BROKER_KEYS = _keys(
     ConfigKey("follower.replication.throttled.rate", "long", LONG_MAX,
               "Bytes/s a follower fetches for out-of-sync replicas its topics list in "
               "follower.replication.throttled.replicas.", at_least(0)),
+    ConfigKey("cordoned.log.dirs", "list", [],
+              "Log dirs that get no new replicas (KIP-1066); * cordons the whole broker, so "
+              "topics and partitions created meanwhile are placed on other brokers. The "
+              "operator cordons the brokers it drains before a scale-down."),
     ConfigKey("replica.alter.log.dirs.io.max.bytes.per.second", "long", LONG_MAX,
               "Bytes/s for moving replicas between log dirs of one broker; kafkube does not "
               "move replicas between log dirs, so nothing is throttled by it.", at_least(0)),
@@ -476,7 +480,8 @@ DYNAMIC_BROKER_KEYS = frozenset(
     {broker_key for _, broker_key in TOPIC_KEYS.values() if broker_key is not None}
     | {"log.roll.hours", "log.retention.minutes", "log.retention.hours",
        "log.cleaner.backoff.ms", "leader.replication.throttled.rate",
-       "follower.replication.throttled.rate", "replica.alter.log.dirs.io.max.bytes.per.second"}
+       "follower.replication.throttled.rate", "replica.alter.log.dirs.io.max.bytes.per.second",
+       "cordoned.log.dirs"}
 )
 
 

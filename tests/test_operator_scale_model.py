@@ -113,3 +113,46 @@ def test_the_throttle_lists_name_the_serving_and_the_fetching_replicas() -> None
     lists = throttled_replicas(image, {("t", 0): (3, 1, 2), ("t", 1): (1, 4, 0)})
     assert lists == {"t": {"leader.replication.throttled.replicas": "0:0,0:1,0:2,1:1,1:2,1:0",
                            "follower.replication.throttled.replicas": "0:3,1:4"}}
+
+
+def test_brokers_being_drained_are_cordoned_until_they_are_gone() -> None:
+    """Issue 27, item 2: a topic created during the drain must not land on the brokers it
+    empties, so they are cordoned (KIP-1066) from the first drain pass to the shrink, and
+    uncordoned once gone (an id that comes back later is a new, usable broker)."""
+    image = cluster_image({"t": placement("t", racks(5), 10, 3)})
+    draining = scale_decision(3, 5, image, racks(5), None)
+    assert draining.cordon == {3, 4}
+    shrink = scale_decision(3, 5, apply(image, draining.moves), racks(5), DRAINING)
+    assert (shrink.statefulset_replicas, shrink.cordon) == (3, {3, 4})
+    after = scale_decision(3, 3, apply(image, draining.moves), racks(3), None)
+    assert after.cordon == frozenset() and after.moves == {}
+
+
+def test_replicas_left_on_removed_brokers_are_moved_after_the_shrink() -> None:
+    """A topic created between the operator's last look and the StatefulSet's shrink (or a
+    `kubectl scale statefulset`) leaves replicas on ids that no longer run: the next pass
+    drains them onto the brokers left, except a partition with no leader to copy from."""
+    image = cluster_image({"t": placement("t", racks(3), 6, 3),
+                           "late": [(3, 0, 1), (4, 3, 2)]})
+    stranded = scale_decision(3, 3, image, racks(3), None)
+    assert stranded.phase == DRAINING and stranded.statefulset_replicas == 3
+    assert set(stranded.moves) == {("late", 0), ("late", 1)}
+    assert set(load(apply(image, stranded.moves))) == {0, 1, 2}
+    offline = ClusterImage({"gone": TopicMetadata("gone", TOPIC_ID, {}, (
+        PartitionState((4,), (4,), -1),))})
+    assert scale_decision(3, 3, offline, racks(3), None).moves == {}
+
+
+def test_a_drain_given_up_finishes_its_moves_then_fills_the_brokers_again() -> None:
+    """5 -> 3 -> 5 while the drain moves data: the moves in flight are not cut loose from
+    their throttle, and the emptied brokers get replicas back."""
+    image = cluster_image({"t": placement("t", racks(5), 10, 3)})
+    draining = scale_decision(3, 5, image, racks(5), None)
+    drained = apply(image, draining.moves)
+    moving = cluster_image({"t": [s.replicas for s in drained.topics["t"].assignments]},
+                           adding={"t"})
+    waiting = scale_decision(5, 5, moving, racks(5), DRAINING)
+    assert (waiting.phase, waiting.moves) == (SCALING_UP, {})
+    assert waiting.cordon == frozenset()
+    refill = scale_decision(5, 5, drained, racks(5), SCALING_UP)
+    assert {3, 4} <= set(load(apply(drained, refill.moves)))

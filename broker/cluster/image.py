@@ -78,6 +78,7 @@ class TopicMetadata:
 
 
 DEFAULT_BROKER = ""  # the name of the cluster-wide dynamic broker configs, as in Kafka
+CORDONED_LOG_DIRS = "cordoned.log.dirs"
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +148,14 @@ class ClusterImage:
 
     def with_acls(self, acls: tuple[AclBinding, ...]) -> ClusterImage:
         return replace(self, acls=acls)
+
+    def cordoned(self) -> frozenset[int]:
+        """Brokers off-limits for new replicas (KIP-1066): their ``cordoned.log.dirs`` is
+        ``*``. A broker of kafkube keeps one placement for all its log dirs, so a list of
+        paths cordons only the paths named, which placement across brokers does not see."""
+        return frozenset(int(name) for name, configs in self.broker_configs.items()
+                         if name != DEFAULT_BROKER and name.isdigit()
+                         and configs.get(CORDONED_LOG_DIRS, "").strip() == "*")
 
     def leaders(self) -> dict[int, int]:
         """Partitions led per broker."""

@@ -254,7 +254,8 @@ def validate_new_topic(services: BrokerServices, topic: Any) -> NewTopic:
             for a in sorted(topic.assignments, key=lambda a: a.partition_index)
         ]
         return NewTopic(topic.name, partitions, replication_factor, configs, layout)
-    partitions, replication_factor = _default_layout(services.config, topic, len(registered))
+    usable = len(services.replicas.placement_brokers())  # live, not cordoned (KIP-1066)
+    partitions, replication_factor = _default_layout(services.config, topic, usable)
     return NewTopic(topic.name, partitions, replication_factor, configs)
 
 

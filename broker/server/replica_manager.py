@@ -365,6 +365,13 @@ class ReplicaManager:
 
     # -- topic changes through the cluster metadata ----------------------------------------
 
+    def placement_brokers(self) -> dict[int, str | None]:
+        """The brokers new replicas may go to, id -> rack: live and not cordoned (KIP-1066's
+        usable brokers)."""
+        cordoned = self.metadata.image.cordoned()
+        return {b.node_id: b.rack for b in self.metadata.live_brokers().values()
+                if b.node_id not in cordoned}
+
     async def create_topic(
         self,
         name: str,
@@ -379,8 +386,8 @@ class ReplicaManager:
         first replica leads and every replica starts in the ISR, all logs being empty.
         """
         if assignments is None:
-            racks = {b.node_id: b.rack for b in self.metadata.live_brokers().values()}
-            assignments = assign_replicas(racks, partitions, replication_factor, random.Random())
+            assignments = assign_replicas(self.placement_brokers(), partitions,
+                                          replication_factor, random.Random())
         topic_id = str(uuid.uuid4())
 
         def add(image: ClusterImage) -> ClusterImage:
@@ -395,7 +402,7 @@ class ReplicaManager:
                           assignments: list[tuple[int, ...]] | None = None) -> None:
         meta = self.metadata.topics[name]
         if assignments is None:
-            racks = {b.node_id: b.rack for b in self.metadata.live_brokers().values()}
+            racks = self.placement_brokers()
             rf = len(meta.assignments[0].replicas) if meta.assignments else 1
             assignments = assign_replicas(racks, total - meta.partitions, rf, random.Random(),
                                           start_partition=meta.partitions)

@@ -40,6 +40,8 @@ from kafka.admin import (
 from kafka.errors import KafkaError
 from kafka.structs import TopicPartition
 
+from broker.cluster.image import CORDONED_LOG_DIRS
+
 log = logging.getLogger(__name__)
 REQUEST_TIMEOUT_MS = 15_000
 
@@ -160,6 +162,19 @@ class KafkaAdmin:
         result = self._call("setting the replication throttle", self._client.alter_configs,
                             resources, raise_on_unknown=False, incremental=True)
         _raise_errors("setting the replication throttle", result)
+
+    def cordon(self, cordon: Iterable[int], uncordon: Iterable[int]) -> None:
+        """KIP-1066: brokers that get no new replicas (``cordoned.log.dirs=*``), and brokers
+        that get them again (the key removed)."""
+        resources = [ConfigResource(ConfigResourceType.BROKER, str(b), configs={
+            CORDONED_LOG_DIRS: (AlterConfigOp.SET, "*")}) for b in sorted(cordon)]
+        resources += [ConfigResource(ConfigResourceType.BROKER, str(b), configs={
+            CORDONED_LOG_DIRS: (AlterConfigOp.DELETE, None)}) for b in sorted(uncordon)]
+        if not resources:
+            return
+        result = self._call("cordoning brokers", self._client.alter_configs, resources,
+                            raise_on_unknown=False, incremental=True)
+        _raise_errors("cordoning brokers", result)
 
     def delete_topic(self, name: str, topic_id: str | None = None) -> None:
         """By id where one is known (DeleteTopics v6): a topic of the same name created again

@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from broker.cluster.image import ClusterImage
+from broker.cluster.image import NO_LEADER, ClusterImage
 
 Partition = tuple[str, int]
 
@@ -39,6 +39,9 @@ class ScaleDecision:
     phase: str | None = None
     refused: str | None = None
     waiting: str | None = None
+    # Brokers to keep off-limits for new replicas (KIP-1066's cordoned.log.dirs=*): the
+    # ones a scale-down is draining, so a topic created meanwhile is not placed on them.
+    cordon: frozenset[int] = frozenset()
 
 
 def largest_replication_factor(image: ClusterImage) -> tuple[int, str | None]:
@@ -137,7 +140,22 @@ def scale_decision(desired: int, current: int | None, image: ClusterImage,
     if current is None:
         return ScaleDecision(desired, {})
     moving = in_progress(image)
-    if desired > current or (desired == current and phase == SCALING_UP):
+    # Replicas on ids the StatefulSet no longer has (a topic created between the last look
+    # and the shrink, a `kubectl scale statefulset`): moved onto the brokers left.
+    stranded = {b for b in _load(image) if b >= desired} if desired == current else set()
+    if stranded:
+        moves = drain_moves(image, stranded, {b: live.get(b) for b in range(desired)})
+        # A partition with no leader has no replica to copy from: it stays (offline, as its
+        # Topic's status says) rather than hold every later reassignment up.
+        offline = {p for p in moves if image.topics[p[0]].assignments[p[1]].leader == NO_LEADER}
+        moves = {p: r for p, r in moves.items() if p not in offline}
+        if moves or moving:
+            return ScaleDecision(desired, {} if moving else moves, DRAINING, waiting=(
+                f"moving {len(moves)} partition(s) off brokers {sorted(stranded)}, which no "
+                "longer run" + (f"; {len(offline)} offline there" if offline else "")))
+    # A drain given up (5 -> 3 -> 5 while moving) is a scale-up: the moves in flight finish
+    # under the throttle, then replicas spread back onto the brokers that were emptied.
+    if desired > current or (desired == current and phase in (SCALING_UP, DRAINING)):
         missing = [b for b in range(desired) if b not in live]
         if missing:
             return ScaleDecision(desired, {}, SCALING_UP,
@@ -150,8 +168,6 @@ def scale_decision(desired: int, current: int | None, image: ClusterImage,
             return ScaleDecision(desired, {})
         return ScaleDecision(desired, moves, SCALING_UP,
                              waiting=f"{len(moves)} partition(s) moving onto the new brokers")
-    if desired == current:
-        return ScaleDecision(desired, {})
     rf, topic = largest_replication_factor(image)
     if rf > desired:
         return ScaleDecision(current, {}, refused=(
@@ -161,8 +177,9 @@ def scale_decision(desired: int, current: int | None, image: ClusterImage,
     moves = drain_moves(image, removed, {b: live.get(b) for b in range(desired)})
     if moves or moving:
         return ScaleDecision(current, {} if moving else moves, DRAINING, waiting=(
-            f"draining brokers {sorted(removed)}: {len(moves)} partition(s) still on them"))
-    return ScaleDecision(desired, {})
+            f"draining brokers {sorted(removed)}: {len(moves)} partition(s) still on them"),
+            cordon=frozenset(removed))
+    return ScaleDecision(desired, {}, cordon=frozenset(removed))
 
 
 def throttled_replicas(image: ClusterImage,

@@ -186,6 +186,15 @@ def scale(kube: Kube, view: KubernetesBackend, image: ClusterImage, admins: Admi
     rate = int((spec.get("rebalance") or {}).get("throttleBytesPerSecond") or DEFAULT_THROTTLE)
     admin: KafkaAdmin | None = None
     try:
+        cordoned = image.cordoned()
+        if decision.cordon != cordoned:
+            # Before any move: a topic created while the drain runs must not land on the
+            # brokers it empties (KIP-1066); and lifted once they are gone or kept.
+            admin = cluster_admin(admins, ref, view)
+            admin.cordon(decision.cordon - cordoned, cordoned - decision.cordon)
+            if decision.cordon - cordoned:
+                events.info("Cordoned", f"brokers {sorted(decision.cordon - cordoned)} get no "
+                            "new replicas while they are drained")
         if decision.moves:
             admin = cluster_admin(admins, ref, view)
             admin.throttle(rate, live, throttled_replicas(image, decision.moves))

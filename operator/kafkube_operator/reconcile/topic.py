@@ -65,7 +65,9 @@ def reconcile_topic(kube: Kube, views: ClusterViews, admins: AdminClients, resou
         status |= {k: v for k, v in (resource.get("status") or {}).items()
                    if k in ("topicId", "partitions")}
         return status
-    brokers = {b.node_id: b.rack for b in view.live_brokers().values()}
+    cordoned = trusted.image.cordoned()  # brokers being drained (KIP-1066)
+    brokers = {b.node_id: b.rack for b in view.live_brokers().values()
+               if b.node_id not in cordoned}
     current = trusted.image.topics.get(spec.name)
     if deleted_through_kafka(resource, current is not None):
         # Not created again: the cluster's pass would remove the resource a moment later.

@@ -1,0 +1,52 @@
+"""KIP-1066's ``cordoned.log.dirs``: a broker cordoned with ``*`` gets no replica of a topic
+or partition created meanwhile, and gets them again once uncordoned; what the operator sets
+on the brokers it drains before a scale-down (issue 27, item 2)."""
+
+from __future__ import annotations
+
+from confluent_kafka.admin import (
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewPartitions,
+    NewTopic,
+)
+
+from tests.cluster import cluster_factory  # noqa: F401 (fixture)
+from tests.conftest import wait_until
+
+
+def _set(cluster, broker: int, value: str | None) -> None:
+    op = AlterConfigOpType.SET if value is not None else AlterConfigOpType.DELETE
+    resource = ConfigResource("broker", str(broker), incremental_configs=[
+        ConfigEntry("cordoned.log.dirs", value or "", incremental_operation=op)])
+    for future in cluster.admin.incremental_alter_configs([resource]).values():
+        future.result(30)
+
+
+def _replicas(cluster, topic: str) -> set[int]:
+    partitions = wait_until(lambda: cluster.partitions(topic), 30, f"{topic}'s partitions")
+    return {b for p in partitions.values() for b in p.replicas}
+
+
+def test_a_cordoned_broker_gets_no_new_replicas_until_uncordoned(cluster_factory) -> None:  # noqa: F811
+    cluster = cluster_factory(3)
+    _set(cluster, 2, "*")
+    described = cluster.admin.describe_configs([ConfigResource("broker", "2")])
+    assert next(iter(described.values())).result(30)["cordoned.log.dirs"].value == "*"
+    cluster.admin.create_topics([NewTopic("during-drain", 12, 2)])["during-drain"].result(30)
+    assert _replicas(cluster, "during-drain") == {0, 1}
+    cluster.admin.create_partitions([NewPartitions("during-drain", 24)])[
+        "during-drain"].result(30)
+    wait_until(lambda: len(cluster.partitions("during-drain") or {}) == 24, 30, "24 partitions")
+    assert _replicas(cluster, "during-drain") == {0, 1}
+    # A replication factor above the usable brokers is refused, as in Kafka.
+    too_big = cluster.admin.create_topics([NewTopic("rf3", 1, 3)])["rf3"]
+    try:
+        too_big.result(30)
+        raise AssertionError("RF 3 over 2 usable brokers was accepted")
+    except Exception as e:  # KafkaException with INVALID_REPLICATION_FACTOR
+        assert "INVALID_REPLICATION_FACTOR" in str(e) or "replication factor" in str(e).lower()
+    _set(cluster, 2, None)
+    cluster.admin.create_topics([NewTopic("after", 12, 2)])["after"].result(30)
+    assert _replicas(cluster, "after") == {0, 1, 2}
