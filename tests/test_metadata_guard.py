@@ -294,3 +294,32 @@ def _config_map(core: k8s.CoreV1Api, name: str) -> Any:
         if e.status == 404:
             return None
         raise
+
+
+def test_counters_never_hand_out_a_value_twice(control_plane: Any) -> None:
+    """The counters ConfigMap deleted, or put back from an older copy: broker epochs and
+    producer ids still only grow (one given twice would let a fenced broker or an old
+    producer pass for a new one)."""
+    settings = KubernetesSettings("default", f"n{uuid.uuid4().hex[:10]}",
+                                  str(control_plane.kubeconfig))
+    core = k8s.CoreV1Api(api_client(settings.kubeconfig))
+    backend = new_cluster(KubernetesBackend(settings))
+    try:
+        epochs = [backend.register_broker(BrokerRegistration(0, "127.0.0.1", 9092), 60_000)
+                  for _ in range(3)]
+        ids = backend.allocate_producer_ids(1000)
+        old = core.read_namespaced_config_map(f"{settings.cluster}-epochs", "default")
+        more = backend.allocate_producer_ids(1000)
+        assert more >= ids + 1000
+        # Put back the older copy: values below ones handed out are skipped past.
+        current = core.read_namespaced_config_map(f"{settings.cluster}-epochs", "default")
+        old.metadata.resource_version = current.metadata.resource_version
+        core.replace_namespaced_config_map(old.metadata.name, "default", old)
+        assert backend.allocate_producer_ids(1000) >= more + 1000
+        # Deleted: recreated past every value seen.
+        core.delete_namespaced_config_map(f"{settings.cluster}-epochs", "default")
+        epoch = backend.register_broker(BrokerRegistration(0, "127.0.0.1", 9092), 60_000)
+        assert epoch > max(epochs)
+        assert backend.allocate_producer_ids(1000) > more + 1000
+    finally:
+        backend.close()

@@ -203,3 +203,54 @@ def test_a_topic_created_again_outlives_the_resource_of_the_one_before(
         admins.close()
         views.close()
 
+
+
+def test_growing_a_one_broker_cluster_keeps_acks_all_writes_working(
+        crd_api: k8s.ApiClient, control_plane: Any, namespace: str,  # noqa: F811
+        operators: list[OperatorProcess], cluster_factory) -> None:  # noqa: F811
+    """Item 10: 1 -> 3 brokers. The internal topics made with one replica get three; the
+    default min.insync.replicas is not raised to 2 while a user's topic has one replica and
+    no min ISR of its own (its acks=all writes would all be refused), which a Warning names;
+    once that topic has its own min ISR, the default rises."""
+    operators.append(OperatorProcess(control_plane.kubeconfig, namespace))
+    clusters, topics = kafka_clusters(crd_api, namespace), topic_resources(crd_api, namespace)
+    core = k8s.CoreV1Api(crd_api)
+    clusters.create("grow", {"replicas": 1})
+    coordination = {
+        "kafkube.coordination.backend": "kubernetes", "kafkube.cluster.name": "grow",
+        "kafkube.kubernetes.namespace": namespace,
+        "kafkube.kubernetes.kubeconfig": str(control_plane.kubeconfig),
+        "auto.leader.rebalance.enable": "false"}
+    first = cluster_factory(1, coordination)
+    topics.create("orders", {"cluster": "grow", "partitions": 3, "replicationFactor": 1})
+    topics.status_when("orders", lambda s: condition(s, "Ready").get("status") == "True", 60,
+                       "orders Ready")
+    _produce(first.bootstrap, ["one"])
+    assert _read(first.bootstrap, 1) == ["one"]  # __consumer_offsets made, with RF 1
+
+    def min_isr() -> str:
+        text = core.read_namespaced_config_map("grow-config", namespace).data[
+            "server.properties"]
+        return next(line for line in text.splitlines()
+                    if line.startswith("min.insync.replicas=")).split("=")[1]
+
+    assert min_isr() == "1"
+    clusters.patch("grow", {"replicas": 3})
+    added = cluster_factory(2, coordination, start=False)
+    for i, broker in enumerate(added.brokers):
+        broker.overrides["node.id"] = str(1 + i)
+    added.start()
+
+    def internal_rf() -> set[int]:
+        return {len(p.replicas) for p in (first.partitions("__consumer_offsets") or {}).values()}
+
+    wait_until(lambda: internal_rf() == {3}, 180, "__consumer_offsets with 3 replicas")
+    status = clusters.status_when("grow", lambda s: condition(s, "Warning").get("reason")
+                                  == "MinInsyncReplicasHeld", 60, "the Warning")
+    assert "orders" in condition(status, "Warning")["message"]
+    assert min_isr() == "1"
+    topics.patch("orders", {"config": {"min.insync.replicas": 1}})
+    wait_until(lambda: min_isr() == "2", 60, "the default min ISR raised to 2")
+    clusters.status_when("grow", lambda s: condition(s, "Warning").get("status") == "False",
+                         60, "the Warning cleared")
+    added.stop()

@@ -82,3 +82,6 @@ def test_the_image_is_acted_on_only_when_it_is_this_clusters() -> None:
     foreign = metadata_problem(("id-2", 1), "id-1", True, where)
     assert foreign is not None and foreign.reason == "MetadataOfAnotherCluster"
     assert "id-2" in foreign.message and "id-1" in foreign.message and where in foreign.message
+    back = metadata_problem(("id-1", 7), "id-1", True, where, recorded_version=9)
+    assert back is not None and back.reason == "MetadataWentBack"
+    assert metadata_problem(("id-1", 9), "id-1", True, where, recorded_version=9) is None

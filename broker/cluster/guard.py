@@ -105,23 +105,31 @@ def bootstrap(store: CoordinationBackend, local_id: str | None, copy: ClusterIma
     report = _Reporter()
     while True:
         stored = store.stored_identity()
+        # A copy on disk may be older than what running brokers hold in memory: while any
+        # runs, they put the image back (MetadataGuard.repair), and this broker waits.
+        others = bool(store.live_brokers())
         if stored is None:
-            if local_id is not None and copy is not None:
-                store.restore_image(local_id, copy)
+            if local_id is not None and copy is not None and not others:
+                if not store.restore_image(local_id, copy):
+                    wait(BOOTSTRAP_POLL_S / 5)  # lost a race: look again shortly
                 continue
             if local_id is None and not store.has_history():
-                if store.create_image(new_cluster_id(), ClusterImage()):
-                    continue
+                if not store.create_image(new_cluster_id(), ClusterImage()):
+                    wait(BOOTSTRAP_POLL_S / 5)
                 continue
             report.fault(
-                f"the cluster metadata ({where}) is missing and this broker has no copy of it "
-                + ("(its data belong to cluster " + local_id + ")" if local_id else
-                   "(brokers of this cluster ran before)")
-                + ": waiting for a broker that holds one, or for the object to be restored")
+                f"the cluster metadata ({where}) is missing: waiting for "
+                + ("the running brokers to put it back" if others else
+                   "a broker that holds a copy, or for the object to be restored")
+                + (f" (this broker's data belong to cluster {local_id}"
+                   + (")" if copy is not None else ", and it has no copy)")
+                   if local_id else " (brokers of this cluster ran before)"))
         elif local_id is not None and stored.cluster_id != local_id:
             report.fault(explain(Verdict.FOREIGN, stored, local_id, -1, where))
-        elif local_id is not None and copy is not None and stored.version < copy.version:
-            store.restore_image(local_id, copy)
+        elif local_id is not None and copy is not None and stored.version < copy.version \
+                and not others:
+            if not store.restore_image(local_id, copy):
+                wait(BOOTSTRAP_POLL_S / 5)
             continue
         else:
             try:
@@ -204,7 +212,10 @@ class MetadataGuard(CoordinationBackend):
             raise MetadataFault(self.fault or "the cluster metadata cannot be trusted")
         if image.version < self._good.version:
             return False  # computed from an image older than one applied: compute again
-        return self.store.write_image(image)
+        try:
+            return self.store.write_image(image)
+        except MetadataMissing as e:  # deleted since it was judged
+            raise MetadataFault(str(e)) from e
 
     def repair(self) -> bool:
         """Put the newest good image back where the store lost it or went backwards; a write,
@@ -252,7 +263,10 @@ class MetadataGuard(CoordinationBackend):
         return self.store.controller()
 
     def allocate_producer_ids(self, count: int) -> int:
-        return self.store.allocate_producer_ids(count)
+        try:
+            return self.store.allocate_producer_ids(count)
+        except MetadataMissing as e:
+            raise MetadataFault(str(e)) from e
 
     def close(self) -> None:
         self.store.close()

@@ -79,6 +79,9 @@ class TopicMetadata:
 
 DEFAULT_BROKER = ""  # the name of the cluster-wide dynamic broker configs, as in Kafka
 CORDONED_LOG_DIRS = "cordoned.log.dirs"
+# Ids of deleted topics kept in the image (~40 bytes each): a broker down for longer than
+# this many deletions finds its replicas of the oldest ones as strays, kept, not deleted.
+MAX_TOMBSTONES = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +92,10 @@ class ClusterImage:
     resources): by broker id as a string, and ``DEFAULT_BROKER`` for every broker.
     ``scram_credentials`` holds each user's SCRAM credential per mechanism (Kafka's
     UserScramCredentialRecords); ``acls`` the ACLs (AccessControlEntryRecords).
+    ``deleted_topics`` the ids of the topics deleted (Kafka's RemoveTopicRecords), the newest
+    MAX_TOMBSTONES: a broker deletes a replica's files only for a topic deleted on record,
+    never for one it merely does not find, which an image rebuilt from an older copy can
+    lack (broker/cluster/guard.py).
     """
 
     topics: dict[str, TopicMetadata] = field(default_factory=dict)
@@ -96,6 +103,7 @@ class ClusterImage:
     broker_configs: dict[str, dict[str, str]] = field(default_factory=dict)
     scram_credentials: dict[str, dict[str, ScramCredential]] = field(default_factory=dict)
     acls: tuple[AclBinding, ...] = ()
+    deleted_topics: tuple[str, ...] = ()
 
     def partition(self, topic: str, index: int) -> PartitionState | None:
         meta = self.topics.get(topic)
@@ -116,8 +124,12 @@ class ClusterImage:
 
     def without_topic(self, name: str) -> ClusterImage:
         topics = dict(self.topics)
-        del topics[name]
-        return replace(self, topics=topics)
+        removed = topics.pop(name)
+        deleted = (*self.deleted_topics, removed.topic_id)[-MAX_TOMBSTONES:]
+        return replace(self, topics=topics, deleted_topics=deleted)
+
+    def was_deleted(self, topic_id: str | None) -> bool:
+        return topic_id is not None and topic_id in self.deleted_topics
 
     def with_partition(self, topic: str, index: int, state: PartitionState) -> ClusterImage:
         return self.with_topic(self.topics[topic].with_partition(index, state))
@@ -178,6 +190,8 @@ class ClusterImage:
                 for user, mechanisms in self.scram_credentials.items()}
         if self.acls:
             doc["acls"] = [a.to_doc() for a in self.acls]
+        if self.deleted_topics:
+            doc["deleted_topics"] = list(self.deleted_topics)
         return json.dumps(doc, separators=(",", ":"))
 
     @classmethod
@@ -200,7 +214,8 @@ class ClusterImage:
         scram = {user: {m: ScramCredential.from_doc(c) for m, c in mechanisms.items()}
                  for user, mechanisms in doc.get("scram_credentials", {}).items()}
         acls = tuple(AclBinding.from_doc(a) for a in doc.get("acls", ()))
-        return cls(topics, version, doc.get("broker_configs", {}), scram, acls)
+        return cls(topics, version, doc.get("broker_configs", {}), scram, acls,
+                   tuple(doc.get("deleted_topics", ())))
 
 
 def _topic_doc(topic: TopicMetadata) -> dict[str, Any]:

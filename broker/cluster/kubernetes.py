@@ -47,6 +47,7 @@ from broker.cluster.backend import (
 )
 from broker.cluster.contact import Contact, now_ms
 from broker.cluster.image import ClusterImage
+from broker.cluster.k8s_counters import Counters
 from broker.cluster.pod_liveness import PodRef, process_ended
 from broker.cluster.watch_cache import REQUEST_TIMEOUT_S, WatchCache, unreachable
 
@@ -68,9 +69,6 @@ IMAGE_KEY = "image.json.gz"
 # 1.5 MiB request limit); refusing here first gives the caller a message that says why.
 MAX_IMAGE_BYTES = 1024 * 1024 - 4096
 CONFLICT, NOT_FOUND, GONE = 409, 404, 410
-# Counters recreated after a loss skip this far past the last values seen (broker/cluster/guard.py).
-EPOCH_MARGIN = 1000
-PRODUCER_ID_MARGIN = 10_000_000
 
 
 def controller_lease_name(cluster: str) -> str:
@@ -161,6 +159,10 @@ class KubernetesBackend(CoordinationBackend):
             lambda **kw: self._core.list_namespaced_pod(self.namespace, **kw),
             selector, self._changed, self._contact) if settings.pod is not None else None
         self._ended_logged: set[tuple[str, str]] = set()
+        self._counters = Counters(
+            self._core, self.namespace, self.counters_name,
+            lambda: self._meta(self.counters_name, "counters", {}), self._call,
+            self._config_maps, self._lease_epochs, self._create)
         for cache in self._caches:
             if not cache.wait_synced(sync_timeout):
                 raise TimeoutError(f"no list of {cache.kind} in namespace {self.namespace} "
@@ -284,11 +286,10 @@ class KubernetesBackend(CoordinationBackend):
 
     def create_image(self, cluster_id: str, image: ClusterImage) -> bool:
         """Brokers of a new cluster starting together race; the API server lets one win."""
-        counters = {"broker": "0", "controller": "0", "producer-id": "0"}
         if not self._create(self._image_body(image, image.version, cluster_id, None)):
             return False
         log.info("created the metadata of a new cluster %s (id %s)", self.cluster, cluster_id)
-        self._create(self._counters_body(counters))
+        self._counters.create()
         return True
 
     def restore_image(self, cluster_id: str, image: ClusterImage) -> bool:
@@ -314,6 +315,12 @@ class KubernetesBackend(CoordinationBackend):
                         self.namespace, self.metadata_name, image.version, cluster_id)
         return written
 
+    def _lease_epochs(self) -> tuple[list[int], list[int]]:
+        """The broker epochs and controller epochs the Leases carry (counters' floors)."""
+        leases = self._leases.items()
+        return ([int(self._annotation(lease, A_EPOCH)) for lease in leases],
+                [int(self._annotation(lease, A_CONTROLLER_EPOCH)) for lease in leases])
+
     def has_history(self) -> bool:
         return self._config_maps.get(self.counters_name) is not None or any(
             (lease.metadata.labels or {}).get(ROLE_LABEL) == "broker"
@@ -327,30 +334,11 @@ class KubernetesBackend(CoordinationBackend):
         except ApiException as e:
             if e.status != CONFLICT:
                 raise
-            return False
-
-    def _counters_body(self, values: dict[str, str]) -> k8s.V1ConfigMap:
-        return k8s.V1ConfigMap(metadata=self._meta(self.counters_name, "counters", {}),
-                               data=values)
-
-    def _restore_counters(self) -> None:
-        """Counters lost (deleted) while the cluster lives: recreated past every value they
-        may have handed out, as far as the last copy seen and the leases tell, with margins
-        for what this broker may not have seen; producer ids from the clock's milliseconds,
-        which no cluster hands out that many of."""
-        seen = self._config_maps.last_seen(self.counters_name)
-        values = {k: int(v) for k, v in ((seen.data or {}) if seen is not None else {}).items()}
-        leases = self._leases.items()
-        broker = max([values.get("broker", 0)] + [
-            int(self._annotation(lease, A_EPOCH)) for lease in leases])
-        controller = max([values.get("controller", 0)] + [
-            int(self._annotation(lease, A_CONTROLLER_EPOCH)) for lease in leases])
-        producer = max(values.get("producer-id", 0) + PRODUCER_ID_MARGIN, now_ms())
-        restored = {"broker": str(broker + EPOCH_MARGIN),
-                    "controller": str(controller + EPOCH_MARGIN), "producer-id": str(producer)}
-        if self._create(self._counters_body(restored)):
-            log.warning("restored the counters %s/%s: %s", self.namespace, self.counters_name,
-                        restored)
+        # Another broker's is there: read it now rather than wait for the watch to say.
+        found = self._call(self._core.read_namespaced_config_map, body.metadata.name,
+                           self.namespace)
+        self._config_maps.put(found)
+        return False
 
     def _image_body(self, image: ClusterImage, version: int, cluster_id: str,
                     resource_version: str | None) -> k8s.V1ConfigMap:
@@ -366,27 +354,6 @@ class KubernetesBackend(CoordinationBackend):
                                 resource_version),
             binary_data={IMAGE_KEY: base64.b64encode(packed).decode()})
 
-    def _next(self, counter: str, count: int = 1) -> int:
-        """Add ``count`` to a counter by compare-and-set; returns the first value taken."""
-        while True:
-            try:
-                current = self._call(self._core.read_namespaced_config_map,
-                                     self.counters_name, self.namespace)
-            except ApiException as e:
-                if e.status != NOT_FOUND:
-                    raise
-                self._restore_counters()
-                continue
-            first = int(current.data[counter]) + 1
-            current.data[counter] = str(first + count - 1)
-            try:
-                self._call(self._core.replace_namespaced_config_map,
-                           self.counters_name, self.namespace, current)
-                return first
-            except ApiException as e:
-                if e.status != CONFLICT:
-                    raise
-
     def _metadata_object(self) -> Any:
         obj = self._config_maps.get(self.metadata_name)
         if obj is None:
@@ -400,7 +367,7 @@ class KubernetesBackend(CoordinationBackend):
         except ApiException as e:
             if e.status != NOT_FOUND:
                 raise
-            self._config_maps.forget(self.metadata_name)
+            # Not forgotten here: the watch may already hold one created since; it tells.
             raise MetadataMissing(f"ConfigMap {self.namespace}/{self.metadata_name} is missing: "
                                   "the cluster metadata is gone") from e
         self._config_maps.put(obj)
@@ -438,7 +405,7 @@ class KubernetesBackend(CoordinationBackend):
 
     def register_broker(self, registration: BrokerRegistration, ttl_ms: int) -> int:
         r = registration
-        epoch = self._next("broker")
+        epoch = self._counters.next("broker")
         name = self.broker_lease_name(r.node_id)
         annotations = {A_EPOCH: str(epoch), A_HOST: r.host, A_PORT: str(r.port)}
         if r.rack is not None:
@@ -532,14 +499,14 @@ class KubernetesBackend(CoordinationBackend):
                     if expired:
                         # Our lease lapsed (we were paused): someone may have acted as
                         # controller meanwhile, so this is a new term.
-                        epoch = self._next("controller")
+                        epoch = self._counters.next("controller")
                 elif not expired and holder != node_id:
                     return None
                 else:
-                    epoch = self._next("controller")
+                    epoch = self._counters.next("controller")
                     transitions += 1
             else:
-                epoch = self._next("controller")
+                epoch = self._counters.next("controller")
             body = self._lease_body(
                 name, "controller", node_id, ttl_ms,
                 {A_EPOCH: str(broker_epoch), A_CONTROLLER_EPOCH: str(epoch)},
@@ -585,8 +552,7 @@ class KubernetesBackend(CoordinationBackend):
             written = self._call(self._core.replace_namespaced_config_map,
                                  self.metadata_name, self.namespace, body)
         except ApiException as e:
-            if e.status == NOT_FOUND:  # deleted since the watch last said: the guard judges
-                self._config_maps.forget(self.metadata_name)
+            if e.status == NOT_FOUND:  # deleted: the watch will say so, and the guard judge it
                 return False
             if e.status == CONFLICT:
                 self._refresh_metadata()  # the watch may lag: the caller re-reads from this
@@ -596,7 +562,7 @@ class KubernetesBackend(CoordinationBackend):
         return True
 
     def allocate_producer_ids(self, count: int) -> int:
-        return self._next("producer-id", count) - 1
+        return self._counters.next("producer-id", count) - 1
 
     def close(self) -> None:
         for cache in self._caches:

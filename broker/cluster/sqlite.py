@@ -122,8 +122,10 @@ class SqliteBackend(CoordinationBackend):
                            (cluster_id, image.to_json(), image.version, _now_ms()))
                 return True
             cursor = db.execute(
-                "UPDATE cluster SET image = ?, version = ? WHERE cluster_id = ? AND version < ?",
-                (image.to_json(), image.version, cluster_id, image.version))
+                "UPDATE cluster SET image = ?, version = ?, "
+                "next_producer_id = MAX(next_producer_id, ?) "
+                "WHERE cluster_id = ? AND version < ?",
+                (image.to_json(), image.version, _now_ms(), cluster_id, image.version))
             return cursor.rowcount == 1
 
     def has_history(self) -> bool:

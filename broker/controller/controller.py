@@ -105,11 +105,12 @@ class Controller:
             # The passes are pure functions of what ``before`` holds, so a round that finds
             # it as a pass left it, with nothing to do, skips them: at 10,000 partitions the
             # two passes took ~30 ms of the event loop, four times a second.
-            await self._write(lambda image: self._fence_and_elect(image, live))
-            await self._write(lambda image: map_partitions(
+            written = await self._write(lambda image: self._fence_and_elect(image, live))
+            written &= await self._write(lambda image: map_partitions(
                 image, lambda _, state: step_reassignment(state, live)))
             after = self.backend.read_image().version
-            self._settled = before if after == before[0] else None
+            # A refused write (metadata not to be trusted) is done again when it is.
+            self._settled = before if written and after == before[0] else None
         if self.config["auto.leader.rebalance.enable"] and now >= self._next_rebalance:
             self._next_rebalance = now + self._rebalance_interval()
             await self._write(lambda image: self.rebalance(image, live))
@@ -122,13 +123,16 @@ class Controller:
     def _rebalance_interval(self) -> float:
         return float(self.config["leader.imbalance.check.interval.seconds"])
 
-    async def _write(self, change: Callable[[ClusterImage], ClusterImage | None]) -> None:
+    async def _write(self, change: Callable[[ClusterImage], ClusterImage | None]) -> bool:
+        """Whether the change was made (or nothing was to be made)."""
         try:
             await self.metadata.update(change)
         except MetadataUnavailable:
-            pass  # the guard reports the fault itself, and not four times a second
+            return False  # the guard reports the fault itself, and not four times a second
         except ConcurrentUpdate as e:
             log.warning("controller: %s", e)
+            return False
+        return True
 
     def _unclean(self, topic: str, image: ClusterImage) -> bool:
         meta = image.topics[topic]

@@ -464,9 +464,14 @@ async def delete_topics(ctx: RequestContext, request: Any) -> Any:
 
     results, targets = _resolve_deletions(services.store, refs, may)
     for topic_id, name in targets.items():
-        await services.replicas.delete_topic(name, str(topic_id))
-        services.groups.delete_topic_offsets(name)
-        services.metrics.forget_topic(name)
+        try:
+            await services.replicas.delete_topic(name, str(topic_id))
+        except ConcurrentUpdate as e:
+            results.append(_deletion(name, topic_id, ErrorCode.request_timed_out, str(e)))
+            continue
+        if name not in services.store.topics:  # not one of the same name made meanwhile
+            services.groups.delete_topic_offsets(name)
+            services.metrics.forget_topic(name)
         results.append(_deletion(name, topic_id, ErrorCode.none, None))
     return build_response(request, {"throttle_time": NO_THROTTLE, "responses": results})
 

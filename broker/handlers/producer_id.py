@@ -13,6 +13,7 @@ from broker.handlers.context import RequestContext
 from broker.handlers.transactions import as_version_knows
 from broker.protocol.messages import build_long_response, build_response
 from broker.security.acl import Operation, ResourceType
+from broker.server.metadata import ConcurrentUpdate
 
 
 @handles(22, 0, 5)
@@ -43,7 +44,10 @@ async def handle_init_producer_id(ctx: RequestContext, request: Any) -> Any:
     # Without a transactional id Kafka always hands out a fresh id with epoch 0, whatever
     # id and epoch the client names (TransactionCoordinator.handleInitProducerId): naming
     # another producer's id must not fence it.
-    return reply(ErrorCode.none, await ctx.services.store.next_producer_id(), 0)
+    try:
+        return reply(ErrorCode.none, await ctx.services.store.next_producer_id(), 0)
+    except ConcurrentUpdate:  # no producer ids to hand out now: the client retries
+        return reply(ErrorCode.coordinator_not_available)
 
 
 @handles(61, 0, 0)

@@ -188,13 +188,17 @@ class ClusterMetadata:
         if self.image.version == version or (not force and now - at < COPY_EVERY_S):
             return
         image = self.image
-        self._copied = (image.version, now)
+        self._copied = (version, now)  # no second writer meanwhile; a failure retries later
         await asyncio.to_thread(write_image_copy, self.log_dirs[0], self.cluster_id, image)
+        self._copied = (image.version, now)
 
     async def next_producer_id(self) -> int:
         """Unique cluster-wide: each broker reserves blocks, as brokers do from the controller."""
         if self._next_producer_id >= self._producer_id_limit:
-            first = await self.call(self.backend.allocate_producer_ids, PRODUCER_ID_BLOCK)
+            try:
+                first = await self.call(self.backend.allocate_producer_ids, PRODUCER_ID_BLOCK)
+            except MetadataFault as e:
+                raise MetadataUnavailable(str(e)) from e
             if self._next_producer_id >= self._producer_id_limit:  # no one else refilled
                 self._next_producer_id = first
                 self._producer_id_limit = first + PRODUCER_ID_BLOCK

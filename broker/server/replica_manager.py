@@ -45,6 +45,7 @@ LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
 PARTITION_METADATA = "partition.metadata"
 OPEN_PER_SLICE = 100
 DELETE_SUFFIX = "-delete"
+STRAY_SUFFIX = "-stray"  # a replica's files set aside, never loaded nor deleted by the broker
 HANDOVER_POLL_S = 0.05
 
 
@@ -136,8 +137,15 @@ class ReplicaManager:
             for index, state in enumerate(topic.assignments):
                 if self.node_id in state.replicas:
                     self._open_partition(topic, index)
-        for tp, directory in self._existing.items():
-            log.warning("ignoring %s: not a replica of %s here", directory, tp.topic)
+        for tp, directory in list(self._existing.items()):
+            if image.was_deleted(_topic_id_of(directory)):
+                log.info("%s: topic %s was deleted while this broker was down; removing it",
+                         directory, tp.topic)
+                del self._existing[tp]
+                _schedule_removal(directory, None, 0, self._schedule)
+            else:
+                log.warning("keeping %s as a stray: no replica of %s here and its topic was "
+                            "not deleted on record", directory, tp.topic)
         unclean = [str(d) for d, was_clean in self._clean.items() if not was_clean]
         for log_dir in self.log_dirs:
             (log_dir / CLEAN_SHUTDOWN_FILE).unlink(missing_ok=True)
@@ -216,8 +224,16 @@ class ReplicaManager:
         self.opened_or_dropped += 1
         directory = self._existing.pop(tp, None)
         if directory is not None and not _same_topic(directory, topic.topic_id):
-            log.warning("%s holds an older topic %s; deleting it", directory, topic.name)
-            _schedule_removal(directory, None, 0, self._schedule)
+            older = _topic_id_of(directory)
+            if self.metadata.image.was_deleted(older):
+                log.warning("%s holds an older, deleted topic %s; deleting it", directory,
+                            topic.name)
+                _schedule_removal(directory, None, 0, self._schedule)
+            else:
+                aside = directory.with_name(f"{directory.name}.{older}{STRAY_SUFFIX}")
+                log.error("%s holds topic id %s, not deleted on record, where the metadata "
+                          "has %s: kept as %s", directory, older, topic.topic_id, aside)
+                os.rename(directory, aside)
             directory = None
         if directory is None:
             directory = self._pick_log_dir() / partition_dir_name(topic.name, index)
@@ -264,7 +280,10 @@ class ReplicaManager:
                 wanted.add(tp)
                 partition = self.partitions.get(tp)
                 if partition is not None and self._topic_ids.get(tp) != topic.topic_id:
-                    self._drop(tp, topic_deleted=True)
+                    if image.was_deleted(self._topic_ids.get(tp)):
+                        self._drop(tp, "topic deleted and created again")
+                    else:  # its files go back to _existing, and aside when opened
+                        self._release(tp)
                     replaced += 1
                     partition = None
                 if partition is None:
@@ -276,8 +295,12 @@ class ReplicaManager:
         dropped = [tp for tp in self.partitions if tp not in wanted]
         for tp in dropped:
             topic = image.topics.get(tp.topic)
-            deleted = topic is None or topic.topic_id != self._topic_ids.get(tp)
-            self._drop(tp, topic_deleted=deleted)
+            if topic is not None and topic.topic_id == self._topic_ids.get(tp):
+                self._drop(tp, "reassigned away")
+            elif image.was_deleted(self._topic_ids.get(tp)):
+                self._drop(tp, "topic deleted")
+            else:
+                self._release(tp)
         if dropped or replaced:
             # Once per image, not per replica: per replica made deleting N cost N².
             self.write_checkpoints()
@@ -347,8 +370,25 @@ class ReplicaManager:
         for fetcher in self.fetchers.values():
             fetcher.remove(tp.topic, tp.partition)
 
-    def _drop(self, tp: TopicPartition, topic_deleted: bool) -> None:
-        """Stop hosting a replica: the topic is gone, or a reassignment moved it away."""
+    def _drop(self, tp: TopicPartition, why: str) -> None:
+        """Stop hosting a replica and delete its files: its topic was deleted on record, or
+        a reassignment moved it away."""
+        partition = self._stop_hosting(tp)
+        delay = partition.log.config.file_delete_delay_ms / 1000
+        log.info("%s: removing the local replica (%s)", partition, why)
+        _schedule_removal(partition.log.dir, partition.log, delay, self._schedule)
+
+    def _release(self, tp: TopicPartition) -> None:
+        """Stop hosting a replica whose topic the image lacks without a record of its deletion
+        (an image rebuilt from an older copy): its files stay where they are, so the replica
+        comes back with its data if the topic does, and is never deleted on a guess."""
+        partition = self._stop_hosting(tp)
+        partition.log.close()
+        self._existing[tp] = partition.log.dir  # what _open_partition looks at first
+        log.error("%s: not in the cluster metadata, and not deleted there: no longer served, "
+                  "its files kept in %s", partition, partition.log.dir)
+
+    def _stop_hosting(self, tp: TopicPartition) -> Partition:
         partition = self.partitions.pop(tp)
         self.opened_or_dropped += 1
         self._per_log_dir[partition.log.dir.parent] -= 1
@@ -358,10 +398,7 @@ class ReplicaManager:
         if partition.is_leader:
             self._notify(partition, False)
         partition.close()
-        delay = partition.log.config.file_delete_delay_ms / 1000
-        log.info("%s: removing the local replica (%s)", partition,
-                 "topic deleted" if topic_deleted else "reassigned away")
-        _schedule_removal(partition.log.dir, partition.log, delay, self._schedule)
+        return partition
 
     # -- topic changes through the cluster metadata ----------------------------------------
 
@@ -747,6 +784,19 @@ def _write_partition_metadata(directory: Path, topic_id: str) -> None:
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text(f"version: 0\ntopic_id: {topic_id}\n")
         os.replace(tmp, path)
+
+
+def _topic_id_of(directory: Path) -> str | None:
+    """The topic id in a replica directory's partition.metadata, None if it has none."""
+    try:
+        text = (directory / PARTITION_METADATA).read_text()
+    except FileNotFoundError:
+        return None
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "topic_id":
+            return value.strip()
+    return None
 
 
 def _same_topic(directory: Path, topic_id: str) -> bool:

@@ -46,13 +46,17 @@ def _as_text(value: object) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def broker_properties(cluster: str, spec: Mapping, brokers: int | None = None) -> BrokerProperties:
+def broker_properties(cluster: str, spec: Mapping, brokers: int | None = None,
+                      min_isr_ceiling: int | None = None) -> BrokerProperties:
     """server.properties for every broker of KafkaCluster ``cluster``. Replication defaults
     follow the broker count up to Kafka's production values (RF 3, min ISR 2), so a
     one-broker cluster can still create topics. ``brokers``: the count actually deployed when
     it is not spec.replicas (a refused or unfinished scale-down must not change the brokers'
-    defaults, nor restart them)."""
+    defaults, nor restart them). ``min_isr_ceiling``: the smallest replication factor of a
+    topic that follows the default min ISR (model/scale.py's ``min_isr_ceiling``): a default
+    above it would refuse every acks=all write to that topic."""
     replicas = int(spec.get("replicas", 3)) if brokers is None else brokers
+    min_isr = min(2, replicas, max(1, min_isr_ceiling or 2))
     metrics = (spec.get("metrics") or {}).get("enabled", True)
     properties = {
         "listeners": f"PLAINTEXT://0.0.0.0:{PORT}",
@@ -61,7 +65,7 @@ def broker_properties(cluster: str, spec: Mapping, brokers: int | None = None) -
         "kafkube.cluster.name": cluster,
         "kafkube.metrics.port": str(METRICS_PORT if metrics else -1),
         "default.replication.factor": str(min(3, replicas)),
-        "min.insync.replicas": str(min(2, replicas)),
+        "min.insync.replicas": str(min_isr),
         "offsets.topic.replication.factor": str(min(3, replicas)),
     }
     # spec.listeners and spec.authorization (model/listeners.py): none by default.

@@ -363,13 +363,14 @@ class DesiredCluster:
 
 
 def desired_cluster(resource: Mapping, statefulset_replicas: int | None = None,
-                    pod_annotations: Mapping[str, str] | None = None) -> DesiredCluster:
+                    pod_annotations: Mapping[str, str] | None = None,
+                    min_isr_ceiling: int | None = None) -> DesiredCluster:
     """The objects, in the order they are applied: identity and configuration before the
     pods that need them. ``pod_annotations``: more for the pod template (a secured
     cluster's certificate hashes, model/cluster_pki.py), each a roll when it changes."""
     ref = ClusterRef.of(resource)
     spec = resource.get("spec") or {}
-    props = broker_properties(ref.name, spec, statefulset_replicas)
+    props = broker_properties(ref.name, spec, statefulset_replicas, min_isr_ceiling)
     metrics = (spec.get("metrics") or {}).get("enabled", True)
     security = SecuritySpec.of(spec)
     objects = [

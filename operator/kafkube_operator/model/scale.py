@@ -127,6 +127,47 @@ def spread_moves(image: ClusterImage,
     return moves
 
 
+def min_isr_ceiling(image: ClusterImage) -> int | None:
+    """The smallest replication factor among topics that follow the brokers' default
+    min.insync.replicas (no value of their own): the highest default that still lets each of
+    them take acks=all writes. A cluster grown from one broker has RF 1 topics, internal
+    ones included, until they are given more replicas (``raise_internal_moves``)."""
+    factors = [len(t.assignments[0].target_replicas) for t in image.topics.values()
+               if t.assignments and "min.insync.replicas" not in t.configs]
+    return min(factors) if factors else None
+
+
+def held_back_topics(image: ClusterImage, wanted: int) -> list[str]:
+    """Topics of users (not ``__`` internal ones, which the operator grows itself) whose
+    replication factor keeps the default min ISR below ``wanted``."""
+    return sorted(name for name, t in image.topics.items()
+                  if not name.startswith("__") and t.assignments
+                  and "min.insync.replicas" not in t.configs
+                  and len(t.assignments[0].target_replicas) < wanted)
+
+
+def raise_internal_moves(image: ClusterImage, rf: int,
+                         racks: Mapping[int, str | None]) -> dict[Partition, tuple[int, ...]]:
+    """Internal topics (``__consumer_offsets``, ``__transaction_state``) created while the
+    cluster was smaller get replicas added up to ``rf``, least loaded brokers first, one per
+    rack where racks allow, as Kafka would have placed them on a cluster of this size."""
+    load = _load(image)
+    moves: dict[Partition, tuple[int, ...]] = {}
+    for name, topic in sorted(image.topics.items()):
+        if not name.startswith("__"):
+            continue
+        for index, state in enumerate(topic.assignments):
+            target = list(state.target_replicas)
+            while len(target) < min(rf, len(racks)):
+                candidates = [b for b in racks if b not in target]
+                chosen = _pick(candidates, {racks.get(b) for b in target}, racks, load)
+                target.append(chosen)
+                load[chosen] += 1
+            if len(target) > len(state.target_replicas):
+                moves[(name, index)] = tuple(target)
+    return moves
+
+
 def in_progress(image: ClusterImage) -> int:
     """Partitions still under reassignment (KIP-455: replicas being added or removed)."""
     return sum(1 for t in image.topics.values() for s in t.assignments if s.adding or s.removing)
@@ -155,7 +196,11 @@ def scale_decision(desired: int, current: int | None, image: ClusterImage,
                 "longer run" + (f"; {len(offline)} offline there" if offline else "")))
     # A drain given up (5 -> 3 -> 5 while moving) is a scale-up: the moves in flight finish
     # under the throttle, then replicas spread back onto the brokers that were emptied.
-    if desired > current or (desired == current and phase in (SCALING_UP, DRAINING)):
+    # So is an internal topic with fewer replicas than the cluster now allows (made while
+    # the cluster was smaller, or before all its brokers had registered).
+    short = desired == current and all(b in live for b in range(desired)) and bool(
+        raise_internal_moves(image, min(3, desired), {b: live[b] for b in range(desired)}))
+    if desired > current or short or (desired == current and phase in (SCALING_UP, DRAINING)):
         missing = [b for b in range(desired) if b not in live]
         if missing:
             return ScaleDecision(desired, {}, SCALING_UP,
@@ -163,7 +208,9 @@ def scale_decision(desired: int, current: int | None, image: ClusterImage,
         if moving:
             return ScaleDecision(desired, {}, SCALING_UP,
                                  waiting=f"{moving} partition(s) moving onto the new brokers")
-        moves = spread_moves(image, {b: live[b] for b in range(desired)})
+        brokers = {b: live[b] for b in range(desired)}
+        moves = spread_moves(image, brokers) or raise_internal_moves(image, min(3, desired),
+                                                                    brokers)
         if not moves:
             return ScaleDecision(desired, {})
         return ScaleDecision(desired, moves, SCALING_UP,

@@ -58,12 +58,13 @@ class SpecWarning:
 
 
 def metadata_problem(stored: tuple[str, int] | None, recorded_id: str | None,
-                     history: bool, where: str) -> SpecWarning | None:
+                     history: bool, where: str,
+                     recorded_version: int | None = None) -> SpecWarning | None:
     """Why the operator must not act on the cluster image now, judged as the brokers judge it
     (broker/cluster/guard.py): ``stored`` is the (cluster id, version) the store holds,
-    ``recorded_id`` the id this KafkaCluster's status recorded, ``history`` whether brokers
-    of this cluster ran before. A cluster whose first broker has not started yet has no
-    image and no problem."""
+    ``recorded_id`` and ``recorded_version`` what this KafkaCluster's status recorded last,
+    ``history`` whether brokers of this cluster ran before. A cluster whose first broker has
+    not started yet has no image and no problem."""
     if stored is None:
         if recorded_id is None and not history:
             return None
@@ -75,6 +76,10 @@ def metadata_problem(stored: tuple[str, int] | None, recorded_id: str | None,
             f"{where} holds cluster {stored[0]}, but this KafkaCluster is cluster "
             f"{recorded_id}: the brokers refuse it and keep their data. Delete that ConfigMap "
             f"(the brokers put theirs back) or restore the one of cluster {recorded_id}"))
+    if recorded_version is not None and stored[1] < recorded_version:
+        return SpecWarning("MetadataWentBack", (
+            f"{where} went back to version {stored[1]} from {recorded_version} (an old copy "
+            "put back?): the brokers put the newer one back; until then nothing is acted on"))
     return None
 
 

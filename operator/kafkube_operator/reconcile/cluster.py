@@ -8,6 +8,7 @@ from collections.abc import Mapping
 
 from broker.cluster.image import DEFAULT_BROKER, ClusterImage
 from broker.cluster.kubernetes import KubernetesBackend
+from broker.config import parse_properties
 from kafkube_operator.kafka import AdminClients, KafkaAdmin, KafkaRefused
 from kafkube_operator.kube import ApplyError, Kube
 from kafkube_operator.model.broker_config import broker_properties
@@ -17,6 +18,8 @@ from kafkube_operator.model.roll import PodState, next_restart, pod_state
 from kafkube_operator.model.scale import (
     THROTTLED_REPLICAS,
     ScaleDecision,
+    held_back_topics,
+    min_isr_ceiling,
     scale_decision,
     throttled_replicas,
 )
@@ -84,12 +87,21 @@ def roll(kube: Kube, image: ClusterImage, ref: ClusterRef, pods: list[PodState],
     return step.waiting, False
 
 
+def deployed_min_isr(kube: Kube, ref: ClusterRef) -> int | None:
+    """The default min.insync.replicas the brokers were last given (their ConfigMap)."""
+    found = kube.get("v1", "ConfigMap", ref.config_map, ref.namespace)
+    text = ((found or {}).get("data") or {}).get("server.properties", "")
+    value = parse_properties(text).get("min.insync.replicas")
+    return int(value) if value and value.isdigit() else None
+
+
 def apply_cluster(kube: Kube, resource: Mapping, events: Events,
                   statefulset_replicas: int | None = None,
-                  pod_annotations: Mapping[str, str] | None = None) -> list[SpecWarning]:
+                  pod_annotations: Mapping[str, str] | None = None,
+                  min_isr_ceiling: int | None = None) -> list[SpecWarning]:
     """Create or update every object the KafkaCluster owns; what could not be applied comes
     back as warnings, with the API server's or the broker's reason."""
-    desired = desired_cluster(resource, statefulset_replicas, pod_annotations)
+    desired = desired_cluster(resource, statefulset_replicas, pod_annotations, min_isr_ceiling)
     warnings = []
     if desired.refused_config:
         warnings.append(SpecWarning("InvalidConfig", "spec.config not applied: " + "; ".join(
@@ -121,10 +133,16 @@ def reconcile_cluster(kube: Kube, views: ClusterViews, admins: AdminClients,
     memory = views.memory(ref)
     previous = (resource.get("status") or {}).get("conditions") or []
     listeners = listener_status(ref.bootstrap_service, ref.namespace, SecuritySpec.of(spec))
-    trusted = trusted_image(view, (resource.get("status") or {}).get("clusterId"))
+    trusted = trusted_image(view, resource.get("status"), memory)
     if trusted.problem is not None:
-        # Nothing is acted on while the image cannot be trusted: a scale, a roll or a
-        # Topic pass judged on a missing or foreign image could take data away.
+        # No scale, roll or Topic pass on an image that is missing, foreign or older: each
+        # could take data away. The objects are still applied: the brokers that put the
+        # image back must be able to start.
+        sts = kube.get("apps/v1", "StatefulSet", ref.statefulset, ref.namespace)
+        pki, _ = apply_cluster_pki(kube, resource, events)
+        apply_cluster(kube, resource, events,
+                      int(sts["spec"]["replicas"]) if sts else None, pki.pod_annotations,
+                      deployed_min_isr(kube, ref))
         observed, _ = observe(kube, view, ref, ClusterImage())
         status = cluster_status(
             desired=int(spec.get("replicas", 3)),
@@ -133,19 +151,30 @@ def reconcile_cluster(kube: Kube, views: ClusterViews, admins: AdminClients,
             if listeners else ref.bootstrap_servers,
             selector=",".join(f"{k}={v}" for k, v in selector(ref).items()),
             previous=previous, now=utc_now())
-        status["clusterId"] = trusted.cluster_id
-        return status
+        return status | trusted.status_fields()
     image = trusted.image
     scaling = scale(kube, view, image, admins, ref, resource, memory, events)
     # Certificates before the pods that mount them (nothing without spec.listeners).
     pki, warnings = apply_cluster_pki(kube, resource, events)
+    wanted_min_isr = min(2, scaling.statefulset_replicas)
+    # Never raised above what existing topics meet (a cluster grown from one broker); once
+    # raised, a topic created later with fewer replicas is its creator's choice, as in Kafka.
+    deployed = deployed_min_isr(kube, ref)
+    ceiling = min_isr_ceiling(image) if deployed is None or deployed < wanted_min_isr else None
     warnings += apply_cluster(kube, resource, events, scaling.statefulset_replicas,
-                              pki.pod_annotations)
+                              pki.pod_annotations, ceiling)
+    if ceiling is not None and (held := held_back_topics(image, wanted_min_isr)):
+        warnings.append(SpecWarning("MinInsyncReplicasHeld", (
+            f"min.insync.replicas stays {min(wanted_min_isr, ceiling or 2)}, not "
+            f"{wanted_min_isr}: topic(s) {', '.join(held[:5])} have a smaller replication "
+            "factor and no min.insync.replicas of their own, and acks=all writes to them "
+            "would be refused; raise their replication factor or set their "
+            "min.insync.replicas")))
     if scaling.refused:
         warnings.append(SpecWarning("ScaleDownRefused", scaling.refused))
     observed, pods = observe(kube, view, ref, image)
-    default_min_isr = int(broker_properties(ref.name, spec, scaling.statefulset_replicas)
-                          .properties["min.insync.replicas"])
+    default_min_isr = int(broker_properties(ref.name, spec, scaling.statefulset_replicas,
+                                            ceiling).properties["min.insync.replicas"])
     waiting, rolled = roll(kube, image, ref, pods, observed, default_min_isr, memory, events)
     if not observed.outdated_pods:
         rebalance_leaders(admins, view, ref, spec, memory, events, elect_now=rolled)
@@ -159,7 +188,7 @@ def reconcile_cluster(kube: Kube, views: ClusterViews, admins: AdminClients,
         selector=",".join(f"{k}={v}" for k, v in selector(ref).items()),
         previous=previous, now=utc_now())
     status["listeners"] = listeners or None
-    status["clusterId"] = trusted.cluster_id
+    status |= trusted.status_fields()
     status["scaling"] = {"phase": scaling.phase, "message": scaling.waiting} \
         if scaling.phase else None
     return status

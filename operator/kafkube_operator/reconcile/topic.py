@@ -56,7 +56,7 @@ def reconcile_topic(kube: Kube, views: ClusterViews, admins: AdminClients, resou
             f"no KafkaCluster {spec.cluster} in namespace {namespace}"))], previous, utc_now())
     ref = ClusterRef.of(cluster)
     view = views.of(ref)
-    trusted = trusted_image(view, (cluster.get("status") or {}).get("clusterId"))
+    trusted = trusted_image(view, cluster.get("status"), views.memory(ref))
     if trusted.problem is not None:
         # Status keeps what it showed (not Ready), and nothing is created or removed on the
         # strength of an image that is missing or another cluster's.
@@ -114,7 +114,7 @@ def delete_topic(kube: Kube, views: ClusterViews, admins: AdminClients, resource
         return True
     ref = ClusterRef.of(cluster)
     view = views.of(ref)
-    trusted = trusted_image(view, (cluster.get("status") or {}).get("clusterId"))
+    trusted = trusted_image(view, cluster.get("status"), views.memory(ref))
     if trusted.problem is not None:
         events.warning(trusted.problem.reason, f"topic {spec.name} not deleted yet: "
                        + trusted.problem.message)

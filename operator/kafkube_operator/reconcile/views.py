@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
+import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -26,6 +28,9 @@ class Events(Protocol):
     def warning(self, reason: str, message: str) -> None: ...
 
 
+WENT_BACK_GRACE_S = 60.0
+
+
 @dataclass
 class ClusterMemory:
     """What the operator remembers of a cluster between passes (lost on failover, which only
@@ -36,6 +41,7 @@ class ClusterMemory:
     next_leader_check: float = 0.0  # time.monotonic() of the next leader-imbalance check
     last_refusal: str | None = None  # a refused scale-down, reported once as an Event
     scaling_phase: str | None = None  # model/scale.py's phase of the last pass
+    went_back_at: tuple[int, float] | None = None  # (version, time.monotonic()) first seen
 
 
 @dataclass
@@ -86,20 +92,38 @@ class TrustedImage:
     image: ClusterImage
     cluster_id: str | None
     problem: SpecWarning | None = None
+    version: int | None = None  # the highest version seen, for the status to record
+
+    def status_fields(self) -> dict[str, object]:
+        return {"clusterId": self.cluster_id, "metadataVersion": self.version}
 
 
-def trusted_image(view: KubernetesBackend, recorded_id: str | None) -> TrustedImage:
-    """The image, unless it is missing where brokers ran or belongs to another cluster than
-    the one the KafkaCluster's status recorded; an empty one before the first broker made it."""
+def trusted_image(view: KubernetesBackend, cluster_status: Mapping | None,
+                  memory: ClusterMemory) -> TrustedImage:
+    """The image, unless it is missing where brokers ran, belongs to another cluster than
+    the one the KafkaCluster's status recorded, or is older than the version it recorded;
+    an empty one before the first broker made it. An older one is taken after
+    WENT_BACK_GRACE_S: running brokers put back a newer one within a second, so none had it
+    (every broker was down, and their copies lag the store by a few seconds)."""
+    recorded = cluster_status or {}
+    recorded_id, recorded_version = recorded.get("clusterId"), recorded.get("metadataVersion")
     stored = view.stored_identity()
     identity = (stored.cluster_id, stored.version) if stored is not None else None
-    problem = metadata_problem(identity, recorded_id, view.has_history(), view.where)
+    problem = metadata_problem(identity, recorded_id, view.has_history(), view.where,
+                               recorded_version)
+    if problem is not None and problem.reason == "MetadataWentBack" and stored is not None:
+        now = time.monotonic()
+        if memory.went_back_at is None or memory.went_back_at[0] != stored.version:
+            memory.went_back_at = (stored.version, now)
+        elif now - memory.went_back_at[1] >= WENT_BACK_GRACE_S:
+            problem = None
     if problem is not None or stored is None:
-        return TrustedImage(ClusterImage(), recorded_id, problem)
+        return TrustedImage(ClusterImage(), recorded_id, problem, recorded_version)
     try:
-        return TrustedImage(view.read_image(), stored.cluster_id)
+        image = view.read_image()
     except MetadataMissing:  # deleted since the look above
-        return trusted_image(view, recorded_id)
+        return trusted_image(view, cluster_status, memory)
+    return TrustedImage(image, stored.cluster_id, None, image.version)
 
 
 def utc_now() -> str:
