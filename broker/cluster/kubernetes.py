@@ -45,7 +45,7 @@ from broker.cluster.backend import (
     MetadataMissing,
     StoredIdentity,
 )
-from broker.cluster.contact import Contact, now_ms
+from broker.cluster.contact import Contact, RenewalClock, now_ms
 from broker.cluster.image import ClusterImage
 from broker.cluster.k8s_counters import Counters
 from broker.cluster.pod_liveness import PodRef, process_ended
@@ -145,10 +145,13 @@ class KubernetesBackend(CoordinationBackend):
         self._listeners: list[Callable[[], None]] = [on_change] if on_change else []
         self._contact = Contact()
         selector = f"{CLUSTER_LABEL}={self.cluster}"
+        self._renewals = RenewalClock()
         self._leases = WatchCache(
             "leases", k8s.V1Lease,
             lambda **kw: self._leases_api.list_namespaced_lease(self.namespace, **kw),
-            selector, self._changed, self._contact)
+            selector, self._changed, self._contact,
+            on_put=lambda lease: self._renewals.seen(lease.metadata.name,
+                                                     lease.metadata.resource_version))
         self._config_maps = WatchCache(
             "configmaps", k8s.V1ConfigMap,
             lambda **kw: self._core.list_namespaced_config_map(self.namespace, **kw),
@@ -180,6 +183,11 @@ class KubernetesBackend(CoordinationBackend):
 
     def _lapsed(self, lease: Any) -> bool:
         return self._contact.lapsed(self._expiry_ms(lease), self._duration_ms(lease))
+
+    def _expiry_ms(self, lease: Any) -> int:
+        """A lease duration after its last renewal was seen, on this reader's clock."""
+        seen = self._renewals.seen(lease.metadata.name, lease.metadata.resource_version)
+        return seen + self._duration_ms(lease)
 
     def _ended(self, lease: Any) -> str | None:
         """Why the broker process holding this lease is known to be gone, by its pod
@@ -264,10 +272,6 @@ class KubernetesBackend(CoordinationBackend):
     def _duration_ms(lease: Any) -> int:
         annotations = lease.metadata.annotations or {}
         return int(annotations.get(A_TTL_MS, (lease.spec.lease_duration_seconds or 0) * 1000))
-
-    @classmethod
-    def _expiry_ms(cls, lease: Any) -> int:
-        return epoch_ms(lease.spec.renew_time) + cls._duration_ms(lease)
 
     @staticmethod
     def _annotation(obj: Any, key: str, default: str = "-1") -> str:
@@ -389,6 +393,7 @@ class KubernetesBackend(CoordinationBackend):
     def _write_lease(self, body: k8s.V1Lease) -> bool:
         """Create (no resourceVersion) or compare-and-set replace; False on a conflict."""
         name = body.metadata.name
+        sent = now_ms()  # the renewal holds from here for us, however long the request took
         try:
             if body.metadata.resource_version is None:
                 written = self._call(self._leases_api.create_namespaced_lease, self.namespace, body)
@@ -400,6 +405,7 @@ class KubernetesBackend(CoordinationBackend):
                 self._read_lease(name)
                 return False
             raise
+        self._renewals.seen(name, written.metadata.resource_version, at_ms=sent)
         self._leases.put(written)
         return True
 

@@ -46,8 +46,10 @@ class WatchCache:
     410 Gone or an error (an API server restart)."""
 
     def __init__(self, kind: str, item_type: type, list_fn: Callable[..., Any], selector: str,
-                 on_change: Callable[[], None], contact: Contact) -> None:
+                 on_change: Callable[[], None], contact: Contact,
+                 on_put: Callable[[Any], None] | None = None) -> None:
         self.kind = kind
+        self._on_put = on_put  # sees each object as it arrives (lease renewals are timed)
         self._item_type = item_type  # the watch cannot tell it from a lambda's signature
         self._contact = contact
         self._list = list_fn
@@ -92,6 +94,8 @@ class WatchCache:
             if known is not None and _revision(known) > _revision(obj):
                 return
             self._objects[name] = obj
+        if self._on_put is not None:
+            self._on_put(obj)
         self._on_change()
 
     def forget(self, name: str, deleted: Any = None) -> None:

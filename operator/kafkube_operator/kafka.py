@@ -71,6 +71,7 @@ class KafkaAdmin:
     def __init__(self, bootstrap: Sequence[str], security: AdminSecurity | None = None,
                  connect: Callable[..., Any] = KafkaAdminClient) -> None:
         self.security = security
+        self.fence: Callable[[], None] = lambda: None  # before each request (leadership.py)
         self._lock = threading.Lock()
         self._closed = False
         self._files: tempfile.TemporaryDirectory | None = None
@@ -120,6 +121,7 @@ class KafkaAdmin:
             if self._closed:
                 raise KafkaRefused(what, "the admin client was closed (it failed another "
                                    "request); a new one is made on the next pass")
+            self.fence()
             try:
                 return fn(*args, **kwargs)
             except KafkaError as e:
@@ -296,6 +298,7 @@ class AdminClients:
         self._lock = threading.Lock()
         self._security = security or (lambda key: None)
         self._make = make
+        self.fence: Callable[[], None] = lambda: None  # given to each client made
 
     def of(self, key: tuple[str, str], bootstrap: Callable[[], Sequence[str]]) -> KafkaAdmin:
         with self._lock:
@@ -309,6 +312,7 @@ class AdminClients:
             made = self._make(servers, self._security(key))
         except KafkaError as e:
             raise KafkaRefused(f"connecting to cluster {key[1]}", e) from None
+        made.fence = self.fence
         with self._lock:
             client = self._clients.get(key)
             if client is None or client.closed:  # else another thread made one meanwhile

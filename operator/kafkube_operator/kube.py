@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from kubernetes import client as k8s
@@ -39,6 +39,8 @@ class Kube:
     def __init__(self, api: k8s.ApiClient) -> None:
         self.api = api
         self._dynamic: DynamicClient | None = None
+        # Called before every write: the active operator's lease check (leadership.py).
+        self.fence: Callable[[], None] = lambda: None
 
     @classmethod
     def connect(cls, kubeconfig: str | None) -> Kube:
@@ -55,6 +57,8 @@ class Kube:
 
     def apply(self, manifest: Mapping, dry_run: bool = False) -> dict:
         """Create or update ``manifest`` to exactly what it says; the object as stored."""
+        if not dry_run:
+            self.fence()
         meta = manifest["metadata"]
         resource = self._resource(manifest["apiVersion"], manifest["kind"])
         extra = {"dry_run": "All"} if dry_run else {}
@@ -90,6 +94,7 @@ class Kube:
                grace_period_s: int | None = None, uid: str | None = None) -> bool:
         """False if it was already gone. ``uid`` deletes only that incarnation of a pod, never
         the one a StatefulSet already made in its place."""
+        self.fence()
         body: dict[str, Any] = {}
         if grace_period_s is not None:
             body["gracePeriodSeconds"] = grace_period_s

@@ -17,7 +17,7 @@ from prometheus_client import start_http_server
 from kafkube_operator import handlers, metrics
 from kafkube_operator.kafka import AdminClients
 from kafkube_operator.kube import Kube
-from kafkube_operator.leadership import Leadership
+from kafkube_operator.leadership import Leadership, lease_namespace
 from kafkube_operator.reconcile.security import admin_security
 from kafkube_operator.reconcile.views import ClusterViews
 
@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 class OperatorOptions:
     kubeconfig: str | None = None
     namespaces: tuple[str, ...] = ()  # none: every namespace
-    lease_namespace: str | None = None  # default: the pod's own, else "default"
+    lease_namespace: str | None = None  # default: the pod's own, else an existing one
     identity: str | None = None  # default: the pod's name, else host and pid
     metrics_port: int = 8080  # -1: off
     lease_duration_s: int = 15
@@ -51,10 +51,11 @@ def run(options: OperatorOptions) -> int:
     kube = Kube.connect(options.kubeconfig)
     identity = options.identity or os.environ.get("POD_NAME") \
         or f"{socket.gethostname()}-{os.getpid()}"
-    leadership = Leadership(kube.api, options.lease_namespace or _pod_namespace() or "default",
-                            identity, duration_s=options.lease_duration_s)
-    stop = threading.Event()
-    lost = threading.Event()
+    leadership = Leadership(
+        kube.api, options.lease_namespace or lease_namespace(kube.api, _pod_namespace()),
+        identity, duration_s=options.lease_duration_s)
+    stop = threading.Event()  # kopf's: stop reconciling
+    renewing = threading.Event()  # set once kopf stopped: the Lease is released then
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     if not leadership.wait_until_leader(stop):
@@ -63,13 +64,18 @@ def run(options: OperatorOptions) -> int:
     log.info("operator %s active (lease %s/%s)", identity, leadership.namespace, leadership.name)
 
     def on_lost() -> None:
-        lost.set()
-        stop.set()
+        # Past the renew deadline another replica may take the Lease: end the process now,
+        # passes in flight included, as controller-runtime does (Kubernetes restarts it).
+        metrics.LEADER.set(0)
+        logging.shutdown()
+        os._exit(1)
 
-    leadership.keep(stop, on_lost)
+    leadership.keep(renewing, on_lost)
+    kube.fence = leadership.check
+    admins = AdminClients(admin_security(kube))
+    admins.fence = leadership.check
     views = ClusterViews.create(options.kubeconfig)
-    memo = kopf.Memo(context=handlers.OperatorContext(
-        kube, views, AdminClients(admin_security(kube))))
+    memo = kopf.Memo(context=handlers.OperatorContext(kube, views, admins))
 
     async def operate() -> None:
         try:
@@ -85,8 +91,10 @@ def run(options: OperatorOptions) -> int:
         asyncio.run(operate())
     finally:
         stop.set()
+        renewing.set()  # kopf has stopped: no pass of ours runs any more
+        leadership.release()
         metrics.LEADER.set(0)
         views.close()
         memo.context.admins.close()
         kube.close()
-    return 1 if lost.is_set() else 0
+    return 0
