@@ -70,6 +70,18 @@ def test_the_storage_class_cannot_change(api: k8s.ApiClient) -> None:
     message = refused(patch, api, "kafkaclusters", name, {"storage": {"class": "slow"}})
     assert "storage.class cannot be changed" in message
     assert patch(api, "kafkaclusters", name, {"storage": {"size": "20Gi"}})
+    # Issue 27, item 5: set where it was unset would freeze the StatefulSet just the same.
+    unset = create(api, "kafkaclusters", {})["metadata"]["name"]
+    assert "storage.class cannot be changed" in refused(
+        patch, api, "kafkaclusters", unset, {"storage": {"class": "fast"}})
+
+
+def test_the_storage_size_cannot_shrink(api: k8s.ApiClient) -> None:
+    name = create(api, "kafkaclusters", {"storage": {"size": "20Gi"}})["metadata"]["name"]
+    message = refused(patch, api, "kafkaclusters", name, {"storage": {"size": "10Gi"}})
+    assert "storage.size cannot shrink from 20Gi to 10Gi" in message
+    assert patch(api, "kafkaclusters", name, {"storage": {"size": "21Gi"}})
+    assert patch(api, "kafkaclusters", name, {"storage": {"size": "22548578304"}})  # 21Gi
 
 
 def test_kubectl_scale_sets_the_replicas(api: k8s.ApiClient) -> None:

@@ -254,3 +254,45 @@ def test_growing_a_one_broker_cluster_keeps_acks_all_writes_working(
     clusters.status_when("grow", lambda s: condition(s, "Warning").get("status") == "False",
                          60, "the Warning cleared")
     added.stop()
+
+
+def test_a_storage_size_edit_never_freezes_the_statefulset(
+        crd_api: k8s.ApiClient, control_plane: Any, namespace: str,  # noqa: F811
+        operators: list[OperatorProcess]) -> None:  # noqa: F811
+    """Item 5: ``storage.size`` grown where the volumes cannot expand (this API server has no
+    provisioner: the claim is unbound, and resizing it is refused) is a readable Warning,
+    while a config edit made with it still reaches the StatefulSet's template (before, every
+    later change waited behind the refused claim template, a CA renewal included)."""
+    operators.append(OperatorProcess(control_plane.kubeconfig, namespace))
+    clusters = kafka_clusters(crd_api, namespace)
+    apps, core = k8s.AppsV1Api(crd_api), k8s.CoreV1Api(crd_api)
+    clusters.create("store", {"replicas": 1, "storage": {"size": "1Gi"}})
+    sts = wait_until(lambda: _statefulset(apps, namespace, "store"), 60, "the StatefulSet")
+    labels = sts.spec.volume_claim_templates[0].metadata.labels
+    core.create_namespaced_persistent_volume_claim(namespace, k8s.V1PersistentVolumeClaim(
+        metadata=k8s.V1ObjectMeta(name="data-store-0", labels=labels),
+        spec=k8s.V1PersistentVolumeClaimSpec(
+            access_modes=["ReadWriteOnce"],
+            resources=k8s.V1VolumeResourceRequirements(requests={"storage": "1Gi"}))))
+    hash_before = sts.spec.template.metadata.annotations["kafkube.io/config-hash"]
+
+    clusters.patch("store", {"storage": {"size": "2Gi"}, "config": {"log.retention.ms": 60000}})
+    status = clusters.status_when("store", lambda s: condition(s, "Warning").get("reason")
+                                  == "StorageExpansionRefused", 60, "the Warning")
+    assert "storage.size 2Gi not applied" in condition(status, "Warning")["message"]
+    updated = wait_until(
+        lambda: (s := _statefulset(apps, namespace, "store")) and s.spec.template.metadata
+        .annotations["kafkube.io/config-hash"] != hash_before and s, 60,
+        "the config edit in the StatefulSet's template")
+    assert updated.spec.volume_claim_templates[0].spec.resources.requests["storage"] == "1Gi"
+    assert core.read_namespaced_persistent_volume_claim("data-store-0", namespace) \
+        .spec.resources.requests["storage"] == "1Gi"
+
+
+def _statefulset(apps: k8s.AppsV1Api, namespace: str, name: str) -> Any:  # noqa: F811
+    try:
+        return apps.read_namespaced_stateful_set(name, namespace)
+    except k8s.ApiException as e:
+        if e.status == 404:
+            return None
+        raise

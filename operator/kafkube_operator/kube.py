@@ -90,12 +90,26 @@ class Kube:
             namespace=namespace, label_selector=selector, _request_timeout=REQUEST_TIMEOUT_S)
         return [item.to_dict() for item in found.items]
 
-    def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None,
-               grace_period_s: int | None = None, uid: str | None = None) -> bool:
-        """False if it was already gone. ``uid`` deletes only that incarnation of a pod, never
-        the one a StatefulSet already made in its place."""
+    def merge_patch(self, api_version: str, kind: str, name: str, namespace: str | None,
+                    patch: Mapping) -> dict:
         self.fence()
-        body: dict[str, Any] = {}
+        try:
+            patched = self._resource(api_version, kind).patch(
+                body=dict(patch), name=name, namespace=namespace,
+                content_type="application/merge-patch+json", _request_timeout=REQUEST_TIMEOUT_S)
+        except ApiException as e:
+            raise ApplyError({"kind": kind, "metadata": {"name": name}}, e.status,
+                             _reason(e)) from None
+        return patched.to_dict()
+
+    def delete(self, api_version: str, kind: str, name: str, namespace: str | None = None,
+               grace_period_s: int | None = None, uid: str | None = None,
+               orphan: bool = False) -> bool:
+        """False if it was already gone. ``uid`` deletes only that incarnation of a pod, never
+        the one a StatefulSet already made in its place; ``orphan`` leaves what it owns (a
+        StatefulSet's pods keep running)."""
+        self.fence()
+        body: dict[str, Any] = {"propagationPolicy": "Orphan"} if orphan else {}
         if grace_period_s is not None:
             body["gracePeriodSeconds"] = grace_period_s
         if uid is not None:

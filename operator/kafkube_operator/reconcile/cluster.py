@@ -29,6 +29,7 @@ from kafkube_operator.model.status import (
     SpecWarning,
     cluster_status,
 )
+from kafkube_operator.model.storage import claim_change, with_claims_of
 from kafkube_operator.reconcile.leaders import rebalance_leaders
 from kafkube_operator.reconcile.security import apply_cluster_pki
 from kafkube_operator.reconcile.topic import mirror_topics
@@ -110,6 +111,12 @@ def apply_cluster(kube: Kube, resource: Mapping, events: Events,
         meta = manifest["metadata"]
         before = kube.get(manifest["apiVersion"], manifest["kind"], meta["name"],
                           meta.get("namespace"))
+        if manifest["kind"] == "StatefulSet" and before is not None:
+            applicable, warning = _storage_change(kube, manifest, before, events)
+            warnings += [warning] if warning is not None else []
+            if applicable is None:  # being recreated: made anew once the old one is gone
+                continue
+            manifest = applicable
         try:
             after = kube.apply(manifest)
         except ApplyError as e:
@@ -122,6 +129,40 @@ def apply_cluster(kube: Kube, resource: Mapping, events: Events,
         elif before["metadata"]["resourceVersion"] != after["metadata"]["resourceVersion"]:
             events.info("Updated", f"updated {what}")
     return warnings
+
+
+def _storage_change(kube: Kube, desired: Mapping, live: Mapping, events: Events
+                    ) -> tuple[Mapping | None, SpecWarning | None]:
+    """What of a claim template change can be done (model/storage.py): the StatefulSet to
+    apply (None: deleted to be made anew with the new template), and a Warning, if any."""
+    if live["metadata"].get("deletionTimestamp"):
+        return None, None
+    change = claim_change(live, desired)
+    if change is None:
+        return desired, None
+    if change.refused is not None:
+        return with_claims_of(desired, live), SpecWarning("StorageChangeRefused",
+                                                          change.refused)
+    meta = desired["metadata"]
+    claims = [c for c in kube.list("v1", "PersistentVolumeClaim", meta["namespace"],
+                                   desired["spec"]["selector"]["matchLabels"])
+              if c["metadata"]["name"].startswith(f"data-{meta['name']}-")]
+    try:
+        for claim in claims:
+            kube.merge_patch("v1", "PersistentVolumeClaim", claim["metadata"]["name"],
+                             meta["namespace"],
+                             {"spec": {"resources": {"requests": {"storage": change.size}}}})
+    except ApplyError as e:
+        events.warning("StorageExpansionRefused", str(e))
+        return with_claims_of(desired, live), SpecWarning("StorageExpansionRefused", (
+            f"storage.size {change.size} not applied: {e} (the StorageClass must allow volume "
+            "expansion); the brokers keep their volumes and every other change is applied"))
+    # The template can only change with a new StatefulSet object; its pods are orphaned,
+    # not stopped, and the new one adopts them (OnDelete: none restarts for this).
+    kube.delete("apps/v1", "StatefulSet", meta["name"], meta["namespace"], orphan=True)
+    events.info("VolumesExpanded", f"{len(claims)} claim(s) grown to {change.size}; "
+                f"StatefulSet {meta['name']} recreated with the new claim template")
+    return None, None
 
 
 def reconcile_cluster(kube: Kube, views: ClusterViews, admins: AdminClients,
