@@ -296,3 +296,28 @@ def _statefulset(apps: k8s.AppsV1Api, namespace: str, name: str) -> Any:  # noqa
         if e.status == 404:
             return None
         raise
+
+
+def test_a_topic_name_two_clusters_share_breaks_neither(
+        crd_api: k8s.ApiClient, control_plane: Any, namespace: str,  # noqa: F811
+        operators: list[OperatorProcess], cluster_factory) -> None:  # noqa: F811
+    """Item 7: a Topic ``connect-offsets`` already stands for another cluster's topic when
+    this cluster's Kafka gets its own: the mirror takes another name, and the cluster's
+    passes go on (before, the forced apply failed on the CRD's immutability rules, and
+    every later pass raised after it had acted, its status never written again)."""
+    from confluent_kafka.admin import NewTopic
+
+    operators.append(OperatorProcess(control_plane.kubeconfig, namespace))
+    clusters, topics = kafka_clusters(crd_api, namespace), topic_resources(crd_api, namespace)
+    topics.create("connect-offsets", {"cluster": "other", "partitions": 1,
+                                      "replicationFactor": 1})
+    clusters.create("mine", {"replicas": 3})
+    brokers = _brokers(cluster_factory, control_plane, namespace, "mine")
+    brokers.admin.create_topics([NewTopic("connect-offsets", 1, 3)])["connect-offsets"] \
+        .result(30)
+    mirrored = wait_until(lambda: topics.get("mine.connect-offsets"), 60, "the mirror")
+    assert mirrored["spec"]["cluster"] == "mine"
+    assert topics.get("connect-offsets")["spec"]["cluster"] == "other"
+    clusters.patch("mine", {"config": {"log.retention.ms": 60000}})
+    clusters.status_when("mine", lambda s: s.get("observedGeneration") == 2 and
+                         s.get("readyReplicas") == 3, 60, "the cluster's passes going on")

@@ -158,3 +158,31 @@ def test_only_a_seen_mirror_goes_with_its_topic_and_a_users_topic_is_made_again(
     users = {**seen, "metadata": {"name": "orders", "namespace": "kafka"}}
     assert not deleted_through_kafka(users, exists=False)
     assert topic_plan(TopicSpec.of(users), None, {0: None, 1: None}).create is not None
+
+
+def test_a_mirror_never_takes_a_name_another_topic_stands_for() -> None:
+    """Issue 27, item 7: two clusters in one namespace both have connect-offsets."""
+    from kafkube_operator.model.topic import mirror_name
+
+    assert mirror_name("a", "connect-offsets", {}) == "connect-offsets"
+    assert mirror_name("a", "connect-offsets",
+                       {"connect-offsets": ("a", "connect-offsets")}) == "connect-offsets"
+    taken = {"connect-offsets": ("b", "connect-offsets")}
+    assert mirror_name("a", "connect-offsets", taken) == "a.connect-offsets"
+    taken["a.connect-offsets"] = ("a", "other")  # a user's Topic of that name
+    third = mirror_name("a", "connect-offsets", taken)
+    assert third.startswith("a.connect-offsets-") and third not in taken
+
+
+def test_of_two_topics_for_one_kafka_topic_the_first_rules() -> None:
+    from kafkube_operator.model.topic import owner_of
+
+    def topic(name: str, created: str, topic_name: str = "orders",
+              cluster: str = "prod") -> dict:
+        return {"metadata": {"name": name, "creationTimestamp": created},
+                "spec": {"cluster": cluster, "topicName": topic_name, "partitions": 1}}
+
+    first, second = topic("orders", "2026-01-01T00:00:00Z"), topic("o2", "2026-01-02T00:00:00Z")
+    other = topic("elsewhere", "2025-01-01T00:00:00Z", cluster="dev")
+    assert owner_of(first, [first, second, other]) is None
+    assert owner_of(second, [first, second, other])["metadata"]["name"] == "orders"

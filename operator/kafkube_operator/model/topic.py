@@ -165,6 +165,35 @@ def resource_name(topic: str) -> str:
     return f"{cleaned}-{hashlib.sha256(topic.encode()).hexdigest()[:8]}"
 
 
+def mirror_name(cluster: str, topic: str, taken: Mapping[str, tuple[str, str]]) -> str:
+    """A free name for the Topic of ``topic`` found in ``cluster``: the topic's own (as
+    ``resource_name``) unless a Topic of that name already stands for another cluster's
+    topic or another topic (``taken``: name -> (cluster, topic name) in the namespace),
+    then one with the cluster's name in it: two clusters in one namespace each have
+    ``connect-offsets``, and neither may take the other's resource."""
+    for candidate in (resource_name(topic), resource_name(f"{cluster}.{topic}"),
+                      f"{resource_name(f'{cluster}.{topic}')[:200]}-"
+                      f"{hashlib.sha256(f'{cluster}/{topic}'.encode()).hexdigest()[:8]}"):
+        if taken.get(candidate, (cluster, topic)) == (cluster, topic):
+            return candidate
+    raise ValueError(f"no free Topic name for {topic} of cluster {cluster}")
+
+
+def owner_of(resource: Mapping, others: list[Mapping]) -> Mapping | None:
+    """The Topic that manages the same topic of the same cluster as ``resource`` and came
+    first (by creation time, then name), if not ``resource`` itself: only one may."""
+    spec = TopicSpec.of(resource)
+
+    def key(r: Mapping) -> tuple[str, str]:
+        meta = r["metadata"]
+        return meta.get("creationTimestamp") or "", meta["name"]
+
+    rivals = [r for r in others if (r.get("spec") or {}).get("cluster") == spec.cluster
+              and TopicSpec.of(r).name == spec.name]
+    first = min([resource, *rivals], key=key)
+    return None if first["metadata"]["name"] == resource["metadata"]["name"] else first
+
+
 def deleted_through_kafka(resource: Mapping, exists: bool) -> bool:
     """A Topic the operator made for a topic it found, whose topic has since been deleted
     through the Kafka API: the resource goes too. Only once its status has shown the topic
@@ -176,12 +205,13 @@ def deleted_through_kafka(resource: Mapping, exists: bool) -> bool:
             and not meta.get("deletionTimestamp"))
 
 
-def mirrored_topic(cluster: str, namespace: str, topic: TopicMetadata) -> dict[str, Any]:
+def mirrored_topic(cluster: str, namespace: str, topic: TopicMetadata,
+                   name: str | None = None) -> dict[str, Any]:
     """A Topic resource for a topic created through the Kafka API (kafka-topics, a client's
     auto-creation), so `kubectl get topics` lists it; from then on the resource rules it."""
     rf = len(topic.assignments[0].target_replicas) if topic.assignments else 1
     return {"apiVersion": "kafkube.io/v1alpha1", "kind": "Topic",
-            "metadata": {"name": resource_name(topic.name), "namespace": namespace,
+            "metadata": {"name": name or resource_name(topic.name), "namespace": namespace,
                          "labels": {"kafkube.io/cluster": cluster},
                          "annotations": {ORIGIN_ANNOTATION: "kafka"}},
             "spec": {"cluster": cluster, "topicName": topic.name,

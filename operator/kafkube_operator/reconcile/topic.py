@@ -10,12 +10,14 @@ from collections.abc import Callable, Mapping
 from broker.cluster.image import ClusterImage
 from broker.cluster.kubernetes import KubernetesBackend
 from kafkube_operator.kafka import AdminClients, KafkaAdmin, KafkaRefused
-from kafkube_operator.kube import Kube
+from kafkube_operator.kube import ApplyError, Kube
 from kafkube_operator.model.cluster import API_VERSION, ClusterRef
 from kafkube_operator.model.topic import (
     TopicSpec,
     deleted_through_kafka,
+    mirror_name,
     mirrored_topic,
+    owner_of,
     topic_plan,
     topic_status,
 )
@@ -54,6 +56,11 @@ def reconcile_topic(kube: Kube, views: ClusterViews, admins: AdminClients, resou
     if cluster is None:
         return topic_status(spec, None, generation, [("ClusterNotFound", (
             f"no KafkaCluster {spec.cluster} in namespace {namespace}"))], previous, utc_now())
+    owner = owner_of(resource, kube.list(API_VERSION, "Topic", namespace))
+    if owner is not None:  # two resources would fight over one topic's configs
+        return topic_status(spec, None, generation, [("DuplicateTopic", (
+            f"topic {spec.name} of cluster {spec.cluster} is managed by Topic "
+            f"{owner['metadata']['name']}: this one is not acted on"))], previous, utc_now())
     ref = ClusterRef.of(cluster)
     view = views.of(ref)
     trusted = trusted_image(view, cluster.get("status"), views.memory(ref))
@@ -112,6 +119,8 @@ def delete_topic(kube: Kube, views: ClusterViews, admins: AdminClients, resource
     cluster = _cluster(kube, resource["metadata"]["namespace"], spec.cluster)
     if cluster is None:
         return True
+    if owner_of(resource, kube.list(API_VERSION, "Topic", resource["metadata"]["namespace"])):
+        return True  # a duplicate: the topic is the other resource's
     ref = ClusterRef.of(cluster)
     view = views.of(ref)
     trusted = trusted_image(view, cluster.get("status"), views.memory(ref))
@@ -146,14 +155,22 @@ def mirror_topics(kube: Kube, ref: ClusterRef, image: ClusterImage, events: Even
     """Topics made through the Kafka API get a Topic resource; a resource the operator made
     that way goes when its topic was deleted through Kafka. Internal topics (``__``) are
     the brokers' own and are left out, as Strimzi does."""
-    resources = [t for t in kube.list(API_VERSION, "Topic", ref.namespace)
-                 if (t.get("spec") or {}).get("cluster") == ref.name]
+    everyone = kube.list(API_VERSION, "Topic", ref.namespace)
+    taken = {t["metadata"]["name"]: ((t.get("spec") or {}).get("cluster"), TopicSpec.of(t).name)
+             for t in everyone}
+    resources = [t for t in everyone if (t.get("spec") or {}).get("cluster") == ref.name]
     known = {TopicSpec.of(t).name for t in resources}
     for name, topic in sorted(image.topics.items()):
         if name.startswith("__") or name in known:
             continue
-        mirror = mirrored_topic(ref.name, ref.namespace, topic)
-        kube.apply(mirror)
+        mirror = mirrored_topic(ref.name, ref.namespace, topic,
+                                mirror_name(ref.name, name, taken))
+        try:  # one topic that cannot be mirrored never stops the cluster's pass
+            kube.apply(mirror)
+        except ApplyError as e:
+            events.warning("TopicNotMirrored", f"topic {name}: {e}")
+            continue
+        taken[mirror["metadata"]["name"]] = (ref.name, name)
         events.info("TopicFound", f"topic {name}, created through the Kafka API, is now "
                     f"Topic {mirror['metadata']['name']}")
     for resource in resources:
