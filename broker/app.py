@@ -25,6 +25,7 @@ from broker.coordinator.group_coordinator import GroupCoordinator
 from broker.coordinator.transaction_coordinator import TransactionCoordinator
 from broker.coordinator.txn_markers import MarkerSender
 from broker.handlers.context import BrokerServices, Endpoint
+from broker.health import Readiness, behind
 from broker.heap import LongLivedObjects
 from broker.metrics import BrokerMetrics, PartitionSample, ReplicationSample
 from broker.network.peers import PeerChannels
@@ -123,6 +124,9 @@ class BrokerApp:
         self.gc_pauses = GcPauses(self.metrics.registry)
         self.long_lived = LongLivedObjects(lambda: self.replicas.opened_or_dropped)
         self._stopped = asyncio.Event()
+        self.readiness = Readiness()
+        self.health_port: int | None = None
+        self._judged_at = 0.0
 
     def _sample_logs(self) -> Iterator[PartitionSample]:
         for tp, p in list(self.replicas.partitions.items()):
@@ -201,6 +205,10 @@ class BrokerApp:
         self.transactions.start()
         self.controller.start()
         self._metadata_task = asyncio.create_task(self._follow_metadata())
+        health_port = self.config["kafkube.health.port"]
+        if health_port >= 0:
+            host = parse_listener(self.config.listeners[0])[1] or "0.0.0.0"
+            self.health_port = self.readiness.serve(host, health_port)
         metrics_port = self.config["kafkube.metrics.port"]
         if metrics_port >= 0:
             host = parse_listener(self.config.listeners[0])[1] or "0.0.0.0"
@@ -260,12 +268,24 @@ class BrokerApp:
                 self.store.refresh()  # the replica manager follows every new image
                 await self.store.repair()
                 await self.store.keep_copy()
+                self._judge_readiness(loop.time())
                 failures.succeeded()
             except Exception as e:
                 failures.failed(e)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(min(pause, max(0.0, next_heartbeat - loop.time()))):
                     await changed.wait()
+
+    def _judge_readiness(self, now: float) -> None:
+        """At most once a second (it walks every partition): /ready's answer."""
+        if self.health_port is None or now - self._judged_at < 1.0:
+            return
+        self._judged_at = now
+        registered = self.membership is not None and self.membership.broker_epoch >= 0 \
+            and not self._stopped.is_set()
+        self.readiness.judge(registered, behind(
+            self.store.image, self.config.node_id, self.replicas.partitions,
+            self.store.brokers))
 
     async def controlled_shutdown(self) -> None:
         """Move leadership to other in-sync replicas before stopping (KIP-143's purpose),
@@ -284,6 +304,7 @@ class BrokerApp:
             log.exception("controlled shutdown could not move leadership")
 
     async def stop(self) -> None:
+        self.readiness.set(False, "stopping")
         await self.controlled_shutdown()
         if self._metadata_task is not None:
             self._metadata_task.cancel()
@@ -302,6 +323,7 @@ class BrokerApp:
         self.gc_pauses.stop()
         if self.metrics_port is not None:
             self._httpd.shutdown()
+        self.readiness.stop()
         log.info("broker %d stopped cleanly", self.config.node_id)
 
     async def run_until_signalled(self) -> None:
@@ -316,6 +338,8 @@ class BrokerApp:
         gc.freeze()
         self.long_lived.start()  # and again whenever the hosted partitions have changed
         metrics = f", metrics on http://*:{self.metrics_port}/metrics" if self.metrics_port else ""
+        if self.health_port is not None:
+            metrics += f", health on http://*:{self.health_port}/ready"
         # Tests and scripts wait for this line: it means the broker accepts connections.
         print(f"kafkube broker {self.config.node_id} listening on "
               f"{', '.join(self.bound_listeners())}{metrics}", flush=True)

@@ -401,6 +401,11 @@ BROKER_KEYS = _keys(
     ConfigKey("kafkube.metrics.port", "int", 9404,
               "Port of the Prometheus /metrics endpoint; -1 disables it, 0 picks a free port.",
               between(-1, 65535)),
+    ConfigKey("kafkube.health.port", "int", -1,
+              "Port of the HTTP readiness endpoint: /ready answers 200 once the broker is back "
+              "in the ISR of every partition it follows (a Kubernetes readinessProbe), "
+              "/healthz while the process answers; -1 disables it, 0 picks a free port.",
+              between(-1, 65535)),
     ConfigKey("kafkube.event.loop.stall.warn.ms", "long", 1000,
               "Log the event loop's stack when one step holds it this long (0 disables): "
               "every request and lease renewal waits behind such a step.", at_least(0)),

@@ -18,6 +18,7 @@ import pytest
 READY = re.compile(r"listening on (\S+://[\d.]+:\d+(?:, \S+://[\d.]+:\d+)*)"
                    r"(?:, metrics on http://\*:(\d+))?")
 LISTENER = re.compile(r"(\S+)://([\d.]+):(\d+)")
+HEALTH = re.compile(r"health on http://\*:(\d+)/ready")
 START_TIMEOUT = 30.0
 
 
@@ -31,6 +32,7 @@ class BrokerProcess:
         self.port = 0  # of the first listener
         self.ports: dict[str, int] = {}  # by listener name
         self.metrics_port = 0
+        self.health_port = 0
         self.output: list[str] = []
 
     @property
@@ -75,6 +77,8 @@ class BrokerProcess:
                 self.ports = {name: int(port) for name, _, port in bound}
                 self.port = int(bound[0][2])
                 self.metrics_port = int(match.group(2) or 0)
+                health = HEALTH.search(line)
+                self.health_port = int(health.group(1)) if health else 0
                 ready.set()
         ready.set()
 

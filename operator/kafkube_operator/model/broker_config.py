@@ -28,6 +28,7 @@ OWNED_KEYS = frozenset({
 DATA_DIR = "/var/lib/kafkube/data"
 PORT = 9092
 METRICS_PORT = 9404
+HEALTH_PORT = 9405  # /ready: the readiness probe (broker/health.py)
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,7 @@ def broker_properties(cluster: str, spec: Mapping, brokers: int | None = None,
         "kafkube.coordination.backend": "kubernetes",
         "kafkube.cluster.name": cluster,
         "kafkube.metrics.port": str(METRICS_PORT if metrics else -1),
+        "kafkube.health.port": str(HEALTH_PORT),
         "default.replication.factor": str(min(3, replicas)),
         "min.insync.replicas": str(min_isr),
         "offsets.topic.replication.factor": str(min(3, replicas)),

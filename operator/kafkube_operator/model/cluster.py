@@ -17,7 +17,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kafkube_operator.model.broker_config import DATA_DIR, METRICS_PORT, PORT, broker_properties
+from kafkube_operator.model.broker_config import (
+    DATA_DIR,
+    HEALTH_PORT,
+    METRICS_PORT,
+    PORT,
+    broker_properties,
+)
 from kafkube_operator.model.listeners import (
     BROKER_CERTS_DIR,
     CLIENTS_CA_DIR,
@@ -175,14 +181,18 @@ def bootstrap_service(ref: ClusterRef, metrics: bool,
     ports = _kafka_ports(security, replication=False)
     if metrics:
         ports.append({"name": "metrics", "port": METRICS_PORT, "targetPort": "metrics"})
+    # Every running broker: a ready one is back in all its ISRs (/ready), which only a
+    # node drain needs to know; any live broker answers a client's bootstrap.
     return {"apiVersion": "v1", "kind": "Service",
             "metadata": _metadata(ref, ref.bootstrap_service),
-            "spec": {"selector": selector(ref), "ports": ports}}
+            "spec": {"selector": selector(ref), "ports": ports,
+                     "publishNotReadyAddresses": True}}
 
 
 def pod_disruption_budget(ref: ClusterRef) -> Manifest:
-    """One broker at a time through voluntary disruptions (node drains): with RF 3 and min ISR
-    2 that keeps every partition writable."""
+    """One broker at a time through voluntary disruptions (node drains), and the next only
+    once the last is ready again, i.e. back in the ISR of every partition it follows (the
+    broker's /ready): with RF 3 and min ISR 2 that keeps every partition writable."""
     return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
             "metadata": _metadata(ref, ref.statefulset),
             "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector(ref)}}}
@@ -296,6 +306,7 @@ def stateful_set(ref: ClusterRef, spec: Mapping, properties_text: str,
     security = SecuritySpec.of(spec)
     ports = [{"name": p["name"], "containerPort": p["port"]}
              for p in _kafka_ports(security, replication=True)]
+    ports.append({"name": "health", "containerPort": HEALTH_PORT})
     if metrics:
         ports.append({"name": "metrics", "containerPort": METRICS_PORT})
     pod_labels = labels(ref)
@@ -307,8 +318,8 @@ def stateful_set(ref: ClusterRef, spec: Mapping, properties_text: str,
                  *_security_args(ref, security)],
         "env": _env(ref, rack_label),
         "ports": ports,
-        "readinessProbe": {"tcpSocket": {"port": REPLICATION if security.enabled else "kafka"},
-                           "periodSeconds": 2},
+        "readinessProbe": {"httpGet": {"path": "/ready", "port": "health"},
+                           "periodSeconds": 2, "failureThreshold": 1},
         "resources": spec.get("resources") or DEFAULT_RESOURCES,
         "volumeMounts": [{"name": "data", "mountPath": DATA_DIR.rsplit("/", 1)[0]},
                          {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},

@@ -149,9 +149,15 @@ def _storage_change(kube: Kube, desired: Mapping, live: Mapping, events: Events
               if c["metadata"]["name"].startswith(f"data-{meta['name']}-")]
     try:
         for claim in claims:
+            # deleteClaim: true makes the StatefulSet the claims' owner: they are let go
+            # first, so its deletion can never take them along, whatever the propagation.
+            owners = claim["metadata"].get("ownerReferences") or []
+            kept = [o for o in owners if o.get("uid") != live["metadata"]["uid"]]
+            patch: dict = {"spec": {"resources": {"requests": {"storage": change.size}}}}
+            if len(kept) != len(owners):
+                patch["metadata"] = {"ownerReferences": kept or None}
             kube.merge_patch("v1", "PersistentVolumeClaim", claim["metadata"]["name"],
-                             meta["namespace"],
-                             {"spec": {"resources": {"requests": {"storage": change.size}}}})
+                             meta["namespace"], patch)
     except ApplyError as e:
         events.warning("StorageExpansionRefused", str(e))
         return with_claims_of(desired, live), SpecWarning("StorageExpansionRefused", (
