@@ -116,5 +116,10 @@ def test_pod_state_reads_revision_readiness_and_stuck_reasons() -> None:
     pending = {**pod, "status": {"phase": "Pending", "conditions": [
         {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}}
     assert pod_state(pending, "orders-def").stuck
+    # Issue 27: a sidecar waiting on its image is no reason to restart the broker regardless.
+    sidecar = {**pod, "status": {**pod["status"], "containerStatuses": [
+        {"name": "broker", "state": {"running": {}}},
+        {"name": "istio-proxy", "state": {"waiting": {"reason": "ImagePullBackOff"}}}]}}
+    assert not pod_state(sidecar, "orders-abc").stuck
     # No update revision known (no controller-manager yet): nothing is outdated.
     assert not pod_state(pod, None).outdated

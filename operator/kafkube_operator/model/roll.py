@@ -33,12 +33,17 @@ class PodState:
     stuck: bool  # cannot be serving; restarting it is the only way forward
 
 
-def pod_state(pod: Mapping, update_revision: str | None) -> PodState:
-    """A broker pod as the roll sees it (pod as the API returns it, camelCase keys)."""
+def pod_state(pod: Mapping, update_revision: str | None,
+              container: str = "broker") -> PodState:
+    """A broker pod as the roll sees it (pod as the API returns it, camelCase keys). Only
+    the broker's own container can make it stuck: a sidecar an admission webhook injected,
+    waiting on its image, says nothing of the broker, and restarting the pod regardless of
+    the min-ISR gate for it would be a restart the roll's rules forbid."""
     meta, status = pod["metadata"], pod.get("status") or {}
     conditions = {c["type"]: c for c in status.get("conditions") or []}
     waiting = {(s.get("state") or {}).get("waiting", {}).get("reason")
-               for s in status.get("containerStatuses") or []}
+               for s in status.get("containerStatuses") or []
+               if s.get("name", container) == container}
     unschedulable = (conditions.get("PodScheduled") or {}).get("reason") == "Unschedulable"
     revision = (meta.get("labels") or {}).get("controller-revision-hash")
     return PodState(

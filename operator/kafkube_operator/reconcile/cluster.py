@@ -222,7 +222,12 @@ def reconcile_cluster(kube: Kube, views: ClusterViews, admins: AdminClients,
     observed, pods = observe(kube, view, ref, image)
     default_min_isr = int(broker_properties(ref.name, spec, scaling.statefulset_replicas,
                                             ceiling).properties["min.insync.replicas"])
-    waiting, rolled = roll(kube, image, ref, pods, observed, default_min_isr, memory, events)
+    # Brokers not yet restarted enforce the min ISR they started with: a lowered one gates
+    # the roll only once every broker runs it.
+    if not observed.outdated_pods:
+        memory.running_min_isr = default_min_isr
+    gate = max(default_min_isr, memory.running_min_isr or default_min_isr)
+    waiting, rolled = roll(kube, image, ref, pods, observed, gate, memory, events)
     if not observed.outdated_pods:
         rebalance_leaders(admins, view, ref, spec, memory, events, elect_now=rolled)
     mirror_topics(kube, ref, image, events)

@@ -42,6 +42,7 @@ class ClusterMemory:
     last_refusal: str | None = None  # a refused scale-down, reported once as an Event
     scaling_phase: str | None = None  # model/scale.py's phase of the last pass
     went_back_at: tuple[int, float] | None = None  # (version, time.monotonic()) first seen
+    running_min_isr: int | None = None  # the default min ISR every broker last ran with
 
 
 @dataclass
