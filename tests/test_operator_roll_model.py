@@ -123,3 +123,13 @@ def test_pod_state_reads_revision_readiness_and_stuck_reasons() -> None:
     assert not pod_state(sidecar, "orders-abc").stuck
     # No update revision known (no controller-manager yet): nothing is outdated.
     assert not pod_state(pod, None).outdated
+
+
+def test_a_lowered_min_isr_gates_the_roll_only_once_every_broker_runs_it() -> None:
+    """Issue 27: min ISR 3 -> 2 while brokers not yet restarted still enforce 3."""
+    from kafkube_operator.model.roll import roll_min_isr
+
+    assert roll_min_isr(2, 3, rolling=True) == 3
+    assert roll_min_isr(2, 3, rolling=False) == 2
+    assert roll_min_isr(3, 2, rolling=True) == 3  # raised: the new one is the higher
+    assert roll_min_isr(2, None, rolling=True) == 2

@@ -54,6 +54,13 @@ def pod_state(pod: Mapping, update_revision: str | None,
         stuck=unschedulable or bool(waiting & STUCK_REASONS))
 
 
+def roll_min_isr(new_default: int, running: int | None, rolling: bool) -> int:
+    """The default min ISR a roll is judged by: while some broker still runs the config it
+    started with (``rolling``), the higher of that one's (``running``) and the new one, since
+    a broker not yet restarted enforces its own."""
+    return max(new_default, running or new_default) if rolling else new_default
+
+
 @dataclass(frozen=True)
 class RollStep:
     """The pod to delete now, or why none; ``pending`` counts pods still to restart."""

@@ -14,7 +14,7 @@ from kafkube_operator.kube import ApplyError, Kube
 from kafkube_operator.model.broker_config import broker_properties
 from kafkube_operator.model.cluster import ClusterRef, desired_cluster, selector
 from kafkube_operator.model.listeners import SecuritySpec, listener_status
-from kafkube_operator.model.roll import PodState, next_restart, pod_state
+from kafkube_operator.model.roll import PodState, next_restart, pod_state, roll_min_isr
 from kafkube_operator.model.scale import (
     THROTTLED_REPLICAS,
     ScaleDecision,
@@ -224,9 +224,9 @@ def reconcile_cluster(kube: Kube, views: ClusterViews, admins: AdminClients,
                                             ceiling).properties["min.insync.replicas"])
     # Brokers not yet restarted enforce the min ISR they started with: a lowered one gates
     # the roll only once every broker runs it.
+    gate = roll_min_isr(default_min_isr, memory.running_min_isr, bool(observed.outdated_pods))
     if not observed.outdated_pods:
         memory.running_min_isr = default_min_isr
-    gate = max(default_min_isr, memory.running_min_isr or default_min_isr)
     waiting, rolled = roll(kube, image, ref, pods, observed, gate, memory, events)
     if not observed.outdated_pods:
         rebalance_leaders(admins, view, ref, spec, memory, events, elect_now=rolled)
