@@ -342,3 +342,32 @@ def test_a_lease_renewed_on_a_whole_second_is_accepted(open_backend, monkeypatch
     assert backend.renew_broker(3, epoch, 60_000)
     lease = backend._leases.get(backend.broker_lease_name(3))
     assert int(lease.spec.renew_time.timestamp() * 1000) == whole
+
+
+def test_a_pod_that_loses_its_cluster_label_is_not_taken_for_dead(
+        settings: KubernetesSettings) -> None:
+    """Issue 27: ``kubectl label pod <broker> kafkube.io/cluster-`` makes the watch send a
+    DELETED event (the pod no longer matches), which used to count as the pod's deletion and
+    fence its live broker for good, every new registration included."""
+    ttl = 60_000
+    with api_client(settings.kubeconfig) as api:
+        core = k8s.CoreV1Api(api)
+        ref = _broker_pod(core, settings, f"{settings.cluster}-0")
+        broker = KubernetesBackend(dataclasses.replace(settings, pod=ref))
+        observer = KubernetesBackend(dataclasses.replace(
+            settings, pod=_broker_pod(core, settings, f"{settings.cluster}-1")))
+        try:
+            epoch = broker.register_broker(reg(0), ttl)
+            wait_until(lambda: 0 in observer.live_brokers(), 10, "broker 0 live")
+            core.patch_namespaced_pod(ref.name, settings.namespace,
+                                      {"metadata": {"labels": {CLUSTER_LABEL: None}}})
+            wait_until(lambda: observer._pods.get(ref.name) is None, 10, "the label's removal seen")
+            assert 0 in observer.live_brokers()
+            assert broker.renew_broker(0, epoch, ttl)
+        finally:
+            broker.close()
+            observer.close()
+            for i in range(2):
+                with contextlib.suppress(ApiException):
+                    core.delete_namespaced_pod(f"{settings.cluster}-{i}", settings.namespace,
+                                               grace_period_seconds=0)

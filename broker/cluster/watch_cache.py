@@ -49,6 +49,7 @@ class WatchCache:
                  on_change: Callable[[], None], contact: Contact,
                  on_put: Callable[[Any], None] | None = None) -> None:
         self.kind = kind
+        self._deleted: dict[str, str] = {}  # name -> uid of the last one seen deleted
         self._on_put = on_put  # sees each object as it arrives (lease renewals are timed)
         self._item_type = item_type  # the watch cannot tell it from a lambda's signature
         self._contact = contact
@@ -74,11 +75,13 @@ class WatchCache:
             return list(self._objects.values())
 
     def gone_uid(self, name: str) -> str | None:
-        """The uid of the last object of this name seen deleted (by an event, or by its
-        absence from a fresh list), if any."""
+        """The uid of the last object of this name a DELETED event showed deleted, if any:
+        only a proof of deletion (a ``deletionTimestamp``), never an object that stopped
+        matching the selector (a label removed: its DELETED event carries the object as it
+        was, without one), nor one missing from a fresh list (the same may have happened
+        while the watch was down)."""
         with self._lock:
-            gone = self._gone.get(name)
-        return gone.metadata.uid if gone is not None else None
+            return self._deleted.get(name)
 
     def last_seen(self, name: str) -> Any:
         """The object as it is, or as it was last seen before it was deleted."""
@@ -108,6 +111,8 @@ class WatchCache:
             del self._objects[name]
             if deleted is not None:
                 self._gone[name] = deleted
+                if deleted.metadata.deletion_timestamp is not None:
+                    self._deleted[name] = deleted.metadata.uid
         self._on_change()
 
     def wait_synced(self, timeout: float) -> bool:
