@@ -323,3 +323,35 @@ def test_counters_never_hand_out_a_value_twice(control_plane: Any) -> None:
         assert backend.allocate_producer_ids(1000) > more + 1000
     finally:
         backend.close()
+
+
+def test_a_starting_broker_leaves_an_older_image_to_the_running_ones_for_a_while(
+        tmp_path: Path) -> None:
+    """The store went back while brokers run: a broker starting with a newer copy waits
+    RESTORE_WAIT_S for them to put back theirs (newer still, perhaps), then puts back its
+    own, never one older than the store's."""
+    from broker.cluster.guard import RESTORE_WAIT_S, bootstrap
+
+    store = Store("sqlite", tmp_path)
+    try:
+        log_dirs = [tmp_path / "b0"]
+        first = ClusterMetadata(store.open(), log_dirs, 0)
+        add_topic(first, "orders")
+        backup = store.saved()
+        add_topic(first, "payments")
+        copy = first.image
+        first.backend.register_broker(BrokerRegistration(1, "127.0.0.1", 9093), 60_000)
+        store.put_back(backup)
+        now = [0.0]
+
+        def wait(seconds: float) -> None:
+            now[0] += seconds
+            assert now[0] < 3 * RESTORE_WAIT_S, "never restored"
+
+        cluster_id, image = bootstrap(store.open(), first.cluster_id, copy, "the store", wait,
+                                      clock=lambda: now[0])
+        assert now[0] >= RESTORE_WAIT_S  # it waited for the running broker first
+        assert cluster_id == first.cluster_id and image.version == copy.version
+        assert "payments" in image.topics
+    finally:
+        store.close()

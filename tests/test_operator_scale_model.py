@@ -40,6 +40,12 @@ def apply(image: ClusterImage, moves: dict) -> ClusterImage:
     return cluster_image(topics)
 
 
+def cordoned(image: ClusterImage, *brokers: int) -> ClusterImage:
+    for broker in brokers:
+        image = image.with_broker_configs(str(broker), {"cordoned.log.dirs": "*"})
+    return image
+
+
 def load(image: ClusterImage) -> Counter[int]:
     return Counter(b for t in image.topics.values() for s in t.assignments for b in s.replicas)
 
@@ -88,7 +94,10 @@ def test_scale_down_drains_first_then_shrinks() -> None:
     assert draining.moves and "[3, 4]" in draining.waiting
     drained = apply(image, draining.moves)
     assert set(load(drained)) == {0, 1, 2}
-    assert scale_decision(3, 5, drained, racks(5), DRAINING).statefulset_replicas == 3
+    # The shrink waits until the cordon of the brokers to remove shows in the image.
+    assert scale_decision(3, 5, drained, racks(5), DRAINING).statefulset_replicas == 5
+    assert scale_decision(3, 5, cordoned(drained, 3, 4), racks(5),
+                          DRAINING).statefulset_replicas == 3
 
 
 def test_scale_down_below_a_replication_factor_is_refused_and_nothing_moves() -> None:
@@ -122,7 +131,11 @@ def test_brokers_being_drained_are_cordoned_until_they_are_gone() -> None:
     image = cluster_image({"t": placement("t", racks(5), 10, 3)})
     draining = scale_decision(3, 5, image, racks(5), None)
     assert draining.cordon == {3, 4}
-    shrink = scale_decision(3, 5, apply(image, draining.moves), racks(5), DRAINING)
+    waiting = scale_decision(3, 5, apply(image, draining.moves), racks(5), DRAINING)
+    assert (waiting.statefulset_replicas, waiting.cordon) == (5, {3, 4})
+    assert "cordoning brokers [3, 4]" in waiting.waiting
+    shrink = scale_decision(3, 5, cordoned(apply(image, draining.moves), 3, 4), racks(5),
+                            DRAINING)
     assert (shrink.statefulset_replicas, shrink.cordon) == (3, {3, 4})
     after = scale_decision(3, 3, apply(image, draining.moves), racks(3), None)
     assert after.cordon == frozenset() and after.moves == {}

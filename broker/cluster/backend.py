@@ -38,6 +38,11 @@ class ClusterImageTooLarge(Exception):
     """The cluster image no longer fits where the backend keeps it (one Kubernetes object)."""
 
 
+class StoreUnavailable(Exception):
+    """The coordination store gave no answer (refused, reset, timed out, or could not serve):
+    a write may be tried again later."""
+
+
 class MetadataMissing(Exception):
     """The store holds no cluster image (never created, or deleted behind the brokers' back)."""
 

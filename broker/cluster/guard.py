@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 
 REPORT_EVERY_S = 30.0
 BOOTSTRAP_POLL_S = 1.0
+RESTORE_WAIT_S = 10.0  # how long a starting broker leaves an older image to running ones
 
 
 class MetadataFault(Exception):
@@ -97,12 +98,14 @@ class _Reporter:
 
 
 def bootstrap(store: CoordinationBackend, local_id: str | None, copy: ClusterImage | None,
-              where: str, wait: Callable[[float], None] = time.sleep) -> tuple[str, ClusterImage]:
+              where: str, wait: Callable[[float], None] = time.sleep,
+              clock: Callable[[], float] = time.monotonic) -> tuple[str, ClusterImage]:
     """The cluster id and image a starting broker may trust. ``local_id`` is the cluster its
     log dirs belong to (None for a broker with no data), ``copy`` the newest image it kept.
     Creates the image of a new cluster, restores a lost one, or waits until one it may
     trust is there."""
     report = _Reporter()
+    behind_since: float | None = None
     while True:
         stored = store.stored_identity()
         # A copy on disk may be older than what running brokers hold in memory: while any
@@ -126,8 +129,15 @@ def bootstrap(store: CoordinationBackend, local_id: str | None, copy: ClusterIma
                    if local_id else " (brokers of this cluster ran before)"))
         elif local_id is not None and stored.cluster_id != local_id:
             report.fault(explain(Verdict.FOREIGN, stored, local_id, -1, where))
-        elif local_id is not None and copy is not None and stored.version < copy.version \
-                and not others:
+        elif local_id is not None and copy is not None and stored.version < copy.version:
+            # Older than this broker's copy: running brokers put back a newer one if they
+            # hold one; after RESTORE_WAIT_S none did, and the copy is the newest there is.
+            behind_since = behind_since if behind_since is not None else clock()
+            if others and clock() - behind_since < RESTORE_WAIT_S:
+                report.fault(explain(Verdict.BEHIND, stored, local_id, copy.version, where)
+                             .replace("puts it back", "waits for the running brokers"))
+                wait(BOOTSTRAP_POLL_S)
+                continue
             if not store.restore_image(local_id, copy):
                 wait(BOOTSTRAP_POLL_S / 5)
             continue

@@ -44,6 +44,7 @@ from broker.cluster.backend import (
     CoordinationBackend,
     MetadataMissing,
     StoredIdentity,
+    StoreUnavailable,
 )
 from broker.cluster.contact import Contact, RenewalClock, now_ms
 from broker.cluster.image import ClusterImage
@@ -173,9 +174,15 @@ class KubernetesBackend(CoordinationBackend):
         self._decoded: tuple[int, ClusterImage] | None = None
 
     def _call(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """One request to the API server, with a bounded timeout, noting contact."""
-        with self._contact.request(unreachable):
-            return method(*args, _request_timeout=REQUEST_TIMEOUT_S, **kwargs)
+        """One request to the API server, with a bounded timeout, noting contact; no answer
+        is ``StoreUnavailable``, an answer (a conflict, a 404) the client's ApiException."""
+        try:
+            with self._contact.request(unreachable):
+                return method(*args, _request_timeout=REQUEST_TIMEOUT_S, **kwargs)
+        except Exception as e:
+            if unreachable(e):
+                raise StoreUnavailable(f"the API server did not answer: {e}") from e
+            raise
 
     @property
     def _caches(self) -> list[WatchCache]:

@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
-from broker.cluster.backend import BrokerRegistration, CoordinationBackend
+from broker.cluster.backend import BrokerRegistration, CoordinationBackend, StoreUnavailable
 from broker.cluster.guard import MetadataFault, MetadataGuard, bootstrap
 from broker.cluster.image import ClusterImage, PartitionState, TopicMetadata
 from broker.cluster.local_copy import (
@@ -169,6 +169,9 @@ class ClusterMetadata:
                 written = await self.call(self.backend.write_image, changed)
             except MetadataFault as e:
                 raise MetadataUnavailable(str(e)) from e
+            except StoreUnavailable as e:
+                raise MetadataUnavailable(f"the cluster metadata cannot be written now: {e}"
+                                          ) from e
             if written:
                 self._set_image(self.backend.read_image())
                 return self.image
@@ -199,6 +202,9 @@ class ClusterMetadata:
                 first = await self.call(self.backend.allocate_producer_ids, PRODUCER_ID_BLOCK)
             except MetadataFault as e:
                 raise MetadataUnavailable(str(e)) from e
+            except StoreUnavailable as e:
+                raise MetadataUnavailable(f"no producer ids from the coordination store: "
+                                          f"{e}") from e
             if self._next_producer_id >= self._producer_id_limit:  # no one else refilled
                 self._next_producer_id = first
                 self._producer_id_limit = first + PRODUCER_ID_BLOCK

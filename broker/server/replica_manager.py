@@ -62,6 +62,18 @@ def partition_dir_name(topic: str, partition: int) -> str:
     return f"{topic}-{partition}"
 
 
+def parse_stray_dir(name: str) -> tuple[TopicPartition, str] | None:
+    """(partition, topic id) of a dir set aside as ``<topic>-<n>.<topic id>.<tag>-stray``."""
+    if not name.endswith(STRAY_SUFFIX):
+        return None
+    head, _, tag = name.removesuffix(STRAY_SUFFIX).rpartition(".")
+    dirname, _, topic_id = head.rpartition(".")
+    tp = parse_partition_dir(dirname)
+    if tp is None or len(topic_id) != 36 or len(tag) != 8:
+        return None
+    return tp, topic_id
+
+
 def parse_partition_dir(name: str) -> TopicPartition | None:
     topic, sep, index = name.rpartition("-")
     if not sep or not index.isdigit() or not topic:
@@ -97,6 +109,9 @@ class ReplicaManager:
         self._high_watermarks: dict[TopicPartition, int] = {}
         self._clean: dict[Path, bool] = {}
         self._existing: dict[TopicPartition, Path] = {}
+        # Replica dirs set aside (``*-stray``) by partition and topic id: taken back if the
+        # metadata gives that partition that topic again.
+        self._strays: dict[tuple[TopicPartition, str], Path] = {}
         self.leadership_listeners: list[Callable[[Partition, bool], None]] = []
         self.leader_throttle = Throttle(config["leader.replication.throttled.rate"])
         self.follower_throttle = Throttle(config["follower.replication.throttled.rate"])
@@ -128,6 +143,9 @@ class ReplicaManager:
             for child in log_dir.iterdir():
                 if child.is_dir() and child.name.endswith(DELETE_SUFFIX):
                     shutil.rmtree(child, ignore_errors=True)
+                    continue
+                if child.is_dir() and (stray := parse_stray_dir(child.name)) is not None:
+                    self._strays[stray] = child
                     continue
                 tp = parse_partition_dir(child.name) if child.is_dir() else None
                 if tp is not None:
@@ -230,11 +248,18 @@ class ReplicaManager:
                             topic.name)
                 _schedule_removal(directory, None, 0, self._schedule)
             else:
-                aside = directory.with_name(f"{directory.name}.{older}{STRAY_SUFFIX}")
+                aside = directory.with_name(
+                    f"{directory.name}.{older}.{uuid.uuid4().hex[:8]}{STRAY_SUFFIX}")
                 log.error("%s holds topic id %s, not deleted on record, where the metadata "
                           "has %s: kept as %s", directory, older, topic.topic_id, aside)
                 os.rename(directory, aside)
+                if older is not None:
+                    self._strays[(tp, older)] = aside
             directory = None
+        if directory is None and (stray := self._strays.pop((tp, topic.topic_id), None)):
+            directory = stray.with_name(partition_dir_name(topic.name, index))
+            log.warning("%s: taking back the replica set aside in %s", tp, stray)
+            os.rename(stray, directory)
         if directory is None:
             directory = self._pick_log_dir() / partition_dir_name(topic.name, index)
         partition_log = Log(

@@ -226,6 +226,12 @@ def scale_decision(desired: int, current: int | None, image: ClusterImage,
         return ScaleDecision(current, {} if moving else moves, DRAINING, waiting=(
             f"draining brokers {sorted(removed)}: {len(moves)} partition(s) still on them"),
             cordon=frozenset(removed))
+    live_removed = removed & set(live)
+    if not live_removed <= image.cordoned():
+        # Shrink only once the cordon shows in the image: a topic created before it could
+        # still have been placed on them, and the next pass would see it.
+        return ScaleDecision(current, {}, DRAINING, cordon=frozenset(removed),
+                             waiting=f"cordoning brokers {sorted(live_removed)} before they go")
     return ScaleDecision(desired, {}, cordon=frozenset(removed))
 
 

@@ -185,10 +185,8 @@ def reconcile_cluster(kube: Kube, views: ClusterViews, admins: AdminClients,
         # No scale, roll or Topic pass on an image that is missing, foreign or older: each
         # could take data away. The objects are still applied: the brokers that put the
         # image back must be able to start.
-        sts = kube.get("apps/v1", "StatefulSet", ref.statefulset, ref.namespace)
         pki, _ = apply_cluster_pki(kube, resource, events)
-        apply_cluster(kube, resource, events,
-                      int(sts["spec"]["replicas"]) if sts else None, pki.pod_annotations,
+        apply_cluster(kube, resource, events, current_brokers(kube, ref), pki.pod_annotations,
                       deployed_min_isr(kube, ref))
         observed, _ = observe(kube, view, ref, ClusterImage())
         status = cluster_status(
@@ -246,13 +244,27 @@ def reconcile_cluster(kube: Kube, views: ClusterViews, admins: AdminClients,
     return status
 
 
+def current_brokers(kube: Kube, ref: ClusterRef) -> int | None:
+    """How many brokers the cluster runs: the StatefulSet's size, or, while it is being
+    recreated (a storage change orphans its pods), one past the highest broker pod's ordinal,
+    so a drain under way is never skipped by a StatefulSet made anew at spec.replicas."""
+    sts = kube.get("apps/v1", "StatefulSet", ref.statefulset, ref.namespace)
+    if sts is not None and not sts["metadata"].get("deletionTimestamp"):
+        return int(sts["spec"]["replicas"])
+    ordinals = [int(p["metadata"]["name"].rsplit("-", 1)[1])
+                for p in kube.list("v1", "Pod", ref.namespace, selector(ref))
+                if p["metadata"]["name"].rsplit("-", 1)[-1].isdigit()]
+    if sts is not None:  # terminating: its size still holds until it is gone
+        ordinals.append(int(sts["spec"]["replicas"]) - 1)
+    return max(ordinals) + 1 if ordinals else None
+
+
 def scale(kube: Kube, view: KubernetesBackend, image: ClusterImage, admins: AdminClients,
           ref: ClusterRef, resource: Mapping, memory: ClusterMemory,
           events: Events) -> ScaleDecision:
     """The StatefulSet's size for this pass, and the partition moves a change of
     spec.replicas needs first (model/scale.py), started here."""
-    sts = kube.get("apps/v1", "StatefulSet", ref.statefulset, ref.namespace)
-    current = int(sts["spec"]["replicas"]) if sts else None
+    current = current_brokers(kube, ref)
     # The phase of the last pass: this process's memory, else the status (after a failover;
     # the body a pass gets may predate the last status write).
     phase = memory.scaling_phase or \
@@ -266,16 +278,25 @@ def scale(kube: Kube, view: KubernetesBackend, image: ClusterImage, admins: Admi
     memory.last_refusal = decision.refused
     rate = int((spec.get("rebalance") or {}).get("throttleBytesPerSecond") or DEFAULT_THROTTLE)
     admin: KafkaAdmin | None = None
+    # Before any move: a topic created while the drain runs must not land on the brokers it
+    # empties (KIP-1066); lifted once they are kept. Only live brokers take a broker config
+    # (clients send it to that broker): a gone one keeps its entry until it comes back.
+    cordoned = image.cordoned()
+    cordon = (decision.cordon - cordoned) & set(live)
+    uncordon = (cordoned - decision.cordon) & set(live)
     try:
-        cordoned = image.cordoned()
-        if decision.cordon != cordoned:
-            # Before any move: a topic created while the drain runs must not land on the
-            # brokers it empties (KIP-1066); and lifted once they are gone or kept.
+        if cordon or uncordon:
             admin = cluster_admin(admins, ref, view)
-            admin.cordon(decision.cordon - cordoned, cordoned - decision.cordon)
-            if decision.cordon - cordoned:
-                events.info("Cordoned", f"brokers {sorted(decision.cordon - cordoned)} get no "
-                            "new replicas while they are drained")
+            admin.cordon(cordon, uncordon)
+            if cordon:
+                events.info("Cordoned", f"brokers {sorted(cordon)} get no new replicas while "
+                            "they are drained")
+    except KafkaRefused as e:
+        if admin is not None:
+            admins.drop((ref.namespace, ref.name), admin)
+        admin = None
+        events.warning("KafkaRefused", str(e))
+    try:
         if decision.moves:
             admin = cluster_admin(admins, ref, view)
             admin.throttle(rate, live, throttled_replicas(image, decision.moves))

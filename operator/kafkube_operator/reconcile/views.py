@@ -41,7 +41,8 @@ class ClusterMemory:
     next_leader_check: float = 0.0  # time.monotonic() of the next leader-imbalance check
     last_refusal: str | None = None  # a refused scale-down, reported once as an Event
     scaling_phase: str | None = None  # model/scale.py's phase of the last pass
-    went_back_at: tuple[int, float] | None = None  # (version, time.monotonic()) first seen
+    # (the version recorded, time.monotonic()) when the image was first seen older than it
+    went_back_at: tuple[int, float] | None = None
     running_min_isr: int | None = None  # the default min ISR every broker last ran with
 
 
@@ -114,8 +115,10 @@ def trusted_image(view: KubernetesBackend, cluster_status: Mapping | None,
                                recorded_version)
     if problem is not None and problem.reason == "MetadataWentBack" and stored is not None:
         now = time.monotonic()
-        if memory.went_back_at is None or memory.went_back_at[0] != stored.version:
-            memory.went_back_at = (stored.version, now)
+        # Counted from the first pass that saw it behind, while it stays behind the version
+        # recorded (brokers writing on top of it move its version, not the grace).
+        if memory.went_back_at is None or memory.went_back_at[0] != recorded_version:
+            memory.went_back_at = (recorded_version, now)
         elif now - memory.went_back_at[1] >= WENT_BACK_GRACE_S:
             problem = None
     if problem is not None or stored is None:
