@@ -1,0 +1,130 @@
+"""Users' mistakes in a row on the suite's cluster, under an acks=all idempotent producer
+(issue 27; docs/protections.md): the cluster's metadata ConfigMap deleted and a broker pod
+with it, two nodes drained at once, the KafkaCluster deleted and applied again over its kept
+claims, a storage size the volumes cannot take. Every acknowledged record is read back, the
+cluster ends Ready, and what cannot be honoured is a readable Warning."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from tests.conftest import wait_until
+from tests.e2e.deployment import Brokers
+from tests.e2e.history import read_drain, read_produce
+from tests.e2e.operated import example_cluster, namespace_of
+from tests.e2e.platform import Cluster, KubectlError
+from tests.e2e.streams import checked, stream
+from tests.queue_checker import History
+
+NAME = "oops"
+TOPIC = "e2e-mistakes"
+
+
+@pytest.fixture(scope="module")
+def brokers(operator: Cluster) -> Iterator[Brokers]:
+    with namespace_of(operator) as namespace:
+        operator.apply(example_cluster(NAME), namespace=namespace)
+        ready(operator, namespace)
+        yield Brokers(operator, namespace, NAME)
+
+
+def ready(operator: Cluster, namespace: str) -> None:
+    operator.kubectl("-n", namespace, "wait", f"kafkacluster/{NAME}", "--for=condition=Ready",
+                     "--timeout=420s", timeout=450)
+
+
+def status(brokers: Brokers) -> dict:
+    return json.loads(brokers.kubectl("get", "kafkacluster", NAME, "-o", "json")).get(
+        "status", {})
+
+
+def warning(brokers: Brokers) -> dict:
+    return next((c for c in status(brokers).get("conditions", []) if c["type"] == "Warning"),
+                {})
+
+
+def cluster_id_stored(brokers: Brokers) -> str | None:
+    try:
+        return brokers.kubectl("get", "configmap", f"{NAME}-metadata", "-o",
+                               "jsonpath={.metadata.annotations.kafkube\\.io/cluster-id}")
+    except KubectlError:
+        return None
+
+
+def node_of(brokers: Brokers, broker: int) -> str:
+    return brokers.kubectl("get", "pod", f"{NAME}-{broker}", "-o", "jsonpath={.spec.nodeName}")
+
+
+def drain(brokers: Brokers, node: str, seconds: int) -> str:
+    """`kubectl drain` of the brokers on ``node`` (the client pods stay)."""
+    return brokers.cluster.kubectl(
+        "drain", node, "--ignore-daemonsets", "--delete-emptydir-data", "--pod-selector",
+        f"kafkube.io/cluster={NAME}", f"--timeout={seconds}s", timeout=seconds + 30)
+
+
+def test_mistakes_in_a_row_lose_no_acknowledged_record(brokers: Brokers) -> None:
+    operator, namespace = brokers.cluster, brokers.namespace
+    brokers.create_topic(TOPIC, 6)
+    cluster_id = wait_until(lambda: status(brokers).get("clusterId"), 60, "the cluster id")
+    history = History()
+    pod = stream(brokers, TOPIC, 120_000, 120, 3000)
+
+    # 1. The metadata ConfigMap deleted, then a broker pod: the brokers put it back, the
+    #    restarted broker finds it, nothing is dropped.
+    brokers.kubectl("delete", "configmap", f"{NAME}-metadata")
+    wait_until(lambda: cluster_id_stored(brokers) == cluster_id, 60,
+               "the metadata put back with its cluster id", 1.0)
+    brokers.kubectl("delete", "pod", f"{NAME}-1", "--grace-period=0", "--force")
+    brokers.wait_whole()
+    assert cluster_id_stored(brokers) == cluster_id
+
+    # 2. Two nodes drained at once: the first broker is evicted (its local volume keeps it
+    #    Pending until its node is back); the second is not while the first is away.
+    first, second = node_of(brokers, 0), node_of(brokers, 2)
+    drain(brokers, first, 120)
+    with pytest.raises(KubectlError) as refused:
+        drain(brokers, second, 20)
+    assert "disruption budget" in str(refused.value), refused.value
+    assert f"{NAME}-2" in brokers.ready_pods()
+    for node in (first, second):
+        operator.kubectl("uncordon", node)
+    brokers.wait_whole()
+
+    produced = read_produce(brokers.finish(pod, 400), history)
+    drained = read_drain(brokers.run("drain", brokers.bootstrap, TOPIC, timeout=600), history)
+    print(f"metadata deleted, a broker pod deleted, two nodes drained: "
+          f"{checked(history, produced, drained)}")
+
+    # 3. The KafkaCluster deleted and applied again: its claims, metadata and records kept.
+    brokers.kubectl("delete", "kafkacluster", NAME, "--timeout=300s", timeout=320)
+    operator.apply(example_cluster(NAME), namespace=namespace)
+    ready(operator, namespace)
+    assert status(brokers)["clusterId"] == cluster_id
+    # The logs read again replace the first reading: every acknowledged record still there.
+    again = read_drain(brokers.run("drain", brokers.bootstrap, TOPIC, timeout=600), history)
+    assert again == drained
+    checked(history, produced, again)
+
+    # 4. storage.size grown where the volumes cannot expand (kind's local-path class): a
+    #    Warning, and a config edit made with it still reaches the StatefulSet.
+    revision = brokers.kubectl("get", "statefulset", NAME, "-o",
+                               "jsonpath={.spec.template.metadata.annotations}")
+    brokers.kubectl("patch", "kafkacluster", NAME, "--type", "merge", "-p", json.dumps(
+        {"spec": {"storage": {"size": "2Gi"}, "config": {"log.retention.ms": 7_200_000}}}))
+
+    def outcome() -> str | None:
+        claim = brokers.kubectl("get", "statefulset", NAME, "-o", "jsonpath={.spec."
+                                "volumeClaimTemplates[0].spec.resources.requests.storage}")
+        reason = warning(brokers).get("reason")
+        return reason if reason == "StorageExpansionRefused" else (
+            "expanded" if claim == "2Gi" else None)
+
+    seen = wait_until(outcome, 120, "the storage change refused with a Warning, or done", 2.0)
+    wait_until(lambda: brokers.kubectl("get", "statefulset", NAME, "-o", "jsonpath={.spec."
+                                       "template.metadata.annotations}") != revision, 120,
+               "the config edit in the StatefulSet", 2.0)
+    print(f"KafkaCluster deleted and applied again: cluster {cluster_id}, {drained} records "
+          f"read back; storage.size 1Gi -> 2Gi: {seen}; {warning(brokers).get('message')}")
