@@ -355,3 +355,18 @@ def test_a_starting_broker_leaves_an_older_image_to_the_running_ones_for_a_while
         assert "payments" in image.topics
     finally:
         store.close()
+
+
+def test_opening_a_view_creates_nothing(control_plane: Any) -> None:
+    """The operator's view of a cluster (and a Topic pass during the cluster's deletion)
+    used to create the metadata ConfigMaps, with a new cluster id, just by opening it."""
+    settings = KubernetesSettings("default", f"v{uuid.uuid4().hex[:10]}",
+                                  str(control_plane.kubeconfig))
+    view = KubernetesBackend(settings)
+    try:
+        assert view.stored_identity() is None and not view.has_history()
+        core = k8s.CoreV1Api(api_client(settings.kubeconfig))
+        assert core.list_namespaced_config_map(
+            "default", label_selector=f"kafkube.io/cluster={settings.cluster}").items == []
+    finally:
+        view.close()
