@@ -24,13 +24,16 @@ from tests.test_operator import (  # noqa: F401 (fixtures)
 )
 
 
+def _coordination(control_plane: Any, namespace: str, name: str) -> dict[str, str]:  # noqa: F811
+    """Broker configs of a cluster on the test's API server, as the operator's pods have."""
+    return {"kafkube.coordination.backend": "kubernetes", "kafkube.cluster.name": name,
+            "kafkube.kubernetes.namespace": namespace,
+            "kafkube.kubernetes.kubeconfig": str(control_plane.kubeconfig)}
+
+
 def _brokers(cluster_factory, control_plane: Any, namespace: str, name: str):  # noqa: F811
-    return cluster_factory(3, {
-        "kafkube.coordination.backend": "kubernetes", "kafkube.cluster.name": name,
-        "kafkube.kubernetes.namespace": namespace,
-        "kafkube.kubernetes.kubeconfig": str(control_plane.kubeconfig),
-        "min.insync.replicas": "2",
-    })
+    return cluster_factory(3, {**_coordination(control_plane, namespace, name),
+                               "min.insync.replicas": "2"})
 
 
 def _produce(bootstrap: str, values: list[str]) -> None:
@@ -216,11 +219,8 @@ def test_growing_a_one_broker_cluster_keeps_acks_all_writes_working(
     clusters, topics = kafka_clusters(crd_api, namespace), topic_resources(crd_api, namespace)
     core = k8s.CoreV1Api(crd_api)
     clusters.create("grow", {"replicas": 1})
-    coordination = {
-        "kafkube.coordination.backend": "kubernetes", "kafkube.cluster.name": "grow",
-        "kafkube.kubernetes.namespace": namespace,
-        "kafkube.kubernetes.kubeconfig": str(control_plane.kubeconfig),
-        "auto.leader.rebalance.enable": "false"}
+    coordination = {**_coordination(control_plane, namespace, "grow"),
+                    "auto.leader.rebalance.enable": "false"}
     first = cluster_factory(1, coordination)
     topics.create("orders", {"cluster": "grow", "partitions": 3, "replicationFactor": 1})
     topics.status_when("orders", lambda s: condition(s, "Ready").get("status") == "True", 60,

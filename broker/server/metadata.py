@@ -11,11 +11,12 @@ and a copy of the newest image (broker/cluster/local_copy.py) to start from and 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -165,13 +166,8 @@ class ClusterMetadata:
             if changed is None:
                 self._set_image(current)
                 return current
-            try:
+            with _unavailable_as_retriable():
                 written = await self.call(self.backend.write_image, changed)
-            except MetadataFault as e:
-                raise MetadataUnavailable(str(e)) from e
-            except StoreUnavailable as e:
-                raise MetadataUnavailable(f"the cluster metadata cannot be written now: {e}"
-                                          ) from e
             if written:
                 self._set_image(self.backend.read_image())
                 return self.image
@@ -198,13 +194,8 @@ class ClusterMetadata:
     async def next_producer_id(self) -> int:
         """Unique cluster-wide: each broker reserves blocks, as brokers do from the controller."""
         if self._next_producer_id >= self._producer_id_limit:
-            try:
+            with _unavailable_as_retriable():
                 first = await self.call(self.backend.allocate_producer_ids, PRODUCER_ID_BLOCK)
-            except MetadataFault as e:
-                raise MetadataUnavailable(str(e)) from e
-            except StoreUnavailable as e:
-                raise MetadataUnavailable(f"no producer ids from the coordination store: "
-                                          f"{e}") from e
             if self._next_producer_id >= self._producer_id_limit:  # no one else refilled
                 self._next_producer_id = first
                 self._producer_id_limit = first + PRODUCER_ID_BLOCK
@@ -212,3 +203,12 @@ class ClusterMetadata:
         self._next_producer_id += 1
         return pid
 
+
+@contextlib.contextmanager
+def _unavailable_as_retriable() -> Iterator[None]:
+    """A write the guard refused, or the store did not answer: MetadataUnavailable, which
+    callers answer with a retriable error code, never a closed connection."""
+    try:
+        yield
+    except (MetadataFault, StoreUnavailable) as e:
+        raise MetadataUnavailable(f"the cluster metadata cannot be written now: {e}") from e
