@@ -10,7 +10,7 @@ import dataclasses
 from pathlib import Path
 
 from broker.config import BrokerConfig
-from broker.server.replica_manager import DELETE_SUFFIX, STRAY_SUFFIX
+from broker.server.replica_dirs import DELETE_SUFFIX, STRAY_SUFFIX
 from tests.conftest import open_replicas
 from tests.wire import build_batch
 
