@@ -71,7 +71,7 @@ class KafkaAdmin:
     def __init__(self, bootstrap: Sequence[str], security: AdminSecurity | None = None,
                  connect: Callable[..., Any] = KafkaAdminClient) -> None:
         self.security = security
-        self.fence: Callable[[], None] = lambda: None  # before each request (leadership.py)
+        self.fence: Callable[[], float | None] = lambda: None  # before each request
         self._lock = threading.Lock()
         self._closed = False
         self._files: tempfile.TemporaryDirectory | None = None
@@ -298,7 +298,7 @@ class AdminClients:
         self._lock = threading.Lock()
         self._security = security or (lambda key: None)
         self._make = make
-        self.fence: Callable[[], None] = lambda: None  # given to each client made
+        self.fence: Callable[[], float | None] = lambda: None  # given to each client made
 
     def of(self, key: tuple[str, str], bootstrap: Callable[[], Sequence[str]]) -> KafkaAdmin:
         with self._lock:

@@ -39,8 +39,9 @@ class Kube:
     def __init__(self, api: k8s.ApiClient) -> None:
         self.api = api
         self._dynamic: DynamicClient | None = None
-        # Called before every write: the active operator's lease check (leadership.py).
-        self.fence: Callable[[], None] = lambda: None
+        # Called before every write: the active operator's lease check (leadership.py), the
+        # seconds it may still act, which bound the write's request timeout.
+        self.fence: Callable[[], float | None] = lambda: None
 
     @classmethod
     def connect(cls, kubeconfig: str | None) -> Kube:
@@ -50,6 +51,11 @@ class Kube:
     def close(self) -> None:
         self.api.close()
 
+    def _write_timeout(self) -> float:
+        """The fence, then a write's request timeout: never past the operator's lease."""
+        left = self.fence()
+        return REQUEST_TIMEOUT_S if left is None else max(0.1, min(REQUEST_TIMEOUT_S, left))
+
     def _resource(self, api_version: str, kind: str) -> Any:
         if self._dynamic is None:
             self._dynamic = DynamicClient(self.api)
@@ -57,8 +63,7 @@ class Kube:
 
     def apply(self, manifest: Mapping, dry_run: bool = False) -> dict:
         """Create or update ``manifest`` to exactly what it says; the object as stored."""
-        if not dry_run:
-            self.fence()
+        timeout = self._write_timeout() if not dry_run else REQUEST_TIMEOUT_S
         meta = manifest["metadata"]
         resource = self._resource(manifest["apiVersion"], manifest["kind"])
         extra = {"dry_run": "All"} if dry_run else {}
@@ -66,7 +71,7 @@ class Kube:
             applied = resource.server_side_apply(
                 body=dict(manifest), name=meta["name"], namespace=meta.get("namespace"),
                 field_manager=FIELD_MANAGER, force_conflicts=True,
-                _request_timeout=REQUEST_TIMEOUT_S, **extra)
+                _request_timeout=timeout, **extra)
         except ApiException as e:
             raise ApplyError(manifest, e.status, _reason(e)) from None
         return applied.to_dict()
@@ -92,11 +97,11 @@ class Kube:
 
     def merge_patch(self, api_version: str, kind: str, name: str, namespace: str | None,
                     patch: Mapping) -> dict:
-        self.fence()
+        timeout = self._write_timeout()
         try:
             patched = self._resource(api_version, kind).patch(
                 body=dict(patch), name=name, namespace=namespace,
-                content_type="application/merge-patch+json", _request_timeout=REQUEST_TIMEOUT_S)
+                content_type="application/merge-patch+json", _request_timeout=timeout)
         except ApiException as e:
             raise ApplyError({"kind": kind, "metadata": {"name": name}}, e.status,
                              _reason(e)) from None
@@ -108,7 +113,7 @@ class Kube:
         """False if it was already gone. ``uid`` deletes only that incarnation of a pod, never
         the one a StatefulSet already made in its place; ``orphan`` leaves what it owns (a
         StatefulSet's pods keep running)."""
-        self.fence()
+        timeout = self._write_timeout()
         body: dict[str, Any] = {"propagationPolicy": "Orphan"} if orphan else {}
         if grace_period_s is not None:
             body["gracePeriodSeconds"] = grace_period_s
@@ -117,7 +122,7 @@ class Kube:
         try:
             self._resource(api_version, kind).delete(
                 name=name, namespace=namespace, body=body or None,
-                _request_timeout=REQUEST_TIMEOUT_S)
+                _request_timeout=timeout)
         except NotFoundError:
             return False
         except ApiException as e:

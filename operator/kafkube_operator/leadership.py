@@ -71,11 +71,14 @@ class Leadership:
     def retry_period_s(self) -> float:
         return self.duration_s / 5
 
-    def check(self) -> None:
-        """Before each write: raise if this operator may no longer act."""
-        if self.clock() >= self._valid_until:
+    def check(self) -> float:
+        """Before each write: raise if this operator may no longer act; else how many
+        seconds it still may (a write's request timeout is held within them)."""
+        left = self._valid_until - self.clock()
+        if left <= 0:
             raise LeadershipLost(f"operator lease {self.namespace}/{self.name} not renewed "
                                  f"within {self.renew_deadline_s:.0f}s")
+        return left
 
     def try_acquire(self) -> bool:
         """Take or renew the Lease; False while another identity holds it."""
