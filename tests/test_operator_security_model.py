@@ -170,8 +170,10 @@ def test_ports_follow_the_listeners() -> None:
     assert [p["port"] for p in headless["spec"]["ports"]] == [9091, 9092, 9093, 9094]
     assert [p["name"] for p in bootstrap["spec"]["ports"]] == ["plain", "tls", "scram",
                                                                "metrics"]
-    probe = container(secure_cluster())["readinessProbe"]["tcpSocket"]["port"]
-    assert probe == "replication"
+    # Readiness is the broker's own /ready on its health port, whatever the listeners.
+    probe = container(secure_cluster())["readinessProbe"]["httpGet"]
+    assert probe == {"path": "/ready", "port": "health"}
+    assert {"name": "health", "containerPort": 9405} in container(secure_cluster())["ports"]
 
 
 # -- certificates -------------------------------------------------------------------------
