@@ -98,17 +98,19 @@ class BrokerApp:
         self.listener_security = [ListenerSecurity(config, listener, self._scram_credential)
                                   for listener in self.listener_plan.listeners]
         peer_security = inter_broker_security(config, self.listener_plan)
-        self.replicas = ReplicaManager(config, self.store, peer_security)
+        peer_listener = self.listener_plan.inter_broker
+        self.replicas = ReplicaManager(config, self.store, peer_security, peer_listener)
         self.groups = GroupCoordinator(config, self.replicas)
         request_timeout = config["request.timeout.ms"] / 1000
         self.transactions = TransactionCoordinator(
             config, self.replicas, self.store,
             MarkerSender(self.store, PeerChannels(
-                self.store, f"txn-markers-{config.node_id}", request_timeout, peer_security)))
+                self.store, f"txn-markers-{config.node_id}", request_timeout, peer_security,
+                peer_listener)))
         self.verifier = TransactionVerifier(
             self.store, config.node_id, config["transaction.state.log.num.partitions"],
             PeerChannels(self.store, f"txn-verification-{config.node_id}", request_timeout,
-                         peer_security),
+                         peer_security, peer_listener),
             self.transactions.verify_partitions)
         self.membership: Membership | None = None
         self.controller = Controller(config, self.store, self._broker_epoch)

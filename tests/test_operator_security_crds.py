@@ -36,6 +36,7 @@ def test_listeners_get_their_defaults(api: k8s.ApiClient) -> None:
      "authentication type tls needs tls: true"),
     ({"listeners": [{"name": "replication", "port": 9095}]}, "the operator's names"),
     ({"listeners": [{"name": "ext", "port": 9091}]}, "ports 9091 (replication)"),
+    ({"listeners": [{"name": "ext", "port": 9405}]}, "9405 (health)"),
     ({"listeners": [PLAIN, {"name": "other", "port": 9092}]}, "a port of its own"),
     ({"listeners": [PLAIN, {**PLAIN, "port": 9095}]}, "Duplicate value"),
     ({"listeners": [{"name": "Bad_Name", "port": 9092}]}, "spec.listeners[0].name"),

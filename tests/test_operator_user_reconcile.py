@@ -115,7 +115,8 @@ class FakeAdmins:
     def __init__(self, admin: FakeAdmin) -> None:
         self.admin, self.dropped = admin, 0
 
-    def of(self, key: tuple[str, str], bootstrap: Callable[[], Sequence[str]]) -> FakeAdmin:
+    def of(self, key: tuple[str, str], bootstrap: Callable[[], Sequence[str]],
+           listener: str | None = None) -> FakeAdmin:
         return self.admin
 
     def drop(self, key: tuple[str, str], client: FakeAdmin | None = None) -> None:
@@ -125,6 +126,9 @@ class FakeAdmins:
 class FakeViews:
     def of(self, ref: Any) -> Any:
         return self
+
+    def live_brokers(self) -> dict:
+        return {}
 
 
 class Events:

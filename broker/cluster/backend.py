@@ -24,7 +24,7 @@ import base64
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from broker.cluster.image import ClusterImage
 
@@ -80,6 +80,19 @@ class BrokerRegistration:
                 host, _, port = address.rpartition(":")
                 return host.strip("[]"), int(port)
         return None
+
+    def on_listener(self, listener: str | None) -> BrokerRegistration | None:
+        """The broker as a peer on ``listener`` dials it: its address there, or None if it
+        does not advertise that listener. A broker looks its peers up by its own
+        ``inter.broker.listener.name``, as Kafka does, so during a roll that changes that
+        listener each broker reaches the others on the one it knows (``None``: the peer's own
+        inter-broker address)."""
+        if listener is None:
+            return self
+        address = self.endpoint(listener)
+        if address is None:
+            return None
+        return replace(self, host=address[0], port=address[1])
 
 
 @dataclass(frozen=True, slots=True)

@@ -98,6 +98,22 @@ def describe_topic(services: BrokerServices, name: str | None) -> dict[str, Any]
     }
 
 
+def _leaders_reachable(ctx: RequestContext, described: dict[str, Any],
+                       reachable: set[int]) -> None:
+    """Kafka's answer for a partition whose leader the client has no address of on its
+    listener: no leader, and LISTENER_NOT_FOUND (v6+) if the leader is live but does not
+    have that listener (mid-roll of a listener change), else LEADER_NOT_AVAILABLE, so the
+    client asks again rather than look for a broker the answer does not list."""
+    for partition in described["partitions"]:
+        leader = partition["leader_id"]
+        if leader < 0 or leader in reachable:
+            continue
+        live = leader in ctx.services.store.brokers
+        partition["error_code"] = ErrorCode.listener_not_found \
+            if live and ctx.version >= 6 else ErrorCode.leader_not_available
+        partition["leader_id"] = -1
+
+
 def live_brokers(ctx: RequestContext) -> list[dict[str, Any]]:
     """Registered brokers; ourselves at the address this client reached us on if we
     advertise no host, as other brokers on this machine do by theirs."""
@@ -122,6 +138,8 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
                   if not authorizer.enabled or ctx.authorize(
                       Operation.DESCRIBE, ResourceType.TOPIC, name, log_denied=False)]
     with_operations = getattr(request, "include_topic_authorized_operations", False)
+    brokers = live_brokers(ctx)
+    reachable = {b["node_id"] for b in brokers}
     topics = []
     async for name, topic_id in cooperatively(wanted):
         if name is None and topic_id is not None:
@@ -149,10 +167,11 @@ async def handle_metadata(ctx: RequestContext, request: Any) -> Any:
             described["name"] = ""  # neither name nor id: refused, in a non-nullable name
         if with_operations and described["error_code"] == ErrorCode.none:
             described["topic_authorized_operations"] = _topic_operations(ctx, name)
+        _leaders_reachable(ctx, described, reachable)
         topics.append(described)
     return await build_long_response(request, {
         "throttle_time": timedelta(0),
-        "brokers": live_brokers(ctx),
+        "brokers": brokers,
         "cluster_id": services.store.cluster_id,
         "controller_id": services.store.controller_id,
         "topics": topics,

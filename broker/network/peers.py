@@ -18,8 +18,10 @@ from broker.server.metadata import ClusterMetadata
 
 class PeerChannels:
     def __init__(self, store: ClusterMetadata, client_id: str, timeout: float,
-                 security: ClientSecurity | None = None) -> None:
+                 security: ClientSecurity | None = None, listener: str | None = None) -> None:
+        """``listener``: this broker's inter-broker listener, on which peers are dialled."""
         self.store = store
+        self.listener = listener
         self.client_id = client_id
         self.timeout = timeout
         self.security = security
@@ -30,9 +32,11 @@ class PeerChannels:
         """The peer's answer; BrokerConnectionError if it is not registered, unreachable,
         or does not answer within the timeout (and if the requests ahead of this one keep
         its connection busy that long)."""
-        registration = self.store.broker(node)
+        registration = self.store.peer(node, self.listener)
         if registration is None:
-            raise BrokerConnectionError(f"broker {node} is not registered")
+            raise BrokerConnectionError(
+                f"broker {node} is not registered" if self.store.broker(node) is None
+                else f"broker {node} does not advertise listener {self.listener}")
         lock = self._locks.setdefault(node, asyncio.Lock())
         try:  # behind requests to a peer that stopped answering: give up as they do
             await asyncio.wait_for(lock.acquire(), self.timeout)

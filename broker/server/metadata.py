@@ -116,6 +116,12 @@ class ClusterMetadata:
         its bound ``get``) would keep the brokers of one moment forever."""
         return self.brokers.get(node_id)
 
+    def peer(self, node_id: int, listener: str | None) -> BrokerRegistration | None:
+        """A live broker at its address on ``listener`` (this broker's inter-broker
+        listener), None if it is not live or does not advertise that listener."""
+        registration = self.brokers.get(node_id)
+        return None if registration is None else registration.on_listener(listener)
+
     def live_brokers(self) -> dict[int, BrokerRegistration]:
         """The live brokers now, not as of the last poll: admin requests place replicas."""
         self.brokers = self.backend.live_brokers()

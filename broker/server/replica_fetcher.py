@@ -127,7 +127,8 @@ class ReplicaFetcher:
                 connection = self._connect()
                 if connection is None:
                     if not self._unknown_endpoint:
-                        log.info("broker %d is not registered; waiting for it before "
+                        log.info("broker %d is not registered or does not advertise this "
+                                 "broker's inter-broker listener; waiting for it before "
                                  "fetching %d partitions", self.leader_id, len(self.partitions))
                     self._unknown_endpoint = True
                     delay = backoff

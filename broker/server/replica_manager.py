@@ -62,8 +62,10 @@ HANDOVER_POLL_S = 0.05
 
 class ReplicaManager:
     def __init__(self, config: BrokerConfig, metadata: ClusterMetadata,
-                 peer_security: ClientSecurity | None = None) -> None:
+                 peer_security: ClientSecurity | None = None,
+                 peer_listener: str | None = None) -> None:
         self.config = config
+        self.peer_listener = peer_listener  # where leaders are dialled: see ``peer``
         self.metadata = metadata
         metadata.listeners.append(self.apply_image)
         self.node_id = config.node_id
@@ -364,7 +366,9 @@ class ReplicaManager:
         fetcher = self.fetchers.get(leader_id)
         if fetcher is None:
             fetcher = self.fetchers[leader_id] = ReplicaFetcher(
-                leader_id, self.fetcher_config, self.metadata.broker, self.follower_throttle_for
+                leader_id, self.fetcher_config,
+                lambda node: self.metadata.peer(node, self.peer_listener),
+                self.follower_throttle_for,
             )
             if not self._fetchers_stopped:
                 fetcher.start()

@@ -288,37 +288,50 @@ class AdminClients:
     addresses (so the operator reaches the brokers from outside the cluster in tests just as
     from its pod), dropped when a request fails so the next one reconnects."""
 
-    def __init__(self, security: Callable[[tuple[str, str]], AdminSecurity | None]
+    def __init__(self, security: Callable[[tuple[str, str], str | None], AdminSecurity | None]
                  | None = None,
                  make: Callable[[Sequence[str], AdminSecurity | None], KafkaAdmin] = KafkaAdmin
                  ) -> None:
-        """``security``: how to log in on a cluster, (namespace, name) → None for a cluster
-        without listeners (plaintext), read when a client is made."""
+        """``security``: how to log in on a cluster, ((namespace, name), listener) → None for
+        plaintext, read when a client is made."""
         self._clients: dict[tuple[str, str], KafkaAdmin] = {}
+        self._listeners: dict[tuple[str, str], str | None] = {}
         self._lock = threading.Lock()
-        self._security = security or (lambda key: None)
+        self._security = security or (lambda key, listener: None)
         self._make = make
         self.fence: Callable[[], float | None] = lambda: None  # given to each client made
 
-    def of(self, key: tuple[str, str], bootstrap: Callable[[], Sequence[str]]) -> KafkaAdmin:
+    def of(self, key: tuple[str, str], bootstrap: Callable[[], Sequence[str]],
+           listener: str | None = None) -> KafkaAdmin:
+        """The cluster's client on ``listener`` (None: the brokers' inter-broker addresses);
+        one made for another listener is replaced (a listener change moved the operator)."""
         with self._lock:
             client = self._clients.get(key)
-        if client is not None and not client.closed:
+            moved = client is not None and self._listeners.get(key) != listener
+        if moved:
+            self.drop(key, client)
+        elif client is not None and not client.closed:
             return client
         servers = bootstrap()
         if not servers:
             raise KafkaRefused(f"cluster {key[1]}", "no live broker to connect to")
         try:
-            made = self._make(servers, self._security(key))
+            made = self._make(servers, self._security(key, listener))
         except KafkaError as e:
             raise KafkaRefused(f"connecting to cluster {key[1]}", e) from None
         made.fence = self.fence
+        stale: KafkaAdmin | None = None
         with self._lock:
-            client = self._clients.get(key)
-            if client is None or client.closed:  # else another thread made one meanwhile
-                self._clients[key], client, made = made, made, None
-        if made is not None:
-            made.close()
+            current = self._clients.get(key)
+            if current is not None and not current.closed \
+                    and self._listeners.get(key) == listener:
+                client = current  # another thread made one meanwhile
+            else:
+                self._clients[key], self._listeners[key] = made, listener
+                client, stale, made = made, current, None
+        for unused in (made, stale):
+            if unused is not None:
+                unused.close()
         return client
 
     def drop(self, key: tuple[str, str], client: KafkaAdmin | None = None) -> None:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds, offline and cached, everything `kind create cluster` would otherwise pull from
-# registries (../../../shared/notes/kind-offline.md): Debian's Docker engine, kind, a
+# registries (docs/architecture.md, "The image and the test platform"): Debian's Docker engine, kind, a
 # kindest/base equivalent from debootstrap, the Kubernetes/etcd/CoreDNS/pause/local-path
 # images, and the node image holding them, saved with `docker save` under
 # ${KAFKUBE_CACHE:-~/.cache/kafkube}/kind. A warm run checks the stamps and does nothing.

@@ -1,12 +1,14 @@
 """Users' mistakes in a row on the suite's cluster, under an acks=all idempotent producer
 (issue 27; docs/protections.md): the cluster's metadata ConfigMap deleted and a broker pod
 with it, two nodes drained at once, the KafkaCluster deleted and applied again over its kept
-claims, a storage size the volumes cannot take. Every acknowledged record is read back, the
-cluster ends Ready, and what cannot be honoured is a readable Warning."""
+claims, a storage size the volumes cannot take, a TLS listener added. Every acknowledged
+record is read back, the cluster ends Ready, and what cannot be honoured is a readable
+Warning."""
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 
 import pytest
@@ -21,6 +23,7 @@ from tests.queue_checker import History
 
 NAME = "oops"
 TOPIC = "e2e-mistakes"
+LISTENERS_TOPIC = "e2e-listeners"
 
 
 @pytest.fixture(scope="module")
@@ -128,3 +131,33 @@ def test_mistakes_in_a_row_lose_no_acknowledged_record(brokers: Brokers) -> None
                "the config edit in the StatefulSet", 2.0)
     print(f"KafkaCluster deleted and applied again: cluster {cluster_id}, {drained} records "
           f"read back; storage.size 1Gi -> 2Gi: {seen}; {warning(brokers).get('message')}")
+
+    # 5. A TLS listener added beside the plain one on a running cluster: three rolls (the
+    #    listeners added, replication moved to REPLICATION, the old listener gone), the
+    #    brokers replicating with each other all along, under a producer.
+    brokers.create_topic(LISTENERS_TOPIC, 6)
+    history = History()
+    pod = stream(brokers, LISTENERS_TOPIC, 420_000, 420, 3000)
+    brokers.kubectl("patch", "kafkacluster", NAME, "--type", "merge", "-p", json.dumps(
+        {"spec": {"listeners": [{"name": "plain", "port": 9092},
+                                {"name": "tls", "port": 9093, "tls": True}]}}))
+    seen: list[str] = []
+
+    def changed() -> bool:
+        ready_condition = next(c for c in status(brokers)["conditions"] if c["type"] == "Ready")
+        step = re.search(r"step \d of 3", ready_condition["message"])
+        if step and step[0] not in seen:
+            seen.append(step[0])
+        config = brokers.kubectl("get", "configmap", f"{NAME}-config", "-o",
+                                 "jsonpath={.data.server\\.properties}")
+        return ready_condition["status"] == "True" and "inter.broker.listener.name=" \
+            "REPLICATION" in config and "PLAIN://" in config and "PLAINTEXT://" not in config
+
+    wait_until(changed, 900, "the listener change rolled out", 2.0)
+    assert seen == ["step 1 of 3", "step 2 of 3"], seen
+    produced = read_produce(brokers.finish(pod, 600), history)
+    drained = read_drain(brokers.run("drain", brokers.bootstrap, LISTENERS_TOPIC,
+                                     timeout=600), history)
+    print(f"a TLS listener added ({', '.join(seen)}, then the last): "
+          f"{checked(history, produced, drained)}; listeners "
+          f"{status(brokers).get('listeners')}")

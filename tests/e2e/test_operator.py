@@ -285,11 +285,20 @@ def test_a_config_change_rolls_the_brokers_one_at_a_time_with_the_controller_las
           f"leaders {[leader for leader, _, _ in described.values()]}")
 
 
+def new_topic(operator: Cluster, namespace: str, name: str) -> None:
+    """A Topic of my-cluster, 3 partitions, RF 3, as a user applies one."""
+    operator.apply(json.dumps({"apiVersion": "kafkube.io/v1alpha1", "kind": "Topic",
+                               "metadata": {"name": name},
+                               "spec": {"cluster": "my-cluster", "partitions": 3,
+                                        "replicationFactor": 3}}), namespace=namespace)
+
+
 def test_kubectl_scale_adds_brokers_that_take_replicas_and_drains_them_back(
         my_cluster: Brokers) -> None:
     operator, namespace = my_cluster.cluster, my_cluster.namespace
     my_cluster.create_topic("e2e-scale", 6)
     operator.kubectl("-n", namespace, "scale", "kafkacluster/my-cluster", "--replicas=5")
+    new_topic(operator, namespace, "made-while-growing")  # brokers 3 and 4 still starting
     wait_until(lambda: status(operator, namespace, "my-cluster").get("readyReplicas") == 5
                and "scaling" not in status(operator, namespace, "my-cluster"), 600,
                "5 brokers ready and the replicas spread", 3.0)
@@ -300,13 +309,28 @@ def test_kubectl_scale_adds_brokers_that_take_replicas_and_drains_them_back(
     history = History()
     pod = stream(my_cluster, "e2e-scale", 60_000, 120, 3000)
     operator.kubectl("-n", namespace, "scale", "kafkacluster/my-cluster", "--replicas=3")
-    wait_until(lambda: operator.kubectl("-n", namespace, "get", "pods", "-l",
-                                        "kafkube.io/cluster=my-cluster", "-o",
-                                        "name").split() == [
-        "pod/my-cluster-0", "pod/my-cluster-1", "pod/my-cluster-2"], 600,
-        "brokers 3 and 4 drained and their pods gone", 3.0)
+    # Topics created all through the drain of brokers 3 and 4 (one a poll, up to 4): none
+    # may stay on them (cordoned before the first move), else it is stranded when they go.
+    made = ["made-while-growing"]
+
+    def drained() -> bool:
+        if len(made) < 5:
+            made.append(f"made-while-draining-{len(made)}")
+            new_topic(operator, namespace, made[-1])
+        return operator.kubectl("-n", namespace, "get", "pods", "-l",
+                                "kafkube.io/cluster=my-cluster", "-o", "name").split() == [
+            "pod/my-cluster-0", "pod/my-cluster-1", "pod/my-cluster-2"]
+
+    wait_until(drained, 600, "brokers 3 and 4 drained and their pods gone", 3.0)
     described = my_cluster.describe("e2e-scale")
     assert {b for _, replicas, _ in described.values() for b in replicas} == {0, 1, 2}
+    for name in made:
+        operator.kubectl("-n", namespace, "wait", f"topic/{name}", "--for=condition=Ready",
+                         "--timeout=120s", timeout=130)
+        made = my_cluster.describe(name)
+        assert len(made) == 3 and all(
+            sorted(replicas) == sorted(isr) and set(replicas) <= {0, 1, 2}
+            and len(replicas) == 3 for _, replicas, isr in made.values()), (name, made)
     produced = read_produce(my_cluster.finish(pod, 400), history)
     drained = read_drain(my_cluster.run("drain", my_cluster.bootstrap, "e2e-scale",
                                         timeout=600), history)

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from broker.config import BROKER_KEYS, IGNORED_KAFKA_KEYS, ConfigError, render_properties
-from kafkube_operator.model.listeners import SecuritySpec, security_properties
+from kafkube_operator.model.listeners import ListenerLayout, SecuritySpec, security_properties
 
 # Set per pod (--pod-identity, the downward API) or by the operator for the whole cluster.
 OWNED_KEYS = frozenset({
@@ -48,14 +48,16 @@ def _as_text(value: object) -> str:
 
 
 def broker_properties(cluster: str, spec: Mapping, brokers: int | None = None,
-                      min_isr_ceiling: int | None = None) -> BrokerProperties:
+                      min_isr_ceiling: int | None = None,
+                      layout: ListenerLayout | None = None) -> BrokerProperties:
     """server.properties for every broker of KafkaCluster ``cluster``. Replication defaults
     follow the broker count up to Kafka's production values (RF 3, min ISR 2), so a
     one-broker cluster can still create topics. ``brokers``: the count actually deployed when
     it is not spec.replicas (a refused or unfinished scale-down must not change the brokers'
     defaults, nor restart them). ``min_isr_ceiling``: the smallest replication factor of a
     topic that follows the default min ISR (model/scale.py's ``min_isr_ceiling``): a default
-    above it would refuse every acks=all write to that topic."""
+    above it would refuse every acks=all write to that topic. ``layout``: the listeners of a
+    step of a listener change (model/listener_change.py), else spec.listeners'."""
     replicas = int(spec.get("replicas", 3)) if brokers is None else brokers
     min_isr = min(2, replicas, max(1, min_isr_ceiling or 2))
     metrics = (spec.get("metrics") or {}).get("enabled", True)
@@ -71,7 +73,7 @@ def broker_properties(cluster: str, spec: Mapping, brokers: int | None = None,
         "offsets.topic.replication.factor": str(min(3, replicas)),
     }
     # spec.listeners and spec.authorization (model/listeners.py): none by default.
-    security = security_properties(cluster, SecuritySpec.of(spec))
+    security = security_properties(cluster, SecuritySpec.of(spec), layout)
     properties.update(security)
     refused: dict[str, str] = {}
     for key, value in sorted((spec.get("config") or {}).items()):

@@ -28,8 +28,9 @@ from kafkube_operator.model.listeners import (
     BROKER_CERTS_DIR,
     CLIENTS_CA_DIR,
     CLUSTER_CA_DIR,
+    PLAINTEXT_DEFAULT,
     REPLICATION,
-    REPLICATION_PORT,
+    ListenerLayout,
     SecuritySpec,
     advertised_listeners,
 )
@@ -57,7 +58,7 @@ DEFAULT_RESOURCES = {"requests": {"cpu": "100m", "memory": "256Mi"},
 TERMINATION_GRACE_S = 60
 
 Manifest = dict[str, Any]
-PLAINTEXT_ONLY = SecuritySpec()  # no spec.listeners: the one default listener
+PLAINTEXT_ONLY = ListenerLayout.of(SecuritySpec())  # no spec.listeners: the default listener
 
 
 @dataclass(frozen=True)
@@ -155,30 +156,27 @@ def config_map(ref: ClusterRef, properties_text: str) -> Manifest:
             "data": {"server.properties": properties_text}}
 
 
-def _kafka_ports(security: SecuritySpec, replication: bool) -> list[Manifest]:
+def _kafka_ports(layout: ListenerLayout, replication: bool) -> list[Manifest]:
     """Named after the listeners (``kafka`` for the default one); the replication listener
     only on the headless service, which is what brokers and the operator dial."""
-    if not security.enabled:
-        return [{"name": "kafka", "port": PORT, "targetPort": "kafka"}]
-    ports = [{"name": REPLICATION, "port": REPLICATION_PORT, "targetPort": REPLICATION}] \
-        if replication else []
-    return ports + [{"name": li.name, "port": li.port, "targetPort": li.name}
-                    for li in security.listeners]
+    return [{"name": "kafka" if li == PLAINTEXT_DEFAULT else li.name, "port": li.port,
+             "targetPort": "kafka" if li == PLAINTEXT_DEFAULT else li.name}
+            for li in layout.listeners if replication or li.name != REPLICATION]
 
 
-def headless_service(ref: ClusterRef, security: SecuritySpec = PLAINTEXT_ONLY) -> Manifest:
+def headless_service(ref: ClusterRef, layout: ListenerLayout = PLAINTEXT_ONLY) -> Manifest:
     """Stable DNS names per broker, the advertised addresses; not-ready pods are published so
     brokers reach each other while starting."""
     return {"apiVersion": "v1", "kind": "Service",
             "metadata": _metadata(ref, ref.headless_service),
             "spec": {"clusterIP": "None", "publishNotReadyAddresses": True,
                      "selector": selector(ref),
-                     "ports": _kafka_ports(security, replication=True)}}
+                     "ports": _kafka_ports(layout, replication=True)}}
 
 
 def bootstrap_service(ref: ClusterRef, metrics: bool,
-                      security: SecuritySpec = PLAINTEXT_ONLY) -> Manifest:
-    ports = _kafka_ports(security, replication=False)
+                      layout: ListenerLayout = PLAINTEXT_ONLY) -> Manifest:
+    ports = _kafka_ports(layout, replication=False)
     if metrics:
         ports.append({"name": "metrics", "port": METRICS_PORT, "targetPort": "metrics"})
     # Every running broker: a ready one is back in all its ISRs (/ready), which only a
@@ -256,45 +254,47 @@ def _env(ref: ClusterRef, rack_label: str) -> list[Manifest]:
     ]
 
 
-def _security_args(ref: ClusterRef, security: SecuritySpec) -> list[str]:
+def _security_args(ref: ClusterRef, layout: ListenerLayout) -> list[str]:
     """advertised.listeners for every listener: per pod, so not in the shared ConfigMap."""
-    if not security.enabled:
+    if layout.default:
         return []
     return ["--override", "advertised.listeners="
-            + advertised_listeners(ref.headless_service, ref.namespace, security)]
+            + advertised_listeners(ref.headless_service, ref.namespace, layout)]
 
 
-def _certificate_volumes(ref: ClusterRef, security: SecuritySpec) -> list[Manifest]:
+def _certificate_volumes(ref: ClusterRef, layout: ListenerLayout) -> list[Manifest]:
     """The brokers' key store, and of each CA its certificate only (items: ca.crt), never
     its key."""
-    if not security.enabled:
+    if not layout.uses_tls:
         return []
     volumes: list[Manifest] = [
         {"name": "broker-certs", "secret": {"secretName": ref.broker_certs}},
         {"name": "cluster-ca", "secret": {"secretName": f"{ref.cluster_ca}-cert",
                                           "items": [{"key": "ca.crt", "path": "ca.crt"}]}}]
-    if security.uses_clients_ca:
+    if layout.uses_clients_ca:
         volumes.append({"name": "clients-ca", "secret": {
             "secretName": f"{ref.clients_ca}-cert",
             "items": [{"key": "ca.crt", "path": "ca.crt"}]}})
     return volumes
 
 
-def _certificate_mounts(security: SecuritySpec) -> list[Manifest]:
-    if not security.enabled:
+def _certificate_mounts(layout: ListenerLayout) -> list[Manifest]:
+    if not layout.uses_tls:
         return []
     mounts = [{"name": "broker-certs", "mountPath": BROKER_CERTS_DIR, "readOnly": True},
               {"name": "cluster-ca", "mountPath": CLUSTER_CA_DIR, "readOnly": True}]
-    if security.uses_clients_ca:
+    if layout.uses_clients_ca:
         mounts.append({"name": "clients-ca", "mountPath": CLIENTS_CA_DIR, "readOnly": True})
     return mounts
 
 
 def stateful_set(ref: ClusterRef, spec: Mapping, properties_text: str,
                  replicas: int | None = None,
-                 pod_annotations: Mapping[str, str] | None = None) -> Manifest:
+                 pod_annotations: Mapping[str, str] | None = None,
+                 layout: ListenerLayout | None = None) -> Manifest:
     """``replicas``: when not spec.replicas, the size a scale-down keeps until the brokers
-    to remove are drained (model/scale.py)."""
+    to remove are drained (model/scale.py). ``layout``: the listeners of this step of a
+    listener change (model/listener_change.py), else spec.listeners'."""
     rack_label = (spec.get("rack") or {}).get("topologyKey") or "topology.kubernetes.io/zone"
     storage = spec.get("storage") or {}
     metrics = (spec.get("metrics") or {}).get("enabled", True)
@@ -303,9 +303,9 @@ def stateful_set(ref: ClusterRef, spec: Mapping, properties_text: str,
                             "resources": {"requests": {"storage": storage.get("size", "10Gi")}}}
     if storage.get("class"):
         claim_spec["storageClassName"] = storage["class"]
-    security = SecuritySpec.of(spec)
+    layout = layout or ListenerLayout.of(SecuritySpec.of(spec))
     ports = [{"name": p["name"], "containerPort": p["port"]}
-             for p in _kafka_ports(security, replication=True)]
+             for p in _kafka_ports(layout, replication=True)]
     ports.append({"name": "health", "containerPort": HEALTH_PORT})
     if metrics:
         ports.append({"name": "metrics", "containerPort": METRICS_PORT})
@@ -315,7 +315,7 @@ def stateful_set(ref: ClusterRef, spec: Mapping, properties_text: str,
         "image": spec.get("image", "localhost/kafkube:dev"),
         "imagePullPolicy": "IfNotPresent",
         "args": ["broker", "--pod-identity", "--config", f"{CONFIG_DIR}/server.properties",
-                 *_security_args(ref, security)],
+                 *_security_args(ref, layout)],
         "env": _env(ref, rack_label),
         "ports": ports,
         "readinessProbe": {"httpGet": {"path": "/ready", "port": "health"},
@@ -323,7 +323,7 @@ def stateful_set(ref: ClusterRef, spec: Mapping, properties_text: str,
         "resources": spec.get("resources") or DEFAULT_RESOURCES,
         "volumeMounts": [{"name": "data", "mountPath": DATA_DIR.rsplit("/", 1)[0]},
                          {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
-                         *_certificate_mounts(security)],
+                         *_certificate_mounts(layout)],
     }
     pod_spec: Manifest = {
         "serviceAccountName": ref.service_account,
@@ -337,7 +337,7 @@ def stateful_set(ref: ClusterRef, spec: Mapping, properties_text: str,
             for key in (rack_label, "kubernetes.io/hostname")],
         "containers": [container],
         "volumes": [{"name": "config", "configMap": {"name": ref.config_map}},
-                    *_certificate_volumes(ref, security)],
+                    *_certificate_volumes(ref, layout)],
     }
     return {
         "apiVersion": "apps/v1", "kind": "StatefulSet",
@@ -375,20 +375,22 @@ class DesiredCluster:
 
 def desired_cluster(resource: Mapping, statefulset_replicas: int | None = None,
                     pod_annotations: Mapping[str, str] | None = None,
-                    min_isr_ceiling: int | None = None) -> DesiredCluster:
+                    min_isr_ceiling: int | None = None,
+                    layout: ListenerLayout | None = None) -> DesiredCluster:
     """The objects, in the order they are applied: identity and configuration before the
     pods that need them. ``pod_annotations``: more for the pod template (a secured
-    cluster's certificate hashes, model/cluster_pki.py), each a roll when it changes."""
+    cluster's certificate hashes, model/cluster_pki.py), each a roll when it changes.
+    ``layout``: the listeners of this step of a listener change, else spec.listeners'."""
     ref = ClusterRef.of(resource)
     spec = resource.get("spec") or {}
-    props = broker_properties(ref.name, spec, statefulset_replicas, min_isr_ceiling)
+    layout = layout or ListenerLayout.of(SecuritySpec.of(spec))
+    props = broker_properties(ref.name, spec, statefulset_replicas, min_isr_ceiling, layout)
     metrics = (spec.get("metrics") or {}).get("enabled", True)
-    security = SecuritySpec.of(spec)
     objects = [
         service_account(ref), role(ref), role_binding(ref), node_reader_binding(ref),
-        config_map(ref, props.text), headless_service(ref, security),
-        bootstrap_service(ref, metrics, security),
+        config_map(ref, props.text), headless_service(ref, layout),
+        bootstrap_service(ref, metrics, layout),
         pod_disruption_budget(ref),
-        stateful_set(ref, spec, props.text, statefulset_replicas, pod_annotations),
+        stateful_set(ref, spec, props.text, statefulset_replicas, pod_annotations, layout),
     ]
     return DesiredCluster(objects, props.refused)

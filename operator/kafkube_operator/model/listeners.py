@@ -93,6 +93,76 @@ class SecuritySpec:
         return any(li.authentication == TLS for li in self.listeners)
 
 
+PLAINTEXT_DEFAULT = ListenerSpec("plaintext", 9092)  # the one listener without spec.listeners
+REPLICATION_LISTENER = ListenerSpec(REPLICATION, REPLICATION_PORT, True, TLS)
+
+
+@dataclass(frozen=True)
+class ListenerLayout:
+    """The listeners the brokers are configured with: every one (the replication listener
+    and the default PLAINTEXT one included), which of them the brokers replicate on, and
+    whether the authorizer is on. The spec says the layout it wants (``of``); a running
+    cluster is moved to it in steps (model/listener_change.py), each a roll, so brokers of
+    two steps always share a listener to replicate on."""
+
+    listeners: tuple[ListenerSpec, ...]
+    inter_broker: str  # Kafka's listener name (upper case)
+    authorization: bool = False
+
+    @classmethod
+    def of(cls, security: SecuritySpec) -> ListenerLayout:
+        if not security.enabled:
+            return cls((PLAINTEXT_DEFAULT,), PLAINTEXT_DEFAULT.config_name)
+        return cls((REPLICATION_LISTENER, *security.listeners), REPLICATION_LISTENER.config_name,
+                   security.authorization)
+
+    @property
+    def default(self) -> bool:
+        """The layout of a cluster without spec.listeners: no security config at all."""
+        return self == ListenerLayout.of(SecuritySpec())
+
+    @property
+    def names(self) -> set[str]:
+        return {li.config_name for li in self.listeners}
+
+    def listener(self, config_name: str) -> ListenerSpec | None:
+        return next((li for li in self.listeners if li.config_name == config_name), None)
+
+    @property
+    def uses_tls(self) -> bool:
+        return any(li.tls for li in self.listeners)
+
+    @property
+    def uses_clients_ca(self) -> bool:
+        return any(li.authentication == TLS and li.name != REPLICATION for li in self.listeners)
+
+    @property
+    def client_listeners(self) -> tuple[ListenerSpec, ...]:
+        """What the bootstrap Service exposes: all but the replication listener."""
+        return tuple(li for li in self.listeners if li.name != REPLICATION)
+
+
+def layout_of_properties(properties: Mapping[str, str]) -> ListenerLayout | None:
+    """The layout a rendered server.properties configures (the brokers' ConfigMap), None if
+    it names no listeners. The reverse of ``security_properties``."""
+    text = properties.get("listeners")
+    if not text:
+        return None
+    protocols = dict(entry.split(":", 1) for entry in
+                     (properties.get("listener.security.protocol.map") or "").split(",") if entry)
+    listeners = []
+    for uri in text.split(","):
+        name, _, address = uri.partition("://")
+        protocol = protocols.get(name, name)
+        prefix = f"listener.name.{name.lower()}."
+        authentication = SCRAM if protocol.startswith("SASL") else (
+            TLS if properties.get(prefix + "ssl.client.auth") == "required" else None)
+        listeners.append(ListenerSpec(name.lower(), int(address.rpartition(":")[2]),
+                                      protocol in ("SSL", "SASL_SSL"), authentication))
+    inter = properties.get("inter.broker.listener.name") or listeners[0].config_name
+    return ListenerLayout(tuple(listeners), inter, "authorizer.class.name" in properties)
+
+
 def principal(subject: str) -> str:
     """Kafka's principal of a certificate subject or a SASL user name, as the brokers'
     default ``ssl.principal.mapping.rules`` make it."""
@@ -118,22 +188,28 @@ def super_users(cluster: str, security: SecuritySpec) -> list[str]:
     return users
 
 
-def security_properties(cluster: str, security: SecuritySpec) -> dict[str, str]:
+def security_properties(cluster: str, security: SecuritySpec,
+                        layout: ListenerLayout | None = None) -> dict[str, str]:
     """The broker config of spec.listeners and spec.authorization (empty when there are no
-    listeners). ``advertised.listeners`` is per pod: see ``advertised_listeners``."""
-    if not security.enabled:
+    listeners), or of ``layout``, a step towards them. ``advertised.listeners`` is per pod:
+    see ``advertised_listeners``."""
+    layout = layout or ListenerLayout.of(security)
+    if layout.default:
         return {}
-    listeners = [ListenerSpec(REPLICATION, REPLICATION_PORT, True, TLS), *security.listeners]
+    listeners = layout.listeners
     properties = {
         "listeners": ",".join(f"{li.config_name}://0.0.0.0:{li.port}" for li in listeners),
         "listener.security.protocol.map": ",".join(
             f"{li.config_name}:{li.protocol}" for li in listeners),
-        "inter.broker.listener.name": REPLICATION.upper(),
-        "ssl.keystore.type": "PEM",
-        "ssl.keystore.location": f"{BROKER_CERTS_DIR}/{BROKER_KEYSTORE}",
-        "ssl.truststore.type": "PEM",
-        "ssl.truststore.location": f"{CLUSTER_CA_DIR}/ca.crt",
+        "inter.broker.listener.name": layout.inter_broker,
     }
+    if layout.uses_tls:
+        properties.update({
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": f"{BROKER_CERTS_DIR}/{BROKER_KEYSTORE}",
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": f"{CLUSTER_CA_DIR}/ca.crt",
+        })
     if any(li.authentication == SCRAM for li in listeners):
         properties["sasl.enabled.mechanisms"] = SCRAM_MECHANISM
     for li in listeners:
@@ -144,20 +220,20 @@ def security_properties(cluster: str, security: SecuritySpec) -> dict[str, str]:
                 properties[prefix + "ssl.truststore.location"] = f"{CLIENTS_CA_DIR}/ca.crt"
         elif li.authentication == SCRAM:
             properties[prefix + "sasl.enabled.mechanisms"] = SCRAM_MECHANISM
-    if security.authorization:
+    if layout.authorization:
         properties["authorizer.class.name"] = STANDARD_AUTHORIZER
         properties["super.users"] = ";".join(super_users(cluster, security))
     return properties
 
 
 def advertised_listeners(headless_service: str, namespace: str,
-                         security: SecuritySpec) -> str:
+                         security: SecuritySpec | ListenerLayout) -> str:
     """Each broker's stable DNS name on every listener, as ``--pod-identity`` derives it for
     the single default listener; ``$(POD_NAME)`` is expanded by the kubelet from the
     container's environment."""
     host = f"$(POD_NAME).{headless_service}.{namespace}.svc.{CLUSTER_DOMAIN}"
-    listeners = [ListenerSpec(REPLICATION, REPLICATION_PORT), *security.listeners]
-    return ",".join(f"{li.config_name}://{host}:{li.port}" for li in listeners)
+    layout = security if isinstance(security, ListenerLayout) else ListenerLayout.of(security)
+    return ",".join(f"{li.config_name}://{host}:{li.port}" for li in layout.listeners)
 
 
 def broker_dns_names(headless_service: str, bootstrap_service: str,

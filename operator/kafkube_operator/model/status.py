@@ -89,10 +89,13 @@ def ready_brokers(desired: int, observed: ObservedCluster) -> list[BrokerState]:
 
 def cluster_conditions(desired: int, observed: ObservedCluster,
                        warnings: Sequence[SpecWarning],
-                       waiting: str | None = None) -> tuple[bool, tuple[Condition, ...]]:
+                       waiting: str | None = None, pending: str | None = None,
+                       ) -> tuple[bool, tuple[Condition, ...]]:
+    """``pending``: a change of the spec still to be rolled out in a later step (a listener
+    change's next step): not Ready until it is, though no pod is outdated between steps."""
     ready_count = len(ready_brokers(desired, observed))
     ready = ready_count == desired and observed.controller is not None \
-        and observed.outdated_pods == 0
+        and observed.outdated_pods == 0 and pending is None
     summary = f"{ready_count}/{desired} brokers registered"
     if observed.controller is not None:
         summary += f", controller {observed.controller}"
@@ -103,6 +106,11 @@ def cluster_conditions(desired: int, observed: ObservedCluster,
         summary += f", {observed.outdated_pods} pod(s) to restart"
         if waiting:
             summary += f": {waiting}"
+        if pending:
+            summary += f"; {pending}"
+    elif pending is not None and ready_count == desired:
+        reason = "RollingRestart"
+        summary += f"; {pending}"
     elif observed.pods > desired:
         reason = "ScalingDown"
     elif ready_count < desired:
@@ -124,10 +132,10 @@ def cluster_conditions(desired: int, observed: ObservedCluster,
 def cluster_status(desired: int, generation: int, observed: ObservedCluster,
                    warnings: Sequence[SpecWarning], bootstrap_servers: str, selector: str,
                    previous: Sequence[Mapping], now: str,
-                   waiting: str | None = None) -> dict[str, Any]:
+                   waiting: str | None = None, pending: str | None = None) -> dict[str, Any]:
     """The whole ``status`` of a KafkaCluster: what ``kubectl get kafkaclusters`` prints
     (state, ready, controller) and what a user or a script waits on (conditions)."""
-    ready, conditions = cluster_conditions(desired, observed, warnings, waiting)
+    ready, conditions = cluster_conditions(desired, observed, warnings, waiting, pending)
     before = {c["type"]: c for c in previous if "type" in c}
     state = "Warning" if warnings else "Ready" if ready else "Reconciling"
     status: dict[str, Any] = {

@@ -13,7 +13,13 @@ from kafkube_operator.kafka import AdminClients, KafkaAdmin, KafkaRefused
 from kafkube_operator.kube import ApplyError, Kube
 from kafkube_operator.model.broker_config import broker_properties
 from kafkube_operator.model.cluster import ClusterRef, desired_cluster, selector
-from kafkube_operator.model.listeners import SecuritySpec, listener_status
+from kafkube_operator.model.listener_change import ListenerStep, next_step
+from kafkube_operator.model.listeners import (
+    ListenerLayout,
+    SecuritySpec,
+    layout_of_properties,
+    listener_status,
+)
 from kafkube_operator.model.roll import PodState, next_restart, pod_state, roll_min_isr
 from kafkube_operator.model.scale import (
     THROTTLED_REPLICAS,
@@ -88,21 +94,65 @@ def roll(kube: Kube, image: ClusterImage, ref: ClusterRef, pods: list[PodState],
     return step.waiting, False
 
 
-def deployed_min_isr(kube: Kube, ref: ClusterRef) -> int | None:
-    """The default min.insync.replicas the brokers were last given (their ConfigMap)."""
+def deployed_properties(kube: Kube, ref: ClusterRef) -> dict[str, str]:
+    """The server.properties the brokers were last given (their ConfigMap)."""
     found = kube.get("v1", "ConfigMap", ref.config_map, ref.namespace)
-    text = ((found or {}).get("data") or {}).get("server.properties", "")
-    value = parse_properties(text).get("min.insync.replicas")
+    return parse_properties(((found or {}).get("data") or {}).get("server.properties", ""))
+
+
+def deployed_min_isr(deployed: Mapping[str, str]) -> int | None:
+    """The default min.insync.replicas the brokers were last given."""
+    value = deployed.get("min.insync.replicas")
     return int(value) if value and value.isdigit() else None
+
+
+def listener_step(kube: Kube, view: KubernetesBackend, ref: ClusterRef, spec: Mapping,
+                  deployed: Mapping[str, str]) -> ListenerStep:
+    """The listeners to configure in this pass (model/listener_change.py): the brokers'
+    current ones until every broker runs them, then the next step towards spec.listeners."""
+    wanted = ListenerLayout.of(SecuritySpec.of(spec))
+    running = layout_of_properties(deployed)
+    if running is None or running == wanted:
+        return ListenerStep(wanted, True)
+    if not rolled_out(kube, view, ref, running):
+        return ListenerStep(running, False, (
+            "listener change: waiting for every broker to run its current listeners ("
+            f"{', '.join(sorted(running.names))}, replicating on {running.inter_broker}) "
+            "before the next step"))
+    return next_step(running, wanted)
+
+
+def rolled_out(kube: Kube, view: KubernetesBackend, ref: ClusterRef,
+               layout: ListenerLayout) -> bool:
+    """Every broker pod runs the StatefulSet's latest template, is ready, and advertises
+    every listener of ``layout``."""
+    sts = kube.get("apps/v1", "StatefulSet", ref.statefulset, ref.namespace)
+    if sts is None:
+        return True  # no broker runs: the first ones start on any layout
+    status = sts.get("status") or {}
+    if sts["metadata"].get("deletionTimestamp") or \
+            status.get("observedGeneration") != sts["metadata"].get("generation"):
+        return False  # the template just applied is not reflected in its revisions yet
+    pods = [pod_state(p, status.get("updateRevision"))
+            for p in kube.list("v1", "Pod", ref.namespace, selector(ref))]
+    if len(pods) != int(sts["spec"]["replicas"]) or any(p.outdated or not p.ready
+                                                         for p in pods):
+        return False
+    live = view.live_brokers()
+    return all(p.broker in live and layout.names <= {
+        uri.partition("://")[0] for uri in live[p.broker].listeners.split(",")} for p in pods)
 
 
 def apply_cluster(kube: Kube, resource: Mapping, events: Events,
                   statefulset_replicas: int | None = None,
                   pod_annotations: Mapping[str, str] | None = None,
-                  min_isr_ceiling: int | None = None) -> list[SpecWarning]:
+                  min_isr_ceiling: int | None = None,
+                  layout: ListenerLayout | None = None) -> list[SpecWarning]:
     """Create or update every object the KafkaCluster owns; what could not be applied comes
-    back as warnings, with the API server's or the broker's reason."""
-    desired = desired_cluster(resource, statefulset_replicas, pod_annotations, min_isr_ceiling)
+    back as warnings, with the API server's or the broker's reason. ``layout``: the
+    listeners of this pass (``listener_step``), else spec.listeners'."""
+    desired = desired_cluster(resource, statefulset_replicas, pod_annotations, min_isr_ceiling,
+                              layout)
     warnings = []
     if desired.refused_config:
         warnings.append(SpecWarning("InvalidConfig", "spec.config not applied: " + "; ".join(
@@ -186,8 +236,10 @@ def reconcile_cluster(kube: Kube, views: ClusterViews, admins: AdminClients,
         # could take data away. The objects are still applied: the brokers that put the
         # image back must be able to start.
         pki, _ = apply_cluster_pki(kube, resource, events)
+        deployed = deployed_properties(kube, ref)
         apply_cluster(kube, resource, events, current_brokers(kube, ref), pki.pod_annotations,
-                      deployed_min_isr(kube, ref))
+                      deployed_min_isr(deployed),
+                      layout_of_properties(deployed))
         observed, _ = observe(kube, view, ref, ClusterImage())
         status = cluster_status(
             desired=int(spec.get("replicas", 3)),
@@ -204,10 +256,13 @@ def reconcile_cluster(kube: Kube, views: ClusterViews, admins: AdminClients,
     wanted_min_isr = min(2, scaling.statefulset_replicas)
     # Never raised above what existing topics meet (a cluster grown from one broker); once
     # raised, a topic created later with fewer replicas is its creator's choice, as in Kafka.
-    deployed = deployed_min_isr(kube, ref)
-    ceiling = min_isr_ceiling(image) if deployed is None or deployed < wanted_min_isr else None
+    deployed = deployed_properties(kube, ref)
+    running_min_isr = deployed_min_isr(deployed)
+    ceiling = min_isr_ceiling(image) \
+        if running_min_isr is None or running_min_isr < wanted_min_isr else None
+    step = listener_step(kube, view, ref, spec, deployed)
     warnings += apply_cluster(kube, resource, events, scaling.statefulset_replicas,
-                              pki.pod_annotations, ceiling)
+                              pki.pod_annotations, ceiling, step.layout)
     if ceiling is not None and (held := held_back_topics(image, wanted_min_isr)):
         warnings.append(SpecWarning("MinInsyncReplicasHeld", (
             f"min.insync.replicas stays {min(wanted_min_isr, ceiling or 2)}, not "
@@ -219,7 +274,8 @@ def reconcile_cluster(kube: Kube, views: ClusterViews, admins: AdminClients,
         warnings.append(SpecWarning("ScaleDownRefused", scaling.refused))
     observed, pods = observe(kube, view, ref, image)
     default_min_isr = int(broker_properties(ref.name, spec, scaling.statefulset_replicas,
-                                            ceiling).properties["min.insync.replicas"])
+                                            ceiling, step.layout
+                                            ).properties["min.insync.replicas"])
     # Brokers not yet restarted enforce the min ISR they started with: a lowered one gates
     # the roll only once every broker runs it.
     gate = roll_min_isr(default_min_isr, memory.running_min_isr, bool(observed.outdated_pods))
@@ -233,6 +289,7 @@ def reconcile_cluster(kube: Kube, views: ClusterViews, admins: AdminClients,
         desired=int(spec.get("replicas", 3)),
         generation=resource["metadata"].get("generation", 0), observed=observed,
         warnings=warnings, waiting=waiting or scaling.waiting,
+        pending=None if step.final else step.description,
         bootstrap_servers=listeners[0]["bootstrapServers"] if listeners
         else ref.bootstrap_servers,
         selector=",".join(f"{k}={v}" for k, v in selector(ref).items()),

@@ -19,7 +19,7 @@ from kafkube_operator.model.cluster import (
     selector,
 )
 from kafkube_operator.model.cluster_pki import ClusterPki, cluster_pki, secret_names
-from kafkube_operator.model.listeners import SecuritySpec
+from kafkube_operator.model.listeners import PLAINTEXT_DEFAULT, SecuritySpec
 from kafkube_operator.model.pki import decode
 from kafkube_operator.model.status import SpecWarning
 from kafkube_operator.reconcile.views import Events
@@ -83,15 +83,21 @@ def current_pod_annotations(kube: Kube, ref: ClusterRef) -> dict[str, str]:
             if k in (CERTIFICATES_HASH, CLUSTER_CA_HASH, CLIENTS_CA_HASH)}
 
 
-def admin_security(kube: Kube) -> Callable[[tuple[str, str]], AdminSecurity | None]:
-    """For AdminClients: a cluster with listeners is reached on its replication listener
-    with the operator's certificate from ``<cluster>-operator-certs``, trusting
-    ``<cluster>-cluster-ca-cert``; one without, in plaintext."""
+def admin_security(kube: Kube
+                   ) -> Callable[[tuple[str, str], str | None], AdminSecurity | None]:
+    """For AdminClients: on the replication listener the operator logs in with its
+    certificate from ``<cluster>-operator-certs``, trusting ``<cluster>-cluster-ca-cert``; on
+    the default PLAINTEXT one in plaintext; on a listener not named (the brokers'
+    inter-broker addresses), as the spec says: the replication listener if it has listeners."""
 
-    def security(key: tuple[str, str]) -> AdminSecurity | None:
+    def security(key: tuple[str, str], listener: str | None = None) -> AdminSecurity | None:
         namespace, name = key
+        if listener == PLAINTEXT_DEFAULT.config_name:
+            return None
         cluster = kube.get(API_VERSION, "KafkaCluster", name, namespace)
-        if cluster is None or not SecuritySpec.of(cluster.get("spec") or {}).enabled:
+        if cluster is None:
+            return None
+        if listener is None and not SecuritySpec.of(cluster.get("spec") or {}).enabled:
             return None
         ref = ClusterRef.of(cluster)
         own = decode(kube.get("v1", "Secret", ref.operator_certs, namespace)) or {}

@@ -17,6 +17,7 @@ from broker.cluster.image import ClusterImage
 from broker.cluster.kubernetes import KubernetesBackend, KubernetesSettings
 from kafkube_operator.kafka import AdminClients, KafkaAdmin
 from kafkube_operator.model.cluster import ClusterRef
+from kafkube_operator.model.listeners import PLAINTEXT_DEFAULT, REPLICATION
 from kafkube_operator.model.status import SpecWarning, metadata_problem
 
 
@@ -136,7 +137,21 @@ def utc_now() -> str:
 
 
 def cluster_admin(admins: AdminClients, ref: ClusterRef, view: KubernetesBackend) -> KafkaAdmin:
-    """The cluster's admin client, bootstrapped from its live brokers' advertised addresses."""
+    """The cluster's admin client, bootstrapped from its live brokers' advertised addresses
+    on a listener every one of them has (model/listener_change.py: during a listener change
+    brokers of two steps run side by side)."""
+    brokers = sorted(view.live_brokers().values(), key=lambda b: b.node_id)
+    listener = admin_listener([b.listeners for b in brokers])
     return admins.of((ref.namespace, ref.name), lambda: [
-        f"{b.host}:{b.port}" for b in sorted(view.live_brokers().values(),
-                                             key=lambda b: b.node_id)])
+        "{}:{}".format(*b.endpoint(listener)) if listener else f"{b.host}:{b.port}"
+        for b in brokers], listener)
+
+
+def admin_listener(advertised: list[str]) -> str | None:
+    """Of the listeners the operator can log in on, its replication listener or else the
+    default PLAINTEXT one, the first every broker advertises (``NAME://host:port,...``);
+    None: none of them, the brokers' inter-broker addresses."""
+    common = set.intersection(*({uri.partition("://")[0] for uri in a.split(",") if uri}
+                                for a in advertised)) if advertised else set()
+    return next((name for name in (REPLICATION.upper(), PLAINTEXT_DEFAULT.config_name)
+                 if name in common), None)
