@@ -21,7 +21,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from broker.cluster.backend import BrokerRegistration
 from kafkube_operator.kafka import AdminClients, AdminSecurity, KafkaAdmin
 from kafkube_operator.model.broker_config import broker_properties
-from kafkube_operator.model.cluster import ClusterRef, selector
+from kafkube_operator.model.cluster import CONFIG_HASH, ClusterRef, config_hash, selector
 from kafkube_operator.model.listener_change import next_step
 from kafkube_operator.model.listeners import (
     REPLICATION,
@@ -31,7 +31,7 @@ from kafkube_operator.model.listeners import (
     security_properties,
 )
 from kafkube_operator.model.status import BrokerState, ObservedCluster, cluster_conditions
-from kafkube_operator.reconcile.cluster import deployed_properties, listener_step
+from kafkube_operator.reconcile.cluster import deployed_config, listener_step
 from kafkube_operator.reconcile.views import admin_listener
 from tests.cluster import cluster_factory  # noqa: F401 (fixture)
 from tests.conftest import wait_until
@@ -238,9 +238,11 @@ class LiveBrokers:
                 for node, text in self.advertised.items()}
 
 
-def running_cluster(pod_revisions: list[str], observed_generation: int = 2) -> FakeKube:
+def running_cluster(pod_revisions: list[str], observed_generation: int = 2,
+                    loaded: str | None = None) -> FakeKube:
     """A 3-broker cluster on the default listener whose StatefulSet's template is at
-    revision ``r2``, with pods at ``pod_revisions``."""
+    revision ``r2``, with pods at ``pod_revisions`` that loaded the ConfigMap (or
+    ``loaded``, the text of another)."""
     ref = ClusterRef.of(CLUSTER)
     text = broker_properties("prod", {}).text
     objects: list[dict] = [
@@ -254,6 +256,7 @@ def running_cluster(pod_revisions: list[str], observed_generation: int = 2) -> F
     for i, revision in enumerate(pod_revisions):
         objects.append({"apiVersion": "v1", "kind": "Pod", "metadata": {
             "name": ref.pod(i), "namespace": "kafka", "uid": f"u{i}",
+            "annotations": {CONFIG_HASH: config_hash(loaded or text)},
             "labels": {**selector(ref), "controller-revision-hash": revision}},
             "status": {"conditions": [{"type": "Ready", "status": "True"}]}})
     return FakeKube(*objects)
@@ -265,21 +268,34 @@ CLUSTER = {"apiVersion": "kafkube.io/v1alpha1", "kind": "KafkaCluster",
 
 
 def test_a_step_starts_only_once_every_broker_runs_the_one_before() -> None:
-    ref, spec = ClusterRef.of(CLUSTER), CLUSTER["spec"]
+    ref = ClusterRef.of(CLUSTER)
     plain = LiveBrokers(dict.fromkeys(range(3), "PLAINTEXT://h:9092"))
 
     def step(kube: FakeKube, view: LiveBrokers):
-        deployed = deployed_properties(kube, ref)  # type: ignore[arg-type]
-        return listener_step(kube, view, ref, spec, deployed)  # type: ignore[arg-type]
+        deployed = deployed_config(kube, ref)  # type: ignore[arg-type]
+        return listener_step(kube, view, ref, CLUSTER, deployed)  # type: ignore[arg-type]
 
     held = step(running_cluster(["r2", "r1", "r2"]), plain)
     assert held.layout == layout() and not held.final
-    assert "waiting for every broker" in held.description
+    assert "waiting for pod prod-1 to be restarted" in held.description
     # The template just applied, its revision not yet computed by the StatefulSet controller.
     assert step(running_cluster(["r2"] * 3, observed_generation=1), plain).layout == layout()
     # A broker not (yet) registered, or registered with what it ran before.
     assert step(running_cluster(["r2"] * 3), LiveBrokers({0: "PLAINTEXT://h:9092"})
                 ).layout == layout()
+    # Pods on the latest revision that loaded another text (the StatefulSet's apply failed
+    # after the ConfigMap's): what they run is not what the ConfigMap says.
+    assert step(running_cluster(["r2"] * 3, loaded="listeners=x"), plain).layout == layout()
+    # The StatefulSet gone (a storage change recreates it) while its pods run.
+    kube = running_cluster(["r2"] * 3)
+    del kube.objects[("StatefulSet", "kafka", ref.statefulset)]
+    assert step(kube, plain).layout == layout()
+    # The ConfigMap deleted mid-change: the status says where the change stands.
+    kube = running_cluster(["r2"] * 3)
+    del kube.objects[("ConfigMap", "kafka", ref.config_map)]
+    midway = next_step(layout(), layout([PLAIN, TLS_LISTENER])).layout
+    recorded = {**CLUSTER, "status": {"listenerLayout": midway.as_status()}}
+    assert listener_step(kube, plain, ref, recorded, "").layout == midway  # type: ignore
     first = step(running_cluster(["r2"] * 3), plain)
     assert first.layout.inter_broker == "PLAINTEXT" and not first.final
     assert first.layout.names == {"PLAINTEXT", "REPLICATION", "TLS"}
@@ -319,3 +335,22 @@ def test_a_leader_without_the_clients_listener_is_answered_as_kafka_does(
     partitions = wait_until(answered, 30, "partition 1 led by broker 1, on EXTRA")
     assert partitions[0].leader == -1
     assert partitions[0].error is not None and partitions[0].error.code() == 72
+
+
+def test_the_layout_is_read_back_from_the_status() -> None:
+    for change in CHANGES.values():
+        for step in steps(*change):
+            assert ListenerLayout.of_status({"listenerLayout": step.as_status()}) == step
+
+
+def test_an_authorizer_of_spec_config_is_not_taken_for_a_step() -> None:
+    """Without spec.listeners spec.config may set an authorizer: it is not a step's ACLs
+    (else the layout read back would never equal the wanted one, and every pass would
+    render another config); with them, spec.authorization alone decides."""
+    config = {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+              "super.users": "User:ANONYMOUS"}
+    plain = broker_properties("prod", {"config": config})
+    assert layout_of_properties(plain.properties) == layout() and not plain.refused
+    secured = broker_properties("prod", {"listeners": [PLAIN], "config": config})
+    assert set(secured.refused) == set(config)
+    assert layout_of_properties(secured.properties) == layout([PLAIN])

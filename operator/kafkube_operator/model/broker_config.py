@@ -23,8 +23,14 @@ OWNED_KEYS = frozenset({
     "node.id", "broker.id", "broker.rack", "listeners", "advertised.listeners", "log.dirs",
     "log.dir", "kafkube.coordination.backend", "kafkube.cluster.name",
     "kafkube.kubernetes.namespace", "kafkube.kubernetes.kubeconfig", "kafkube.coordination.path",
-    "kafkube.metrics.port",
+    "kafkube.metrics.port", "kafkube.health.port",
+    # The listeners' side of them: model/listeners.py renders them from spec.listeners.
+    "inter.broker.listener.name", "listener.security.protocol.map",
+    "security.inter.broker.protocol",
 })
+# With spec.listeners, from spec.authorization only: a step of a listener change
+# (model/listener_change.py) decides when ACLs are enforced.
+SECURED_KEYS = frozenset({"authorizer.class.name", "super.users"})
 DATA_DIR = "/var/lib/kafkube/data"
 PORT = 9092
 METRICS_PORT = 9404
@@ -81,7 +87,7 @@ def broker_properties(cluster: str, spec: Mapping, brokers: int | None = None,
         if key in OWNED_KEYS:
             refused[key] = "set by the operator for each broker; remove it from spec.config"
             continue
-        if key in security:
+        if key in security or (security and key in SECURED_KEYS):
             refused[key] = "set by the operator from spec.listeners and spec.authorization"
             continue
         known = BROKER_KEYS.get(key)

@@ -159,8 +159,11 @@ def config_map(ref: ClusterRef, properties_text: str) -> Manifest:
 def _kafka_ports(layout: ListenerLayout, replication: bool) -> list[Manifest]:
     """Named after the listeners (``kafka`` for the default one); the replication listener
     only on the headless service, which is what brokers and the operator dial."""
+    # targetPort by number: in the last roll of a listener change a port may be renamed (the
+    # default listener's 9092 taken by spec.listeners'), and a name would leave the pods not
+    # yet restarted out of the Service.
     return [{"name": "kafka" if li == PLAINTEXT_DEFAULT else li.name, "port": li.port,
-             "targetPort": "kafka" if li == PLAINTEXT_DEFAULT else li.name}
+             "targetPort": li.port}
             for li in layout.listeners if replication or li.name != REPLICATION]
 
 

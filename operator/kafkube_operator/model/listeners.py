@@ -136,10 +136,22 @@ class ListenerLayout:
     def uses_clients_ca(self) -> bool:
         return any(li.authentication == TLS and li.name != REPLICATION for li in self.listeners)
 
-    @property
-    def client_listeners(self) -> tuple[ListenerSpec, ...]:
-        """What the bootstrap Service exposes: all but the replication listener."""
-        return tuple(li for li in self.listeners if li.name != REPLICATION)
+    def as_status(self) -> dict:
+        """For ``status.listenerLayout``: where a listener change stands, should the brokers'
+        ConfigMap be deleted mid-change (``of_status`` reads it back)."""
+        return {"listeners": [{"name": li.name, "port": li.port, "tls": li.tls,
+                               "authentication": li.authentication} for li in self.listeners],
+                "interBroker": self.inter_broker, "authorization": self.authorization}
+
+    @classmethod
+    def of_status(cls, status: Mapping | None) -> ListenerLayout | None:
+        found = (status or {}).get("listenerLayout")
+        if not found:
+            return None
+        return cls(tuple(ListenerSpec(str(li["name"]), int(li["port"]), bool(li.get("tls")),
+                                      li.get("authentication"))
+                         for li in found.get("listeners") or ()),
+                   str(found.get("interBroker")), bool(found.get("authorization")))
 
 
 def layout_of_properties(properties: Mapping[str, str]) -> ListenerLayout | None:
@@ -160,6 +172,8 @@ def layout_of_properties(properties: Mapping[str, str]) -> ListenerLayout | None
         listeners.append(ListenerSpec(name.lower(), int(address.rpartition(":")[2]),
                                       protocol in ("SSL", "SASL_SSL"), authentication))
     inter = properties.get("inter.broker.listener.name") or listeners[0].config_name
+    if listeners == [PLAINTEXT_DEFAULT]:  # an authorizer there is spec.config's, not a step's
+        return ListenerLayout((PLAINTEXT_DEFAULT,), inter)
     return ListenerLayout(tuple(listeners), inter, "authorizer.class.name" in properties)
 
 

@@ -12,7 +12,13 @@ from broker.config import parse_properties
 from kafkube_operator.kafka import AdminClients, KafkaAdmin, KafkaRefused
 from kafkube_operator.kube import ApplyError, Kube
 from kafkube_operator.model.broker_config import broker_properties
-from kafkube_operator.model.cluster import ClusterRef, desired_cluster, selector
+from kafkube_operator.model.cluster import (
+    CONFIG_HASH,
+    ClusterRef,
+    config_hash,
+    desired_cluster,
+    selector,
+)
 from kafkube_operator.model.listener_change import ListenerStep, next_step
 from kafkube_operator.model.listeners import (
     ListenerLayout,
@@ -94,10 +100,10 @@ def roll(kube: Kube, image: ClusterImage, ref: ClusterRef, pods: list[PodState],
     return step.waiting, False
 
 
-def deployed_properties(kube: Kube, ref: ClusterRef) -> dict[str, str]:
-    """The server.properties the brokers were last given (their ConfigMap)."""
+def deployed_config(kube: Kube, ref: ClusterRef) -> str:
+    """The server.properties the brokers were last given (their ConfigMap; "" if none)."""
     found = kube.get("v1", "ConfigMap", ref.config_map, ref.namespace)
-    return parse_properties(((found or {}).get("data") or {}).get("server.properties", ""))
+    return ((found or {}).get("data") or {}).get("server.properties", "")
 
 
 def deployed_min_isr(deployed: Mapping[str, str]) -> int | None:
@@ -106,41 +112,54 @@ def deployed_min_isr(deployed: Mapping[str, str]) -> int | None:
     return int(value) if value and value.isdigit() else None
 
 
-def listener_step(kube: Kube, view: KubernetesBackend, ref: ClusterRef, spec: Mapping,
-                  deployed: Mapping[str, str]) -> ListenerStep:
+def listener_step(kube: Kube, view: KubernetesBackend, ref: ClusterRef, resource: Mapping,
+                  deployed: str) -> ListenerStep:
     """The listeners to configure in this pass (model/listener_change.py): the brokers'
-    current ones until every broker runs them, then the next step towards spec.listeners."""
-    wanted = ListenerLayout.of(SecuritySpec.of(spec))
-    running = layout_of_properties(deployed)
+    current ones until every broker runs them, then the next step towards spec.listeners.
+    The current ones are the brokers' ConfigMap's, else (deleted mid-change) the ones the
+    status recorded."""
+    wanted = ListenerLayout.of(SecuritySpec.of(resource.get("spec") or {}))
+    running = layout_of_properties(parse_properties(deployed)) or \
+        ListenerLayout.of_status(resource.get("status"))
     if running is None or running == wanted:
         return ListenerStep(wanted, True)
-    if not rolled_out(kube, view, ref, running):
+    behind = not_rolled_out(kube, view, ref, running, deployed)
+    if behind:
         return ListenerStep(running, False, (
-            "listener change: waiting for every broker to run its current listeners ("
-            f"{', '.join(sorted(running.names))}, replicating on {running.inter_broker}) "
-            "before the next step"))
+            f"listener change: waiting for {behind} before the next step (every broker on "
+            f"{', '.join(sorted(running.names))}, replicating on {running.inter_broker})"))
     return next_step(running, wanted)
 
 
-def rolled_out(kube: Kube, view: KubernetesBackend, ref: ClusterRef,
-               layout: ListenerLayout) -> bool:
-    """Every broker pod runs the StatefulSet's latest template, is ready, and advertises
-    every listener of ``layout``."""
+def not_rolled_out(kube: Kube, view: KubernetesBackend, ref: ClusterRef,
+                   layout: ListenerLayout, deployed: str) -> str | None:
+    """What keeps the brokers from all running ``layout`` (None: nothing): every broker pod
+    must run the StatefulSet's latest template with the ConfigMap's text (its config hash),
+    be ready, and advertise every listener of ``layout``."""
     sts = kube.get("apps/v1", "StatefulSet", ref.statefulset, ref.namespace)
-    if sts is None:
-        return True  # no broker runs: the first ones start on any layout
+    pods = kube.list("v1", "Pod", ref.namespace, selector(ref))
+    if sts is None or sts["metadata"].get("deletionTimestamp"):
+        # Being recreated (a storage change): what its pods run is known once it is back.
+        return "the StatefulSet to be made again" if pods else None
     status = sts.get("status") or {}
-    if sts["metadata"].get("deletionTimestamp") or \
-            status.get("observedGeneration") != sts["metadata"].get("generation"):
-        return False  # the template just applied is not reflected in its revisions yet
-    pods = [pod_state(p, status.get("updateRevision"))
-            for p in kube.list("v1", "Pod", ref.namespace, selector(ref))]
-    if len(pods) != int(sts["spec"]["replicas"]) or any(p.outdated or not p.ready
-                                                         for p in pods):
-        return False
+    if status.get("observedGeneration") != sts["metadata"].get("generation"):
+        return "the StatefulSet controller to take up the new template"
+    if len(pods) != int(sts["spec"]["replicas"]):
+        return f"{int(sts['spec']['replicas'])} broker pods (there are {len(pods)})"
+    loaded = config_hash(deployed)
     live = view.live_brokers()
-    return all(p.broker in live and layout.names <= {
-        uri.partition("://")[0] for uri in live[p.broker].listeners.split(",")} for p in pods)
+    for pod in pods:
+        state = pod_state(pod, status.get("updateRevision"))
+        annotations = pod["metadata"].get("annotations") or {}
+        if state.outdated or annotations.get(CONFIG_HASH) != loaded:
+            return f"pod {state.name} to be restarted onto the current configuration"
+        if not state.ready or state.broker not in live:
+            return f"pod {state.name} to be ready"
+        advertised = {uri.partition("://")[0]
+                      for uri in live[state.broker].listeners.split(",") if uri}
+        if not layout.names <= advertised:
+            return f"broker {state.broker} to advertise {', '.join(sorted(layout.names))}"
+    return None
 
 
 def apply_cluster(kube: Kube, resource: Mapping, events: Events,
@@ -236,10 +255,11 @@ def reconcile_cluster(kube: Kube, views: ClusterViews, admins: AdminClients,
         # could take data away. The objects are still applied: the brokers that put the
         # image back must be able to start.
         pki, _ = apply_cluster_pki(kube, resource, events)
-        deployed = deployed_properties(kube, ref)
+        deployed = deployed_config(kube, ref)
+        held = layout_of_properties(parse_properties(deployed)) or \
+            ListenerLayout.of_status(resource.get("status"))
         apply_cluster(kube, resource, events, current_brokers(kube, ref), pki.pod_annotations,
-                      deployed_min_isr(deployed),
-                      layout_of_properties(deployed))
+                      deployed_min_isr(parse_properties(deployed)), held)
         observed, _ = observe(kube, view, ref, ClusterImage())
         status = cluster_status(
             desired=int(spec.get("replicas", 3)),
@@ -248,6 +268,7 @@ def reconcile_cluster(kube: Kube, views: ClusterViews, admins: AdminClients,
             if listeners else ref.bootstrap_servers,
             selector=",".join(f"{k}={v}" for k, v in selector(ref).items()),
             previous=previous, now=utc_now())
+        status["listenerLayout"] = (held or ListenerLayout.of(SecuritySpec.of(spec))).as_status()
         return status | trusted.status_fields()
     image = trusted.image
     scaling = scale(kube, view, image, admins, ref, resource, memory, events)
@@ -256,11 +277,11 @@ def reconcile_cluster(kube: Kube, views: ClusterViews, admins: AdminClients,
     wanted_min_isr = min(2, scaling.statefulset_replicas)
     # Never raised above what existing topics meet (a cluster grown from one broker); once
     # raised, a topic created later with fewer replicas is its creator's choice, as in Kafka.
-    deployed = deployed_properties(kube, ref)
-    running_min_isr = deployed_min_isr(deployed)
+    deployed = deployed_config(kube, ref)
+    running_min_isr = deployed_min_isr(parse_properties(deployed))
     ceiling = min_isr_ceiling(image) \
         if running_min_isr is None or running_min_isr < wanted_min_isr else None
-    step = listener_step(kube, view, ref, spec, deployed)
+    step = listener_step(kube, view, ref, resource, deployed)
     warnings += apply_cluster(kube, resource, events, scaling.statefulset_replicas,
                               pki.pod_annotations, ceiling, step.layout)
     if ceiling is not None and (held := held_back_topics(image, wanted_min_isr)):
@@ -295,6 +316,7 @@ def reconcile_cluster(kube: Kube, views: ClusterViews, admins: AdminClients,
         selector=",".join(f"{k}={v}" for k, v in selector(ref).items()),
         previous=previous, now=utc_now())
     status["listeners"] = listeners or None
+    status["listenerLayout"] = step.layout.as_status()
     status |= trusted.status_fields()
     status["scaling"] = {"phase": scaling.phase, "message": scaling.waiting} \
         if scaling.phase else None
