@@ -12,7 +12,8 @@ compare runs the issue-5 workloads against Apache Kafka and kafkube, one after t
 (``python -m bench compare -h``); spark, the Spark job's read throughput from both
 (``python -m bench spark -h``); transactions, transactional produce throughput in both
 (``python -m bench transactions -h``); tls, produce and consume over TLS beside plaintext,
-in both (``python -m bench tls -h``).
+in both (``python -m bench tls -h``); chaos, faults of every kind on kind under an acks=all producer
+(``python -m bench chaos -h``).
 """
 
 from __future__ import annotations
@@ -178,6 +179,10 @@ def main(argv: list[str] | None = None) -> int:
         from bench.scale import recovery_cli
 
         return recovery_cli.main(argv[1:])
+    if argv[:1] == ["chaos"]:  # the long fault run on kind (issue 27); its own options
+        from bench import chaos
+
+        return chaos.main(argv[1:])
     if argv[:1] == ["fuzz"]:  # structure-aware fuzzing of every API; its own options
         from bench import fuzz
 

@@ -10,15 +10,7 @@ import pytest
 
 from tests.e2e.deployment import NAMESPACE, WORKLOAD_IMAGE
 from tests.e2e.operated import installed_operator, namespace_of
-from tests.e2e.platform import (
-    KIND_SH,
-    Cluster,
-    build_images,
-    existing_cluster,
-    kind_down,
-    kind_up,
-    run_script,
-)
+from tests.e2e.platform import KIND_SH, Cluster, existing_cluster, own_kind_cluster, run_script
 
 # The session's cluster comes up inside the first e2e test: pytest-timeout counts fixture set-up.
 E2E_TIMEOUT = 3600
@@ -86,16 +78,8 @@ def kind_cluster() -> Iterator[Cluster]:
     reason = skip_reason()
     if reason:
         pytest.skip(reason)
-    build_images()
-    try:
-        cluster = kind_up(name)
-    except BaseException:
-        kind_down(name)
-        raise
-    try:
+    with own_kind_cluster(name) as cluster:
         yield cluster
-    finally:
-        kind_down(name)
 
 
 @pytest.fixture

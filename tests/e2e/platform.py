@@ -8,8 +8,10 @@ run inside that namespace too (`run_in_netns`). Pointed at an existing cluster i
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -119,6 +121,22 @@ def kind_up(name: str) -> Cluster:
 def kind_down(name: str) -> None:
     """`scripts/kind.sh down NAME`: cluster, Docker engine and network namespace removed."""
     run_script([str(KIND_SH), "down", name], timeout=DOWN_TIMEOUT)
+
+
+@contextlib.contextmanager
+def own_kind_cluster(name: str) -> Iterator[Cluster]:
+    """The images built from this tree, then a fresh kind cluster NAME, torn down however
+    the user of it ends (and when bringing it up fails half-way)."""
+    build_images()
+    try:
+        cluster = kind_up(name)
+    except BaseException:
+        kind_down(name)
+        raise
+    try:
+        yield cluster
+    finally:
+        kind_down(name)
 
 
 def run_script(argv: list[str], timeout: float) -> str:
