@@ -139,8 +139,10 @@ class ListenerLayout:
     def as_status(self) -> dict:
         """For ``status.listenerLayout``: where a listener change stands, should the brokers'
         ConfigMap be deleted mid-change (``of_status`` reads it back)."""
-        return {"listeners": [{"name": li.name, "port": li.port, "tls": li.tls,
-                               "authentication": li.authentication} for li in self.listeners],
+        # No nulls: a merge patch would take them for deletions, never matching what it read.
+        return {"listeners": [{"name": li.name, "port": li.port, "tls": li.tls}
+                              | ({"authentication": li.authentication}
+                                 if li.authentication else {}) for li in self.listeners],
                 "interBroker": self.inter_broker, "authorization": self.authorization}
 
     @classmethod
