@@ -193,8 +193,9 @@ class Run:
     """One fault run against a KafkaCluster named NAME in ``namespace``."""
 
     def __init__(self, cluster: Cluster, namespace: str, plan: Plan,
-                 log: Callable[[str], None] = print) -> None:
-        self.cluster, self.plan, self.log = cluster, plan, log
+                 log: Callable[[str], None] | None = None) -> None:
+        self.cluster, self.plan = cluster, plan
+        self.log = log or (lambda text: print(text, flush=True))  # a long run shows its way
         self.brokers = Brokers(cluster, namespace, NAME)
         self.rng = random.Random(plan.seed)
         self.faults: list[Fault] = []
