@@ -201,6 +201,7 @@ class Run:
         self.faults: list[Fault] = []
         self.stopped: str | None = None  # a wedge (or a fault that could not be undone)
         self.bounded: str | None = None  # the plan not met within its bounds
+        self.producer = ""
 
     def kubectl(self, *args: str, timeout: float = 120.0) -> str:
         return self.brokers.kubectl(*args, timeout=timeout)
@@ -222,7 +223,7 @@ class Run:
         seconds = self.plan.cap_s + 600
         pod = self.brokers.start("produce", self.brokers.bootstrap, TOPIC, "--acks", "all",
                                  "--rate", f"{rate:.1f}", "--seconds", str(int(seconds)),
-                                 "--count", str(int(rate * seconds)))
+                                 "--count", str(LOG_LINES))
         self.brokers.wait_running(pod, 120)
         wait_until(lambda: acked(self.brokers, pod) >= 10, 120, "the first acknowledgements",
                    1.0)
@@ -263,6 +264,9 @@ class Run:
             if elapsed >= plan.cap_s or proper >= 3 * plan.faults:
                 self.bounded = f"bound reached after {elapsed / 60:.1f} min, {proper} faults"
                 break
+            if self.brokers.phase(self.producer) != "Running":  # its count or time is up
+                self.bounded = f"the producer ended after {elapsed / 60:.1f} min"
+                break
             time.sleep(self.rng.uniform(0, 2))  # not always at the same point of a lease
             fault = Fault(number, kind, controller=self.controller())
             fault.started = time.time()
@@ -276,7 +280,10 @@ class Run:
                 faults.whole()
                 fault.whole = time.time()
             except Exception as e:  # a wedge: recorded, and the run stops
-                self.stopped = f"fault {number} ({kind}): not whole again: {e}"[:500]
+                ended = self.brokers.phase(self.producer) != "Running"
+                self.stopped = (f"fault {number} ({kind}): not whole again"
+                                + (" (the producer had ended: nothing to acknowledge)"
+                                   if ended else "") + f": {e}")[:500]
             self.log(f"{number:4d} {kind:20} {fault.target or '-'} (controller "
                      f"{fault.controller}); whole after "
                      + (f"{fault.whole_s:.1f} s" if fault.whole_s is not None else "NEVER")
@@ -285,9 +292,11 @@ class Run:
                 break
 
     def stop_producer(self, pod: str) -> list[str]:
-        """SIGTERM to the producer (PID 1 of its pod): it stops sending, flushes, reports."""
-        self.kubectl("exec", pod, "--", "python3", "-c",
-                     "import os, signal; os.kill(1, signal.SIGTERM)")
+        """SIGTERM to the producer (PID 1 of its pod): it stops sending, flushes, reports.
+        One that ended by itself (its count or time up) has reported already."""
+        if self.brokers.phase(pod) == "Running":
+            self.kubectl("exec", pod, "--", "python3", "-c",
+                         "import os, signal; os.kill(1, signal.SIGTERM)")
         return self.brokers.finish(pod, 300)
 
     def drain(self, history: History, attempts: int = 3) -> Coverage:
@@ -312,7 +321,7 @@ class Run:
     def go(self) -> dict[str, Any]:
         """The whole run; its figures (``summarise``)."""
         self.start_cluster()
-        pod = self.start_producer()
+        pod = self.producer = self.start_producer()
         quiet_from = time.time()
         time.sleep(QUIET_S)
         quiet_to = time.time()
