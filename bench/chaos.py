@@ -129,6 +129,26 @@ def longest_gap(ack_times: dict[int, list[int]], start: float, end: float) -> fl
     return longest / 1000
 
 
+def attributed_gaps(ack_times: dict[int, list[int]],
+                    windows: list[tuple[float, float]]) -> list[float]:
+    """Per window (a fault, [start, whole] in unix seconds, in time order), the longest gap
+    between two acknowledgements of one partition among the gaps that overlap it more than
+    any other window, 1 s before its start counted in: a stall that began as one fault
+    ended and the next started is the next one's, not both's."""
+    longest = [0.0] * len(windows)
+    starts = [lo - 1 for lo, _ in windows]
+    for times in ack_times.values():
+        times = sorted(times)
+        for a, b in itertools.pairwise(times):
+            a_s, b_s = a / 1000, b / 1000
+            near = range(max(bisect_right(starts, a_s) - 2, 0), bisect_right(starts, b_s))
+            overlaps = {i: min(b_s, windows[i][1]) - max(a_s, starts[i]) for i in near}
+            best = max(overlaps, key=overlaps.__getitem__, default=None)
+            if best is not None and overlaps[best] > 0:
+                longest[best] = max(longest[best], b_s - a_s)
+    return longest
+
+
 @dataclass
 class Coverage:
     """How far a drain got: per partition its end (high watermark when it began) and the
@@ -339,14 +359,16 @@ class Run:
         history = History()
         produced = read_produce(lines, history)
         coverage = self.drain(history)
-        for fault in self.faults:
-            end = fault.whole if fault.whole is not None else ended
-            fault.unavailable_s = longest_gap(produced.ack_times, fault.started, end)
+        windows = [(f.started, f.whole if f.whole is not None else ended) for f in self.faults]
+        for fault, gap in zip(self.faults, attributed_gaps(produced.ack_times, windows),
+                              strict=True):
+            fault.unavailable_s = gap
         records = judged(history, produced, coverage, lines)
-        return summarise(self.plan, self.faults, records, run_s=ended - began,
+        return {**summarise(self.plan, self.faults, records, run_s=ended - began,
                          quiet_s=longest_gap(produced.ack_times, quiet_from, quiet_to),
                          ready=ready, stopped=self.stopped, rate=self.plan.rate(),
-                         bounded=self.bounded)
+                         bounded=self.bounded),
+                "ack_times_ms": produced.ack_times}  # the gaps can be judged again later
 
     def ended_ready(self, faults: Faults) -> bool:
         """Whole, and the KafkaCluster's Ready condition true, within bounds."""

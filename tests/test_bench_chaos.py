@@ -7,7 +7,9 @@ from __future__ import annotations
 import itertools
 import random
 
-from bench.chaos import Coverage, Plan, judged, longest_gap, schedule
+import pytest
+
+from bench.chaos import Coverage, Plan, attributed_gaps, judged, longest_gap, schedule
 from bench.chaos_faults import BETWEEN, FAULTS
 from tests.e2e.history import read_drain, read_produce
 from tests.queue_checker import History
@@ -33,6 +35,15 @@ def test_the_longest_gap_is_of_those_beginning_in_the_window() -> None:
     # 1.2 -> 5.2 began more than a second before: the fault before's.
     assert longest_gap(times, 2.5, 6.0) == 0.1
     assert longest_gap({0: []}, 0, 10) == 0
+
+
+def test_a_stall_is_the_fault_s_it_overlaps_most_never_two_faults() -> None:
+    # Fault 1 [10, 20] ends as fault 2 [20.2, 40] starts; partition 0 stalls 19.9 -> 38:
+    # fault 2's alone, though it began in fault 1 (and within fault 2's second of slack).
+    times = {0: [9000, 9500, 10_000, 12_000, 19_900, 38_000, 38_500],
+             1: [9000, 15_000, 16_000, 21_000, 22_000, 39_000]}
+    assert attributed_gaps(times, [(10.0, 20.0), (20.2, 40.0)]) == pytest.approx([7.9, 18.1])
+    assert attributed_gaps(times, []) == []
 
 
 def history_of(acks: list[tuple[int, int, int]], drained: list[str]) -> tuple[
