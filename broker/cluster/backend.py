@@ -21,7 +21,6 @@ API server is slow or down.
 from __future__ import annotations
 
 import base64
-import functools
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -88,19 +87,12 @@ class BrokerRegistration:
         ``inter.broker.listener.name``, as Kafka does, so during a roll that changes that
         listener each broker reaches the others on the one it knows (``None``: the peer's own
         inter-broker address)."""
-        return self if listener is None else _on_listener(self, listener)
-
-
-@functools.lru_cache(maxsize=1024)
-def _on_listener(registration: BrokerRegistration, listener: str) -> BrokerRegistration | None:
-    """Cached: a follower's fetch loop asks for its leader's address on every request, and a
-    registration (frozen) changes only when its broker registers again."""
-    address = registration.endpoint(listener)
-    if address is None:
-        return None
-    if address == (registration.host, registration.port):
-        return registration
-    return replace(registration, host=address[0], port=address[1])
+        if listener is None:
+            return self
+        address = self.endpoint(listener)
+        if address is None:
+            return None
+        return replace(self, host=address[0], port=address[1])
 
 
 @dataclass(frozen=True, slots=True)
