@@ -50,3 +50,28 @@ def test_a_cordoned_broker_gets_no_new_replicas_until_uncordoned(cluster_factory
     _set(cluster, 2, None)
     cluster.admin.create_topics([NewTopic("after", 12, 2)])["after"].result(30)
     assert _replicas(cluster, "after") == {0, 1, 2}
+
+
+def test_placement_reads_the_cordon_in_the_image_it_writes_over(tmp_path) -> None:
+    """A cordon written through another broker a moment ago is in the stored image before it
+    reaches this broker's applied one: placement must read the stored one (the race behind a
+    topic placed on a broker being drained, seen in CI)."""
+    import asyncio
+
+    import pytest
+
+    from broker.config import BrokerConfig
+    from broker.controller.placement import PlacementError
+    from tests.conftest import open_replicas
+
+    config = BrokerConfig.from_dict({"log.dirs": str(tmp_path / "logs"), "node.id": "0"})
+    store, replicas = open_replicas(config)
+    stored = store.backend.read_image()
+    assert store.backend.write_image(
+        stored.with_broker_configs("0", {"cordoned.log.dirs": "*"}))
+    assert store.image.cordoned() == frozenset()  # not applied here yet
+    with pytest.raises(PlacementError):
+        asyncio.run(replicas.create_topic("during-drain", 3, {}, 1))
+    assert "during-drain" not in store.backend.read_image().topics
+    store.refresh()
+    assert store.image.cordoned() == frozenset({0})

@@ -410,10 +410,12 @@ class ReplicaManager:
 
     # -- topic changes through the cluster metadata ----------------------------------------
 
-    def placement_brokers(self) -> dict[int, str | None]:
+    def placement_brokers(self, image: ClusterImage | None = None) -> dict[int, str | None]:
         """The brokers new replicas may go to, id -> rack: live and not cordoned (KIP-1066's
-        usable brokers)."""
-        cordoned = self.metadata.image.cordoned()
+        usable brokers) in ``image``, this broker's applied one by default. Placement reads
+        the image it writes over: a cordon written through another broker a moment ago may
+        not have reached ours yet."""
+        cordoned = (image or self.metadata.image).cordoned()
         return {b.node_id: b.rack for b in self.metadata.live_brokers().values()
                 if b.node_id not in cordoned}
 
@@ -430,33 +432,30 @@ class ReplicaManager:
         Replicas are placed over the live brokers unless ``assignments`` fixes them; the
         first replica leads and every replica starts in the ISR, all logs being empty.
         """
-        if assignments is None:
-            assignments = assign_replicas(self.placement_brokers(), partitions,
-                                          replication_factor, random.Random())
         topic_id = str(uuid.uuid4())
 
         def add(image: ClusterImage) -> ClusterImage:
             if name in image.topics:
                 raise TopicExists(name)
-            states = tuple(PartitionState(tuple(r), tuple(r), r[0]) for r in assignments)
+            layout = assignments if assignments is not None else assign_replicas(
+                self.placement_brokers(image), partitions, replication_factor, random.Random())
+            states = tuple(PartitionState(tuple(r), tuple(r), r[0]) for r in layout)
             return image.with_topic(TopicMetadata(name, topic_id, dict(configs), states))
 
         return (await self.metadata.update(add)).topics[name]
 
     async def create_partitions(self, name: str, total: int,
                           assignments: list[tuple[int, ...]] | None = None) -> None:
-        meta = self.metadata.topics[name]
-        if assignments is None:
-            racks = self.placement_brokers()
-            rf = len(meta.assignments[0].replicas) if meta.assignments else 1
-            assignments = assign_replicas(racks, total - meta.partitions, rf, random.Random(),
-                                          start_partition=meta.partitions)
-
         def grow(image: ClusterImage) -> ClusterImage:
             topic = image.topics[name]
             if topic.partitions >= total:
                 raise InvalidPartitions(topic.partitions, total)
-            added = tuple(PartitionState(tuple(r), tuple(r), r[0]) for r in assignments)
+            layout = assignments
+            if layout is None:
+                rf = len(topic.assignments[0].replicas) if topic.assignments else 1
+                layout = assign_replicas(self.placement_brokers(image), total - topic.partitions,
+                                         rf, random.Random(), start_partition=topic.partitions)
+            added = tuple(PartitionState(tuple(r), tuple(r), r[0]) for r in layout)
             return image.with_topic(
                 dataclasses.replace(topic, assignments=topic.assignments + added)
             )
