@@ -14,6 +14,7 @@ from broker.config import BrokerConfig
 from broker.controller.controller import Controller
 from broker.coordinator.group_coordinator import GroupCoordinator
 from broker.coordinator.transaction_coordinator import TransactionCoordinator
+from broker.handlers.append_order import AppendOrder
 from broker.metrics import BrokerMetrics
 from broker.protocol.codec import RequestHeader, api_name
 from broker.security.acl import CLUSTER_NAME, Authorizer, Operation, ResourceType
@@ -87,6 +88,8 @@ class RequestContext:
     client_host: str
     local_host: str  # the address this connection reached us on
     session: Session = field(default_factory=lambda: plaintext_session(""))
+    # The connection's produce order; one per connection (the front end keeps it).
+    append_order: AppendOrder = field(default_factory=AppendOrder)
 
     @property
     def version(self) -> int:

@@ -3,8 +3,10 @@
 Appends happen synchronously, before any ``await``, so a connection's pipelined produce
 requests are applied in order. The one exception is a transaction's first batch in a
 partition: its leader first asks the coordinator whether the partition is in the
-transaction (KIP-890, ``broker.server.txn_verification``), and later requests of the
-same producer and partition queue behind that question, keeping their order.
+transaction (KIP-890, ``broker.server.txn_verification``). That request takes a turn in
+its connection's ``AppendOrder`` and every later produce request of the connection waits
+for it to have appended, as Kafka, which reads a connection's next request only after
+answering the last, would have it.
 
 acks=0 gets no response at all, as in Kafka. acks=all (-1) first needs an ISR of at least
 ``min.insync.replicas`` (NOT_ENOUGH_REPLICAS), then waits, for every partition at once,
@@ -80,9 +82,10 @@ def _without_transactional_id(request: ProduceRequest) -> dict[tuple[str, int], 
     return {}
 
 
-async def _verify(ctx: RequestContext, request: ProduceRequest
-                  ) -> dict[tuple[str, int], ErrorCode]:
-    """The partitions whose transactional batches the coordinator did not vouch for."""
+def _to_verify(ctx: RequestContext, request: ProduceRequest
+               ) -> dict[tuple[int, int], list[tuple[str, int]]]:
+    """(producer id, epoch) -> the partitions whose batches the coordinator must vouch for
+    before they are appended."""
     services = ctx.services
     if request.transactional_id is None or not services.config[
             "transaction.partition.verification.enable"]:
@@ -93,8 +96,16 @@ async def _verify(ctx: RequestContext, request: ProduceRequest
             producer = _unverified(services.replicas.get(topic.name, data.index), data.records)
             if producer is not None:
                 wanted.setdefault(producer, []).append((topic.name, data.index))
+    return wanted
+
+
+async def _verify(ctx: RequestContext, request: ProduceRequest
+                  ) -> dict[tuple[str, int], ErrorCode]:
+    """The partitions whose transactional batches the coordinator did not vouch for."""
+    services = ctx.services
+    assert request.transactional_id is not None
     failed: dict[tuple[str, int], ErrorCode] = {}
-    for (producer_id, epoch), partitions in wanted.items():
+    for (producer_id, epoch), partitions in _to_verify(ctx, request).items():
         answers = await services.verifier.verify(request.transactional_id, producer_id, epoch,
                                                  partitions)
         failed.update({tp: e for tp, e in answers.items() if e != ErrorCode.none})
@@ -103,13 +114,39 @@ async def _verify(ctx: RequestContext, request: ProduceRequest
 
 @handles(0, 0, 11, accepts_from=3)
 async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> bytes | None:
+    refused = _unauthorized_transaction(ctx, request)
+    transactional = request.transactional_id is not None
+    if not refused and not transactional:
+        refused = _without_transactional_id(request)
+    verify = transactional and not refused
+    order = ctx.append_order
+    if order.busy or (verify and _to_verify(ctx, request)):
+        async with order.turn():  # taken before the first await: in arrival order
+            if verify:  # asked after the turns before: their appends may have opened some
+                refused = await _verify(ctx, request)
+            responses, waits = _append(ctx, request, refused)
+    else:
+        responses, waits = _append(ctx, request, refused)
+    if request.acks == 0:
+        return None
+    if waits:
+        errors = await asyncio.gather(*(wait for _, wait in waits))
+        for (response, _), error in zip(waits, errors, strict=True):
+            if error != ErrorCode.none:
+                response.error_code = error
+                response.base_offset = -1
+    return encode_produce_response(ctx.version, ctx.header.correlation_id, responses)
+
+
+def _append(ctx: RequestContext, request: ProduceRequest,
+            refused: dict[tuple[str, int], ErrorCode]
+            ) -> tuple[list[TopicResponse],
+                       list[tuple[PartitionResponse, Coroutine[Any, Any, ErrorCode]]]]:
+    """Append every partition's batches not ``refused``, with no ``await``: the answers,
+    and for acks=all the waits for the high watermark to pass them."""
     services = ctx.services
     replicas = services.replicas
     acks = request.acks
-    refused = _unauthorized_transaction(ctx, request)
-    if not refused:
-        refused = (await _verify(ctx, request) if request.transactional_id is not None
-                   else _without_transactional_id(request))
     responses = []
     waits: list[tuple[PartitionResponse, Coroutine[Any, Any, ErrorCode]]] = []
     timeout = max(0.0, request.timeout_ms / 1000)
@@ -160,12 +197,4 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> bytes 
             counters.bytes_in.inc(bytes_in)
             counters.messages_in.inc(messages_in)
         responses.append(TopicResponse(name, partitions))
-    if acks == 0:
-        return None
-    if waits:
-        errors = await asyncio.gather(*(wait for _, wait in waits))
-        for (response, _), error in zip(waits, errors, strict=True):
-            if error != ErrorCode.none:
-                response.error_code = error
-                response.base_offset = -1
-    return encode_produce_response(ctx.version, ctx.header.correlation_id, responses)
+    return responses, waits

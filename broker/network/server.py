@@ -35,6 +35,7 @@ from typing import Any
 
 from broker.handlers import REGISTRY
 from broker.handlers.api_versions import unsupported_version_response
+from broker.handlers.append_order import AppendOrder
 from broker.handlers.context import BrokerServices, RequestContext
 from broker.network import eager
 from broker.network.memory_pool import MemoryPool
@@ -188,6 +189,7 @@ class Connection:
             TlsTransport(sock, security.context) if security.context is not None
             else PlainTransport(sock))
         self.session: Session | None = None
+        self.append_order = AppendOrder()  # produce requests append in arrival order
         self.frames = FrameReader(services.config["socket.request.max.bytes"])
         self.pool = pool
         self._reserved = 0  # pool bytes held for the frame being read
@@ -379,7 +381,7 @@ class Connection:
                 f"authentication on listener {session.listener.name}"))
             return False, None
         ctx = RequestContext(self.services, request.header, self.client_host, self.local_host,
-                             session)
+                             session, self.append_order)
         try:
             step = eager.start(self._handle(spec.handler, ctx, request, started, large))
         except Exception as e:  # a handler bug: the writer logs it and closes, in order

@@ -10,8 +10,8 @@ read_committed reader of the partition at its last stable offset forever ("hangi
 transactions"). Later batches of the same transaction need no check: the partition's
 producer state shows it open.
 
-Checks of one producer's partition share one question in flight, and the batches waiting on
-it resume in the order they came, which keeps a connection's pipelined writes in order.
+Checks of one producer's partition share one question in flight. The order of a connection's
+pipelined writes around a question is kept above, in ``broker.handlers.append_order``.
 """
 
 from __future__ import annotations
