@@ -59,8 +59,8 @@ def test_a_request_behind_one_that_waits_for_the_coordinator_appends_after_it(
                 key_type=1, coordinator_keys=(TXN_ID,))).coordinators if e.error_code == 0],
             30, "the coordinator found")
         leader = 1 - coordinator
-        cluster.admin.create_topics([NewTopic(TOPIC, num_partitions=2, replica_assignment=[[leader], [leader]])])[
-            TOPIC].result(30)
+        topic = NewTopic(TOPIC, num_partitions=2, replica_assignment=[[leader], [leader]])
+        cluster.admin.create_topics([topic])[TOPIC].result(30)
         wait_until(lambda: (s := cluster.partitions(TOPIC)) and len(s) == 2
                    and all(p.leader == leader for p in s.values()), 30, "the topic led")
         init = _init(c, TXN_ID)
