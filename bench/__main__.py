@@ -13,7 +13,8 @@ compare runs the issue-5 workloads against Apache Kafka and kafkube, one after t
 (``python -m bench spark -h``); transactions, transactional produce throughput in both
 (``python -m bench transactions -h``); tls, produce and consume over TLS beside plaintext,
 in both (``python -m bench tls -h``); chaos, faults of every kind on kind under an acks=all producer
-(``python -m bench chaos -h``).
+(``python -m bench chaos -h``); txn-chaos, transactions checked under coordinator and leader
+faults on a local cluster (``python -m bench txn-chaos -h``).
 """
 
 from __future__ import annotations
@@ -183,6 +184,10 @@ def main(argv: list[str] | None = None) -> int:
         from bench import chaos
 
         return chaos.main(argv[1:])
+    if argv[:1] == ["txn-chaos"]:  # transactions under broker faults (issue 28)
+        from bench import txn_chaos
+
+        return txn_chaos.main(argv[1:])
     if argv[:1] == ["fuzz"]:  # structure-aware fuzzing of every API; its own options
         from bench import fuzz
 

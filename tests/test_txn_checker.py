@@ -62,6 +62,7 @@ def test_a_clean_history_passes_with_partial_views_while_reading() -> None:
     assert report.transactions == {"committed": 2, "aborted": 1, "unknown": 2}
     assert (report.unknown_committed, report.unknown_absent) == (1, 1)
     assert (report.records_written, report.records_committed) == (10, 4)
+    assert (report.records_delivered, report.aborted_delivered) == (8, 2)
     assert (report.final_records, report.polled) == (6, 4)
 
 

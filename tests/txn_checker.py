@@ -118,6 +118,8 @@ class TxnReport:
     unknown_absent: int = 0  # unknown ones found nowhere
     records_written: int = 0  # records of all transactions
     records_committed: int = 0  # records of committed transactions
+    records_delivered: int = 0  # records with an offset from a delivery report
+    aborted_delivered: int = 0  # of them, of aborted transactions: what G1a could catch
     final_records: int = 0
     polled: int = 0
     aborted_reads: list[tuple[Hashable, int, int, str]] = field(default_factory=list)
@@ -149,7 +151,9 @@ class TxnReport:
         lines = [
             f"transactions {self.transactions} (unknown: {self.unknown_committed} found "
             f"whole, {self.unknown_absent} absent); records written {self.records_written}, "
-            f"committed {self.records_committed}, final read {self.final_records}, "
+            f"committed {self.records_committed}, delivered {self.records_delivered} "
+            f"({self.aborted_delivered} of aborted transactions), "
+            f"final read {self.final_records}, "
             f"polled {self.polled}",
         ]
         for name in self.ANOMALIES:
@@ -207,6 +211,8 @@ def check_transactions(txns: Iterable[Txn], final: Mapping[int, Drained],
     for txn in txns:
         for write in txn.writes:
             if write.offset is not None and write.offset >= 0:
+                report.records_delivered += 1
+                report.aborted_delivered += txn.outcome is Outcome.ABORTED
                 held[(write.partition, write.offset)].add(write.value)
                 found = final_at.get(write.value)
                 if found and (write.partition, write.offset) not in found:
