@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import logging
 import os
@@ -23,6 +24,7 @@ from broker.config import BrokerConfig, parse_listener
 from broker.controller.controller import Controller
 from broker.coordinator.group_coordinator import GroupCoordinator
 from broker.coordinator.transaction_coordinator import TransactionCoordinator
+from broker.coordinator.txn_end import TV2
 from broker.coordinator.txn_markers import MarkerSender
 from broker.handlers.context import BrokerServices, Endpoint
 from broker.health import Readiness, behind
@@ -111,7 +113,8 @@ class BrokerApp:
             self.store, config.node_id, config["transaction.state.log.num.partitions"],
             PeerChannels(self.store, f"txn-verification-{config.node_id}", request_timeout,
                          peer_security, peer_listener),
-            self.transactions.verify_partitions)
+            self.transactions.verify_partitions,
+            functools.partial(self.transactions.add_partitions, client_version=TV2))
         self.membership: Membership | None = None
         self.controller = Controller(config, self.store, self._broker_epoch)
         self._metadata_task: asyncio.Task[None] | None = None
@@ -156,6 +159,7 @@ class BrokerApp:
             active_controller=self.controller.active,
             isr_shrinks=self.replicas.isr_shrinks, isr_expands=self.replicas.isr_expands,
             leader_elections=self.controller.elections,
+            producer_ids=self.replicas.producer_id_count(),
         )
 
     async def start(self) -> None:

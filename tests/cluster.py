@@ -19,6 +19,7 @@ to the brokers' log.dirs (``<tmp>/cluster-K/broker-N.out``) at teardown.
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import threading
@@ -31,7 +32,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ClusterMetadata, NewTopic
 
-from tests.conftest import BrokerProcess, wait_until
+from tests.conftest import BrokerProcess, scrape, wait_until
 
 STOP_TIMEOUT = 30.0
 METADATA_TIMEOUT = 3.0  # per request while polling; a paused broker never answers
@@ -105,6 +106,19 @@ class Cluster:
     def bootstrap(self) -> str:
         """Every broker's address (ports are fixed once started, so this stays valid)."""
         return ",".join(b.bootstrap for b in self.brokers if b.port)
+
+    def requests_served(self, api: str) -> dict[int, float]:
+        """Version -> how many ``api`` requests (Kafka's name, e.g. "EndTxn") the running
+        brokers answered, from their metrics: which protocol a client actually spoke."""
+        served: dict[int, float] = {}
+        pattern = re.compile(rf'^kafka_network_requests_total\{{api="{api}",version="(\d+)"\}}$')
+        for i, broker in enumerate(self.brokers):
+            if not self.alive(i) or i in self.paused or not broker.metrics_port:
+                continue
+            for name, value in scrape(broker.metrics_port).items():
+                if match := pattern.match(name):
+                    served[int(match[1])] = served.get(int(match[1]), 0) + value
+        return served
 
     def alive(self, i: int) -> bool:
         return self.brokers[i].alive()

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -142,6 +143,18 @@ def new_cluster(backend):
 
     backend.create_image(new_cluster_id(), ClusterImage())
     return backend
+
+
+def scrape(port: int) -> dict[str, float]:
+    """A broker's Prometheus samples, by name with labels."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    samples = {}
+    for line in text.splitlines():
+        match = re.match(r"^([^#\s]+)\s+(\S+)$", line)
+        if match:
+            samples[match.group(1)] = float(match.group(2))
+    return samples
 
 
 def wait_until(predicate, timeout: float, what: str, interval: float = 0.05):

@@ -46,7 +46,8 @@ def make_services(tmp_path: Path, **settings: str) -> BrokerServices:
         config, store, replicas, BrokerMetrics(), {"PLAINTEXT": Endpoint("", 9092, "rack-a")},
         GroupCoordinator(config, replicas), Controller(config, store, lambda: 1),
         transactions, TransactionVerifier(store, NODE_ID, 50, PeerChannels(store, "v", 1.0),
-                                          transactions.verify_partitions),
+                                          transactions.verify_partitions,
+                                          transactions.add_partitions),
         acl.from_config(config, lambda: store.image.acls),
     )
 

@@ -212,7 +212,7 @@ def test_batch_codec_round_trip(codec):
         assert mine == oracle
 
 
-@pytest.mark.parametrize("version", range(3, 12))
+@pytest.mark.parametrize("version", range(3, 13))
 @pytest.mark.parametrize("transactional_id", [None, "tx-é"])
 def test_produce_request_decoder_matches_kio(version, transactional_id):
     batch = build_batch([(b"k", b"v" * 20, (), 0)], 1_700_000_000_000)
@@ -252,7 +252,7 @@ def test_produce_request_decoder_refuses_null_arrays(version):
         decode_request(head + txn_acks_timeout + one + name + null_array)
 
 
-@pytest.mark.parametrize("version", range(3, 12))
+@pytest.mark.parametrize("version", range(3, 13))
 def test_produce_response_encoder_matches_kio(version):
     topics = [
         TopicResponse("a", [PartitionResponse(0, 0, 42, -1, 3),

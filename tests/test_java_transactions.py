@@ -131,6 +131,13 @@ def test_java_read_committed_never_sees_aborted_records(cluster_factory):  # noq
     assert committed.data["duplicates"] == 0
     everything = java.read(cluster.bootstrap, "java-mixed", "read_uncommitted")
     assert everything.data["prefixes"] == {"committed": 2000, "aborted": 1000}
+    # A new cluster finalizes transaction.version 2, and the Java 4.4 producer speaks it:
+    # EndTxn v5 (its epoch bumped by each), Produce v12 adding the partitions, no
+    # AddPartitionsToTxn from the client (v3 and below).
+    assert set(cluster.requests_served("EndTxn")) == {5}
+    assert sum(cluster.requests_served("EndTxn").values()) >= 30
+    assert 12 in cluster.requests_served("Produce")
+    assert not {v for v in cluster.requests_served("AddPartitionsToTxn") if v <= 3}
 
 
 def test_java_zombie_producer_is_fenced(cluster_factory):  # noqa: F811

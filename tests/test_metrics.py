@@ -2,21 +2,8 @@
 
 from __future__ import annotations
 
-import re
-import urllib.request
-
+from tests.conftest import scrape
 from tests.test_compat_clients import ck_consume, ck_produce, sample_records
-
-
-def scrape(port: int) -> dict[str, float]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
-        text = response.read().decode()
-    samples = {}
-    for line in text.splitlines():
-        match = re.match(r"^([^#\s]+)\s+(\S+)$", line)
-        if match:
-            samples[match.group(1)] = float(match.group(2))
-    return samples
 
 
 def test_metrics_count_traffic_per_topic_and_api(broker):

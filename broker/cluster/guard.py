@@ -34,6 +34,7 @@ from broker.cluster.backend import (
     StoredIdentity,
     new_cluster_id,
 )
+from broker.cluster.features import NEW_CLUSTER
 from broker.cluster.image import ClusterImage
 
 log = logging.getLogger(__name__)
@@ -117,7 +118,8 @@ def bootstrap(store: CoordinationBackend, local_id: str | None, copy: ClusterIma
                     wait(BOOTSTRAP_POLL_S / 5)  # lost a race: look again shortly
                 continue
             if local_id is None and not store.has_history():
-                if not store.create_image(new_cluster_id(), ClusterImage()):
+                if not store.create_image(new_cluster_id(),
+                                          ClusterImage(features=dict(NEW_CLUSTER))):
                     wait(BOOTSTRAP_POLL_S / 5)
                 continue
             report.fault(

@@ -93,6 +93,8 @@ class ClusterImage:
     resources): by broker id as a string, and ``DEFAULT_BROKER`` for every broker.
     ``scram_credentials`` holds each user's SCRAM credential per mechanism (Kafka's
     UserScramCredentialRecords); ``acls`` the ACLs (AccessControlEntryRecords).
+    ``features`` the finalized feature levels (Kafka's FeatureLevelRecords), a feature not
+    named being at level 0, as for a cluster made before kafkube knew it.
     ``deleted_topics`` the ids of the topics deleted (Kafka's RemoveTopicRecords), the newest
     MAX_TOMBSTONES: a broker deletes a replica's files only for a topic deleted on record,
     never for one it merely does not find, which an image rebuilt from an older copy can
@@ -105,6 +107,7 @@ class ClusterImage:
     scram_credentials: dict[str, dict[str, ScramCredential]] = field(default_factory=dict)
     acls: tuple[AclBinding, ...] = ()
     deleted_topics: tuple[str, ...] = ()
+    features: dict[str, int] = field(default_factory=dict)
 
     def partition(self, topic: str, index: int) -> PartitionState | None:
         meta = self.topics.get(topic)
@@ -134,6 +137,16 @@ class ClusterImage:
 
     def with_partition(self, topic: str, index: int, state: PartitionState) -> ClusterImage:
         return self.with_topic(self.topics[topic].with_partition(index, state))
+
+    def feature(self, name: str) -> int:
+        """The finalized level of ``name`` (0 when never set)."""
+        return self.features.get(name, 0)
+
+    def with_feature(self, name: str, level: int) -> ClusterImage:
+        features = {**self.features, name: level}
+        if level == 0:
+            del features[name]
+        return replace(self, features=features)
 
     def with_broker_configs(self, name: str, configs: dict[str, str]) -> ClusterImage:
         """``name`` is a broker id or DEFAULT_BROKER; no configs removes the entry."""
@@ -193,6 +206,8 @@ class ClusterImage:
             doc["acls"] = [a.to_doc() for a in self.acls]
         if self.deleted_topics:
             doc["deleted_topics"] = list(self.deleted_topics)
+        if self.features:
+            doc["features"] = self.features
         return json.dumps(doc, separators=(",", ":"))
 
     @classmethod
@@ -216,7 +231,7 @@ class ClusterImage:
                  for user, mechanisms in doc.get("scram_credentials", {}).items()}
         acls = tuple(AclBinding.from_doc(a) for a in doc.get("acls", ()))
         return cls(topics, version, doc.get("broker_configs", {}), scram, acls,
-                   tuple(doc.get("deleted_topics", ())))
+                   tuple(doc.get("deleted_topics", ())), dict(doc.get("features", {})))
 
 
 def _topic_doc(topic: TopicMetadata) -> dict[str, Any]:

@@ -64,6 +64,29 @@ class Writer:
         self.buf += v
         return self
 
+    # -- flexible versions: unsigned varints, compact strings and arrays, tagged fields --
+
+    def uvarint(self, v: int) -> Writer:
+        while v >= 0x80:
+            self.buf.append((v & 0x7F) | 0x80)
+            v >>= 7
+        self.buf.append(v)
+        return self
+
+    def compact_string(self, v: str) -> Writer:
+        raw = v.encode()
+        self.uvarint(len(raw) + 1)
+        self.buf += raw
+        return self
+
+    def tagged(self, fields: dict[int, bytes]) -> Writer:
+        """Tagged fields, by tag, each already encoded."""
+        self.uvarint(len(fields))
+        for tag in sorted(fields):
+            self.uvarint(tag).uvarint(len(fields[tag]))
+            self.buf += fields[tag]
+        return self
+
 
 class Reader:
     def __init__(self, data: bytes) -> None:
@@ -100,3 +123,31 @@ class Reader:
         v = bytes(self.data[self.pos : self.pos + max(n, 0)])
         self.pos += max(n, 0)
         return v
+
+    def uvarint(self) -> int:
+        value = shift = 0
+        while True:
+            byte = self.data[self.pos]
+            self.pos += 1
+            value |= (byte & 0x7F) << shift
+            if byte < 0x80:
+                return value
+            shift += 7
+            if shift > 63:
+                raise ValueError("varint too long")
+
+    def compact_string(self) -> str | None:
+        n = self.uvarint() - 1
+        if n < 0:
+            return None
+        v = bytes(self.data[self.pos : self.pos + n]).decode()
+        self.pos += n
+        return v
+
+    def tagged(self) -> dict[int, bytes]:
+        fields = {}
+        for _ in range(self.uvarint()):
+            tag, size = self.uvarint(), self.uvarint()
+            fields[tag] = bytes(self.data[self.pos : self.pos + size])
+            self.pos += size
+        return fields

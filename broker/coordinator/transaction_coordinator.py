@@ -31,7 +31,16 @@ from broker.config import BrokerConfig
 from broker.coordinator import offsets_topic as ot
 from broker.coordinator import transaction_log as tl
 from broker.coordinator.serde import partition_for
-from broker.coordinator.transaction_log import TopicPartition, TxnRecord, TxnState
+from broker.coordinator.transaction_log import NO_PRODUCER_ID, TopicPartition, TxnRecord, TxnState
+from broker.coordinator.txn_end import (
+    MAX_EPOCH,
+    NO_EPOCH,
+    TV2,
+    EndDecision,
+    completed,
+    decide_end,
+    epoch_exhausted,
+)
 from broker.coordinator.txn_markers import MarkerJob, MarkerSender
 from broker.protocol.batch_codec import Record, encode_batch, read_records
 from broker.server.metadata import ClusterMetadata, ConcurrentUpdate
@@ -42,18 +51,18 @@ log = logging.getLogger(__name__)
 
 # The log's key holds the id with an int16 length, so a longer one could not be stored.
 MAX_ID_BYTES = 32767
-NO_PRODUCER_ID = -1
-NO_EPOCH = -1
-MAX_EPOCH = 32767
 WRITE_RETRY_SECONDS = 0.2
 
 _COMPLETE = (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
 _PREPARED = (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
 
 
-def epoch_exhausted(epoch: int) -> bool:
-    """Kafka keeps the last epoch for fencing: at MAX - 1 the producer id is replaced."""
-    return epoch >= MAX_EPOCH - 1
+def _last_epoch(record: TxnRecord) -> int:
+    """The epoch before the last bump, as far as the log tells: under transaction.version 2
+    every EndTxn bumps by one, so its retry carries the one before."""
+    if record.client_version >= TV2 and record.producer_epoch > 0:
+        return record.producer_epoch - 1
+    return NO_EPOCH
 
 
 def valid_id(transactional_id: str | None) -> bool:
@@ -135,7 +144,8 @@ class TransactionCoordinator:
                         continue
                     records[txn_id] = (tl.decode_value(record.value)
                                        if record.value is not None else None)
-        loaded = [TxnMetadata(txn_id, value, epoch, index)
+        loaded = [TxnMetadata(txn_id, value, epoch, index, None, value.previous_producer_id,
+                              _last_epoch(value))
                   for txn_id, value in records.items() if value is not None]
         self.txns.update((meta.transactional_id, meta) for meta in loaded)
         self.owned[index] = epoch
@@ -311,9 +321,11 @@ class TransactionCoordinator:
         return None
 
     async def add_partitions(self, transactional_id: str | None, producer_id: int,
-                             producer_epoch: int,
-                             partitions: Iterable[TopicPartition]) -> ErrorCode:
-        """Add partitions to the transaction (starting it); one answer for all of them."""
+                             producer_epoch: int, partitions: Iterable[TopicPartition],
+                             client_version: int = 0) -> ErrorCode:
+        """Add partitions to the transaction (starting it); one answer for all of them.
+        ``client_version`` 2: added by a partition leader for a transaction.version 2
+        producer's Produce or TxnOffsetCommit (KIP-890 part 2), not by AddPartitionsToTxn."""
         found = self._lookup(transactional_id)
         if isinstance(found, ErrorCode):
             return found
@@ -326,10 +338,13 @@ class TransactionCoordinator:
         if current.state == TxnState.ONGOING and wanted <= current.partitions:
             return ErrorCode.none
         now = now_ms()
+        started = current.state != TxnState.ONGOING
         ongoing = replace(
-            current, state=TxnState.ONGOING, partitions=current.partitions | wanted
-            if current.state == TxnState.ONGOING else wanted, last_update_ms=now,
-            start_ms=current.start_ms if current.state == TxnState.ONGOING else now)
+            current, state=TxnState.ONGOING,
+            partitions=wanted if started else current.partitions | wanted, last_update_ms=now,
+            start_ms=now if started else current.start_ms,
+            client_version=client_version if started else max(client_version,
+                                                               current.client_version))
         return await self._write(meta, ongoing)
 
     def verify_partitions(self, transactional_id: str | None, producer_id: int,
@@ -365,33 +380,38 @@ class TransactionCoordinator:
     # -- ending ----------------------------------------------------------------------------
 
     async def end_transaction(self, transactional_id: str | None, producer_id: int,
-                              producer_epoch: int, commit: bool) -> ErrorCode:
+                              producer_epoch: int, commit: bool,
+                              bump: bool = False) -> EndDecision:
+        """EndTxn (``txn_end`` has the rules); ``bump``: transaction.version 2 (v5)."""
         found = self._lookup(transactional_id)
         if isinstance(found, ErrorCode):
-            return found
+            return EndDecision(found)
         meta = found
-        current = meta.record
-        if current.producer_id != producer_id:
-            return ErrorCode.invalid_producer_id_mapping
-        if current.producer_epoch != producer_epoch:
-            return ErrorCode.producer_fenced
         if meta.pending is not None:
-            return ErrorCode.concurrent_transactions
-        state = current.state
-        wanted_prepare = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
-        wanted_complete = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
-        if state == TxnState.ONGOING:
-            return await self._prepare(meta, wanted_prepare)
-        if state == wanted_complete:
-            return ErrorCode.none  # a retry of an EndTxn that completed
-        if state == wanted_prepare:
-            return ErrorCode.concurrent_transactions  # its markers are still being written
-        log.info("EndTxn(%s) for %s in state %s", "commit" if commit else "abort",
-                 transactional_id, state.label)
-        return ErrorCode.invalid_txn_state
+            return EndDecision(ErrorCode.concurrent_transactions)
+        current = meta.record
+        next_id = NO_PRODUCER_ID
+        if bump and epoch_exhausted(current.producer_epoch) \
+                and current.producer_id == producer_id \
+                and current.producer_epoch == producer_epoch:
+            next_id = await self.store.next_producer_id()
+            if meta.record is not current or meta.pending is not None:
+                return EndDecision(ErrorCode.concurrent_transactions)  # changed meanwhile
+        decision = decide_end(current, producer_id, producer_epoch, commit, bump, now_ms(),
+                              next_id)
+        if decision.prepared is None:
+            if decision.error == ErrorCode.invalid_txn_state:
+                log.info("EndTxn(%s) for %s in state %s", "commit" if commit else "abort",
+                         transactional_id, current.state.label)
+            return decision
+        error = await self._prepare(meta, decision.prepared)
+        if error != ErrorCode.none:
+            return EndDecision(error)
+        if bump:
+            meta.last_producer_epoch = current.producer_epoch
+        return decision
 
-    async def _prepare(self, meta: TxnMetadata, state: TxnState) -> ErrorCode:
-        prepared = replace(meta.record, state=state, last_update_ms=now_ms())
+    async def _prepare(self, meta: TxnMetadata, prepared: TxnRecord) -> ErrorCode:
         error = await self._write(meta, prepared)
         if error == ErrorCode.none:
             self._spawn(self._complete(meta.transactional_id, prepared,
@@ -410,7 +430,8 @@ class TransactionCoordinator:
         meta.last_producer_epoch = NO_EPOCH
         fenced = replace(current, producer_epoch=current.producer_epoch + 1)
         meta.record = fenced  # the bumped epoch is written with PrepareAbort, or not at all
-        error = await self._prepare(meta, TxnState.PREPARE_ABORT)
+        error = await self._prepare(meta, replace(fenced, state=TxnState.PREPARE_ABORT,
+                                                  last_update_ms=now_ms()))
         if error != ErrorCode.none and meta.record is fenced:
             meta.record = current
         return error
@@ -425,9 +446,7 @@ class TransactionCoordinator:
         commit = prepared.state == TxnState.PREPARE_COMMIT
         job = MarkerJob(prepared.producer_id, prepared.producer_epoch, commit,
                         coordinator_epoch, prepared.partitions)
-        done = replace(prepared, state=TxnState.COMPLETE_COMMIT if commit
-                       else TxnState.COMPLETE_ABORT, partitions=frozenset(),
-                       last_update_ms=now_ms())
+        done = completed(prepared, now_ms())
         markers_written = False
         while self._still_coordinator(partition, coordinator_epoch):
             meta = self.txns.get(transactional_id)
@@ -442,6 +461,8 @@ class TransactionCoordinator:
                     continue
                 if meta.pending is None:
                     error = await self._write(meta, done)
+                    if error == ErrorCode.none and done.producer_id != prepared.producer_id:
+                        meta.previous_producer_id = prepared.producer_id
                     if error in (ErrorCode.none, ErrorCode.not_coordinator):
                         return
             except Exception:

@@ -3,7 +3,8 @@
 A handler is ``async def handle(ctx, request) -> response | None`` over the replica manager;
 it reports failures as Kafka error codes inside the response and raises only for bugs.
 Handlers must make their state changes (appends) before their first ``await``: the network
-layer starts them in request order, and that is what keeps a connection's writes ordered.
+layer starts them in request order, and that is what keeps a connection's writes ordered
+(a produce request that must wait first takes a turn in ``append_order``).
 ApiVersions is answered from this registry, so nothing unimplemented is ever advertised.
 """
 
@@ -48,6 +49,7 @@ def load_all() -> dict[int, ApiSpec]:
         client_quotas,
         configs,
         delete_records,
+        features,
         fetch,
         groups,
         leadership,

@@ -1,4 +1,6 @@
-"""ApiVersions: what this broker serves, read from the handler registry."""
+"""ApiVersions: what this broker serves, read from the handler registry, and the features
+the cluster finalized (KIP-584: a client picks its protocol by them; DescribeFeatures is
+this request)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from kio.schema.api_versions.v0.response import ApiVersion as ApiVersionV0
 from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersionsResponseV0
 from kio.schema.errors import ErrorCode
 
+from broker.cluster.features import SUPPORTED
 from broker.handlers import REGISTRY, handles
 from broker.handlers.context import RequestContext
 from broker.protocol.messages import build_response
@@ -29,9 +32,27 @@ def unsupported_version_response() -> ApiVersionsResponseV0:
     )
 
 
+def _features(ctx: RequestContext) -> dict[str, Any]:
+    """v3+: the supported ranges (before v4 without those starting at 0, which older
+    clients take for a broken range, as Kafka omits them) and the finalized levels; a
+    feature at level 0 is not finalized. The epoch is the image's version."""
+    image = ctx.services.store.image
+    return {
+        "supported_features": [
+            {"name": name, "min_version": low, "max_version": high}
+            for name, (low, high) in sorted(SUPPORTED.items())
+            if ctx.version >= 4 or low > 0],
+        "finalized_features_epoch": image.version,
+        "finalized_features": [
+            {"name": name, "min_version_level": level, "max_version_level": level}
+            for name, level in sorted(image.features.items()) if level > 0],
+    }
+
+
 @handles(18, 0, 4)
 async def handle_api_versions(ctx: RequestContext, request: Any) -> Any:
-    return build_response(
-        request,
-        {"error_code": ErrorCode.none, "api_keys": _ranges(), "throttle_time": timedelta(0)},
-    )
+    values: dict[str, Any] = {"error_code": ErrorCode.none, "api_keys": _ranges(),
+                              "throttle_time": timedelta(0)}
+    if ctx.version >= 3:
+        values.update(_features(ctx))
+    return build_response(request, values)

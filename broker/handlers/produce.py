@@ -3,10 +3,10 @@
 Appends happen synchronously, before any ``await``, so a connection's pipelined produce
 requests are applied in order. The one exception is a transaction's first batch in a
 partition: its leader first asks the coordinator whether the partition is in the
-transaction (KIP-890, ``broker.server.txn_verification``). That request takes a turn in
-its connection's ``AppendOrder`` and every later produce request of the connection waits
-for it to have appended, as Kafka, which reads a connection's next request only after
-answering the last, would have it.
+transaction, or from v12 to add it (KIP-890, ``broker.server.txn_verification``). That
+request takes a turn in its connection's ``AppendOrder`` and every later produce request
+of the connection waits for it to have appended, as Kafka, which reads a connection's next
+request only after answering the last, would have it.
 
 acks=0 gets no response at all, as in Kafka. acks=all (-1) first needs an ISR of at least
 ``min.insync.replicas`` (NOT_ENOUGH_REPLICAS), then waits, for every partition at once,
@@ -37,6 +37,10 @@ from broker.protocol.records import ATTR_TRANSACTIONAL, HEADER_SIZE, parse_heade
 from broker.security.acl import Operation, ResourceType
 from broker.server.partition import Partition
 from broker.server.txn_verification import as_produce_error, needs_verification
+
+# From v12 a transactional producer runs transaction.version 2 and sends no
+# AddPartitionsToTxn: the leader has the coordinator add the partition (KIP-890 part 2).
+TV2_PRODUCE = 12
 
 
 def _transactional(records: bytes | memoryview | None) -> bool:
@@ -87,8 +91,8 @@ def _to_verify(ctx: RequestContext, request: ProduceRequest
     """(producer id, epoch) -> the partitions whose batches the coordinator must vouch for
     before they are appended."""
     services = ctx.services
-    if request.transactional_id is None or not services.config[
-            "transaction.partition.verification.enable"]:
+    if request.transactional_id is None or (ctx.version < TV2_PRODUCE and not services.config[
+            "transaction.partition.verification.enable"]):
         return {}
     wanted: dict[tuple[int, int], list[tuple[str, int]]] = {}
     for topic in request.topic_data:
@@ -107,12 +111,12 @@ async def _verify(ctx: RequestContext, request: ProduceRequest
     failed: dict[tuple[str, int], ErrorCode] = {}
     for (producer_id, epoch), partitions in _to_verify(ctx, request).items():
         answers = await services.verifier.verify(request.transactional_id, producer_id, epoch,
-                                                 partitions)
+                                                 partitions, add=ctx.version >= TV2_PRODUCE)
         failed.update({tp: e for tp, e in answers.items() if e != ErrorCode.none})
     return failed
 
 
-@handles(0, 0, 11, accepts_from=3)
+@handles(0, 0, 12, accepts_from=3)
 async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> bytes | None:
     refused = _unauthorized_transaction(ctx, request)
     transactional = request.transactional_id is not None

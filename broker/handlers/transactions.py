@@ -7,9 +7,10 @@ TransactionCoordinator, the GroupCoordinator or the partitions, and the answer b
 transactional id's coordinator is the leader of its partition of ``__transaction_state``;
 any other broker answers NOT_COORDINATOR and the client asks FindCoordinator again.
 
-Versions stop where transaction.version 2 (KIP-890 part 2) begins: EndTxn v5,
-TxnOffsetCommit v5 and AddPartitionsToTxn v5 mean a client that expects its epoch bumped by
-every transaction, which this coordinator does not do, so they are not advertised.
+transaction.version 2 (KIP-890 part 2) comes with EndTxn v5 (every EndTxn bumps the epoch and
+answers with it) and TxnOffsetCommit v5 (the group coordinator adds the group's partition
+to the transaction itself, as a partition leader does for Produce v12, through
+AddPartitionsToTxn v4+ with verify_only false).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from broker.coordinator import offsets_topic as ot
 from broker.coordinator.offsets_topic import OffsetValue
 from broker.coordinator.transaction_coordinator import TransactionCoordinator, TxnMetadata
 from broker.coordinator.transaction_log import TopicPartition, TxnState
+from broker.coordinator.txn_end import TV2, EndDecision
 from broker.handlers import handles
 from broker.handlers.context import RequestContext
 from broker.protocol.messages import build_response
@@ -76,12 +78,14 @@ def _refused_partitions(ctx: RequestContext, transactional_id: str,
 
 
 async def _add_partitions(ctx: RequestContext, transactional_id: str, producer_id: int,
-                          producer_epoch: int, topics: Any,
-                          verify_only: bool) -> dict[TopicPartition, ErrorCode]:
+                          producer_epoch: int, topics: Any, verify_only: bool,
+                          from_broker: bool = False) -> dict[TopicPartition, ErrorCode]:
     """One transaction's partitions, each with its error (Kafka's rules: unknown topics
-    fail with UNKNOWN_TOPIC_OR_PARTITION and the rest are not attempted)."""
+    fail with UNKNOWN_TOPIC_OR_PARTITION and the rest are not attempted). ``from_broker``:
+    a leader's request for a transaction.version 2 producer (the leader authorized it)."""
     partitions = [(t.name, p) for t in topics for p in t.partitions]
-    if not verify_only and (refused := _refused_partitions(ctx, transactional_id, partitions)):
+    if not verify_only and not from_broker and (
+            refused := _refused_partitions(ctx, transactional_id, partitions)):
         return refused
     unknown = {tp for tp in partitions if ctx.services.store.partition(*tp) is None}
     if unknown:
@@ -92,11 +96,11 @@ async def _add_partitions(ctx: RequestContext, transactional_id: str, producer_i
         return coordinator.verify_partitions(transactional_id, producer_id, producer_epoch,
                                              partitions)
     error = await coordinator.add_partitions(transactional_id, producer_id, producer_epoch,
-                                             partitions)
+                                             partitions, TV2 if from_broker else 0)
     return dict.fromkeys(partitions, error)
 
 
-@handles(24, 0, 4)
+@handles(24, 0, 5)
 async def handle_add_partitions_to_txn(ctx: RequestContext, request: Any) -> Any:
     if ctx.version < 4:  # a client's request: one transaction
         topics = request.v3_and_below_topics
@@ -109,7 +113,8 @@ async def handle_add_partitions_to_txn(ctx: RequestContext, request: Any) -> Any
             "throttle_time": NO_TIMEOUT,
             "results_by_topic_v3_and_below": _partition_results(partitions, errors),
         })
-    # v4: the batched form brokers send to verify (KIP-890), one result per transaction.
+    # v4+: the batched form brokers send to verify (KIP-890) or, for transaction.version 2
+    # producers, to add (verify_only false), one result per transaction.
     if not ctx.authorize_cluster(Operation.CLUSTER_ACTION):
         return build_response(request, {
             "throttle_time": NO_TIMEOUT, "error_code": ErrorCode.cluster_authorization_failed,
@@ -118,7 +123,8 @@ async def handle_add_partitions_to_txn(ctx: RequestContext, request: Any) -> Any
     for txn in request.transactions:
         partitions = [(t.name, p) for t in txn.topics for p in t.partitions]
         errors = await _add_partitions(ctx, txn.transactional_id, txn.producer_id,
-                                       txn.producer_epoch, txn.topics, txn.verify_only)
+                                       txn.producer_epoch, txn.topics, txn.verify_only,
+                                       from_broker=True)
         results.append({"transactional_id": txn.transactional_id,
                         "topic_results": _partition_results(partitions, errors)})
     return build_response(request, {"throttle_time": NO_TIMEOUT, "error_code": ErrorCode.none,
@@ -142,21 +148,21 @@ async def handle_add_offsets_to_txn(ctx: RequestContext, request: Any) -> Any:
                                     "error_code": as_version_knows(ctx, error, 2)})
 
 
-@handles(26, 0, 4)
+@handles(26, 0, 5)
 async def handle_end_txn(ctx: RequestContext, request: Any) -> Any:
-    if not ctx.authorize(Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
-                         request.transactional_id):
-        return build_response(request, {
-            "throttle_time": NO_TIMEOUT,
-            "error_code": ErrorCode.transactional_id_authorization_failed})
-    error = await _coordinator(ctx).end_transaction(
-        request.transactional_id, request.producer_id, request.producer_epoch,
-        request.committed)
-    return build_response(request, {"throttle_time": NO_TIMEOUT,
-                                    "error_code": as_version_knows(ctx, error, 2)})
+    decision = EndDecision(ErrorCode.transactional_id_authorization_failed)
+    if ctx.authorize(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id):
+        decision = await _coordinator(ctx).end_transaction(
+            request.transactional_id, request.producer_id, request.producer_epoch,
+            request.committed, bump=ctx.version >= 5)
+    values: dict[str, Any] = {"throttle_time": NO_TIMEOUT,
+                              "error_code": as_version_knows(ctx, decision.error, 2)}
+    if ctx.version >= 5:  # the producer's id and epoch from now on
+        values.update(producer_id=decision.producer_id, producer_epoch=decision.producer_epoch)
+    return build_response(request, values)
 
 
-@handles(28, 0, 4)
+@handles(28, 0, 5)
 async def handle_txn_offset_commit(ctx: RequestContext, request: Any) -> Any:
     services = ctx.services
     now = int(datetime.now(UTC).timestamp() * 1000)
@@ -228,17 +234,20 @@ async def _verify_offsets_partition(ctx: RequestContext, request: Any) -> ErrorC
     """KIP-890 for offsets: the group's partition of ``__consumer_offsets`` must be in the
     producer's open transaction (AddOffsetsToTxn), or a late TxnOffsetCommit would open a
     transaction there that no marker ends, and OffsetFetch with require_stable would
-    answer UNSTABLE_OFFSET_COMMIT forever."""
+    answer UNSTABLE_OFFSET_COMMIT forever. From v5 (transaction.version 2) the coordinator
+    is asked to add it instead, which the producer no longer does."""
     services = ctx.services
     transactional_id = getattr(request, "transactional_id", None)
-    if not transactional_id or not services.config["transaction.partition.verification.enable"]:
+    if not transactional_id or (ctx.version < 5 and not services.config[
+            "transaction.partition.verification.enable"]):
         return ErrorCode.none
     index = services.groups.partition_of(request.group_id)
     if not needs_verification(services.replicas.get(ot.TOPIC, index), request.producer_id,
                               request.producer_epoch):
         return ErrorCode.none
     answers = await services.verifier.verify(transactional_id, request.producer_id,
-                                             request.producer_epoch, [(ot.TOPIC, index)])
+                                             request.producer_epoch, [(ot.TOPIC, index)],
+                                             add=ctx.version >= 5)
     return as_offset_commit_error(answers[(ot.TOPIC, index)])
 
 

@@ -1,4 +1,4 @@
-"""A hand-written Produce codec: ProduceRequest v3-v11 in, ProduceResponse v3-v11 out.
+"""A hand-written Produce codec: ProduceRequest v3-v12 in, ProduceResponse v3-v12 out.
 
 Produce is the request a producer sends most often: with ``linger.ms`` of a millisecond or
 so, a thousand a second, each with a small batch for each of many partitions. kio's generic
@@ -6,7 +6,8 @@ reader and writer build a frozen dataclass per topic and partition and copy each
 of the frame; here each partition's records stay a view into the request frame, and the
 response is written directly from the handler's results, in one pass. Field order and
 encodings follow ProduceRequest.json and ProduceResponse.json: flexible (compact, tagged)
-encoding from v9. The codec tests check both directions byte for byte against kio.
+encoding from v9; v12 is v11 on the wire (it tells the leader the producer runs
+transaction.version 2). The codec tests check both directions byte for byte against kio.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from broker.protocol.primitives import I16, I32, Buffer, Reader, write_uvarint
 
 API_KEY = 0
 FLEXIBLE_FROM = 9
-VERSIONS = range(3, 12)
+VERSIONS = range(3, 13)
 
 
 @dataclass(slots=True)

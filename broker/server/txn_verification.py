@@ -10,6 +10,10 @@ read_committed reader of the partition at its last stable offset forever ("hangi
 transactions"). Later batches of the same transaction need no check: the partition's
 producer state shows it open.
 
+A producer of transaction.version 2 (KIP-890 part 2: Produce v12, TxnOffsetCommit v5) no
+longer adds its partitions itself: the same question, with verify_only false, asks the
+coordinator to add the partition, starting the transaction if none is open.
+
 Checks of one producer's partition share one question in flight. The order of a connection's
 pipelined writes around a question is kept above, in ``broker.handlers.append_order``.
 """
@@ -18,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 
 from kio.schema.add_partitions_to_txn.v4.request import (
     AddPartitionsToTxnRequest,
@@ -44,6 +48,7 @@ _RETRIABLE = (ErrorCode.concurrent_transactions, ErrorCode.network_exception,
               ErrorCode.coordinator_load_in_progress, ErrorCode.coordinator_not_available,
               ErrorCode.not_coordinator)
 LocalCheck = Callable[[str, int, int, list[TopicPartition]], dict[TopicPartition, ErrorCode]]
+LocalAdd = Callable[[str, int, int, list[TopicPartition]], Awaitable[ErrorCode]]
 
 
 def needs_verification(partition: Partition | None, producer_id: int,
@@ -84,23 +89,27 @@ def as_offset_commit_error(error: ErrorCode) -> ErrorCode:
 
 class TransactionVerifier:
     def __init__(self, store: ClusterMetadata, node_id: int, partitions: int,
-                 peers: PeerChannels, local: LocalCheck) -> None:
-        """``partitions``: of ``__transaction_state``; ``local``: the coordinator's own
-        check, used when this broker coordinates the transactional id."""
+                 peers: PeerChannels, local: LocalCheck, local_add: LocalAdd) -> None:
+        """``partitions``: of ``__transaction_state``; ``local`` and ``local_add``: the
+        coordinator's own check and add, used when this broker coordinates the id."""
         self.store = store
         self.node_id = node_id
         self.partitions = partitions
         self.peers = peers
         self.local = local
-        self._inflight: dict[tuple[TopicPartition, int, int], asyncio.Future[ErrorCode]] = {}
+        self.local_add = local_add
+        self._inflight: dict[tuple[TopicPartition, int, int, bool],
+                             asyncio.Future[ErrorCode]] = {}
 
     async def verify(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                     partitions: Iterable[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
+                     partitions: Iterable[TopicPartition], add: bool = False
+                     ) -> dict[TopicPartition, ErrorCode]:
+        """Each partition's answer; ``add``: have the coordinator add them (TV2)."""
         waiting: dict[TopicPartition, asyncio.Future[ErrorCode]] = {}
         ask: list[TopicPartition] = []
         loop = asyncio.get_running_loop()
         for tp in partitions:
-            key = (tp, producer_id, producer_epoch)
+            key = (tp, producer_id, producer_epoch, add)
             fut = self._inflight.get(key)
             if fut is None:
                 fut = self._inflight[key] = loop.create_future()
@@ -109,27 +118,32 @@ class TransactionVerifier:
         if ask:
             answers: dict[TopicPartition, ErrorCode] = {}
             try:
-                answers = await self._ask(transactional_id, producer_id, producer_epoch, ask)
+                answers = await self._ask(transactional_id, producer_id, producer_epoch, ask,
+                                          add)
             finally:  # cancelled too: whoever shares the question gets a retriable answer
                 for tp in ask:
-                    fut = self._inflight.pop((tp, producer_id, producer_epoch))
+                    fut = self._inflight.pop((tp, producer_id, producer_epoch, add))
                     if not fut.done():
                         fut.set_result(answers.get(tp, ErrorCode.network_exception))
         return {tp: await fut for tp, fut in waiting.items()}
 
     async def _ask(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                   partitions: list[TopicPartition]) -> dict[TopicPartition, ErrorCode]:
+                   partitions: list[TopicPartition], add: bool
+                   ) -> dict[TopicPartition, ErrorCode]:
         state = self.store.partition(tl.TOPIC, partition_for(transactional_id, self.partitions))
         if state is None or state.leader < 0:
             return dict.fromkeys(partitions, ErrorCode.coordinator_not_available)
         if state.leader == self.node_id:
+            if add:
+                return dict.fromkeys(partitions, await self.local_add(
+                    transactional_id, producer_id, producer_epoch, partitions))
             return self.local(transactional_id, producer_id, producer_epoch, partitions)
         by_topic: dict[str, list[int]] = {}
         for topic, index in partitions:
             by_topic.setdefault(topic, []).append(index)
         request = AddPartitionsToTxnRequest(transactions=(AddPartitionsToTxnTransaction(
             transactional_id=transactional_id, producer_id=producer_id,
-            producer_epoch=producer_epoch, verify_only=True,
+            producer_epoch=producer_epoch, verify_only=not add,
             topics=tuple(AddPartitionsToTxnTopic(name=t, partitions=tuple(ix))
                          for t, ix in by_topic.items()),
         ),))
