@@ -238,6 +238,9 @@ class Run:
                               logger=self.logger)
         report = self.history.check()
         self.log(f"drained in {attempts} attempt(s)\n{report.summary()}")
+        if not report.ok():
+            self.history.dump(cluster.root / "history.json")
+            self.log(f"the history, for judging again: {cluster.root / 'history.json'}")
         if self.workload.notes:
             self.log(f"client notes ({len(self.workload.notes)}), the last:\n  "
                      + "\n  ".join(self.workload.notes[-10:]))

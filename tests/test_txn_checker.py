@@ -3,7 +3,9 @@ while reading, unknown outcomes either way), and each rule fails a history that 
 
 from __future__ import annotations
 
+import json
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -228,7 +230,7 @@ def test_values_must_be_unique() -> None:
         value_of("a/b", 0, 1)
 
 
-def test_the_recorder_builds_the_history_from_threads_and_callbacks() -> None:
+def test_the_recorder_builds_the_history_from_threads_and_callbacks(tmp_path: Path) -> None:
     history = TxnHistory()
 
     def producer(n: int) -> None:
@@ -262,3 +264,7 @@ def test_the_recorder_builds_the_history_from_threads_and_callbacks() -> None:
     history.set_final(0, Drained([], end=300, reached=0))
     report = history.check()  # partition 0 not read to its end, 1 not at all: all unread
     assert len(report.unread) == 150 and not report.lost and not report.torn
+    history.dump(tmp_path / "history.json")
+    dumped = json.loads((tmp_path / "history.json").read_text())
+    assert len(dumped["transactions"]) == 151 and dumped["final"]["0"]["end"] == 300
+    assert dumped["polls"][0]["records"] == [[207, value_of("p2.7", 0, 2)]]

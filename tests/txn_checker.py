@@ -43,12 +43,14 @@ The anomalies:
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import defaultdict, deque
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from itertools import pairwise
+from pathlib import Path
 from typing import Any
 
 Record = tuple[int, str]  # (offset, value)
@@ -396,3 +398,16 @@ class TxnHistory:
 
     def check(self) -> TxnReport:
         return check_transactions(self.transactions(), self.final(), self.polls())
+
+    def dump(self, path: Path) -> None:
+        """The whole history as JSON, the evidence a failed check is judged again from."""
+        path.write_text(json.dumps({
+            "transactions": [{"name": t.name, "process": t.process, "outcome": t.outcome.value,
+                              "notes": t.notes, "writes": [[w.partition, w.value, w.offset]
+                                                           for w in t.writes]}
+                             for t in self.transactions()],
+            "polls": [{"session": str(p.session), "partition": p.partition, "start": p.start,
+                       "records": p.records} for p in self.polls()],
+            "final": {str(p): {"end": d.end, "reached": d.reached, "records": d.records}
+                      for p, d in sorted(self.final().items())},
+        }))
