@@ -43,6 +43,7 @@ DELETE_RECORDS_COMMAND = "org.apache.kafka.tools.DeleteRecordsCommand"
 CONSUMER_GROUP_COMMAND = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
 GROUPS_COMMAND = "org.apache.kafka.tools.GroupsCommand"
 TRANSACTIONS_COMMAND = "org.apache.kafka.tools.TransactionsCommand"
+FEATURE_COMMAND = "org.apache.kafka.tools.FeatureCommand"  # kafka-features.sh
 VERIFIABLE_PRODUCER = "org.apache.kafka.tools.VerifiableProducer"
 VERIFIABLE_CONSUMER = "org.apache.kafka.tools.VerifiableConsumer"
 
