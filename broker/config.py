@@ -9,118 +9,28 @@ that supplies its default (``log.segment.bytes``).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from broker.config_key import (
+    INT_MAX,
+    LONG_MAX,
+    ConfigError,
+    ConfigKey,
+    at_least,
+    between,
+    keys_by_name,
+    one_of,
+    throttled_replicas,
+)
+from broker.properties_file import parse_properties
+from broker.properties_file import render_properties as render_properties  # re-exported
+
 log = logging.getLogger(__name__)
 
-INT_MAX = 2**31 - 1
-LONG_MAX = 2**63 - 1
-
-
-class ConfigError(ValueError):
-    """A configuration value was refused; the message names the key."""
-
-
-def _parse_int(key: str, raw: str) -> int:
-    try:
-        return int(raw.strip())
-    except ValueError:
-        raise ConfigError(f"{key}: expected an integer, got {raw!r}") from None
-
-
-def _parse_double(key: str, raw: str) -> float:
-    try:
-        return float(raw.strip())
-    except ValueError:
-        raise ConfigError(f"{key}: expected a number, got {raw!r}") from None
-
-
-def _parse_bool(key: str, raw: str) -> bool:
-    value = raw.strip().lower()
-    if value in ("true", "false"):
-        return value == "true"
-    raise ConfigError(f"{key}: expected true or false, got {raw!r}")
-
-
-def _parse_list(_key: str, raw: str) -> list[str]:
-    return [item.strip() for item in raw.split(",") if item.strip()]
-
-
-def _parse_str(_key: str, raw: str) -> str:
-    return raw.strip()
-
-
-_PARSERS: dict[str, Callable[[str, str], Any]] = {
-    "int": _parse_int,
-    "long": _parse_int,
-    "double": _parse_double,
-    "bool": _parse_bool,
-    "list": _parse_list,
-    "string": _parse_str,
-    "password": _parse_str,  # a string never shown (DescribeConfigs: null, is_sensitive)
-}
-
-
-def at_least(minimum: int) -> Callable[[str, Any], None]:
-    def check(key: str, value: Any) -> None:
-        if value is not None and value < minimum:
-            raise ConfigError(f"{key}: {value} is below the minimum {minimum}")
-
-    return check
-
-
-def between(minimum: int, maximum: int) -> Callable[[str, Any], None]:
-    def check(key: str, value: Any) -> None:
-        if value is not None and not minimum <= value <= maximum:
-            raise ConfigError(f"{key}: {value} is outside [{minimum}, {maximum}]")
-
-    return check
-
-
-def one_of(*allowed: str) -> Callable[[str, Any], None]:
-    def check(key: str, value: Any) -> None:
-        values = value if isinstance(value, list) else [value]
-        for v in values:
-            if v is not None and v not in allowed:
-                raise ConfigError(f"{key}: {v!r} is not one of {', '.join(allowed)}")
-
-    return check
-
-
-@dataclass(frozen=True, slots=True)
-class ConfigKey:
-    name: str
-    type: str
-    default: Any
-    doc: str
-    validator: Callable[[str, Any], None] | None = None
-
-    def parse(self, raw: str | None) -> Any:
-        if raw is None:
-            return None
-        value = _PARSERS[self.type](self.name, raw)
-        if self.validator:
-            self.validator(self.name, value)
-        return value
-
-    def render(self, value: Any) -> str | None:
-        if value is None:
-            return None
-        if isinstance(value, bool):
-            return str(value).lower()
-        if isinstance(value, list):
-            return ",".join(value)
-        return str(value)
-
-
-def _keys(*keys: ConfigKey) -> dict[str, ConfigKey]:
-    return {k.name: k for k in keys}
-
-
-BROKER_KEYS = _keys(
+BROKER_KEYS = keys_by_name(
     ConfigKey("node.id", "int", 0, "The id of this broker in the cluster.", at_least(0)),
     ConfigKey("listeners", "list", ["PLAINTEXT://:9092"],
               "Listener URIs to bind, e.g. PLAINTEXT://127.0.0.1:9092."),
@@ -384,6 +294,15 @@ BROKER_KEYS = _keys(
               at_least(1)),
     ConfigKey("transaction.remove.expired.transaction.cleanup.interval.ms", "int", 3600000,
               "How often expired transactional ids are removed.", at_least(1)),
+    ConfigKey("producer.id.expiration.ms", "int", 86400000,
+              "How long a partition's replicas keep a producer id that wrote nothing there; "
+              "never while one of its transactions is open there. A producer id may go "
+              "sooner once retention has deleted its last write (and the broker restarts). "
+              "At or above the producers' delivery.timeout.ms, a retry is never taken for a "
+              "new producer's batch (and duplicated).", at_least(1)),
+    ConfigKey("producer.id.expiration.check.interval.ms", "int", 600000,
+              "How often producer ids past producer.id.expiration.ms are removed.",
+              at_least(1)),
     ConfigKey("offsets.retention.minutes", "int", 10080,
               "How long offsets of an empty group are kept.", at_least(1)),
     ConfigKey("offsets.retention.check.interval.ms", "long", 600000,
@@ -438,19 +357,6 @@ def _topic(name: str, broker_key: str, doc: str = "") -> None:
     )
 
 
-def throttled_replicas(key: str, value: Any) -> None:
-    """Kafka's ThrottledReplicaListValidator: ``*`` or ``partition:broker`` pairs."""
-    if value == ["*"]:
-        return
-    for item in value:
-        partition, colon, broker = item.partition(":")
-        if not (colon and partition.strip().isdigit() and broker.strip().isdigit()):
-            raise ConfigError(
-                f"{key} must be the literal '*' or a list of replicas in the following "
-                f"format: [partitionId]:[brokerId],[partitionId]:[brokerId],..."
-            )
-
-
 _topic("segment.bytes", "log.segment.bytes")
 _topic("segment.ms", "log.roll.ms")
 _topic("retention.ms", "log.retention.ms")
@@ -480,42 +386,15 @@ for _side in ("leader", "follower"):
 
 # Broker keys that change at run time through AlterConfigs, per broker or as the cluster-wide
 # default (Kafka's DynamicBrokerConfig.AllDynamicConfigs, as far as kafkube has them): every
-# key standing behind a topic key, their synonyms, the cleaner's pace and the throttles.
+# key standing behind a topic key, their synonyms, the cleaner's pace, the throttles and
+# producer id expiry.
 DYNAMIC_BROKER_KEYS = frozenset(
     {broker_key for _, broker_key in TOPIC_KEYS.values() if broker_key is not None}
     | {"log.roll.hours", "log.retention.minutes", "log.retention.hours",
        "log.cleaner.backoff.ms", "leader.replication.throttled.rate",
        "follower.replication.throttled.rate", "replica.alter.log.dirs.io.max.bytes.per.second",
-       "cordoned.log.dirs"}
+       "cordoned.log.dirs", "producer.id.expiration.ms"}
 )
-
-
-def parse_properties(text: str) -> dict[str, str]:
-    """Parse java.util.Properties text: key=value or key: value, # and ! comments."""
-    props: dict[str, str] = {}
-    lines = iter(text.splitlines())
-    for raw_line in lines:
-        line = raw_line.strip()
-        if not line or line[0] in "#!":
-            continue
-        while line.endswith("\\"):
-            line = line[:-1] + next(lines, "").strip()
-        sep = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
-        if sep < 0:
-            key, value = line, ""
-        else:
-            key, value = line[:sep].strip(), line[sep + 1 :].strip()
-        props[key] = value
-    return props
-
-
-def render_properties(props: Mapping[str, str]) -> str:
-    """java.util.Properties text that parse_properties reads back as ``props``, keys sorted.
-    Values must be single lines: a line break has no meaning in a Kafka config."""
-    for key, value in props.items():
-        if "\n" in value or "\r" in value or value.endswith("\\"):
-            raise ConfigError(f"{key}: a value must be a single line (and not end in \\)")
-    return "".join(f"{key}={props[key]}\n" for key in sorted(props))
 
 
 @dataclass

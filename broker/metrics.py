@@ -90,6 +90,7 @@ class ReplicationSample:
     isr_shrinks: int
     isr_expands: int
     leader_elections: int
+    producer_ids: int = 0  # known in all logs here, followers' included
 
 
 class _ReplicationCollector(Collector):
@@ -110,6 +111,9 @@ class _ReplicationCollector(Collector):
              "Partitions without a live leader (active controller only)", s.offline),
             ("kafka_controller_kafkacontroller_activecontrollercount",
              "1 on the active controller", int(s.active_controller)),
+            ("kafka_server_replicamanager_produceridcount",
+             "Producer ids remembered in this broker's logs (producer.id.expiration.ms "
+             "bounds them)", s.producer_ids),
         ):
             yield GaugeMetricFamily(name, doc, value=value)
         for name, doc, value in (

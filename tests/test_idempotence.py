@@ -41,10 +41,12 @@ TOPIC = "idem"
 
 
 def batch(pid: int, epoch: int, seq: int, count: int = 1, tag: str = "m") -> bytes:
-    """``count`` records "tag-seq", "tag-seq+1" ... of producer ``pid``/``epoch``."""
+    """``count`` records "tag-seq", "tag-seq+1" ... of producer ``pid``/``epoch``, stamped
+    now: a producer whose last batch is older than producer.id.expiration.ms is forgotten
+    when the broker restarts, as in Kafka."""
     values = [f"{tag}-{seq + i}".encode() for i in range(count)]
     return build_batch([(None, v, (), i) for i, v in enumerate(values)],
-                       1_700_000_000_000, pid, epoch, seq)
+                       int(time.time() * 1000), pid, epoch, seq)
 
 
 def all_values(client: WireClient, topic: str = TOPIC) -> list[tuple[int, bytes | None]]:

@@ -64,7 +64,10 @@ def marker(log: Log, pid: int, commit: bool, epoch: int = 0, coordinator_epoch: 
 
 
 def config(**changes) -> LogConfig:
-    base = {"segment_bytes": 1024, "index_interval_bytes": 128, "file_delete_delay_ms": 0}
+    # The batches are stamped TS, long past: with producer.id.expiration.ms's day, every
+    # producer would be forgotten when a log reloads (tests/test_producer_expiry.py).
+    base = {"segment_bytes": 1024, "index_interval_bytes": 128, "file_delete_delay_ms": 0,
+            "producer_id_expiration_ms": 2**63 - 1}
     return LogConfig(**{**base, **changes})
 
 

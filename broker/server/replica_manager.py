@@ -27,6 +27,15 @@ from broker.config import BrokerConfig
 from broker.controller.elections import Handover
 from broker.controller.placement import assign_replicas
 from broker.security.client import ClientSecurity
+from broker.server.log_maintenance import (
+    CLEAN_SHUTDOWN_FILE,
+    CLEANER_CHECKPOINT,
+    LOG_START_CHECKPOINT,
+    RECOVERY_CHECKPOINT,
+    REPLICATION_CHECKPOINT,
+    LogMaintenance,
+    periodic,
+)
 from broker.server.metadata import ClusterMetadata, ConcurrentUpdate
 from broker.server.partition import Partition, now_ms
 from broker.server.replica_dirs import (
@@ -40,27 +49,20 @@ from broker.server.replica_dirs import (
     same_topic,
     schedule_removal,
     topic_id_of,
-    write_offset_checkpoint,
     write_partition_metadata,
 )
 from broker.server.replica_fetcher import FetcherConfig, ReplicaFetcher
 from broker.server.throttle import Throttle, lists_replica
-from broker.storage.cleaner import CleanResult, CleanTarget, LogCleaner
+from broker.storage.cleaner import LogCleaner
 from broker.storage.log import Log, LogConfig
-from broker.storage.segment import LogSegment
 
 log = logging.getLogger(__name__)
 
-CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
-RECOVERY_CHECKPOINT = "recovery-point-offset-checkpoint"
-CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
-REPLICATION_CHECKPOINT = "replication-offset-checkpoint"
-LOG_START_CHECKPOINT = "log-start-offset-checkpoint"
 OPEN_PER_SLICE = 100
 HANDOVER_POLL_S = 0.05
 
 
-class ReplicaManager:
+class ReplicaManager(LogMaintenance):
     def __init__(self, config: BrokerConfig, metadata: ClusterMetadata,
                  peer_security: ClientSecurity | None = None,
                  peer_listener: str | None = None) -> None:
@@ -154,13 +156,9 @@ class ReplicaManager:
             log.warning("recovered after an unclean shutdown of %s", ", ".join(unclean))
 
     def start_background_tasks(self) -> None:
-        self._tasks = [
-            asyncio.create_task(self._retention_loop()),
-            asyncio.create_task(self._checkpoint_loop()),
-            asyncio.create_task(self._isr_loop()),
-        ]
-        if self.config["log.cleaner.enable"]:
-            self._tasks.append(asyncio.create_task(self._cleaner_loop()))
+        self._tasks = [*self.maintenance_tasks(),
+                       periodic(self.config["replica.lag.time.max.ms"] / 2, self.check_isr,
+                                "ISR check")]
 
     async def shutdown(self) -> None:
         self.cleaner.stop()
@@ -184,22 +182,6 @@ class ReplicaManager:
             await fetcher.stop()
         self.fetchers.clear()
 
-    def write_checkpoints(self) -> None:
-        recovery: dict[Path, dict[TopicPartition, int]] = {d: {} for d in self.log_dirs}
-        hws: dict[Path, dict[TopicPartition, int]] = {d: {} for d in self.log_dirs}
-        starts: dict[Path, dict[TopicPartition, int]] = {d: {} for d in self.log_dirs}
-        for tp, partition in self.partitions.items():
-            partition_log = partition.log
-            recovery[partition_log.dir.parent][tp] = partition_log.recovery_point
-            hws[partition_log.dir.parent][tp] = partition.high_watermark
-            if partition_log.log_start_offset > partition_log.segments[0].base_offset:
-                # Only a start inside the first segment needs remembering, as in Kafka.
-                starts[partition_log.dir.parent][tp] = partition_log.log_start_offset
-        for log_dir in self.log_dirs:
-            write_offset_checkpoint(log_dir / RECOVERY_CHECKPOINT, recovery[log_dir])
-            write_offset_checkpoint(log_dir / REPLICATION_CHECKPOINT, hws[log_dir])
-            write_offset_checkpoint(log_dir / LOG_START_CHECKPOINT, starts[log_dir])
-
     # -- topics --------------------------------------------------------------------------
 
     def log_config(self, topic: TopicMetadata) -> LogConfig:
@@ -208,7 +190,8 @@ class ReplicaManager:
         generation = self.config.generation
         if cached is not None and cached[1] == generation and cached[0] == topic.configs:
             return cached[2]
-        config = LogConfig.from_topic_config(self.config.topic_values(topic.configs))
+        config = LogConfig.from_topic_config(self.config.topic_values(topic.configs),
+                                             self.config["producer.id.expiration.ms"])
         self._log_configs[topic.topic_id] = (topic.configs, generation, config)
         return config
 
@@ -624,15 +607,6 @@ class ReplicaManager:
                 if stale:
                     await self._change_isr(partition, remove=stale)
 
-    async def _isr_loop(self) -> None:
-        interval = self.config["replica.lag.time.max.ms"] / 2000
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                await self.check_isr()
-            except Exception:
-                log.exception("ISR check failed")
-
     # -- fetch waiting -------------------------------------------------------------------
 
     async def wait_for_data(self, partitions: Iterable[Partition], timeout: float) -> None:
@@ -652,107 +626,13 @@ class ReplicaManager:
             for partition in watched:
                 partition.remove_waiter(fut)
 
-    # -- retention -----------------------------------------------------------------------
+    # -- DeleteRecords -------------------------------------------------------------------
 
     async def wait_low_watermark(self, partition: Partition, offset: int,
                                  timeout: float) -> tuple[int, ErrorCode]:
         """DeleteRecords completes when every replica on a live broker dropped the records."""
         return await partition.wait_low_watermark(
             offset, lambda: self.metadata.brokers.keys(), timeout)
-
-    def enforce_retention(self, now_ms: int | None = None) -> int:
-        deleted = 0
-        for partition in list(self.partitions.values()):
-            deleted += partition.log.delete_old_segments(now_ms, partition.high_watermark)
-        return deleted
-
-    async def _retention_loop(self) -> None:
-        interval = self.config["log.retention.check.interval.ms"] / 1000
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                deleted = self.enforce_retention()
-                if deleted:
-                    log.info("retention deleted %d segments", deleted)
-            except Exception:
-                log.exception("retention check failed")
-
-    # -- compaction ----------------------------------------------------------------------
-
-    async def clean_logs(self, now_ms: int | None = None) -> CleanResult | None:
-        """Compact the filthiest compacted log, if one needs it, and save the checkpoints."""
-        targets = [
-            CleanTarget(tp, p.log, p.high_watermark) for tp, p in self.partitions.items()
-        ]
-        result = await self.cleaner.clean_filthiest(targets, now_ms)
-        if result is not None and not result.aborted:
-            self.write_cleaner_checkpoints()
-        return result
-
-    def write_cleaner_checkpoints(self) -> None:
-        """cleaner-offset-checkpoint of each log dir: how far each log in it is compacted."""
-        by_dir: dict[Path, dict[TopicPartition, int]] = {d: {} for d in self.log_dirs}
-        for tp, partition in self.partitions.items():
-            offset = self.cleaner.checkpoints.get(tp)
-            if offset is not None:
-                by_dir[partition.log.dir.parent][tp] = offset
-        for log_dir, offsets in by_dir.items():
-            write_offset_checkpoint(log_dir / CLEANER_CHECKPOINT, offsets)
-
-    async def _cleaner_loop(self) -> None:
-        """Clean logs back to back while any needs it, else sleep log.cleaner.backoff.ms."""
-        backoff = self.config["log.cleaner.backoff.ms"] / 1000
-        while True:
-            try:
-                result = await self.clean_logs()
-            except Exception:
-                log.exception("log cleaner failed")
-                result = None
-            if result is None or result.aborted:
-                await asyncio.sleep(backoff)
-
-    async def _checkpoint_loop(self) -> None:
-        """High watermarks (and recovery points) every
-        replica.high.watermark.checkpoint.interval.ms: a restarted replica starts from them."""
-        interval = self.config["replica.high.watermark.checkpoint.interval.ms"] / 1000
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                await self.sync_sealed_segments()
-                self.write_checkpoints()
-            except OSError:
-                log.exception("writing checkpoints failed")
-
-    async def sync_sealed_segments(self) -> None:
-        """fsync the segments rolled since the last pass on a worker thread, then move
-        each log's recovery point past them: a restart after a power cut recovers whatever
-        the disk may not hold, and the event loop never waits for the disk."""
-        work = []
-        for partition in list(self.partitions.values()):
-            segments, target = partition.log.unsynced_sealed()
-            if segments:
-                work.append((partition.log, segments, target))
-        if not work:
-            return
-        synced = await asyncio.to_thread(_sync_all, [segments for _, segments, _ in work])
-        for (partition_log, _, target), ok in zip(work, synced, strict=True):
-            if ok:
-                partition_log.advance_recovery_point(target)
-
-
-def _sync_all(batches: list[list[LogSegment]]) -> list[bool]:
-    """Each batch's segments fsynced (on a worker thread); False where one was closed or
-    deleted meanwhile."""
-    synced = []
-    for segments in batches:
-        try:
-            for segment in segments:
-                segment.sync_files()
-        except OSError:
-            synced.append(False)
-        else:
-            synced.append(True)
-    return synced
 
 
 def _resolve(fut: asyncio.Future[None]) -> None:

@@ -19,7 +19,7 @@ import os
 import time
 from bisect import bisect_right
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -35,6 +35,7 @@ from broker.protocol.records import (
 )
 from broker.storage.cleaner import finish_interrupted_swaps
 from broker.storage.leader_epoch import LeaderEpochCache
+from broker.storage.log_config import LogConfig
 from broker.storage.producer_state import CompletedTxn, ProducerStateManager
 from broker.storage.segment import (
     LOG_SUFFIX,
@@ -51,70 +52,6 @@ from broker.storage.txn_index import (
 )
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class LogConfig:
-    """The topic-level settings the log obeys (Kafka's topic config names)."""
-
-    segment_bytes: int = 1073741824
-    segment_ms: int = 7 * 24 * 3_600_000
-    retention_ms: int = 7 * 24 * 3_600_000
-    retention_bytes: int = -1
-    index_interval_bytes: int = 4096
-    segment_index_bytes: int = 10485760
-    file_delete_delay_ms: int = 60000
-    max_message_bytes: int = 1048588
-    message_timestamp_type: str = "CreateTime"
-    message_timestamp_before_max_ms: int = 2**63 - 1
-    message_timestamp_after_max_ms: int = 3_600_000
-    flush_messages: int = 2**63 - 1
-    flush_ms: int = 2**63 - 1
-    cleanup_policy: tuple[str, ...] = ("delete",)
-    delete_retention_ms: int = 86400000
-    min_compaction_lag_ms: int = 0
-    min_cleanable_dirty_ratio: float = 0.5
-    min_insync_replicas: int = 1  # not the log's own, but read with it on every produce
-    # Replicas of this partition's topic under a replication throttle ("*" or
-    # "partition:broker"); like Kafka's LogConfig, the topic's configs travel together.
-    leader_throttled_replicas: tuple[str, ...] = ()
-    follower_throttled_replicas: tuple[str, ...] = ()
-
-    @classmethod
-    def from_topic_config(cls, values: dict[str, Any]) -> LogConfig:
-        return cls(
-            segment_bytes=values["segment.bytes"],
-            segment_ms=values["segment.ms"],
-            retention_ms=values["retention.ms"],
-            retention_bytes=values["retention.bytes"],
-            index_interval_bytes=values["index.interval.bytes"],
-            segment_index_bytes=values["segment.index.bytes"],
-            file_delete_delay_ms=values["file.delete.delay.ms"],
-            max_message_bytes=values["max.message.bytes"],
-            message_timestamp_type=values["message.timestamp.type"],
-            message_timestamp_before_max_ms=values["message.timestamp.before.max.ms"],
-            message_timestamp_after_max_ms=values["message.timestamp.after.max.ms"],
-            flush_messages=values["flush.messages"],
-            flush_ms=values["flush.ms"],
-            cleanup_policy=tuple(values["cleanup.policy"]),
-            delete_retention_ms=values["delete.retention.ms"],
-            min_compaction_lag_ms=values["min.compaction.lag.ms"],
-            min_insync_replicas=values["min.insync.replicas"],
-            min_cleanable_dirty_ratio=values["min.cleanable.dirty.ratio"],
-            leader_throttled_replicas=_replica_list(values["leader.replication.throttled.replicas"]),
-            follower_throttled_replicas=_replica_list(
-                values["follower.replication.throttled.replicas"]),
-        )
-
-    def changes_from(self, old: LogConfig) -> str:
-        """What differs from ``old``, for the log line a run-time change leaves."""
-        return ", ".join(f"{f.name}={getattr(self, f.name)}" for f in fields(self)
-                         if getattr(self, f.name) != getattr(old, f.name)) or "unchanged"
-
-
-def _replica_list(items: list[str]) -> tuple[str, ...]:
-    """``0 : 1`` and ``0:1`` name the same replica."""
-    return tuple(":".join(part.strip() for part in item.split(":")) for item in items)
 
 
 class AppendResult(NamedTuple):  # a tuple: one is built per append
@@ -220,7 +157,8 @@ class Log:
         """Replay every batch header of the log into a fresh producer state, Kafka's
         snapshot-less reload; the aborted-transaction index of each segment in ``rebuild``
         is rewritten from what the replay finds (markers' LSOs included), and the leader
-        epoch cache is filled from the headers if asked and it is empty."""
+        epoch cache is filled from the headers if asked and it is empty. Producers expired
+        by now stay forgotten, as Kafka drops them when it loads a snapshot."""
         assign_epochs = assign_epochs and not self.epoch_cache.entries
         self.producer_state = ProducerStateManager()
         redo = {id(segment) for segment in rebuild}
@@ -239,6 +177,8 @@ class Log:
                     self.epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
             if entries is not None:
                 segment.txn_index.replace_all(entries)
+        self.producer_state.remove_expired(int(time.time() * 1000),
+                                           self.config.producer_id_expiration_ms)
         self._refresh_txn_segments()
 
     def _refresh_txn_segments(self) -> None:

@@ -9,6 +9,11 @@ unstable offset, which holds back the last stable offset that read_committed con
 
 State is rebuilt from the log's batches when a log loads, so it survives restarts: leader
 appends, follower appends and reloads all go through ``update`` and ``complete``. No I/O.
+
+A producer is forgotten once it has written nothing here for producer.id.expiration.ms and
+has no transaction open here (Kafka's removeExpiredProducers), so the state of a partition
+many short-lived producers wrote to does not grow without bound. Its next batch is then
+that of an unknown producer, any sequence accepted: Kafka's documented trade-off.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from broker.protocol.records import ATTR_TRANSACTIONAL, NO_PRODUCER_ID, NO_SEQUE
 BATCHES_KEPT = 5
 _INT_MAX = 2**31 - 1
 NO_TXN = -1
+NO_TIMESTAMP = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +57,10 @@ class ProducerEntry:
     batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=BATCHES_KEPT))
     current_txn_first_offset: int = NO_TXN
     coordinator_epoch: int = -1
+    # The largest timestamp of its last batch, or its last marker's (Kafka's lastTimestamp):
+    # what expiry measures idleness from. A marker counts (KAFKA-9144), so a producer whose
+    # transaction just ended is not forgotten for writing its data long before.
+    last_timestamp: int = NO_TIMESTAMP
 
     @property
     def last_sequence(self) -> int:
@@ -94,7 +104,7 @@ class ProducerStateManager:
             return None
         entry = self.producers.get(header.producer_id)
         if entry is None:
-            # Unknown producer (new, or its state expired with retention): any sequence goes.
+            # Unknown producer (new, or expired: producer.id.expiration.ms): any sequence goes.
             return None
         if header.producer_epoch < entry.epoch:
             return ErrorCode.invalid_producer_epoch
@@ -143,6 +153,7 @@ class ProducerStateManager:
                 header.max_timestamp,
             )
         )
+        entry.last_timestamp = header.max_timestamp
         if header.attributes & ATTR_TRANSACTIONAL:
             self._last_txn_offset = header.last_offset
             if entry.current_txn_first_offset == NO_TXN:
@@ -164,6 +175,7 @@ class ProducerStateManager:
         else:
             entry.bump_epoch(header.producer_epoch)
         entry.coordinator_epoch = max(entry.coordinator_epoch, coordinator_epoch)
+        entry.last_timestamp = header.max_timestamp
         first = entry.current_txn_first_offset
         if first == NO_TXN:
             return None
@@ -184,11 +196,23 @@ class ProducerStateManager:
     def last_batches(self) -> dict[int, tuple[int, int]]:
         """Producer id -> (last offset of its newest data batch under its current epoch, or
         -1 if a marker came after the epoch began; epoch). The log cleaner keeps those
-        batches (or, for -1, the markers of that epoch) so this state survives a reload."""
+        batches (or, for -1, the markers of that epoch) so this state survives a reload.
+        An expired producer is not here, so its last batch is cleaned like any other."""
         return {
             pid: (entry.batches[-1].last_offset if entry.batches else -1, entry.epoch)
             for pid, entry in self.producers.items()
         }
+
+    def remove_expired(self, now_ms: int, expiration_ms: int) -> int:
+        """Forget every producer idle for ``expiration_ms`` or longer at ``now_ms`` (wall
+        clock, as batch timestamps are) and with no transaction open here; how many went.
+        A producer with an open transaction is kept however long it is idle: forgetting it
+        would forget the transaction, and the last stable offset would pass its records."""
+        expired = [pid for pid, entry in self.producers.items()
+                   if is_expired(entry, now_ms, expiration_ms)]
+        for pid in expired:
+            del self.producers[pid]
+        return len(expired)
 
     def truncate_to(self, offset: int) -> bool:
         """Forget batches at or after ``offset`` (log truncation). True if the caller must
@@ -207,3 +231,10 @@ class ProducerStateManager:
                 return True
             entry.batches = deque(kept, maxlen=BATCHES_KEPT)
         return False
+
+
+def is_expired(entry: ProducerEntry, now_ms: int, expiration_ms: int) -> bool:
+    """Kafka's isProducerExpired: no open transaction, and idle for at least the expiration
+    (the boundary expires)."""
+    return (entry.current_txn_first_offset == NO_TXN
+            and now_ms - entry.last_timestamp >= expiration_ms)
