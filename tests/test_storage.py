@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import random
 import struct
+import time
 from pathlib import Path
 
 import pytest
@@ -230,11 +231,12 @@ def test_time_index_entries_are_the_ones_kafka_writes(tmp_path: Path):
 def test_producer_state_survives_reopen(tmp_path: Path):
     directory = tmp_path / "t-0"
     log = Log(directory, small_config())
-    append(log, batch(3, pid=7, seq=0))
-    append(log, batch(3, pid=7, seq=3))
+    now = int(time.time() * 1000)  # a producer idle past producer.id.expiration.ms would go
+    append(log, batch(3, ts=now, pid=7, seq=0))
+    append(log, batch(3, ts=now, pid=7, seq=3))
     log.close()
     log = Log(directory, small_config(), clean_shutdown=False)
-    dup = split_batches(batch(3, pid=7, seq=3))[0]
+    dup = split_batches(batch(3, ts=now, pid=7, seq=3))[0]
     assert log.producer_state.find_duplicate(dup).first_offset == 3
     gap = split_batches(batch(1, pid=7, seq=9))[0]
     assert log.producer_state.check(gap) is not None
