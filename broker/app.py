@@ -114,7 +114,9 @@ class BrokerApp:
             PeerChannels(self.store, f"txn-verification-{config.node_id}", request_timeout,
                          peer_security, peer_listener),
             self.transactions.verify_partitions,
-            functools.partial(self.transactions.add_partitions, client_version=TV2))
+            functools.partial(self.transactions.add_partitions, client_version=TV2),
+            config["add.partitions.to.txn.retry.backoff.ms"],
+            config["add.partitions.to.txn.retry.backoff.max.ms"])
         self.membership: Membership | None = None
         self.controller = Controller(config, self.store, self._broker_epoch)
         self._metadata_task: asyncio.Task[None] | None = None

@@ -284,6 +284,14 @@ BROKER_KEYS = keys_by_name(
               "Before a transaction's first batch to a partition, its leader asks the "
               "coordinator whether the partition was added (KIP-890): a late or stray "
               "write cannot open a transaction nobody will end."),
+    ConfigKey("add.partitions.to.txn.retry.backoff.ms", "int", 20,
+              "The backoff between a leader's retries of adding partitions to a transaction "
+              "(transaction.version 2) that the coordinator answered CONCURRENT_TRANSACTIONS.",
+              at_least(0)),
+    ConfigKey("add.partitions.to.txn.retry.backoff.max.ms", "int", 100,
+              "How long a leader retries adding partitions to a transaction before the "
+              "producer gets a retriable error; for adds only, not verification.",
+              at_least(0)),
     ConfigKey("transaction.max.timeout.ms", "int", 900000,
               "Largest transaction.timeout.ms a producer may ask for.", at_least(1)),
     ConfigKey("transactional.id.expiration.ms", "int", 604800000,

@@ -516,7 +516,7 @@ class TransactionCoordinator:
         horizon = self.config["transactional.id.expiration.ms"]
         def idle(meta: TxnMetadata) -> bool:
             return meta.state in _COMPLETE and meta.pending is None \
-                and now - meta.record.last_update_ms > horizon
+                and now - meta.record.last_update_ms >= horizon
 
         candidates = [(m, m.record) for m in self.txns.values() if idle(m)]
         expired = 0

@@ -81,7 +81,7 @@ async def handle_describe_producers(ctx: RequestContext, request: Any) -> Any:
             producers = [
                 {"producer_id": entry.producer_id, "producer_epoch": entry.epoch,
                  "last_sequence": entry.last_sequence,
-                 "last_timestamp": entry.batches[-1].timestamp if entry.batches else -1,
+                 "last_timestamp": entry.last_timestamp,
                  "coordinator_epoch": entry.coordinator_epoch,
                  "current_txn_start_offset": entry.current_txn_first_offset}
                 for entry in partition.log.producer_state.producers.values()

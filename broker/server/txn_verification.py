@@ -89,9 +89,13 @@ def as_offset_commit_error(error: ErrorCode) -> ErrorCode:
 
 class TransactionVerifier:
     def __init__(self, store: ClusterMetadata, node_id: int, partitions: int,
-                 peers: PeerChannels, local: LocalCheck, local_add: LocalAdd) -> None:
+                 peers: PeerChannels, local: LocalCheck, local_add: LocalAdd,
+                 retry_backoff_ms: int = 20, retry_max_ms: int = 100) -> None:
         """``partitions``: of ``__transaction_state``; ``local`` and ``local_add``: the
-        coordinator's own check and add, used when this broker coordinates the id."""
+        coordinator's own check and add, used when this broker coordinates the id;
+        ``retry_*``: add.partitions.to.txn.retry.backoff(.max).ms."""
+        self.retry_backoff_ms = retry_backoff_ms
+        self.retry_max_ms = retry_max_ms
         self.store = store
         self.node_id = node_id
         self.partitions = partitions
@@ -120,12 +124,33 @@ class TransactionVerifier:
             try:
                 answers = await self._ask(transactional_id, producer_id, producer_epoch, ask,
                                           add)
+                if add:
+                    answers = await self._retry_adds(transactional_id, producer_id,
+                                                     producer_epoch, answers)
             finally:  # cancelled too: whoever shares the question gets a retriable answer
                 for tp in ask:
                     fut = self._inflight.pop((tp, producer_id, producer_epoch, add))
                     if not fut.done():
                         fut.set_result(answers.get(tp, ErrorCode.network_exception))
         return {tp: await fut for tp, fut in waiting.items()}
+
+    async def _retry_adds(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                          answers: dict[TopicPartition, ErrorCode]
+                          ) -> dict[TopicPartition, ErrorCode]:
+        """Ask again, for up to add.partitions.to.txn.retry.backoff.max.ms, for the
+        partitions the coordinator could not add because another change of the same
+        transaction was being written (CONCURRENT_TRANSACTIONS): the leaders of a
+        transaction's partitions all add theirs at its start, and a producer told to retry
+        would wait its whole retry backoff (Kafka retries these on the broker too)."""
+        backoff = self.retry_backoff_ms / 1000
+        deadline = asyncio.get_running_loop().time() + self.retry_max_ms / 1000
+        while True:
+            again = [tp for tp, e in answers.items() if e == ErrorCode.concurrent_transactions]
+            if not again or asyncio.get_running_loop().time() + backoff > deadline:
+                return answers
+            await asyncio.sleep(backoff)
+            answers = {**answers, **await self._ask(transactional_id, producer_id,
+                                                    producer_epoch, again, True)}
 
     async def _ask(self, transactional_id: str, producer_id: int, producer_epoch: int,
                    partitions: list[TopicPartition], add: bool
