@@ -120,6 +120,35 @@ class Cluster:
                     served[int(match[1])] = served.get(int(match[1]), 0) + value
         return served
 
+    def finalize_feature(self, name: str, level: int) -> None:
+        """Set a cluster feature's finalized level (``kafka-features.sh upgrade/downgrade``
+        through UpdateFeatures), then wait until every running broker advertises it: e.g.
+        ``transaction.version`` 1 for a cluster whose clients speak the protocol before
+        KIP-890 part 2. A refusal fails the test with the broker's message."""
+        from kio.schema.api_versions.v4.request import ApiVersionsRequest
+        from kio.schema.update_features.v1.request import (
+            FeatureUpdateKey,
+            UpdateFeaturesRequest,
+        )
+
+        from tests.wire import WireClient
+
+        running = [i for i in range(self.size) if self.alive(i) and i not in self.paused]
+        with WireClient.connect(self.brokers[running[0]].bootstrap) as c:
+            answer = c.request(UpdateFeaturesRequest(feature_updates=(FeatureUpdateKey(
+                feature=name, max_version_level=level, upgrade_type=3),)))
+            assert answer.error_code == 0, answer.error_message
+
+        def advertised(i: int) -> bool:
+            with WireClient.connect(self.brokers[i].bootstrap) as c:
+                features = c.request(ApiVersionsRequest(
+                    client_software_name="tests", client_software_version="1"))
+            levels = {f.name: f.max_version_level for f in features.finalized_features}
+            return levels.get(name, 0) == level
+
+        for i in running:
+            wait_until(lambda i=i: advertised(i), 30, f"broker {i} advertising {name}={level}")
+
     def alive(self, i: int) -> bool:
         return self.brokers[i].alive()
 

@@ -106,8 +106,13 @@ def _ends(cluster: Cluster, topic: str, partitions: int, isolation: str) -> list
         consumer.close()
 
 
-def test_read_committed_sees_committed_transactions_only(cluster_factory):  # noqa: F811
+@pytest.mark.parametrize("transaction_version", [1, 2])
+def test_read_committed_sees_committed_transactions_only(cluster_factory,  # noqa: F811
+                                                         transaction_version):
+    """librdkafka's producer speaks the protocol before KIP-890 part 2 on either level."""
     cluster = cluster_factory(3, FAST_TIMEOUTS)
+    if transaction_version != 2:
+        cluster.finalize_feature("transaction.version", transaction_version)
     cluster.create_topic("txn-out", 3, 3)
     producer = _producer(cluster, "txn-basic")
     producer.init_transactions(30)
