@@ -58,6 +58,8 @@ fi
 if [ -f tests/clients/java-txn/setup.sh ]; then
   bash tests/clients/java-txn/setup.sh
 fi
+# franz-go, the Go client, for tests/test_franz_go.py: built from the Go module proxy (cached).
+bash tests/clients/franz-go/setup.sh
 
 # The e2e suite's kind cluster: Docker engine, kind, node image with every image it needs, all
 # built offline and cached (scripts/kind.sh; ~15 min cold, nothing warm).
