@@ -65,3 +65,16 @@ def test_a_verification_is_not_retried() -> None:
                                 parts, ErrorCode.concurrent_transactions), local.add)
     answers = asyncio.run(v.verify("t", 1, 0, [("a", 0)]))
     assert answers == {("a", 0): ErrorCode.concurrent_transactions} and len(checks) == 1
+
+
+def test_a_concurrent_transaction_reaches_a_tv2_producer_as_itself() -> None:
+    """KAFKA-18662: Produce v12 answers CONCURRENT_TRANSACTIONS, which a TV2 producer retries
+    after its short backoff; older versions get NOT_ENOUGH_REPLICAS, which they know."""
+    from broker.server.txn_verification import as_produce_error
+
+    assert as_produce_error(ErrorCode.concurrent_transactions, 12)[0] == \
+        ErrorCode.concurrent_transactions
+    assert as_produce_error(ErrorCode.concurrent_transactions, 11)[0] == \
+        ErrorCode.not_enough_replicas
+    assert as_produce_error(ErrorCode.producer_fenced, 12)[0] == \
+        ErrorCode.invalid_producer_epoch

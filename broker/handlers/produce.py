@@ -181,7 +181,7 @@ def _append(ctx: RequestContext, request: ProduceRequest,
                 partitions.append(PartitionResponse(index, ErrorCode.invalid_required_acks))
                 continue
             if (name, index) in refused:
-                error, message = as_produce_error(refused[(name, index)])
+                error, message = as_produce_error(refused[(name, index)], ctx.version)
                 partitions.append(PartitionResponse(index, error, error_message=message))
                 continue
             outcome = partition.append(data.records, max_bytes, min_isr, acks)

@@ -61,9 +61,14 @@ def needs_verification(partition: Partition | None, producer_id: int,
     return entry is None or entry.epoch != producer_epoch or entry.current_txn_first_offset < 0
 
 
-def as_produce_error(error: ErrorCode) -> tuple[ErrorCode, str | None]:
+def as_produce_error(error: ErrorCode, version: int = 0) -> tuple[ErrorCode, str | None]:
     """The coordinator's answer as the producer gets it, with Kafka's message (a producer
-    expects INVALID_PRODUCER_EPOCH where the coordinator says PRODUCER_FENCED)."""
+    expects INVALID_PRODUCER_EPOCH where the coordinator says PRODUCER_FENCED). From
+    Produce v12 CONCURRENT_TRANSACTIONS stays itself (KAFKA-18662): a transaction.version 2
+    producer retries it after its short retry backoff, where NOT_ENOUGH_REPLICAS has some
+    clients (franz-go) wait for their next metadata refresh, seconds later."""
+    if error == ErrorCode.concurrent_transactions and version >= 12:
+        return error, None
     if error == ErrorCode.invalid_txn_state:
         return error, "Partition was not added to the transaction"
     if error == ErrorCode.producer_fenced:
