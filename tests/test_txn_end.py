@@ -62,11 +62,11 @@ def test_v2_aborts_with_nothing_open_and_refuses_such_a_commit() -> None:
     assert empty_abort.prepared.state == TxnState.PREPARE_ABORT
 
 
-def test_v2_commit_retried_after_the_coordinator_aborted_gets_a_recoverable_error() -> None:
+def test_v2_commit_retried_after_the_coordinator_aborted_gets_kafkas_answer() -> None:
     # A timeout abort bumped the epoch to 4 and completed: the producer's commit at 3.
     aborted = replace(OPEN, producer_epoch=4, state=TxnState.COMPLETE_ABORT,
                       partitions=frozenset())
-    assert decide_end(aborted, 7, 3, True, True, NOW).error == ErrorCode.invalid_producer_epoch
+    assert decide_end(aborted, 7, 3, True, True, NOW).error == ErrorCode.invalid_txn_state
     assert decide_end(aborted, 7, 3, False, True, NOW).error == ErrorCode.none
 
 

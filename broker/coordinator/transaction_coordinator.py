@@ -35,7 +35,6 @@ from broker.coordinator.transaction_log import NO_PRODUCER_ID, TopicPartition, T
 from broker.coordinator.txn_end import (
     MAX_EPOCH,
     NO_EPOCH,
-    TV2,
     EndDecision,
     completed,
     decide_end,
@@ -55,14 +54,6 @@ WRITE_RETRY_SECONDS = 0.2
 
 _COMPLETE = (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
 _PREPARED = (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
-
-
-def _last_epoch(record: TxnRecord) -> int:
-    """The epoch before the last bump, as far as the log tells: under transaction.version 2
-    every EndTxn bumps by one, so its retry carries the one before."""
-    if record.client_version >= TV2 and record.producer_epoch > 0:
-        return record.producer_epoch - 1
-    return NO_EPOCH
 
 
 def valid_id(transactional_id: str | None) -> bool:
@@ -144,8 +135,9 @@ class TransactionCoordinator:
                         continue
                     records[txn_id] = (tl.decode_value(record.value)
                                        if record.value is not None else None)
-        loaded = [TxnMetadata(txn_id, value, epoch, index, None, value.previous_producer_id,
-                              _last_epoch(value))
+        # The epoch before the last bump is not in the log (Kafka does not keep it either):
+        # a KIP-360 retry across a failover is fenced, never a fenced producer let back in.
+        loaded = [TxnMetadata(txn_id, value, epoch, index, None, value.previous_producer_id)
                   for txn_id, value in records.items() if value is not None]
         self.txns.update((meta.transactional_id, meta) for meta in loaded)
         self.owned[index] = epoch
@@ -291,7 +283,8 @@ class TransactionCoordinator:
                 return InitResult(ErrorCode.concurrent_transactions)  # changed meanwhile
             bumped = replace(current, producer_id=new_id, producer_epoch=0,
                              timeout_ms=timeout_ms, state=TxnState.EMPTY,
-                             partitions=frozenset(), last_update_ms=now, start_ms=-1)
+                             partitions=frozenset(), last_update_ms=now, start_ms=-1,
+                             previous_producer_id=current.producer_id)
         else:
             bumped = replace(current, producer_epoch=current.producer_epoch + 1,
                              timeout_ms=timeout_ms, state=TxnState.EMPTY,
@@ -303,7 +296,9 @@ class TransactionCoordinator:
             return InitResult(error)
         if bumped.producer_id != current.producer_id:
             meta.previous_producer_id = current.producer_id
-        meta.last_producer_epoch = current.producer_epoch
+        # Only a KIP-360 client's bump may be retried as such: a blind InitProducerId is a
+        # new instance, and the one it replaced must stay fenced (Kafka's rule).
+        meta.last_producer_epoch = current.producer_epoch if expected is not None else NO_EPOCH
         log.info("transactional id %s: producer %d epoch %d", transactional_id,
                  bumped.producer_id, bumped.producer_epoch)
         return InitResult(ErrorCode.none, bumped.producer_id, bumped.producer_epoch)
@@ -423,12 +418,18 @@ class TransactionCoordinator:
         whose producer was replaced by InitProducerId. Markers with the new epoch fence the
         old producer at every partition it wrote to."""
         current = meta.record
-        if current.producer_epoch >= MAX_EPOCH:
-            log.error("transactional id %s: epoch %d cannot be bumped to fence it",
-                      meta.transactional_id, current.producer_epoch)
-            return ErrorCode.producer_fenced
+        next_id = NO_PRODUCER_ID
+        if epoch_exhausted(current.producer_epoch):
+            # The last epochs: abort under MAX (no higher epoch exists, and markers of an
+            # equal one are taken) and complete under a new producer id, as Kafka does
+            # (KAFKA-20090); refusing would leave the transaction open for good.
+            next_id = await self.store.next_producer_id()
+            if meta.record is not current or meta.pending is not None \
+                    or current.state != TxnState.ONGOING:
+                return ErrorCode.concurrent_transactions  # changed meanwhile
         meta.last_producer_epoch = NO_EPOCH
-        fenced = replace(current, producer_epoch=current.producer_epoch + 1)
+        fenced = replace(current, producer_epoch=min(current.producer_epoch + 1, MAX_EPOCH),
+                         next_producer_id=next_id)
         meta.record = fenced  # the bumped epoch is written with PrepareAbort, or not at all
         error = await self._prepare(meta, replace(fenced, state=TxnState.PREPARE_ABORT,
                                                   last_update_ms=now_ms()))

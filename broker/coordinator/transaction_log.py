@@ -81,7 +81,9 @@ def decode_key(data: bytes) -> str | None:
 
 
 def encode_value(record: TxnRecord) -> bytes:
-    flexible = record.client_version >= 2
+    # v1 (Kafka writes it from transaction.version 1 on) when a field only it has is set.
+    flexible = record.client_version >= 2 or record.next_producer_id != NO_PRODUCER_ID \
+        or record.previous_producer_id != NO_PRODUCER_ID
     w = Writer().i16(FLEXIBLE_VALUE_VERSION if flexible else VALUE_VERSION)
     w.i64(record.producer_id).i16(record.producer_epoch)
     w.i32(record.timeout_ms).i8(int(record.state))

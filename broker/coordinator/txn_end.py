@@ -14,9 +14,8 @@ time for the markers; the transaction then completes under a new producer id at 
 A retry comes with the epoch before the bump (or, after a new id, with the old id at the
 last epoch) and gets the same answer again. Aborting with no transaction open is allowed:
 it bumps the epoch all the same (a producer that tried to write and failed aborts to be
-sure). A commit retried after the coordinator aborted the transaction on its own (a
-timeout) gets INVALID_PRODUCER_EPOCH, which producers recover from, not the fatal
-INVALID_TXN_STATE (KAFKA-20785).
+sure). A retry asking the other outcome than the one recorded (a commit after the
+coordinator aborted on its own, at a timeout) gets INVALID_TXN_STATE, as from Kafka 4.4.
 """
 
 from __future__ import annotations
@@ -80,8 +79,9 @@ def decide_end(record: TxnRecord, producer_id: int, producer_epoch: int, commit:
             return EndDecision(ErrorCode.none, None, *current)
         if state == prepare:
             return EndDecision(ErrorCode.concurrent_transactions)
-        if commit and state in (TxnState.PREPARE_ABORT, TxnState.COMPLETE_ABORT):
-            return EndDecision(ErrorCode.invalid_producer_epoch)
+        if state in (TxnState.PREPARE_ABORT, TxnState.COMPLETE_ABORT, TxnState.PREPARE_COMMIT,
+                     TxnState.COMPLETE_COMMIT):
+            return EndDecision(ErrorCode.invalid_txn_state)  # the other outcome, as Kafka 4.4
         return EndDecision(ErrorCode.producer_fenced)
     if record.producer_id != producer_id:
         return EndDecision(ErrorCode.invalid_producer_id_mapping)
