@@ -41,6 +41,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.chaos import Plan as ChaosPlan
+from bench.chaos import attributed_gaps, schedule
 from bench.txn_workload import (
     CLUSTER_CONFIG,
     TOPIC,
@@ -77,6 +79,7 @@ class Plan:
     hold: tuple[float, float] = (1.0, 12.0)
     between: tuple[float, float] = (0.0, 2.0)  # seconds after one fault's recovery
     cap_minutes: float = 0.0  # 0: 2 * minutes + 10
+    quiet_s: float = 10.0  # the workload alone before the first fault
 
     @property
     def cap_s(self) -> float:
@@ -92,7 +95,10 @@ class Fault:
     at_s: float = 0.0  # since the first fault
     hold_s: float = 0.0
     recovered_s: float | None = None  # undone -> whole and every producer committing
+    stalled_s: float | None = None  # the longest time a producer went without a commit
     error: str | None = None
+    started: float = 0.0  # unix time
+    whole: float | None = None  # unix time, when whole again
 
 
 @dataclass
@@ -106,6 +112,7 @@ class Run:
     faults: list[Fault] = field(default_factory=list)
     stopped: str | None = None  # a fault the cluster did not recover from, a client failure
     bounded: str | None = None  # the plan not met within its bounds
+    quiet: tuple[float, float] = (0.0, 0.0)  # unix times: committing, before the first fault
 
     def __post_init__(self) -> None:
         self.rng = random.Random(f"{self.plan.seed}-faults")
@@ -172,9 +179,6 @@ class Run:
                    "every producer committing a transaction", interval=0.1)
 
     def faults_loop(self) -> None:
-        from bench.chaos import Plan as ChaosPlan
-        from bench.chaos import schedule
-
         plan = self.plan
         kinds = schedule(ChaosPlan(plan.minutes, plan.faults, plan.seed, plan.kinds,
                                    between_every=0), self.rng)
@@ -187,7 +191,7 @@ class Run:
                 self.bounded = (f"bound reached after {elapsed / 60:.1f} min, "
                                 f"{len(self.faults)} faults")
                 break
-            fault = Fault(number, kind, at_s=round(elapsed, 1))
+            fault = Fault(number, kind, at_s=round(elapsed, 1), started=time.time())
             self.faults.append(fault)
             try:
                 self.inject(fault)
@@ -199,6 +203,7 @@ class Run:
             try:
                 self.whole(RECOVERY_S)
                 fault.recovered_s = round(time.monotonic() - undone, 2)
+                fault.whole = time.time()
             except Exception as exc:  # a wedge, or a client that gave up: the run stops
                 self.stopped = f"fault {number} ({kind}): not whole again: {exc}"[:500]
             self.log(f"{number:4d} {kind:18} broker {fault.broker} ({fault.target}) for "
@@ -220,12 +225,16 @@ class Run:
         try:
             self.whole(START_S)
             self.log(f"workload running: {self.history.ended()}")
+            quiet_from = time.time()
+            time.sleep(self.plan.quiet_s)  # the commits' own cadence: the stalls' floor
+            self.quiet = (quiet_from, time.time())
             self.faults_loop()
         except Exception as exc:
             self.stopped = self.stopped or f"before the faults: {exc}"[:500]
         finally:
             self.heal()
         faults_s = time.monotonic() - began
+        ended = time.time()
         try:
             self.workload.stop()
         except Exception as exc:
@@ -244,24 +253,37 @@ class Run:
         if self.workload.notes:
             self.log(f"client notes ({len(self.workload.notes)}), the last:\n  "
                      + "\n  ".join(self.workload.notes[-10:]))
-        return self.result(report, faults_s, codes, attempts)
+        commits = self.history.commit_times()
+        # The quiet span first: a stall that began in it and lasted into the first fault
+        # is that fault's.
+        windows = [self.quiet] + [(f.started, f.whole if f.whole is not None else ended)
+                                  for f in self.faults]
+        quiet_s, *gaps = attributed_gaps(commits, windows)
+        for fault, gap in zip(self.faults, gaps, strict=True):
+            fault.stalled_s = round(gap, 2)
+        return self.result(report, faults_s, codes, attempts, quiet_s)
 
     def result(self, report: Any, faults_s: float, codes: dict[int, int],
-               attempts: int) -> dict[str, Any]:
+               attempts: int, quiet_s: float) -> dict[str, Any]:
+        def median(values: list[float]) -> float | None:
+            return statistics.median(values) if values else None
         kinds: dict[str, Any] = {}
         for kind in self.plan.kinds:
             found = [f for f in self.faults if f.kind == kind]
             recovered = [f.recovered_s for f in found if f.recovered_s is not None]
+            stalled = [f.stalled_s for f in found if f.stalled_s is not None]
             kinds[kind] = {
                 "count": len(found), "errors": sum(f.error is not None for f in found),
-                "hold_median_s": statistics.median([f.hold_s for f in found]) if found else None,
-                "recovered_median_s": statistics.median(recovered) if recovered else None,
+                "hold_median_s": median([f.hold_s for f in found]),
+                "recovered_median_s": median(recovered),
                 "recovered_max_s": max(recovered, default=None),
+                "stalled_median_s": median(stalled), "stalled_max_s": max(stalled, default=None),
             }
         anomalies = report.counts()
         return {
             "seed": self.plan.seed, "plan": asdict(self.plan), "load": asdict(self.load),
             "faults_s": faults_s, "faults_total": len(self.faults), "kinds": kinds,
+            "quiet_stall_s": quiet_s,
             "transactions": {**report.transactions, "unknown_committed":
                              report.unknown_committed, "unknown_absent": report.unknown_absent},
             "records": {"written": report.records_written,
@@ -301,6 +323,7 @@ def headline(result: dict[str, Any]) -> list[str]:
         f"{a['unread']}, duplicates {a['duplicates']}; out of order {a['nonmonotonic']}, "
         f"skipped {a['skipped']}, inconsistent {a['inconsistent']}, misplaced "
         f"{a['misplaced']}, unexpected {a['unexpected']}",
+        f"commits without a fault: longest stall {result['quiet_stall_s']:.1f} s; "
         f"producer instances {result['producer_instances']} (a fatal error or an unknown "
         f"outcome makes a new one); consumer resets {result['consumer_resets']}; verdict: "
         + ("OK" if result["ok"] else "FAILED"),
@@ -310,9 +333,11 @@ def headline(result: dict[str, Any]) -> list[str]:
 def table(result: dict[str, Any]) -> list[list[str]]:
     def s(value: float | None) -> str:
         return "-" if value is None else f"{value:.1f} s"
-    rows = [["kind", "count", "held p50", "whole again p50", "whole again max", "errors"]]
+    rows = [["kind", "count", "held p50", "commits stalled p50", "commits stalled max",
+             "whole again p50", "whole again max", "errors"]]
     for kind, f in result["kinds"].items():
-        rows.append([kind, str(f["count"]), s(f["hold_median_s"]), s(f["recovered_median_s"]),
+        rows.append([kind, str(f["count"]), s(f["hold_median_s"]), s(f["stalled_median_s"]),
+                     s(f["stalled_max_s"]), s(f["recovered_median_s"]),
                      s(f["recovered_max_s"]), str(f["errors"])])
     return rows
 
@@ -325,7 +350,7 @@ def publish(result: dict[str, Any], docs: bool) -> Path:
     from tests.e2e.platform import cache_dir
 
     print("\n" + "\n".join(headline(result)) + "\n\n"
-          + plain(table(result), right=(1, 2, 3, 4, 5), rule=True))
+          + plain(table(result), right=(1, 2, 3, 4, 5, 6, 7), rule=True))
     path = (cache_dir() / "bench"
             / f"txn-chaos-{time.strftime('%Y%m%d-%H%M%S')}-{result['seed']}.json")
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -334,7 +359,7 @@ def publish(result: dict[str, Any], docs: bool) -> Path:
     if docs:
         section = Section("txn-chaos", "## The last long run", DOCS, DOCS)
         block = "\n".join([*section.head(result), *(f"- {line}" for line in headline(result)),
-                           "", markdown(table(result), "lrrrrr"), "", section.end])
+                           "", markdown(table(result), "lrrrrrrr"), "", section.end])
         section.write(block)
         print(f"figures written to {DOCS}")
     return path

@@ -29,7 +29,7 @@ def test_no_aborted_read_torn_or_lost_transaction_under_faults(cluster_factory):
     began = time.monotonic()
     # Each kind once, then two more, held 1-6 s: a pause past the 3 s session timeout
     # fences the broker, a shorter one does not; both are worth having.
-    plan = Plan(minutes=0, faults=len(KINDS) + 2, seed=seed, hold=(1.0, 6.0))
+    plan = Plan(minutes=0, faults=len(KINDS) + 2, seed=seed, hold=(1.0, 6.0), quiet_s=3.0)
     result = Run(cluster, plan, Load(seed)).go()
     lines = headline(result)
     print("\n".join(lines), f"\nwall time {time.monotonic() - began:.0f} s")

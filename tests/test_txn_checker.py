@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -251,6 +252,9 @@ def test_the_recorder_builds_the_history_from_threads_and_callbacks(tmp_path: Pa
     history.begin("open", "p9")
     history.write("open", 0, value_of("open", 0, 1))
     assert history.ended("p1") == {"aborted": 25, "committed": 25}
+    times = history.commit_times()
+    assert sorted(times) == ["p0", "p1", "p2"] and len(times["p1"]) == 25
+    assert times["p1"] == sorted(times["p1"]) and abs(times["p1"][0] / 1000 - time.time()) < 60
     assert history.ended() == {"aborted": 75, "committed": 75}
     txns = {t.name: t for t in history.transactions()}
     assert len(txns) == 151

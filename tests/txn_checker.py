@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections import defaultdict, deque
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -306,6 +307,7 @@ class TxnHistory:
         self._starts: dict[tuple[Hashable, int], int] = {}
         self._final: dict[int, Drained] = {}
         self._by_process: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        self._commit_ms: dict[str, list[int]] = defaultdict(list)  # unix ms of each commit
 
     # -- recording (lock-free; safe in client callbacks) -------------------------------------
 
@@ -320,7 +322,7 @@ class TxnHistory:
         self._events.append(("delivered", value, offset))
 
     def end(self, txn: str, outcome: Outcome, notes: Sequence[str] = ()) -> None:
-        self._events.append(("end", txn, outcome, tuple(notes)))
+        self._events.append(("end", txn, outcome, tuple(notes), time.time()))
 
     def session(self, session: Hashable, partition: int, start: int) -> None:
         self._events.append(("session", session, partition, start))
@@ -347,10 +349,12 @@ class TxnHistory:
                 value, offset = rest
                 self._offsets[value] = offset
             elif kind == "end":
-                txn, outcome, notes = rest
+                txn, outcome, notes, at = rest
                 process = self._open.pop(txn)
                 self._txns[txn] = Txn(txn, (), outcome, process, notes)
                 self._by_process[process][outcome.value] += 1
+                if outcome is Outcome.COMMITTED:
+                    self._commit_ms[process].append(int(at * 1000))
             elif kind == "session":
                 session, partition, start = rest
                 self._starts[(session, partition)] = start
@@ -371,6 +375,12 @@ class TxnHistory:
                 for outcome, n in counts.items():
                     total[outcome] += n
             return dict(total)
+
+    def commit_times(self) -> dict[str, list[int]]:
+        """Per process, when each of its commits returned (unix milliseconds)."""
+        with self._lock:
+            self._fold()
+            return {process: list(times) for process, times in self._commit_ms.items()}
 
     def transactions(self) -> list[Txn]:
         """Every ended transaction with its writes and their delivered offsets. One still
