@@ -32,6 +32,7 @@ from broker.protocol.records import ATTR_TRANSACTIONAL, BatchHeader
 from broker.server.metadata import ConcurrentUpdate
 from broker.server.partition import Partition
 from broker.server.replica_manager import ReplicaManager, TopicExists
+from broker.storage.producer_state import VerificationGuard
 
 log = logging.getLogger(__name__)
 TICK_SECONDS = 0.05
@@ -226,9 +227,11 @@ class GroupCoordinator:
     # -- persistence ---------------------------------------------------------------------
 
     def _write(self, group_id: str, entries: list[tuple[bytes, bytes | None]],
-               producer: tuple[int, int] | None = None) -> ErrorCode:
+               producer: tuple[int, int] | None = None,
+               verified: VerificationGuard | None = None) -> ErrorCode:
         """Append records for ``group_id`` to its offsets partition; NONE once stored.
-        With ``producer`` (id, epoch) they are a transactional batch of that producer."""
+        With ``producer`` (id, epoch) they are a transactional batch of that producer,
+        checked against the transaction verification ``verified`` if there was one."""
         if not entries:
             return ErrorCode.none
         partition = self.replicas.get(ot.TOPIC, ot.partition_for(group_id, self.partitions))
@@ -243,9 +246,12 @@ class GroupCoordinator:
                                  base_sequence=0, attributes=ATTR_TRANSACTIONAL)
         if partition is None or not partition.is_leader:
             return ErrorCode.not_coordinator
-        outcome = partition.append(batch, 2**31 - 1, from_coordinator=producer is not None)
+        outcome = partition.append(batch, 2**31 - 1, from_coordinator=producer is not None,
+                                   verified=verified)
         if outcome.error in (ErrorCode.invalid_producer_epoch, ErrorCode.producer_fenced):
             return ErrorCode.producer_fenced
+        if outcome.error == ErrorCode.invalid_txn_state:
+            return outcome.error
         if outcome.error != ErrorCode.none:
             log.error("writing group %s to %s failed: %s", group_id, ot.TOPIC, outcome.message)
             return ErrorCode.coordinator_not_available
@@ -683,6 +689,7 @@ class GroupCoordinator:
     def txn_commit_offsets(
         self, group_id: str, producer_id: int, producer_epoch: int, generation: int,
         member_id: str, instance_id: str | None, offsets: dict[tuple[str, int], ot.OffsetValue],
+        verified: VerificationGuard | None = None,
     ) -> ErrorCode:
         """TxnOffsetCommit: store offsets as part of the producer's transaction. They are
         written now, as a transactional batch of that producer, and count once its COMMIT
@@ -709,7 +716,7 @@ class GroupCoordinator:
             (ot.encode_key(ot.OffsetKey(group_id, topic, partition)), ot.encode_offset(value))
             for (topic, partition), value in offsets.items()
         ]
-        error = self._write(group_id, entries, (producer_id, producer_epoch))
+        error = self._write(group_id, entries, (producer_id, producer_epoch), verified)
         if error == ErrorCode.none:
             pending = self.pending_txn_offsets.setdefault(producer_id, {})
             pending.setdefault(group_id, {}).update(offsets)

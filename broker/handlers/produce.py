@@ -20,6 +20,7 @@ request frame) and the answer leaves encoded by it: this is the broker's busiest
 from __future__ import annotations
 
 import asyncio
+from collections import defaultdict
 from collections.abc import Coroutine
 from typing import Any
 
@@ -37,6 +38,7 @@ from broker.protocol.records import ATTR_TRANSACTIONAL, HEADER_SIZE, parse_heade
 from broker.security.acl import Operation, ResourceType
 from broker.server.partition import Partition
 from broker.server.txn_verification import as_produce_error, needs_verification
+from broker.storage.producer_state import NOT_VERIFIED, VerificationGuard
 
 # From v12 a transactional producer runs transaction.version 2 and sends no
 # AddPartitionsToTxn: the leader has the coordinator add the partition (KIP-890 part 2).
@@ -91,8 +93,7 @@ def _to_verify(ctx: RequestContext, request: ProduceRequest
     """(producer id, epoch) -> the partitions whose batches the coordinator must vouch for
     before they are appended."""
     services = ctx.services
-    if request.transactional_id is None or (ctx.version < TV2_PRODUCE and not services.config[
-            "transaction.partition.verification.enable"]):
+    if not _verifying(ctx, request):
         return {}
     wanted: dict[tuple[int, int], list[tuple[str, int]]] = {}
     for topic in request.topic_data:
@@ -103,13 +104,29 @@ def _to_verify(ctx: RequestContext, request: ProduceRequest
     return wanted
 
 
-async def _verify(ctx: RequestContext, request: ProduceRequest
+def _verifying(ctx: RequestContext, request: ProduceRequest) -> bool:
+    """Transactional batches here are checked with the coordinator (KIP-890)."""
+    return request.transactional_id is not None and (
+        ctx.version >= TV2_PRODUCE
+        or ctx.services.config["transaction.partition.verification.enable"])
+
+
+async def _verify(ctx: RequestContext, request: ProduceRequest,
+                  guards: dict[tuple[str, int], VerificationGuard]
                   ) -> dict[tuple[str, int], ErrorCode]:
-    """The partitions whose transactional batches the coordinator did not vouch for."""
+    """The partitions whose transactional batches the coordinator did not vouch for. Each
+    asked about gets its guard in ``guards`` before the question goes out: a marker written
+    meanwhile drops it, and the batch is then refused at its append."""
     services = ctx.services
     assert request.transactional_id is not None
+    asked = _to_verify(ctx, request)
+    for (producer_id, _), partitions in asked.items():
+        for tp in partitions:
+            partition = services.replicas.get(*tp)
+            assert partition is not None  # _to_verify found it leading
+            guards[tp] = partition.log.producer_state.start_verification(producer_id)
     failed: dict[tuple[str, int], ErrorCode] = {}
-    for (producer_id, epoch), partitions in _to_verify(ctx, request).items():
+    for (producer_id, epoch), partitions in asked.items():
         answers = await services.verifier.verify(request.transactional_id, producer_id, epoch,
                                                  partitions, add=ctx.version >= TV2_PRODUCE)
         failed.update({tp: e for tp, e in answers.items() if e != ErrorCode.none})
@@ -122,15 +139,18 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> bytes 
     transactional = request.transactional_id is not None
     if not refused and not transactional:
         refused = _without_transactional_id(request)
-    verify = transactional and not refused
+    verify = not refused and _verifying(ctx, request)
+    # A partition not asked about had its transaction open when looked at: it must still.
+    guards: dict[tuple[str, int], VerificationGuard] | None = (
+        defaultdict(lambda: NOT_VERIFIED) if verify else None)
     order = ctx.append_order
     if order.busy or (verify and _to_verify(ctx, request)):
         async with order.turn():  # taken before the first await: in arrival order
-            if verify:  # asked after the turns before: their appends may have opened some
-                refused = await _verify(ctx, request)
-            responses, waits = _append(ctx, request, refused)
+            if guards is not None:  # asked after the turns before: they may have opened some
+                refused = await _verify(ctx, request, guards)
+            responses, waits = _append(ctx, request, refused, guards)
     else:
-        responses, waits = _append(ctx, request, refused)
+        responses, waits = _append(ctx, request, refused, guards)
     if request.acks == 0:
         return None
     if waits:
@@ -143,7 +163,8 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> bytes 
 
 
 def _append(ctx: RequestContext, request: ProduceRequest,
-            refused: dict[tuple[str, int], ErrorCode]
+            refused: dict[tuple[str, int], ErrorCode],
+            guards: dict[tuple[str, int], VerificationGuard] | None = None,
             ) -> tuple[list[TopicResponse],
                        list[tuple[PartitionResponse, Coroutine[Any, Any, ErrorCode]]]]:
     """Append every partition's batches not ``refused``, with no ``await``: the answers,
@@ -184,7 +205,8 @@ def _append(ctx: RequestContext, request: ProduceRequest,
                 error, message = as_produce_error(refused[(name, index)], ctx.version)
                 partitions.append(PartitionResponse(index, error, error_message=message))
                 continue
-            outcome = partition.append(data.records, max_bytes, min_isr, acks)
+            outcome = partition.append(data.records, max_bytes, min_isr, acks,
+                                       verified=None if guards is None else guards[(name, index)])
             response = PartitionResponse(
                 index, outcome.error, outcome.base_offset, outcome.log_append_time,
                 partition.log.log_start_offset, outcome.message, outcome.record_errors,

@@ -33,6 +33,7 @@ from broker.protocol.messages import build_response
 from broker.security.acl import Operation, ResourceType
 from broker.server.partition import Partition
 from broker.server.txn_verification import as_offset_commit_error, needs_verification
+from broker.storage.producer_state import NOT_VERIFIED, VerificationGuard
 
 NO_TIMEOUT = timedelta(0)
 # An empty AddPartitionsToTxn or a failed one leaves its other partitions untried.
@@ -217,20 +218,21 @@ async def _commit_offsets(ctx: RequestContext, request: Any,
     groups = ctx.services.groups
     if not groups.owns(request.group_id):
         return ErrorCode.not_coordinator
-    error = await _verify_offsets_partition(ctx, request)
+    error, guard = await _verify_offsets_partition(ctx, request)
     if error != ErrorCode.none:
         return error
     error = groups.txn_commit_offsets(
         request.group_id, request.producer_id, request.producer_epoch,
         getattr(request, "generation_id", -1), getattr(request, "member_id", ""),
-        getattr(request, "group_instance_id", None), offsets)
+        getattr(request, "group_instance_id", None), offsets, guard)
     if error != ErrorCode.none:
         return error
     timeout = ctx.services.config["offsets.commit.timeout.ms"] / 1000
     return await groups.await_replication(request.group_id, timeout)
 
 
-async def _verify_offsets_partition(ctx: RequestContext, request: Any) -> ErrorCode:
+async def _verify_offsets_partition(ctx: RequestContext, request: Any
+                                    ) -> tuple[ErrorCode, VerificationGuard | None]:
     """KIP-890 for offsets: the group's partition of ``__consumer_offsets`` must be in the
     producer's open transaction (AddOffsetsToTxn), or a late TxnOffsetCommit would open a
     transaction there that no marker ends, and OffsetFetch with require_stable would
@@ -240,15 +242,18 @@ async def _verify_offsets_partition(ctx: RequestContext, request: Any) -> ErrorC
     transactional_id = getattr(request, "transactional_id", None)
     if not transactional_id or (ctx.version < 5 and not services.config[
             "transaction.partition.verification.enable"]):
-        return ErrorCode.none
+        return ErrorCode.none, None
     index = services.groups.partition_of(request.group_id)
-    if not needs_verification(services.replicas.get(ot.TOPIC, index), request.producer_id,
-                              request.producer_epoch):
-        return ErrorCode.none
+    partition = services.replicas.get(ot.TOPIC, index)
+    if not needs_verification(partition, request.producer_id, request.producer_epoch):
+        return ErrorCode.none, NOT_VERIFIED
+    assert partition is not None
+    # Before the question: a marker written while it is out voids it (see Partition.append).
+    guard = partition.log.producer_state.start_verification(request.producer_id)
     answers = await services.verifier.verify(transactional_id, request.producer_id,
                                              request.producer_epoch, [(ot.TOPIC, index)],
                                              add=ctx.version >= 5)
-    return as_offset_commit_error(answers[(ot.TOPIC, index)])
+    return as_offset_commit_error(answers[(ot.TOPIC, index)]), guard
 
 
 @handles(27, 1, 1)

@@ -24,6 +24,7 @@ from broker.cluster.image import NO_LEADER, PartitionState
 from broker.protocol.records import InvalidRecordError, validate_produce_payload
 from broker.protocol.validation import RecordRules, validate_records
 from broker.storage.log import Log, LogConfig, ReadResult
+from broker.storage.producer_state import VerificationGuard
 
 log = logging.getLogger(__name__)
 
@@ -146,10 +147,14 @@ class Partition:
 
     def append(self, records: bytes | None, max_message_bytes: int,
                min_insync_replicas: int = 1, acks: int = 1,
-               from_coordinator: bool = False) -> ProduceOutcome:
+               from_coordinator: bool = False,
+               verified: VerificationGuard | None = None) -> ProduceOutcome:
         """Validate and append one produce payload as leader. A coordinator's own write
         for a producer (TxnOffsetCommit's transactional batch) carries no sequence: only
-        the producer's epoch is checked, as Kafka does for AppendOrigin.COORDINATOR."""
+        the producer's epoch is checked, as Kafka does for AppendOrigin.COORDINATOR.
+        ``verified``: the transaction verification (KIP-890) the batch was checked with,
+        when verification is on; a batch that would open a transaction without its guard
+        still in place is refused (INVALID_TXN_STATE), as Kafka refuses it."""
         if not self.is_leader:
             return ProduceOutcome(ErrorCode.not_leader_or_follower,
                                   message=f"broker {self.node_id} is not the leader")
@@ -175,6 +180,13 @@ class Partition:
                 message=f"the ISR {self.isr} is smaller than min.insync.replicas "
                 f"{min_insync_replicas}",
             )
+        if verified is not None and header.is_transactional \
+                and not self.log.producer_state.verified(header, verified):
+            log.info("%s: a transactional batch of producer %d epoch %d would open a "
+                     "transaction its coordinator did not vouch for", self,
+                     header.producer_id, header.producer_epoch)
+            return ProduceOutcome(ErrorCode.invalid_txn_state,
+                                  message="Partition was not added to the transaction")
         if header.producer_id >= 0 and from_coordinator:
             entry = self.log.producer_state.producers.get(header.producer_id)
             if entry is not None and header.producer_epoch < entry.epoch:

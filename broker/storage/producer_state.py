@@ -78,13 +78,50 @@ def _in_sequence(last: int, first: int) -> bool:
     return first == last + 1 or (first == 0 and last == _INT_MAX)
 
 
+class VerificationGuard:
+    """One verification of a producer's transaction in a partition (Kafka's
+    VerificationGuard): handed out before the leader asks the coordinator, dropped when a
+    marker ends the producer's transaction here or its first batch opens one. A batch that
+    would open a transaction is appended only with the guard still in place, so a marker
+    written while the question was out (the client gave up and aborted) cannot be followed
+    by a batch opening a transaction that no marker will end."""
+
+    __slots__ = ()
+
+
+# What a request holds for a partition that needed no question (its transaction was open):
+# never the current guard, so if a marker closes the transaction before the append, the
+# batch, now opening one, is refused.
+NOT_VERIFIED = VerificationGuard()
+
+
 class ProducerStateManager:
     def __init__(self) -> None:
         self.producers: dict[int, ProducerEntry] = {}
         self._ongoing: dict[int, int] = {}  # producer id -> first offset of its open txn
+        self._guards: dict[int, VerificationGuard] = {}  # producer id -> guard in place
         # The last offset of any transactional or control batch applied: truncation below it
         # may reopen or forget a transaction, which only a rebuild from the log undoes.
         self._last_txn_offset = -1
+
+    def start_verification(self, producer_id: int) -> VerificationGuard:
+        """The guard of a verification of this producer's transaction here: the one in
+        place if another request's question is out, else a new one."""
+        guard = self._guards.get(producer_id)
+        if guard is None:
+            guard = self._guards[producer_id] = VerificationGuard()
+        return guard
+
+    def opens_transaction(self, header: BatchHeader) -> bool:
+        """This transactional batch would open a transaction here (none open at its epoch)."""
+        entry = self.producers.get(header.producer_id)
+        return entry is None or entry.epoch != header.producer_epoch \
+            or entry.current_txn_first_offset == NO_TXN
+
+    def verified(self, header: BatchHeader, guard: VerificationGuard) -> bool:
+        """A transactional batch may be appended with ``guard``: it continues an open
+        transaction, or the verification it was checked by still stands."""
+        return not self.opens_transaction(header) or self._guards.get(header.producer_id) is guard
 
     def find_duplicate(self, header: BatchHeader) -> BatchMetadata | None:
         entry = self.producers.get(header.producer_id)
@@ -159,6 +196,7 @@ class ProducerStateManager:
             if entry.current_txn_first_offset == NO_TXN:
                 entry.current_txn_first_offset = header.base_offset
                 self._ongoing[header.producer_id] = header.base_offset
+                self._guards.pop(header.producer_id, None)  # the verification is used up
 
     def complete(self, header: BatchHeader, is_commit: bool,
                  coordinator_epoch: int) -> CompletedTxn | None:
@@ -168,6 +206,7 @@ class ProducerStateManager:
         after a retry); then there is nothing to complete."""
         pid = header.producer_id
         self._last_txn_offset = header.last_offset
+        self._guards.pop(pid, None)  # a question asked before the marker no longer holds
         entry = self.producers.get(pid)
         if entry is None:
             entry = ProducerEntry(pid, header.producer_epoch)
