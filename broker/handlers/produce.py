@@ -112,23 +112,28 @@ def _verifying(ctx: RequestContext, request: ProduceRequest) -> bool:
 
 
 async def _verify(ctx: RequestContext, request: ProduceRequest,
-                  guards: dict[tuple[str, int], VerificationGuard]
+                  guards: dict[tuple[str, int], VerificationGuard | None]
                   ) -> dict[tuple[str, int], ErrorCode]:
     """The partitions whose transactional batches the coordinator did not vouch for. Each
     asked about gets its guard in ``guards`` before the question goes out: a marker written
-    meanwhile drops it, and the batch is then refused at its append."""
+    meanwhile drops it, and the batch is then refused at its append. Not so for an add
+    (transaction.version 2): the coordinator answers it only once the producer's previous
+    transaction has all its markers, so the marker met meanwhile is that one's, and a late
+    batch is fenced by the epoch every EndTxn bumps."""
     services = ctx.services
     assert request.transactional_id is not None
     asked = _to_verify(ctx, request)
+    add = ctx.version >= TV2_PRODUCE
     for (producer_id, _), partitions in asked.items():
         for tp in partitions:
             partition = services.replicas.get(*tp)
             assert partition is not None  # _to_verify found it leading
-            guards[tp] = partition.log.producer_state.start_verification(producer_id)
+            guards[tp] = None if add else partition.log.producer_state.start_verification(
+                producer_id)
     failed: dict[tuple[str, int], ErrorCode] = {}
     for (producer_id, epoch), partitions in asked.items():
         answers = await services.verifier.verify(request.transactional_id, producer_id, epoch,
-                                                 partitions, add=ctx.version >= TV2_PRODUCE)
+                                                 partitions, add=add)
         failed.update({tp: e for tp, e in answers.items() if e != ErrorCode.none})
     return failed
 
@@ -141,7 +146,7 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> bytes 
         refused = _without_transactional_id(request)
     verify = not refused and _verifying(ctx, request)
     # A partition not asked about had its transaction open when looked at: it must still.
-    guards: dict[tuple[str, int], VerificationGuard] | None = (
+    guards: dict[tuple[str, int], VerificationGuard | None] | None = (
         defaultdict(lambda: NOT_VERIFIED) if verify else None)
     order = ctx.append_order
     if order.busy or (verify and _to_verify(ctx, request)):
@@ -164,7 +169,7 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> bytes 
 
 def _append(ctx: RequestContext, request: ProduceRequest,
             refused: dict[tuple[str, int], ErrorCode],
-            guards: dict[tuple[str, int], VerificationGuard] | None = None,
+            guards: dict[tuple[str, int], VerificationGuard | None] | None = None,
             ) -> tuple[list[TopicResponse],
                        list[tuple[PartitionResponse, Coroutine[Any, Any, ErrorCode]]]]:
     """Append every partition's batches not ``refused``, with no ``await``: the answers,

@@ -248,11 +248,14 @@ async def _verify_offsets_partition(ctx: RequestContext, request: Any
     if not needs_verification(partition, request.producer_id, request.producer_epoch):
         return ErrorCode.none, NOT_VERIFIED
     assert partition is not None
-    # Before the question: a marker written while it is out voids it (see Partition.append).
-    guard = partition.log.producer_state.start_verification(request.producer_id)
+    # Before the question: a marker written while it is out voids it (see Partition.append),
+    # unless it is an add, answered only after the previous transaction's markers (produce.py).
+    add = ctx.version >= 5
+    guard = None if add else partition.log.producer_state.start_verification(
+        request.producer_id)
     answers = await services.verifier.verify(transactional_id, request.producer_id,
                                              request.producer_epoch, [(ot.TOPIC, index)],
-                                             add=ctx.version >= 5)
+                                             add=add)
     return as_offset_commit_error(answers[(ot.TOPIC, index)]), guard
 
 
