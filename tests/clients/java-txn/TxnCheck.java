@@ -48,6 +48,20 @@
 //     JSON: transactions_committed, transactions_aborted, records_committed, records_aborted,
 //     records_open, elapsed_ms.
 //
+//   bench --bootstrap B --topic T --transactional-id ID --records N --per-transaction K
+//        [--record-size 1024] [--timeout-s 300] [--producer-prop KEY=VALUE ...]
+//     The timed transactional producer of `python -m bench transactions` (bench/transactions.py
+//     gives the settings with --producer-prop; acks=all and idempotence are always on): N values
+//     of random bytes, no key, sent to partition i % P (P the topic's partitions) in
+//     transactions of K. Untimed: the topic's metadata and initTransactions. Timed from the
+//     first send to the return of the last commitTransaction; the commit latency is how long
+//     each commitTransaction takes (it flushes what is still queued, then ends the transaction).
+//     JSON: records (acknowledged), failed, partitions, transactions, seconds,
+//     init_transactions_ms, commit_ms (each commit's latency, in order), client_cpu (the JVM's
+//     CPU seconds over the timed part), transaction_v2 (the producer's own
+//     TransactionManager.isTransactionV2Enabled() after the last commit, read by reflection:
+//     whether it spoke transaction.version 2; null if unreadable).
+//
 //   read --bootstrap B --topic T --isolation read_committed|read_uncommitted [--timeout-s 60]
 //     Reads the whole topic: assign() every partition, seekToBeginning, poll until every
 //     position has reached endOffsets() (taken once at the start; for read_committed that is
@@ -105,7 +119,6 @@ import org.apache.kafka.common.errors.TimeoutException;
 import org.apache.kafka.common.errors.UnsupportedVersionException;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 import org.apache.kafka.common.serialization.ByteArraySerializer;
-import org.apache.kafka.common.utils.AppInfoParser;
 
 public final class TxnCheck {
 
@@ -139,9 +152,11 @@ public final class TxnCheck {
                     return read(args);
                 case "fence":
                     return fence(args);
+                case "bench":
+                    return bench(args);
                 default:
                     throw new UsageException("unknown mode '" + command
-                            + "'; expected copy, produce, read or fence");
+                            + "'; expected copy, produce, read, fence or bench");
             }
         });
     }
@@ -249,7 +264,7 @@ public final class TxnCheck {
             full.put("mode", command);
             full.putAll(out);
             full.put("ok", code == 0 && Boolean.TRUE.equals(out.get("ok")));
-            full.put("client_version", AppInfoParser.getVersion());
+            full.put("client_version", clientVersion());
             emittedCode = Boolean.TRUE.equals(full.get("ok")) ? 0 : (code == 0 ? 1 : code);
             System.out.println(Json.write(full));
             System.out.flush();
@@ -300,6 +315,23 @@ public final class TxnCheck {
             out.put("exception", cause.getClass().getName());
             out.put("error", cause.getClass().getSimpleName() + ": " + cause.getMessage());
             return out;
+        }
+    }
+
+    /**
+     * The kafka-clients version on the classpath, from its kafka/kafka-version.properties (the
+     * file AppInfoParser reads; that class moved to an internal package in 4.4).
+     */
+    static String clientVersion() {
+        try (java.io.InputStream in = KafkaProducer.class.getResourceAsStream(
+                "/kafka/kafka-version.properties")) {
+            Properties p = new Properties();
+            if (in != null) {
+                p.load(in);
+            }
+            return p.getProperty("version", "unknown");
+        } catch (java.io.IOException e) {
+            return "unknown";
         }
     }
 
@@ -910,6 +942,114 @@ public final class TxnCheck {
         return out;
     }
 
+    // ------------------------------------------------------------------ bench
+
+    static Map<String, Object> bench(Args a) throws Exception {
+        a.check("--bootstrap", "--topic", "--transactional-id", "--records", "--per-transaction",
+                "--record-size", "--timeout-s", "--producer-prop");
+        String topic = a.req("--topic");
+        long records = a.longOpt("--records", -1);
+        int k = a.intOpt("--per-transaction", -1);
+        int size = a.intOpt("--record-size", 1024);
+        if (records < 1 || k < 1 || size < 0) {
+            throw new UsageException("--records N and --per-transaction K (at least 1) are required");
+        }
+        long start = System.currentTimeMillis();
+        long deadline = start + a.longOpt("--timeout-s", 300) * 1000;
+        Runner.watchdog(deadline + 2L * DEFAULT_CLIENT_TIMEOUT_MS + 30_000);
+        Properties p = producerProps(a.req("--bootstrap"), a.req("--transactional-id"),
+                DEFAULT_CLIENT_TIMEOUT_MS, 60_000);
+        p.put(ProducerConfig.CLIENT_ID_CONFIG, "txncheck-bench");
+        for (String kv : a.all("--producer-prop")) {
+            int eq = kv.indexOf('=');
+            if (eq < 1) {
+                throw new UsageException("--producer-prop wants KEY=VALUE, not '" + kv + "'");
+            }
+            p.put(kv.substring(0, eq), kv.substring(eq + 1));
+        }
+        p.put(ProducerConfig.ACKS_CONFIG, "all");
+        p.put(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, "true");
+        AtomicLong acked = new AtomicLong();
+        AtomicLong failed = new AtomicLong();
+        java.util.concurrent.atomic.AtomicReference<String> firstError =
+                new java.util.concurrent.atomic.AtomicReference<>();
+        List<Double> commits = new ArrayList<>();
+        byte[] payload = new byte[size];
+        new java.util.Random().nextBytes(payload);
+        com.sun.management.OperatingSystemMXBean os = (com.sun.management.OperatingSystemMXBean)
+                java.lang.management.ManagementFactory.getOperatingSystemMXBean();
+        Map<String, Object> out = new LinkedHashMap<>();
+        try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(p)) {
+            int partitions;
+            while (true) {
+                List<PartitionInfo> infos = producer.partitionsFor(topic);
+                if (infos != null && !infos.isEmpty()) {
+                    partitions = infos.size();
+                    break;
+                }
+                if (System.currentTimeMillis() >= deadline) {
+                    throw new TimeoutException("no partitions for " + topic);
+                }
+                sleep(200);
+            }
+            long t0 = System.nanoTime();
+            producer.initTransactions();
+            out.put("init_transactions_ms", (System.nanoTime() - t0) / 1e6);
+            org.apache.kafka.clients.producer.Callback onAck = (meta, e) -> {
+                if (e == null) {
+                    acked.incrementAndGet();
+                } else {
+                    failed.incrementAndGet();
+                    firstError.compareAndSet(null, e.toString());
+                }
+            };
+            long cpu0 = os.getProcessCpuTime();
+            long begin = System.nanoTime();
+            for (long sent = 0; sent < records; ) {
+                if (System.currentTimeMillis() >= deadline || Runner.stopped()) {
+                    throw new TimeoutException((Runner.stopped() ? "interrupted" : "timeout")
+                            + " after " + sent + " of " + records + " records");
+                }
+                long end = Math.min(records, sent + k);
+                producer.beginTransaction();
+                for (long i = sent; i < end; i++) {
+                    producer.send(new ProducerRecord<>(topic, (int) (i % partitions), null,
+                            payload), onAck);
+                }
+                sent = end;
+                long c0 = System.nanoTime();
+                producer.commitTransaction();
+                commits.add((System.nanoTime() - c0) / 1e6);
+            }
+            out.put("seconds", (System.nanoTime() - begin) / 1e9);
+            out.put("client_cpu", (os.getProcessCpuTime() - cpu0) / 1e9);
+            out.put("partitions", partitions);
+            out.put("transaction_v2", transactionV2(producer));
+        }
+        out.put("records", acked.get());
+        out.put("failed", failed.get());
+        out.put("transactions", commits.size());
+        out.put("commit_ms", commits);
+        out.put("ok", acked.get() == records && failed.get() == 0);
+        if (firstError.get() != null) {
+            out.put("error", firstError.get());
+        }
+        return out;
+    }
+
+    /** The producer's TransactionManager.isTransactionV2Enabled(), or null if unreadable. */
+    static Boolean transactionV2(KafkaProducer<?, ?> producer) {
+        try {
+            java.lang.reflect.Field f = KafkaProducer.class.getDeclaredField("transactionManager");
+            f.setAccessible(true);
+            Object manager = f.get(producer);
+            return (Boolean) manager.getClass().getMethod("isTransactionV2Enabled").invoke(manager);
+        } catch (ReflectiveOperationException | RuntimeException e) {
+            log("transaction_v2 unreadable: " + e);
+            return null;
+        }
+    }
+
     // ------------------------------------------------------------------ read
 
     static Map<String, Object> read(Args a) throws Exception {
@@ -1135,6 +1275,10 @@ public final class TxnCheck {
 
         boolean flag(String name) {
             return flags.contains(name);
+        }
+
+        List<String> all(String name) {
+            return options.getOrDefault(name, Collections.emptyList());
         }
 
         String opt(String name, String dflt) {
