@@ -20,7 +20,8 @@ OPEN = TxnRecord(7, 3, 60_000, TxnState.ONGOING, frozenset({("t", 0), ("t", 1)})
 def test_v1_prepares_under_the_same_epoch_and_answers_retries() -> None:
     decision = decide_end(OPEN, 7, 3, True, False, NOW)
     assert decision.error == ErrorCode.none
-    assert decision.prepared == replace(OPEN, state=TxnState.PREPARE_COMMIT, last_update_ms=NOW)
+    assert decision.prepared == replace(OPEN, state=TxnState.PREPARE_COMMIT, last_update_ms=NOW,
+                                        client_version=0)
     done = completed(decision.prepared, NOW)
     assert (done.state, done.producer_epoch, done.partitions) == (
         TxnState.COMPLETE_COMMIT, 3, frozenset())

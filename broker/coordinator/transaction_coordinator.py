@@ -35,6 +35,7 @@ from broker.coordinator.transaction_log import NO_PRODUCER_ID, TopicPartition, T
 from broker.coordinator.txn_end import (
     MAX_EPOCH,
     NO_EPOCH,
+    TV2,
     EndDecision,
     completed,
     decide_end,
@@ -428,8 +429,11 @@ class TransactionCoordinator:
                     or current.state != TxnState.ONGOING:
                 return ErrorCode.concurrent_transactions  # changed meanwhile
         meta.last_producer_epoch = NO_EPOCH
+        bumped = current.producer_epoch < MAX_EPOCH
+        # Markers above the batches' epoch are transaction.version 2's (see MarkerJob).
         fenced = replace(current, producer_epoch=min(current.producer_epoch + 1, MAX_EPOCH),
-                         next_producer_id=next_id)
+                         next_producer_id=next_id,
+                         client_version=TV2 if bumped else current.client_version)
         meta.record = fenced  # the bumped epoch is written with PrepareAbort, or not at all
         error = await self._prepare(meta, replace(fenced, state=TxnState.PREPARE_ABORT,
                                                   last_update_ms=now_ms()))
@@ -446,7 +450,7 @@ class TransactionCoordinator:
         partition = self.partition_of(transactional_id)
         commit = prepared.state == TxnState.PREPARE_COMMIT
         job = MarkerJob(prepared.producer_id, prepared.producer_epoch, commit,
-                        coordinator_epoch, prepared.partitions)
+                        coordinator_epoch, prepared.partitions, prepared.client_version)
         done = completed(prepared, now_ms())
         markers_written = False
         while self._still_coordinator(partition, coordinator_epoch):

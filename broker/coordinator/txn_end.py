@@ -61,9 +61,9 @@ def decide_end(record: TxnRecord, producer_id: int, producer_epoch: int, commit:
             return EndDecision(ErrorCode.invalid_producer_id_mapping)
         if record.producer_epoch != producer_epoch:
             return EndDecision(ErrorCode.producer_fenced)
-        if state == TxnState.ONGOING:
+        if state == TxnState.ONGOING:  # markers under the batches' epoch: version 1's
             return EndDecision(ErrorCode.none, replace(record, state=prepare,
-                                                       last_update_ms=now_ms))
+                                                       last_update_ms=now_ms, client_version=0))
         if state == complete:
             return EndDecision(ErrorCode.none)  # a retry of an EndTxn that completed
         if state == prepare:

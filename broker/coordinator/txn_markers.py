@@ -19,11 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
-from kio.schema.write_txn_markers.v1.request import (
-    WritableTxnMarker,
-    WritableTxnMarkerTopic,
-    WriteTxnMarkersRequest,
-)
+from kio.schema.write_txn_markers import v1, v2
 
 from broker.coordinator.transaction_log import TopicPartition
 from broker.network.client import BrokerConnectionError
@@ -32,7 +28,7 @@ from broker.server.metadata import ClusterMetadata
 
 log = logging.getLogger(__name__)
 API_KEY = 27
-API_VERSION = 1
+API_VERSION = 2  # v2 carries the transaction version, sent to leaders that serve it
 FIRST_BACKOFF = 0.05
 MAX_BACKOFF = 1.0
 # A leader that answers these already saw a newer producer epoch or coordinator: the
@@ -48,6 +44,10 @@ class MarkerJob:
     commit: bool
     coordinator_epoch: int
     partitions: frozenset[TopicPartition]
+    # 2 when the prepare bumped the epoch (transaction.version 2, KIP-890): the markers'
+    # epoch is above the one the transaction's batches were written under, so the leader
+    # can tell a stale marker of the previous transaction from this one's (KAFKA-19446).
+    transaction_version: int = 0
 
 
 class MarkerSender:
@@ -94,14 +94,18 @@ class MarkerSender:
         by_topic: dict[str, list[int]] = {}
         for topic, index in partitions:
             by_topic.setdefault(topic, []).append(index)
-        request = WriteTxnMarkersRequest(markers=(WritableTxnMarker(
-            producer_id=job.producer_id, producer_epoch=job.producer_epoch,
-            transaction_result=job.commit, coordinator_epoch=job.coordinator_epoch,
-            topics=tuple(WritableTxnMarkerTopic(name=t, partition_indexes=tuple(ix))
-                         for t, ix in by_topic.items()),
-        ),))
         try:
-            response = await self.peers.request(node, API_KEY, API_VERSION, request)
+            version = await self.peers.version(node, API_KEY, API_VERSION)
+            schema = v2 if version >= 2 else v1
+            extra = {"transaction_version": job.transaction_version} if version >= 2 else {}
+            request = schema.request.WriteTxnMarkersRequest(markers=(
+                schema.request.WritableTxnMarker(
+                    producer_id=job.producer_id, producer_epoch=job.producer_epoch,
+                    transaction_result=job.commit, coordinator_epoch=job.coordinator_epoch,
+                    topics=tuple(schema.request.WritableTxnMarkerTopic(
+                        name=t, partition_indexes=tuple(ix)) for t, ix in by_topic.items()),
+                    **extra),))
+            response = await self.peers.request(node, API_KEY, max(version, 1), request)
         except BrokerConnectionError as e:
             log.info("markers to broker %d: %s; retrying", node, e)
             return [(tp, ErrorCode.network_exception) for tp in partitions]

@@ -259,7 +259,7 @@ async def _verify_offsets_partition(ctx: RequestContext, request: Any
     return as_offset_commit_error(answers[(ot.TOPIC, index)]), guard
 
 
-@handles(27, 1, 1)
+@handles(27, 1, 2)
 async def handle_write_txn_markers(ctx: RequestContext, request: Any) -> Any:
     """A coordinator's markers, written by this broker as the partitions' leader. The
     offsets a transaction committed for a group take effect as its marker reaches the
@@ -288,7 +288,8 @@ async def handle_write_txn_markers(ctx: RequestContext, request: Any) -> Any:
                     continue
                 outcome = partition.append_marker(marker.producer_id, marker.producer_epoch,
                                                   marker.transaction_result,
-                                                  marker.coordinator_epoch)
+                                                  marker.coordinator_epoch,
+                                                  getattr(marker, "transaction_version", 0))
                 results[(m, topic.name, index)] = outcome.error
                 if outcome.error != ErrorCode.none:
                     continue

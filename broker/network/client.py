@@ -2,7 +2,9 @@
 
 One request at a time per connection (a replica fetcher has one fetch in flight, like
 Kafka's ReplicaFetcherThread), with the same sans-IO codec the server uses. Any failure
-closes the connection; the caller backs off and reconnects.
+closes the connection; the caller backs off and reconnects. Each connection asks its peer's
+ApiVersions first, as Kafka's NetworkClient does, so a request that has a newer version can
+be sent in the newest the peer serves: during a rolling upgrade peers of two releases meet.
 """
 
 from __future__ import annotations
@@ -11,10 +13,13 @@ import asyncio
 import struct
 from typing import Any
 
+from kio.schema.api_versions.v3.request import ApiVersionsRequest
+
 from broker.protocol.codec import RequestHeader, decode_response, encode_request
 from broker.security.client import ClientSecurity, PeerAuthenticationFailed
 
 _SIZE = struct.Struct(">i")
+API_VERSIONS_KEY = 18
 
 
 class BrokerConnectionError(Exception):
@@ -32,6 +37,7 @@ class KafkaConnection:
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._correlation_id = 0
+        self.api_versions: dict[int, int] = {}  # the peer's, API key -> highest version
 
     async def request(self, api_key: int, api_version: int, body: Any) -> Any:
         try:
@@ -49,7 +55,22 @@ class KafkaConnection:
                 self.host, self.port, ssl=context,
                 server_hostname=self.host if context is not None else None)
             await self.security.authenticate(self._exchange)
+            answer = await self._exchange(API_VERSIONS_KEY, 3, ApiVersionsRequest(
+                client_software_name="kafkube-broker", client_software_version="1"))
+            self.api_versions = {a.api_key: a.max_version for a in answer.api_keys}
         return await self._exchange(api_key, api_version, body)
+
+    async def connect(self) -> None:
+        """Connect (and learn the peer's API versions) unless connected."""
+        try:
+            async with asyncio.timeout(self.timeout):
+                if self._writer is None:
+                    await self._roundtrip(API_VERSIONS_KEY, 3, ApiVersionsRequest(
+                        client_software_name="kafkube-broker", client_software_version="1"))
+        except (OSError, EOFError, asyncio.IncompleteReadError, TimeoutError,
+                PeerAuthenticationFailed) as e:
+            self.close()
+            raise BrokerConnectionError(f"{self.host}:{self.port}: {e!r}") from None
 
     async def _exchange(self, api_key: int, api_version: int, body: Any) -> Any:
         assert self._reader is not None and self._writer is not None

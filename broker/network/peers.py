@@ -9,6 +9,7 @@ peer that restarted on a new address is followed.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from broker.network.client import BrokerConnectionError, KafkaConnection
@@ -28,10 +29,24 @@ class PeerChannels:
         self._connections: dict[int, KafkaConnection] = {}
         self._locks: dict[int, asyncio.Lock] = {}
 
+    async def version(self, node: int, api_key: int, newest: int) -> int:
+        """The highest version of ``api_key`` up to ``newest`` that the peer serves (-1 if
+        none); BrokerConnectionError as for ``request``."""
+        async def served(conn: KafkaConnection) -> int:
+            await conn.connect()
+            return conn.api_versions.get(api_key, -1)
+
+        return min(newest, await self._turn(node, served))
+
     async def request(self, node: int, api_key: int, api_version: int, body: Any) -> Any:
         """The peer's answer; BrokerConnectionError if it is not registered, unreachable,
         or does not answer within the timeout (and if the requests ahead of this one keep
         its connection busy that long)."""
+        return await self._turn(node, lambda conn: conn.request(api_key, api_version, body))
+
+    async def _turn(self, node: int,
+                    use: Callable[[KafkaConnection], Awaitable[Any]]) -> Any:
+        """``use(connection)`` in this request's turn on the peer's connection."""
         registration = self.store.peer(node, self.listener)
         if registration is None:
             raise BrokerConnectionError(
@@ -51,7 +66,7 @@ class PeerChannels:
                 conn = self._connections[node] = KafkaConnection(
                     registration.host, registration.port, self.client_id, self.timeout,
                     self.security)
-            return await conn.request(api_key, api_version, body)
+            return await use(conn)
         finally:
             lock.release()
 

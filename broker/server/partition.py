@@ -220,7 +220,7 @@ class Partition:
         )
 
     def append_marker(self, producer_id: int, producer_epoch: int, commit: bool,
-                      coordinator_epoch: int) -> ProduceOutcome:
+                      coordinator_epoch: int, transaction_version: int = 0) -> ProduceOutcome:
         """Write a transaction's COMMIT or ABORT marker as leader (WriteTxnMarkers), with
         acks=all's rule that the ISR holds min.insync.replicas (the coordinator retries
         NOT_ENOUGH_REPLICAS). A marker from an older producer epoch or coordinator epoch
@@ -234,7 +234,7 @@ class Partition:
                                   message=f"the ISR {self.isr} is smaller than "
                                   f"min.insync.replicas {min_isr}")
         error = self.log.producer_state.check_marker(producer_id, producer_epoch,
-                                                     coordinator_epoch)
+                                                     coordinator_epoch, transaction_version)
         if error is not None:
             return ProduceOutcome(error, message=f"marker of producer {producer_id} epoch "
                                   f"{producer_epoch}, coordinator epoch {coordinator_epoch}")

@@ -26,6 +26,7 @@ from kio.schema.errors import ErrorCode
 from broker.protocol.records import ATTR_TRANSACTIONAL, NO_PRODUCER_ID, NO_SEQUENCE, BatchHeader
 
 BATCHES_KEPT = 5
+MAX_EPOCH = 32767
 _INT_MAX = 2**31 - 1
 NO_TXN = -1
 NO_TIMESTAMP = -1
@@ -157,14 +158,22 @@ class ProducerStateManager:
         return None
 
     def check_marker(self, producer_id: int, producer_epoch: int,
-                     coordinator_epoch: int) -> ErrorCode | None:
+                     coordinator_epoch: int, transaction_version: int = 0) -> ErrorCode | None:
         """The error that refuses a marker on the leader, or None (Kafka's
         appendEndTxnMarker checks). A newer producer epoch is accepted: an abort written by
-        the coordinator under a bumped epoch is what fences a zombie producer."""
+        the coordinator under a bumped epoch is what fences a zombie producer. A marker of
+        transaction.version 2 comes under an epoch above its transaction's batches: one
+        under the epoch of the transaction open here is the previous transaction's, late (a
+        retried WriteTxnMarkers overtaken by its retry), and would end this one with the
+        other's outcome (KAFKA-19446). The last epoch cannot be exceeded, so it is let be;
+        with no transaction open, a retry is harmless (KAFKA-19999)."""
         entry = self.producers.get(producer_id)
         if entry is None:
             return None
         if producer_epoch < entry.epoch:
+            return ErrorCode.invalid_producer_epoch
+        if transaction_version >= 2 and producer_epoch == entry.epoch < MAX_EPOCH \
+                and entry.current_txn_first_offset != NO_TXN:
             return ErrorCode.invalid_producer_epoch
         if coordinator_epoch < entry.coordinator_epoch:
             return ErrorCode.transaction_coordinator_fenced
