@@ -96,14 +96,15 @@ JAVA_TXN_DIR = ROOT / "tests" / "clients" / "java-txn"
 SERVED_APIS = ("EndTxn", "AddPartitionsToTxn", "Produce")
 _METRICS_LINE = re.compile(r"kafkube broker (\d+) listening on .*?metrics on http://\*:(\d+)/")
 _SAMPLE = re.compile(r'^kafka_network_requests_total\{api="(\w+)",version="(\d+)"\}\s+(\S+)$')
+_LATENCY = re.compile(r'^kafka_network_request_latency_seconds_(sum|count)\{api="(\w+)"\}\s+(\S+)$')
 _FEATURE = re.compile(r"Feature: (\S+)\s+SupportedMinVersion: (\S+)\s+SupportedMaxVersion: "
                       r"(\S+)\s+FinalizedVersionLevel: (\S+)")
 _SENT = re.compile(r"Sending (\w+) request with header RequestHeader\(apiKey=\w+, "
                    r"apiVersion=(\d+)")
 _TV2_LINE = re.compile(r"Updating isTV2 enabled to \S+ with FinalizedFeaturesEpoch \S+")
 # The Java client's log: warnings to stderr; its sent requests' headers and its TV2 decision
-# (both debug lines) to a file. The filter looks at the raw message, so that the other debug
-# lines of those two classes are dropped before being formatted.
+# (both debug lines) to a file, the other debug lines of those two classes dropped. (Kafka's
+# LogContext loggers format a message before handing it on, so the filter sees it whole.)
 JAVA_LOG4J = """status = warn
 appender.err.type = Console
 appender.err.name = STDERR
@@ -320,30 +321,41 @@ def metrics_ports(env: Running) -> dict[int, int]:
     return {int(node): int(port) for node, port in _METRICS_LINE.findall(text)}
 
 
-def served(ports: dict[int, int]) -> dict[tuple[str, int, int], float]:
-    """kafkube: (API, version, broker) -> requests answered so far, for ``SERVED_APIS``."""
-    counts: dict[tuple[str, int, int], float] = {}
+def served(ports: dict[int, int]) -> dict[tuple[str, str, int], float]:
+    """kafkube, for ``SERVED_APIS``: (API, version, broker) -> requests answered so far, and
+    (API, "sum"/"count", broker) -> their latency histogram's sum (seconds) and count."""
+    counts: dict[tuple[str, str, int], float] = {}
     for node, port in ports.items():
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
             for line in r.read().decode().splitlines():
                 match = _SAMPLE.match(line)
                 if match and match[1] in SERVED_APIS:
-                    counts[match[1], int(match[2]), node] = float(match[3])
+                    counts[match[1], match[2], node] = float(match[3])
+                match = _LATENCY.match(line)
+                if match and match[2] in SERVED_APIS:
+                    counts[match[2], match[1], node] = float(match[3])
     return counts
 
 
-def served_text(before: dict[tuple[str, int, int], float],
-                after: dict[tuple[str, int, int], float], brokers: int) -> dict[str, str]:
-    """Per API: "v5: 101+99+100" (each broker's requests of that version over the span)."""
+def served_text(before: dict[tuple[str, str, int], float],
+                after: dict[tuple[str, str, int], float], brokers: int) -> dict[str, str]:
+    """Per API: "v5: 101+99+100" (each broker's requests of that version over the span), and
+    the mean time from decoded to answered over the span, all brokers, in ms."""
     out: dict[str, str] = {}
+
+    def delta(api: str, key: str, broker: int) -> float:
+        return after.get((api, key, broker), 0) - before.get((api, key, broker), 0)
     for api in SERVED_APIS:
         parts = []
-        for version in sorted({v for a, v, _ in after if a == api}):
-            per = [int(after.get((api, version, b), 0) - before.get((api, version, b), 0))
-                   for b in range(brokers)]
+        for version in sorted({int(v) for a, v, _ in after if a == api and v.isdigit()}):
+            per = [int(delta(api, str(version), b)) for b in range(brokers)]
             if any(per):
                 parts.append(f"v{version}: {'+'.join(map(str, per))}")
         out[f"served_{api}"] = ", ".join(parts) or "none"
+        count = sum(delta(api, "count", b) for b in range(brokers))
+        if count:
+            seconds = sum(delta(api, "sum", b) for b in range(brokers))
+            out[f"mean_ms_{api}"] = f"{1e3 * seconds / count:.1f}"
     return out
 
 
@@ -422,7 +434,8 @@ def run_system(system: str, args: argparse.Namespace, log: Any) -> list[Figure]:
                 line += (f", {raw['transactions'] / secs:,.1f} transactions/s, commit p50 "
                          f"{raw['commit_p50_ms']} ms p99 {raw['commit_p99_ms']} ms")
             log(f"  {system:<8} {NAMES[workload]} ({CLIENTS[workload]}): {line}")
-            for key in ("served_EndTxn", "served_AddPartitionsToTxn", "client_sent",
+            for key in ("served_EndTxn", "served_AddPartitionsToTxn", "mean_ms_Produce",
+                        "mean_ms_AddPartitionsToTxn", "mean_ms_EndTxn", "client_sent",
                         "client_log"):
                 if key in raw:
                     log(f"  {system:<8}   {key}: {raw[key]}")
