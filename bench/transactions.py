@@ -50,6 +50,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -281,8 +282,11 @@ def java_transactional_produce(bootstrap: str, topic: str, records: int,
             stdout, stderr = out.read(), err.read()
         lines = [line for line in stdout.splitlines() if line.startswith("{")]
         result = json.loads(lines[-1]) if lines else {}
-        if code != 0 or not result.get("ok"):
-            raise RuntimeError(f"TxnCheck bench failed (exit {code}): {stdout[-2000:]}"
+        if code != 0 or not result.get("ok"):  # keep its whole output and request log
+            kept = Path(tempfile.mkdtemp(prefix="kafkube-bench-java-txn-failed-"))
+            shutil.copytree(tmp, kept, dirs_exist_ok=True)
+            raise RuntimeError(f"TxnCheck bench failed (exit {code}; its stdout, stderr and "
+                               f"sent requests kept in {kept}): {stdout[-2000:]}"
                                f"{stderr[-3000:]}")
         log_text = proto_log.read_text(errors="replace") if proto_log.exists() else ""
     sent = Counter(f"{api} v{version}" for api, version in _SENT.findall(log_text))
