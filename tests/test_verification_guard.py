@@ -16,6 +16,7 @@ from pathlib import Path
 
 from kio.schema.errors import ErrorCode
 
+from broker.handlers.append_order import AppendOrder
 from broker.handlers.context import RequestContext
 from broker.handlers.produce import handle_produce
 from broker.protocol.codec import RequestHeader
@@ -47,16 +48,18 @@ class HeldVerifier:
         return dict.fromkeys(partitions, ErrorCode.none)
 
 
-def produce(services, partitions: dict[int, int]) -> asyncio.Future:
-    ctx = RequestContext(services, RequestHeader(0, 9, 1, "c"), "127.0.0.1", "127.0.0.1")
+def produce(services, partitions: dict[int, int], version: int = 9,
+            connection: AppendOrder | None = None) -> asyncio.Future:
+    ctx = RequestContext(services, RequestHeader(0, version, 1, "c"), "127.0.0.1",
+                         "127.0.0.1", append_order=connection or AppendOrder())
     request = ProduceRequest("txn", 1, 5000, [TopicData("t", [
         PartitionData(p, batch(s)) for p, s in partitions.items()])])
     return asyncio.ensure_future(handle_produce(ctx, request))
 
 
-def errors(encoded: bytes) -> dict[int, int]:
-    """Partition -> error code of the handler's v9 ProduceResponse (size-prefixed)."""
-    _, response = decode_response_exact(encoded[4:], 0, 9)
+def errors(encoded: bytes, version: int = 9) -> dict[int, int]:
+    """Partition -> error code of the handler's ProduceResponse (size-prefixed)."""
+    _, response = decode_response_exact(encoded[4:], 0, version)
     return {p.index: p.error_code for t in response.responses for p in t.partition_responses}
 
 
@@ -90,5 +93,42 @@ def test_a_marker_written_while_the_coordinator_is_asked_voids_the_verification(
             assert p.log.first_unstable_offset is None, p
         assert p0.log.producer_state.producers[PID].last_sequence == 0  # s1 never written
         assert PID not in p1.log.producer_state.ongoing_transactions()
+
+    asyncio.run(scenario())
+
+
+class ScriptedVerifier:
+    """The coordinator's answers to a TV2 producer's adds, one per question, in order."""
+
+    def __init__(self, answers: list[ErrorCode]) -> None:
+        self.answers = answers
+
+    async def verify(self, transactional_id, producer_id, producer_epoch, partitions,
+                     add=False):
+        await asyncio.sleep(0)  # a question is an await, whoever answers it
+        return dict.fromkeys(partitions, self.answers.pop(0))
+
+
+def test_a_producer_new_here_starts_at_the_lowest_sequence_that_asked(tmp_path: Path) -> None:
+    """Seen in bench transactions with the Java 4.4 producer (TV2): its first request here
+    (sequences 0-6) was told to retry, the next (7) went through and started the producer,
+    and the retried 0 was OUT_OF_ORDER for good."""
+    async def scenario() -> None:
+        services = make_services(tmp_path)
+        await services.replicas.create_topic("t", 1, {}, 1, [(NODE_ID,)])
+        for _ in range(200):
+            services.replicas.apply_image(services.store.image)
+            p0 = services.replicas.get("t", 0)
+            if p0 is not None and p0.is_leader:
+                break
+            await asyncio.sleep(0.01)
+        services.verifier = ScriptedVerifier([ErrorCode.concurrent_transactions,
+                                              ErrorCode.none, ErrorCode.none])
+        connection = AppendOrder()
+        first = produce(services, {0: 0}, 12, connection)  # told to retry
+        second = produce(services, {0: 7}, 12, connection)  # must not start the producer
+        assert errors(await first, 12) == {0: ErrorCode.concurrent_transactions}
+        assert errors(await second, 12) == {0: ErrorCode.out_of_order_sequence_number}
+        assert errors(await produce(services, {0: 0}, 12, connection), 12) == {0: 0}
 
     asyncio.run(scenario())

@@ -34,7 +34,7 @@ from broker.protocol.produce import (
     TopicResponse,
     encode_produce_response,
 )
-from broker.protocol.records import ATTR_TRANSACTIONAL, HEADER_SIZE, parse_header
+from broker.protocol.records import ATTR_TRANSACTIONAL, HEADER_SIZE, BatchHeader, parse_header
 from broker.security.acl import Operation, ResourceType
 from broker.server.partition import Partition
 from broker.server.txn_verification import as_produce_error, needs_verification
@@ -51,15 +51,15 @@ def _transactional(records: bytes | memoryview | None) -> bool:
 
 
 def _unverified(partition: Partition | None, records: bytes | memoryview | None
-                ) -> tuple[int, int] | None:
-    """(producer id, epoch) of a transactional batch whose producer has no transaction
-    open in this partition yet: the writes KIP-890 has the leader check first."""
+                ) -> BatchHeader | None:
+    """The header of a transactional batch whose producer has no transaction open in this
+    partition yet: the writes KIP-890 has the leader check first."""
     if not _transactional(records):
         return None
     header = parse_header(records)
     if not needs_verification(partition, header.producer_id, header.producer_epoch):
         return None
-    return header.producer_id, header.producer_epoch
+    return header
 
 
 def _unauthorized_transaction(ctx: RequestContext, request: ProduceRequest
@@ -89,18 +89,19 @@ def _without_transactional_id(request: ProduceRequest) -> dict[tuple[str, int], 
 
 
 def _to_verify(ctx: RequestContext, request: ProduceRequest
-               ) -> dict[tuple[int, int], list[tuple[str, int]]]:
+               ) -> dict[tuple[int, int], dict[tuple[str, int], int]]:
     """(producer id, epoch) -> the partitions whose batches the coordinator must vouch for
-    before they are appended."""
+    before they are appended, each with its batch's first sequence."""
     services = ctx.services
     if not _verifying(ctx, request):
         return {}
-    wanted: dict[tuple[int, int], list[tuple[str, int]]] = {}
+    wanted: dict[tuple[int, int], dict[tuple[str, int], int]] = {}
     for topic in request.topic_data:
         for data in topic.partition_data:
-            producer = _unverified(services.replicas.get(topic.name, data.index), data.records)
-            if producer is not None:
-                wanted.setdefault(producer, []).append((topic.name, data.index))
+            header = _unverified(services.replicas.get(topic.name, data.index), data.records)
+            if header is not None:
+                wanted.setdefault((header.producer_id, header.producer_epoch), {})[
+                    (topic.name, data.index)] = header.base_sequence
     return wanted
 
 
@@ -124,16 +125,17 @@ async def _verify(ctx: RequestContext, request: ProduceRequest,
     assert request.transactional_id is not None
     asked = _to_verify(ctx, request)
     add = ctx.version >= TV2_PRODUCE
-    for (producer_id, _), partitions in asked.items():
-        for tp in partitions:
+    for (producer_id, epoch), sequences in asked.items():
+        for tp, sequence in sequences.items():
             partition = services.replicas.get(*tp)
             assert partition is not None  # _to_verify found it leading
-            guards[tp] = None if add else partition.log.producer_state.start_verification(
-                producer_id)
+            guard = partition.log.producer_state.start_verification(
+                producer_id, epoch, sequence, voidable=not add)
+            guards[tp] = None if add else guard
     failed: dict[tuple[str, int], ErrorCode] = {}
-    for (producer_id, epoch), partitions in asked.items():
+    for (producer_id, epoch), sequences in asked.items():
         answers = await services.verifier.verify(request.transactional_id, producer_id, epoch,
-                                                 partitions, add=add)
+                                                 list(sequences), add=add)
         failed.update({tp: e for tp, e in answers.items() if e != ErrorCode.none})
     return failed
 

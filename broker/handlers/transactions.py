@@ -251,8 +251,9 @@ async def _verify_offsets_partition(ctx: RequestContext, request: Any
     # Before the question: a marker written while it is out voids it (see Partition.append),
     # unless it is an add, answered only after the previous transaction's markers (produce.py).
     add = ctx.version >= 5
-    guard = None if add else partition.log.producer_state.start_verification(
-        request.producer_id)
+    guard = partition.log.producer_state.start_verification(
+        request.producer_id, request.producer_epoch, voidable=not add)
+    guard = None if add else guard
     answers = await services.verifier.verify(transactional_id, request.producer_id,
                                              request.producer_epoch, [(ot.TOPIC, index)],
                                              add=add)

@@ -85,9 +85,24 @@ class VerificationGuard:
     marker ends the producer's transaction here or its first batch opens one. A batch that
     would open a transaction is appended only with the guard still in place, so a marker
     written while the question was out (the client gave up and aborted) cannot be followed
-    by a batch opening a transaction that no marker will end."""
+    by a batch opening a transaction that no marker will end.
 
-    __slots__ = ()
+    It also keeps the lowest first sequence of the batches that asked (Kafka's
+    VerificationStateEntry.lowestSequence): while a producer is unknown here any sequence
+    would start it, so a request whose question failed (to be retried) could be overtaken
+    by the next one, whose later sequence would then start the producer and leave the
+    retried batch OUT_OF_ORDER for good. The first batch must be the lowest that asked.
+    An add (transaction.version 2) is not ``voidable``: it is answered only once the
+    producer's previous transaction has all its markers, so the marker it meets is that
+    one's."""
+
+    __slots__ = ("epoch", "lowest_sequence", "voidable")
+
+    def __init__(self, epoch: int = -1, lowest_sequence: int = -1,
+                 voidable: bool = True) -> None:
+        self.epoch = epoch
+        self.lowest_sequence = lowest_sequence
+        self.voidable = voidable
 
 
 # What a request holds for a partition that needed no question (its transaction was open):
@@ -105,12 +120,18 @@ class ProducerStateManager:
         # may reopen or forget a transaction, which only a rebuild from the log undoes.
         self._last_txn_offset = -1
 
-    def start_verification(self, producer_id: int) -> VerificationGuard:
-        """The guard of a verification of this producer's transaction here: the one in
-        place if another request's question is out, else a new one."""
+    def start_verification(self, producer_id: int, epoch: int = -1, sequence: int = -1,
+                           voidable: bool = True) -> VerificationGuard:
+        """The guard of a verification of this producer's transaction here, for a batch of
+        ``epoch`` starting at ``sequence``: the one in place if another request's question
+        is out at that epoch (its lowest sequence lowered), else a new one."""
         guard = self._guards.get(producer_id)
-        if guard is None:
-            guard = self._guards[producer_id] = VerificationGuard()
+        if guard is None or guard.epoch != epoch:
+            guard = self._guards[producer_id] = VerificationGuard(epoch, sequence, voidable)
+        else:
+            if sequence >= 0 and (guard.lowest_sequence < 0 or sequence < guard.lowest_sequence):
+                guard.lowest_sequence = sequence
+            guard.voidable = guard.voidable and voidable
         return guard
 
     def opens_transaction(self, header: BatchHeader) -> bool:
@@ -142,7 +163,13 @@ class ProducerStateManager:
             return None
         entry = self.producers.get(header.producer_id)
         if entry is None:
-            # Unknown producer (new, or expired: producer.id.expiration.ms): any sequence goes.
+            # Unknown producer (new, or expired: producer.id.expiration.ms): any sequence goes,
+            # but the lowest of those whose question is out goes first (VerificationGuard).
+            guard = self._guards.get(header.producer_id)
+            if guard is not None and guard.epoch == header.producer_epoch \
+                    and guard.lowest_sequence >= 0 \
+                    and header.base_sequence != guard.lowest_sequence:
+                return ErrorCode.out_of_order_sequence_number
             return None
         if header.producer_epoch < entry.epoch:
             return ErrorCode.invalid_producer_epoch
@@ -215,7 +242,9 @@ class ProducerStateManager:
         after a retry); then there is nothing to complete."""
         pid = header.producer_id
         self._last_txn_offset = header.last_offset
-        self._guards.pop(pid, None)  # a question asked before the marker no longer holds
+        guard = self._guards.get(pid)
+        if guard is not None and guard.voidable:
+            del self._guards[pid]  # a question asked before the marker no longer holds
         entry = self.producers.get(pid)
         if entry is None:
             entry = ProducerEntry(pid, header.producer_epoch)
