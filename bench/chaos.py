@@ -51,7 +51,7 @@ from tests.conftest import wait_until
 from tests.e2e.deployment import Brokers
 from tests.e2e.history import Produced, read_drain, read_produce
 from tests.e2e.operated import example_cluster
-from tests.e2e.platform import Cluster, KubectlError, cache_dir
+from tests.e2e.platform import Cluster, KubectlError
 from tests.e2e.streams import acked
 from tests.queue_checker import History
 
@@ -447,21 +447,10 @@ def headline(result: dict[str, Any]) -> list[str]:
 
 def publish(result: dict[str, Any], docs: bool) -> Path:
     """The summary printed, the JSON under the cache's bench/, the docs' block if asked."""
-    from bench.scale.report import Section, markdown, plain
+    from bench.scale.report import publish_run
 
-    print("\n" + "\n".join(headline(result)) + "\n\n"
-          + plain(table(result), right=(1, 2, 3, 4, 5, 6), rule=True))
-    path = cache_dir() / "bench" / f"chaos-{time.strftime('%Y%m%d-%H%M%S')}-{result['seed']}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=1))
-    print(f"\nevery fault and figure: {path}")
-    if docs:
-        section = Section("chaos", "## The last long run", DOCS, DOCS)
-        block = "\n".join([*section.head(result), *(f"- {line}" for line in headline(result)),
-                           "", markdown(table(result), "lrrrrrr"), "", section.end])
-        section.write(block)
-        print(f"figures written to {DOCS}")
-    return path
+    return publish_run("chaos", result, headline(result), table(result), "lrrrrrr",
+                       DOCS if docs else None)
 
 
 def parse(argv: list[str]) -> argparse.Namespace:

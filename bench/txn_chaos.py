@@ -344,25 +344,10 @@ def table(result: dict[str, Any]) -> list[list[str]]:
 
 def publish(result: dict[str, Any], docs: bool) -> Path:
     """The summary printed, the JSON under the cache's bench/, the docs' block if asked."""
-    import json
+    from bench.scale.report import publish_run
 
-    from bench.scale.report import Section, markdown, plain
-    from tests.e2e.platform import cache_dir
-
-    print("\n" + "\n".join(headline(result)) + "\n\n"
-          + plain(table(result), right=(1, 2, 3, 4, 5, 6, 7), rule=True))
-    path = (cache_dir() / "bench"
-            / f"txn-chaos-{time.strftime('%Y%m%d-%H%M%S')}-{result['seed']}.json")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=1))
-    print(f"\nevery fault and figure: {path}")
-    if docs:
-        section = Section("txn-chaos", "## The last long run", DOCS, DOCS)
-        block = "\n".join([*section.head(result), *(f"- {line}" for line in headline(result)),
-                           "", markdown(table(result), "lrrrrrrr"), "", section.end])
-        section.write(block)
-        print(f"figures written to {DOCS}")
-    return path
+    return publish_run("txn-chaos", result, headline(result), table(result), "lrrrrrrr",
+                       DOCS if docs else None)
 
 
 def parse(argv: list[str]) -> argparse.Namespace:

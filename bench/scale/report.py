@@ -83,6 +83,28 @@ def plain(rows: list[list[str]], right: tuple[int, ...] = (), rule: bool = False
     return "\n".join([*head, *map(line, rows[1:])])
 
 
+def publish_run(name: str, result: dict[str, Any], headline: list[str],
+                rows: list[list[str]], align: str, docs: Path | None) -> Path:
+    """A fault run's figures: the summary printed, the whole result as JSON under the
+    cache's bench/ (``<name>-<time>-<seed>.json``), and with ``docs`` its block there
+    ("## The last long run"). ``align``: the markdown table's, l or r per column."""
+    from tests.e2e.platform import cache_dir
+
+    right = tuple(i for i, a in enumerate(align) if a == "r")
+    print("\n" + "\n".join(headline) + "\n\n" + plain(rows, right=right, rule=True))
+    path = (cache_dir() / "bench"
+            / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{result['seed']}.json")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=1))
+    print(f"\nevery fault and figure: {path}")
+    if docs is not None:
+        section = Section(name, "## The last long run", docs, docs)
+        section.write("\n".join([*section.head(result), *(f"- {line}" for line in headline),
+                                 "", markdown(rows, align), "", section.end]))
+        print(f"figures written to {docs}")
+    return path
+
+
 def pyplot() -> Any:
     """matplotlib's pyplot without a display (the benchmarks run headless)."""
     import matplotlib
