@@ -423,7 +423,7 @@ def test_negative_frame_size_closes(broker, healthy, size):
         pytest.param(b"\0\0\0\0", -1, 0, id="negative-api-key"),
         pytest.param(b"", 17, 1, id="sasl-handshake-not-served"),
         pytest.param(None, 0, 2, id="produce-v2-advertised-not-served"),
-        pytest.param(None, 0, 12, id="produce-above-max"),
+        pytest.param(None, 0, 13, id="produce-above-max"),
         pytest.param(None, 3, 13, id="metadata-above-max"),
         pytest.param(None, 1, 3, id="fetch-below-min"),
     ],
