@@ -57,6 +57,18 @@ def produce(services, partitions: dict[int, int], version: int = 9,
     return asyncio.ensure_future(handle_produce(ctx, request))
 
 
+async def led(services, count: int) -> list:
+    """Topic t's ``count`` partitions, once this broker leads them all: the replicas open
+    in slices, a turn of the event loop apart (at most 2 s)."""
+    for _ in range(200):
+        services.replicas.apply_image(services.store.image)
+        found = [services.replicas.get("t", i) for i in range(count)]
+        if all(p is not None and p.is_leader for p in found):
+            return found
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"topic t's {count} partitions not led here within 2 s")
+
+
 def errors(encoded: bytes, version: int = 9) -> dict[int, int]:
     """Partition -> error code of the handler's ProduceResponse (size-prefixed)."""
     _, response = decode_response_exact(encoded[4:], 0, version)
@@ -68,13 +80,7 @@ def test_a_marker_written_while_the_coordinator_is_asked_voids_the_verification(
     async def scenario() -> None:
         services = make_services(tmp_path)
         await services.replicas.create_topic("t", 2, {}, 1, [(NODE_ID,), (NODE_ID,)])
-        for _ in range(200):  # the replicas open in slices, a turn of the loop apart
-            services.replicas.apply_image(services.store.image)
-            p0, p1 = services.replicas.get("t", 0), services.replicas.get("t", 1)
-            if p0 is not None and p1 is not None and p0.is_leader and p1.is_leader:
-                break
-            await asyncio.sleep(0.01)
-        assert p0 is not None and p1 is not None and p0.is_leader and p1.is_leader
+        p0, p1 = await led(services, 2)
         verifier = services.verifier = HeldVerifier()
         verifier.release.set()
         assert errors(await produce(services, {0: 0})) == {0: 0}  # P0's transaction open
@@ -116,12 +122,7 @@ def test_a_producer_new_here_starts_at_the_lowest_sequence_that_asked(tmp_path: 
     async def scenario() -> None:
         services = make_services(tmp_path)
         await services.replicas.create_topic("t", 1, {}, 1, [(NODE_ID,)])
-        for _ in range(200):
-            services.replicas.apply_image(services.store.image)
-            p0 = services.replicas.get("t", 0)
-            if p0 is not None and p0.is_leader:
-                break
-            await asyncio.sleep(0.01)
+        await led(services, 1)
         services.verifier = ScriptedVerifier([ErrorCode.concurrent_transactions,
                                               ErrorCode.none, ErrorCode.none])
         connection = AppendOrder()
