@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything kafkube needs on a fresh Debian machine: Debian packages, a Python
 # virtualenv with the project and its test extras, the Java client jars from Maven Central,
-# and Kubernetes binaries built from the Go module proxy. Idempotent; downloads and builds are cached under ~/.cache/kafkube.
+# and Kubernetes binaries built from the Go module proxy. Idempotent; downloads and builds are
+# cached under ~/.cache/kafkube, each step's output under its logs/setup/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CACHE="${KAFKUBE_CACHE:-$HOME/.cache/kafkube}"
@@ -28,39 +29,65 @@ if ((${#need_apt[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
 
-if [ ! -x .venv/bin/python ]; then
-  python3 -m venv .venv
-fi
-stamp=".venv/.installed-$(cat pyproject.toml broker/protocol/*.c | sha1sum | cut -c1-12)"
-if [ ! -f "$stamp" ]; then
+LOGS="$CACHE/logs/setup"
+mkdir -p "$LOGS"
+# step NAME CMD...: CMD with its output in $LOGS/NAME.log (shown if it fails), its time printed:
+# a cold set-up says where its minutes go.
+step() {
+  local name=$1 start=$SECONDS
+  shift
+  if "$@" >"$LOGS/$name.log" 2>&1; then
+    echo "setup: $name $((SECONDS - start)) s" >&2
+  else
+    tail -n 40 "$LOGS/$name.log" >&2
+    echo "setup: $name FAILED after $((SECONDS - start)) s (log: $LOGS/$name.log)" >&2
+    return 1
+  fi
+}
+
+python_env() {
+  [ -x .venv/bin/python ] || python3 -m venv .venv
+  local stamp
+  stamp=".venv/.installed-$(cat pyproject.toml broker/protocol/*.c | sha1sum | cut -c1-12)"
+  [ -f "$stamp" ] && return 0
   PIP_CACHE_DIR="$CACHE/pip" .venv/bin/pip install -q --upgrade pip
   PIP_CACHE_DIR="$CACHE/pip" .venv/bin/pip install -q -e '.[test,spark]'
   touch "$stamp"
-fi
+}
 
-# kube-apiserver of the pinned release, built from the Go module proxy (cached; ~5 min cold).
-bash scripts/kubernetes.sh kube-apiserver >/dev/null
+# Three lanes at once, each a chain of steps that share a cache (Maven's local repository is not
+# safe for two Mavens at once; the Go builds share $CACHE/go and would only fight for the two
+# cores): the downloads of the first two lanes hide behind the compiles of the third.
+lane_python() {
+  step python-env python_env
+}
+lane_maven() {
+  # Apache Kafka's own jars (the command-line tools the tests run, the broker `bench compare`
+  # runs), Spark's Kafka source and sink (pyspark does not ship them), the Java test clients.
+  step kafka-jars bash bench/setup_kafka.sh
+  step spark-jars bash spark/setup.sh
+  step java-client bash tests/clients/java/setup.sh
+  step java-txn-client bash tests/clients/java-txn/setup.sh
+}
+lane_go() {
+  # kube-apiserver for the integration tier (~5 min cold); Helm and the Prometheus Operator's
+  # and Spark Operator's CRDs (the chart's tests); franz-go (tests/test_franz_go.py); then the
+  # e2e suite's kind cluster: Docker engine, kind, node image with every image it needs, all
+  # built offline (scripts/kind.sh; ~15 min cold).
+  step kube-apiserver bash scripts/kubernetes.sh kube-apiserver
+  step helm bash scripts/helm.sh
+  step third-party-crds bash scripts/third_party_crds.sh
+  step franz-go bash tests/clients/franz-go/setup.sh
+  step kind bash scripts/kind.sh build
+}
 
-# Helm (the chart's tests, the e2e suite's install) and the Prometheus Operator's CRDs (our
-# ServiceMonitor and PodMonitor validated against them), from the Go module proxy (cached).
-bash scripts/helm.sh >/dev/null
-bash scripts/third_party_crds.sh >/dev/null
-
-# Apache Kafka's own jars: the command-line tools the tests run, and the broker `bench compare` runs.
-bash bench/setup_kafka.sh >/dev/null
-
-# Spark's Kafka source and sink for the jobs in spark/ (pyspark does not ship them).
-bash spark/setup.sh >/dev/null
-
-if [ -f tests/clients/java/setup.sh ]; then
-  bash tests/clients/java/setup.sh
-fi
-if [ -f tests/clients/java-txn/setup.sh ]; then
-  bash tests/clients/java-txn/setup.sh
-fi
-# franz-go, the Go client, for tests/test_franz_go.py: built from the Go module proxy (cached).
-bash tests/clients/franz-go/setup.sh
-
-# The e2e suite's kind cluster: Docker engine, kind, node image with every image it needs, all
-# built offline and cached (scripts/kind.sh; ~15 min cold, nothing warm).
-bash scripts/kind.sh build
+started=$SECONDS
+lane_python & python_lane=$!
+lane_maven & maven_lane=$!
+lane_go & go_lane=$!
+failed=0
+for lane in "$python_lane" "$maven_lane" "$go_lane"; do
+  wait "$lane" || failed=1
+done
+((failed == 0)) || { echo "setup: failed (logs under $LOGS)" >&2; exit 1; }
+echo "setup: ready in $((SECONDS - started)) s" >&2
