@@ -445,7 +445,7 @@ def broker_stalls(log_file: Path) -> list[str]:
         return []
     reports, current = [], None
     for line in text.splitlines():
-        if " WARNING broker.watchdog: " in line:
+        if " WARNING broker.common.watchdog: " in line:
             current = [line]
             reports.append(current)
         elif current is not None and line.startswith("  "):

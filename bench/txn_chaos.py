@@ -53,7 +53,7 @@ from bench.txn_workload import (
     Workload,
     drain_into,
 )
-from broker.coordinator.serde import partition_for
+from broker.cluster.internal_topics import partition_for
 from tests.cluster import Cluster
 from tests.conftest import wait_until
 from tests.txn_checker import TxnHistory

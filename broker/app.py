@@ -17,34 +17,34 @@ from prometheus_client import start_http_server
 from broker import handlers
 from broker.cluster.backend import BrokerRegistration, CoordinationBackend
 from broker.cluster.image import ClusterImage
-from broker.cluster.membership import Membership
+from broker.cluster.metadata import ClusterMetadata
 from broker.cluster.pod_liveness import DEFAULT_CONTAINER, PodRef
 from broker.cluster.sqlite import SqliteBackend
-from broker.config import BrokerConfig, parse_listener
+from broker.common.heap import LongLivedObjects
+from broker.common.metrics import BrokerMetrics, PartitionSample, ReplicationSample
+from broker.common.repeated_failure import RepeatedFailure
+from broker.common.watchdog import EventLoopWatchdog, GcPauses
+from broker.config.broker_config import BrokerConfig
+from broker.config.listeners import listener_plan, parse_listener
 from broker.controller.controller import Controller
 from broker.coordinator.group_coordinator import GroupCoordinator
 from broker.coordinator.transaction_coordinator import TransactionCoordinator
 from broker.coordinator.txn_end import TV2
 from broker.coordinator.txn_markers import MarkerSender
+from broker.frontend.socket_server import KafkaServer
 from broker.handlers.context import BrokerServices, Endpoint
 from broker.health import Readiness, behind
-from broker.heap import LongLivedObjects
-from broker.metrics import BrokerMetrics, PartitionSample, ReplicationSample
 from broker.network.peers import PeerChannels
-from broker.network.server import KafkaServer
-from broker.repeated_failure import RepeatedFailure
 from broker.security import acl
 from broker.security.client import inter_broker_security
-from broker.security.listeners import listener_plan
 from broker.security.scram import MECHANISMS, ScramCredential, new_credential
 from broker.security.scram import matches as scram_matches
 from broker.security.session import ListenerSecurity
 from broker.server.dynamic_config import follow_dynamic_configs
 from broker.server.fetch_session import FetchSessionCache
-from broker.server.metadata import ClusterMetadata
+from broker.server.membership import Membership
 from broker.server.replica_manager import ReplicaManager
 from broker.server.txn_verification import TransactionVerifier
-from broker.watchdog import EventLoopWatchdog, GcPauses
 
 log = logging.getLogger(__name__)
 

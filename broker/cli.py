@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from broker.config import BrokerConfig, ConfigError
+from broker.config.broker_config import BrokerConfig, ConfigError
 
 
 def _broker(args: argparse.Namespace) -> int:

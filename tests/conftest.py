@@ -187,9 +187,9 @@ def open_replicas(config, rack: str | None = None):
     """The storage layers of one broker, in-process, as the only broker of its cluster: the
     embedded coordination backend in its log dir, this node registered, the replicas loaded."""
     from broker.cluster.backend import BrokerRegistration
+    from broker.cluster.metadata import ClusterMetadata
     from broker.cluster.sqlite import SqliteBackend
     from broker.server.dynamic_config import follow_dynamic_configs
-    from broker.server.metadata import ClusterMetadata
     from broker.server.replica_manager import ReplicaManager
 
     log_dirs = [Path(d) for d in config.log_dirs]

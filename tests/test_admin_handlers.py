@@ -16,14 +16,14 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
-from broker.config import BROKER_KEYS, TOPIC_KEYS, BrokerConfig
+from broker.common.metrics import BrokerMetrics
+from broker.config.broker_config import BROKER_KEYS, TOPIC_KEYS, BrokerConfig
 from broker.controller.controller import Controller
 from broker.coordinator.group_coordinator import GroupCoordinator
 from broker.coordinator.transaction_coordinator import TransactionCoordinator
 from broker.coordinator.txn_markers import MarkerSender
 from broker.handlers import REGISTRY, admin, offset_for_leader_epoch  # noqa: F401 (registers)
 from broker.handlers.context import BrokerServices, Endpoint, RequestContext
-from broker.metrics import BrokerMetrics
 from broker.network.peers import PeerChannels
 from broker.protocol.codec import RequestHeader, decode_response, encode_response
 from broker.protocol.messages import build

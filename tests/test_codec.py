@@ -25,10 +25,10 @@ from broker.protocol.codec import (
     encode_response,
 )
 from broker.protocol.fetch import FetchPartition, FetchTopic, encode_fetch_response
+from broker.protocol.file_region import FileRegion
 from broker.protocol.messages import build
 from broker.protocol.produce import PartitionResponse, TopicResponse, encode_produce_response
 from broker.protocol.records import InvalidRecordError, split_batches
-from broker.storage.segment import FileRegion
 from tests.wire import build_batch
 
 

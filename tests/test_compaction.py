@@ -16,7 +16,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
 
-from broker.config import BrokerConfig
+from broker.config.broker_config import BrokerConfig
 from broker.protocol.batch_codec import (
     CODEC_GZIP,
     CODEC_LZ4,

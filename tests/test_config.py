@@ -8,7 +8,12 @@ import sys
 
 import pytest
 
-from broker.config import BrokerConfig, ConfigError, parse_properties, validate_topic_configs
+from broker.config.broker_config import (
+    BrokerConfig,
+    ConfigError,
+    parse_properties,
+    validate_topic_configs,
+)
 
 
 def test_defaults_are_kafkas():
@@ -51,7 +56,7 @@ def test_bad_values_are_refused_naming_the_key(key, value, message):
 
 
 def test_unknown_keys_warn_and_kafka_only_keys_are_noted(caplog):
-    with caplog.at_level(logging.INFO, logger="broker.config"):
+    with caplog.at_level(logging.INFO, logger="broker.config.broker_config"):
         BrokerConfig.from_dict({"no.such.key": "1", "num.io.threads": "8"})
     messages = {r.getMessage(): r.levelname for r in caplog.records}
     assert messages["unknown config no.such.key=1; ignored"] == "WARNING"

@@ -198,9 +198,9 @@ def test_reassignment_adds_first_then_removes_once_in_sync() -> None:
 def test_controller_fences_a_dead_broker_and_hands_over(tmp_path: Path) -> None:
     """Two brokers' controllers over one backend: one acts; when broker 1's leases lapse,
     broker 2 takes the controller lease and moves broker 1's leadership within the ISR."""
-    from broker.config import BrokerConfig
+    from broker.cluster.metadata import ClusterMetadata
+    from broker.config.broker_config import BrokerConfig
     from broker.controller.controller import Controller
-    from broker.server.metadata import ClusterMetadata
 
     session = 300
     backend = new_cluster(SqliteBackend(tmp_path / "cluster.db"))

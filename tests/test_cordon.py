@@ -60,7 +60,7 @@ def test_placement_reads_the_cordon_in_the_image_it_writes_over(tmp_path) -> Non
 
     import pytest
 
-    from broker.config import BrokerConfig
+    from broker.config.broker_config import BrokerConfig
     from broker.controller.placement import PlacementError
     from tests.conftest import open_replicas
 

@@ -1,4 +1,4 @@
-"""``broker.network.eager``: the first step runs at once; a waiting handler resumes as a task."""
+"""``broker.frontend.eager``: the first step runs at once; a waiting handler resumes as a task."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from broker.network import eager
+from broker.frontend import eager
 
 
 async def _immediate(log: list[str]) -> str:

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from kio.schema.errors import ErrorCode
 
+from broker.cluster.internal_topics import java_string_hash, partition_for
 from broker.coordinator import offsets_topic as ot
-from broker.coordinator import serde
 from broker.coordinator.group import Group, GroupState
 from broker.coordinator.group_coordinator import GroupCoordinator, JoinResult
 from tests.conftest import finish_now
@@ -603,9 +603,9 @@ JAVA = [
 
 @pytest.mark.parametrize(("group", "hash_code", "partition"), JAVA)
 def test_java_string_hash(group, hash_code, partition):
-    assert serde.java_string_hash(group) == hash_code
+    assert java_string_hash(group) == hash_code
 
 
 @pytest.mark.parametrize(("group", "hash_code", "partition"), JAVA)
 def test_partition_for_is_kafkas_rule(group, hash_code, partition):
-    assert ot.partition_for(group, 50) == partition
+    assert partition_for(group, 50) == partition

@@ -8,7 +8,7 @@ import weakref
 
 import pytest
 
-from broker.heap import LongLivedObjects
+from broker.common.heap import LongLivedObjects
 
 
 class Replica:

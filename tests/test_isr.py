@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from broker.cluster.backend import BrokerRegistration
-from broker.config import BrokerConfig
+from broker.config.broker_config import BrokerConfig
 from broker.network.client import KafkaConnection
 from tests.conftest import open_replicas
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from broker.coordinator.serde import partition_for
+from broker.cluster.internal_topics import partition_for
 from tests import txn_programs as java
 from tests.cluster import Cluster, cluster_factory  # noqa: F401
 from tests.conftest import wait_until

@@ -9,7 +9,7 @@ import re
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from broker.coordinator.serde import partition_for
+from broker.cluster.internal_topics import partition_for
 from tests.cluster import Cluster, cluster_factory  # noqa: F401
 from tests.conftest import wait_until
 from tests.kafka_tools import (

@@ -29,8 +29,8 @@ from broker.cluster.kubernetes import (
     api_client,
 )
 from broker.cluster.local_copy import IMAGE_COPY
+from broker.cluster.metadata import ClusterMetadata, MetadataUnavailable
 from broker.cluster.sqlite import SqliteBackend
-from broker.server.metadata import ClusterMetadata, MetadataUnavailable
 from tests.cluster import cluster_factory  # noqa: F401 (fixture)
 from tests.conftest import new_cluster, wait_until
 

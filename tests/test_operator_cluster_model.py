@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from broker.config import BrokerConfig, parse_properties
+from broker.config.broker_config import BrokerConfig, parse_properties
 from kafkube_operator.model.cluster import CONFIG_HASH, ClusterRef, desired_cluster
 
 GOLDEN = Path(__file__).parent / "golden" / "operator"

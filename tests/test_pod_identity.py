@@ -12,7 +12,7 @@ from kubernetes import client as k8s
 
 from broker.cluster.kubernetes import api_client
 from broker.cluster.pod_identity import ZONE_LABEL, pod_overrides, zone_from_api
-from broker.config import ConfigError
+from broker.config.broker_config import ConfigError
 
 POD_ENV = {"POD_NAME": "orders-kafka-2", "POD_NAMESPACE": "streams", "NODE_NAME": "node-b",
            "KAFKUBE_HEADLESS_SERVICE": "orders-kafka-brokers"}

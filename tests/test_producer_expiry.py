@@ -25,7 +25,7 @@ from kio.schema.describe_transactions.v0.request import DescribeTransactionsRequ
 from kio.schema.errors import ErrorCode
 
 import broker.handlers.configs  # noqa: F401 (registers)
-from broker.config import ConfigError, validate_dynamic_broker_configs
+from broker.config.broker_config import ConfigError, validate_dynamic_broker_configs
 from broker.handlers.context import BrokerServices
 from broker.protocol.batch_codec import Record, encode_batch
 from broker.protocol.records import ATTR_TRANSACTIONAL, BatchHeader, split_batches

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from broker.config import BrokerConfig
+from broker.config.broker_config import BrokerConfig
 from broker.server.replica_manager import (
     OPEN_PER_SLICE,
     RECOVERY_CHECKPOINT,

@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from broker.config import BrokerConfig, ConfigError
+from broker.config.broker_config import BrokerConfig, ConfigError
 from tests.conftest import BrokerProcess, wait_until
 
 

@@ -9,7 +9,7 @@ import asyncio
 import dataclasses
 from pathlib import Path
 
-from broker.config import BrokerConfig
+from broker.config.broker_config import BrokerConfig
 from broker.server.replica_dirs import DELETE_SUFFIX, STRAY_SUFFIX
 from tests.conftest import open_replicas
 from tests.wire import build_batch

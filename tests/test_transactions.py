@@ -44,7 +44,7 @@ from kio.schema.write_txn_markers.v1.request import (
     WriteTxnMarkersRequest,
 )
 
-from broker.coordinator.serde import partition_for
+from broker.cluster.internal_topics import partition_for
 from broker.protocol.records import ATTR_TRANSACTIONAL
 from tests.cluster import Cluster, cluster_factory  # noqa: F401
 from tests.conftest import wait_until

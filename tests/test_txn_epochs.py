@@ -16,7 +16,7 @@ from pathlib import Path
 
 from kio.schema.errors import ErrorCode
 
-from broker.config import BrokerConfig
+from broker.config.broker_config import BrokerConfig
 from broker.coordinator.transaction_coordinator import TransactionCoordinator
 from broker.coordinator.transaction_log import TxnState, decode_value, encode_value
 from broker.coordinator.txn_end import MAX_EPOCH

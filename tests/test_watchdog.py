@@ -9,7 +9,7 @@ import time
 
 from prometheus_client import CollectorRegistry
 
-from broker.watchdog import EventLoopWatchdog, GcPauses
+from broker.common.watchdog import EventLoopWatchdog, GcPauses
 
 
 def hold_the_loop_for(seconds: float) -> None:
@@ -31,7 +31,7 @@ def test_a_stall_is_logged_with_its_stack_and_counted(caplog) -> None:
             await asyncio.sleep(0.05)
         await watchdog.stop()
 
-    with caplog.at_level(logging.WARNING, logger="broker.watchdog"):
+    with caplog.at_level(logging.WARNING, logger="broker.common.watchdog"):
         asyncio.run(scenario())
     during = [r.getMessage() for r in caplog.records if "now at:" in r.getMessage()]
     assert len(during) == 1 and "hold_the_loop_for" in during[0]
@@ -54,10 +54,10 @@ def test_a_busy_but_yielding_loop_is_not_a_stall(caplog) -> None:
             await asyncio.sleep(0)
         await watchdog.stop()
 
-    with caplog.at_level(logging.WARNING, logger="broker.watchdog"):
+    with caplog.at_level(logging.WARNING, logger="broker.common.watchdog"):
         asyncio.run(scenario())
     assert registry.get_sample_value("kafkube_event_loop_stalls_total") == 0
-    assert not [r for r in caplog.records if r.name == "broker.watchdog"]
+    assert not [r for r in caplog.records if r.name == "broker.common.watchdog"]
 
 
 def test_garbage_collections_are_timed_by_generation() -> None:

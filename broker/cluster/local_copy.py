@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 
 from broker.cluster.image import ClusterImage
-from broker.config import ConfigError, parse_properties
+from broker.config.broker_config import ConfigError, parse_properties
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 
-from broker.config import ConfigError
+from broker.config.broker_config import ConfigError
 
 ZONE_LABEL = "topology.kubernetes.io/zone"
 RACK_LABEL_ENV = "KAFKUBE_RACK_LABEL"

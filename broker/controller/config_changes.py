@@ -15,7 +15,8 @@ from dataclasses import dataclass, replace
 from kio.schema.errors import ErrorCode
 
 from broker.cluster.image import DEFAULT_BROKER, ClusterImage
-from broker.config import (
+from broker.cluster.metadata import topic_name_error
+from broker.config.broker_config import (
     BROKER_KEYS,
     TOPIC_KEYS,
     ConfigError,
@@ -23,7 +24,6 @@ from broker.config import (
     validate_dynamic_broker_configs,
     validate_topic_configs,
 )
-from broker.server.metadata import topic_name_error
 
 # ConfigResource.Type ids.
 TOPIC_RESOURCE = 2

@@ -17,11 +17,11 @@ import time
 from collections.abc import Callable
 
 from broker.cluster.image import ClusterImage, PartitionState
-from broker.config import BrokerConfig
+from broker.cluster.metadata import ClusterMetadata, ConcurrentUpdate, MetadataUnavailable
+from broker.common.repeated_failure import RepeatedFailure
+from broker.config.broker_config import BrokerConfig
 from broker.controller.elections import fence_and_elect, map_partitions, step_reassignment
 from broker.controller.rebalance import elect_preferred, preferred_leader_moves
-from broker.repeated_failure import RepeatedFailure
-from broker.server.metadata import ClusterMetadata, ConcurrentUpdate, MetadataUnavailable
 
 log = logging.getLogger(__name__)
 

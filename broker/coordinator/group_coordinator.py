@@ -24,12 +24,13 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from broker.config import BrokerConfig
+from broker.cluster.internal_topics import partition_for
+from broker.cluster.metadata import ConcurrentUpdate
+from broker.config.broker_config import BrokerConfig
 from broker.coordinator import offsets_topic as ot
 from broker.coordinator.group import Group, GroupState, Member
 from broker.protocol.batch_codec import Record, encode_batch, read_records
 from broker.protocol.records import ATTR_TRANSACTIONAL, BatchHeader
-from broker.server.metadata import ConcurrentUpdate
 from broker.server.partition import Partition
 from broker.server.replica_manager import ReplicaManager, TopicExists
 from broker.storage.producer_state import VerificationGuard
@@ -106,7 +107,7 @@ class GroupCoordinator:
 
     def owns(self, group_id: str) -> bool:
         """Whether this broker coordinates ``group_id``: it leads the group's partition."""
-        return ot.partition_for(group_id, self.partitions) in self.owned
+        return partition_for(group_id, self.partitions) in self.owned
 
     def on_leadership(self, partition: Partition, leader: bool) -> None:
         """Load a partition's groups on becoming its leader, drop them on losing it, as
@@ -140,7 +141,7 @@ class GroupCoordinator:
                  sum(1 for g in self.groups if self.partition_of(g) == partition.index))
 
     def partition_of(self, group_id: str) -> int:
-        return ot.partition_for(group_id, self.partitions)
+        return partition_for(group_id, self.partitions)
 
     @staticmethod
     def _unload(group: Group) -> None:
@@ -234,7 +235,7 @@ class GroupCoordinator:
         checked against the transaction verification ``verified`` if there was one."""
         if not entries:
             return ErrorCode.none
-        partition = self.replicas.get(ot.TOPIC, ot.partition_for(group_id, self.partitions))
+        partition = self.replicas.get(ot.TOPIC, partition_for(group_id, self.partitions))
         now = int(time.time() * 1000)
         records = [Record(i, now, key, value) for i, (key, value) in enumerate(entries)]
         if producer is None:

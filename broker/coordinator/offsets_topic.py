@@ -12,11 +12,10 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from broker.coordinator.serde import Reader, Writer, partition_for
+from broker.cluster.internal_topics import CONSUMER_OFFSETS
+from broker.coordinator.serde import Reader, Writer
 
-__all__ = ["partition_for"]  # the group's partition, used with the formats below
-
-TOPIC = "__consumer_offsets"
+TOPIC = CONSUMER_OFFSETS
 OFFSET_KEY_VERSION = 1
 GROUP_KEY_VERSION = 2
 OFFSET_VALUE_VERSION = 3

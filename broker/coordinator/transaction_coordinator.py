@@ -27,10 +27,11 @@ from dataclasses import dataclass, replace
 
 from kio.schema.errors import ErrorCode
 
-from broker.config import BrokerConfig
+from broker.cluster.internal_topics import partition_for
+from broker.cluster.metadata import ClusterMetadata, ConcurrentUpdate
+from broker.config.broker_config import BrokerConfig
 from broker.coordinator import offsets_topic as ot
 from broker.coordinator import transaction_log as tl
-from broker.coordinator.serde import partition_for
 from broker.coordinator.transaction_log import NO_PRODUCER_ID, TopicPartition, TxnRecord, TxnState
 from broker.coordinator.txn_end import (
     MAX_EPOCH,
@@ -43,7 +44,6 @@ from broker.coordinator.txn_end import (
 )
 from broker.coordinator.txn_markers import MarkerJob, MarkerSender
 from broker.protocol.batch_codec import Record, encode_batch, read_records
-from broker.server.metadata import ClusterMetadata, ConcurrentUpdate
 from broker.server.partition import Partition
 from broker.server.replica_manager import ReplicaManager, TopicExists
 

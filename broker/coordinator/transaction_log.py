@@ -17,9 +17,10 @@ import struct
 from dataclasses import dataclass
 from enum import IntEnum
 
+from broker.cluster.internal_topics import TRANSACTION_STATE
 from broker.coordinator.serde import Reader, Writer
 
-TOPIC = "__transaction_state"
+TOPIC = TRANSACTION_STATE
 KEY_VERSION = 0
 VALUE_VERSION = 0
 FLEXIBLE_VALUE_VERSION = 1

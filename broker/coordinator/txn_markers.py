@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from kio.schema.errors import ErrorCode
 from kio.schema.write_txn_markers import v1, v2
 
+from broker.cluster.metadata import ClusterMetadata
 from broker.coordinator.transaction_log import TopicPartition
 from broker.network.client import BrokerConnectionError
 from broker.network.peers import PeerChannels
-from broker.server.metadata import ClusterMetadata
 
 log = logging.getLogger(__name__)
 API_KEY = 27

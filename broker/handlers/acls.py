@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 from kio.schema.errors import ErrorCode
 
 from broker.cluster.image import ClusterImage
+from broker.cluster.metadata import ConcurrentUpdate
 from broker.handlers import handles
 from broker.handlers.context import RequestContext, cooperatively
 from broker.protocol.messages import build_long_response, build_response
@@ -42,7 +43,6 @@ from broker.security.acl import (
     Permission,
     ResourceType,
 )
-from broker.server.metadata import ConcurrentUpdate
 
 log = logging.getLogger(__name__)
 

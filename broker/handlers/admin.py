@@ -24,7 +24,13 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from broker.cluster.backend import ClusterImageTooLarge
-from broker.config import (
+from broker.cluster.metadata import (
+    ClusterMetadata,
+    ConcurrentUpdate,
+    TopicMetadata,
+    topic_name_error,
+)
+from broker.config.broker_config import (
     TOPIC_KEYS,
     BrokerConfig,
     ConfigError,
@@ -37,12 +43,6 @@ from broker.handlers.context import DENIED_MESSAGES, BrokerServices, RequestCont
 from broker.handlers.metadata import live_brokers
 from broker.protocol.messages import build_response
 from broker.security.acl import CLUSTER_NAME, OPERATIONS_OMITTED, Operation, ResourceType
-from broker.server.metadata import (
-    ClusterMetadata,
-    ConcurrentUpdate,
-    TopicMetadata,
-    topic_name_error,
-)
 from broker.server.replica_manager import InvalidPartitions, TopicExists
 
 NO_THROTTLE = datetime.timedelta(0)

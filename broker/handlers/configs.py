@@ -25,7 +25,14 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from broker.cluster.image import DEFAULT_BROKER, ClusterImage, TopicMetadata
-from broker.config import BROKER_KEYS, DYNAMIC_BROKER_KEYS, TOPIC_KEYS, BrokerConfig, ConfigKey
+from broker.cluster.metadata import ConcurrentUpdate, topic_name_error
+from broker.config.broker_config import (
+    BROKER_KEYS,
+    DYNAMIC_BROKER_KEYS,
+    TOPIC_KEYS,
+    BrokerConfig,
+    ConfigKey,
+)
 from broker.controller.config_changes import (
     BROKER_RESOURCE,
     RESOURCE_TYPE_NAMES,
@@ -41,7 +48,6 @@ from broker.handlers import handles
 from broker.handlers.context import DENIED_MESSAGES, BrokerServices, RequestContext
 from broker.protocol.messages import build_long_response, build_response
 from broker.security.acl import CLUSTER_NAME, Operation, ResourceType
-from broker.server.metadata import ConcurrentUpdate, topic_name_error
 
 NO_THROTTLE = datetime.timedelta(0)
 UNKNOWN_TOPIC_MESSAGE = "This server does not host this topic-partition."

@@ -10,17 +10,17 @@ from typing import TypeVar
 
 from kio.schema.errors import ErrorCode
 
-from broker.config import BrokerConfig
+from broker.cluster.metadata import ClusterMetadata
+from broker.common.metrics import BrokerMetrics
+from broker.config.broker_config import BrokerConfig
 from broker.controller.controller import Controller
 from broker.coordinator.group_coordinator import GroupCoordinator
 from broker.coordinator.transaction_coordinator import TransactionCoordinator
 from broker.handlers.append_order import AppendOrder
-from broker.metrics import BrokerMetrics
 from broker.protocol.codec import RequestHeader, api_name
 from broker.security.acl import CLUSTER_NAME, Authorizer, Operation, ResourceType
 from broker.security.session import Session, plaintext_session
 from broker.server.fetch_session import FetchSessionCache
-from broker.server.metadata import ClusterMetadata
 from broker.server.replica_manager import ReplicaManager
 from broker.server.txn_verification import TransactionVerifier
 

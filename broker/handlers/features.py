@@ -18,11 +18,11 @@ from kio.schema.errors import ErrorCode
 
 from broker.cluster.features import SUPPORTED
 from broker.cluster.image import ClusterImage
+from broker.cluster.metadata import ConcurrentUpdate
 from broker.handlers import handles
 from broker.handlers.context import RequestContext
 from broker.protocol.messages import build_response
 from broker.security.acl import Operation
-from broker.server.metadata import ConcurrentUpdate
 
 UPGRADE = 1
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.cluster.internal_topics import partition_for
 from broker.coordinator import offsets_topic as ot
 from broker.coordinator import transaction_log as txn_log
 from broker.coordinator.group import GroupState
@@ -84,7 +85,7 @@ async def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
             coordinator = _coordinator(ctx)
             await coordinator.ensure_offsets_topic()
             state = services.store.partition(ot.TOPIC,
-                                             ot.partition_for(key, coordinator.partitions))
+                                             partition_for(key, coordinator.partitions))
         else:
             transactions = services.transactions
             await transactions.ensure_topic()

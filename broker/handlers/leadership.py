@@ -19,6 +19,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from broker.cluster.image import NO_LEADER, ClusterImage, PartitionState
+from broker.cluster.metadata import ConcurrentUpdate
 from broker.controller.elections import (
     cancel_reassignment,
     choose_leader,
@@ -29,7 +30,6 @@ from broker.handlers.admin import ApiError, check_manual_replicas
 from broker.handlers.context import RequestContext
 from broker.protocol.messages import build_response
 from broker.security.acl import Operation
-from broker.server.metadata import ConcurrentUpdate
 
 NO_THROTTLE = timedelta(0)
 PREFERRED, UNCLEAN = 0, 1

@@ -11,11 +11,11 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.cluster.metadata import ConcurrentUpdate, topic_name_error
 from broker.handlers import handles
 from broker.handlers.context import BrokerServices, RequestContext, cooperatively
 from broker.protocol.messages import build_long_response, build_response
 from broker.security.acl import CLUSTER_NAME, SUPPORTED_OPERATIONS, Operation, ResourceType
-from broker.server.metadata import ConcurrentUpdate, topic_name_error
 from broker.server.replica_manager import TopicExists
 
 log = logging.getLogger(__name__)

@@ -8,12 +8,12 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.cluster.metadata import ConcurrentUpdate
 from broker.handlers import handles
 from broker.handlers.context import RequestContext
 from broker.handlers.transactions import as_version_knows
 from broker.protocol.messages import build_long_response, build_response
 from broker.security.acl import Operation, ResourceType
-from broker.server.metadata import ConcurrentUpdate
 
 
 @handles(22, 0, 5)

@@ -28,6 +28,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from broker.cluster.image import ClusterImage
+from broker.cluster.metadata import ConcurrentUpdate
 from broker.handlers import handles
 from broker.handlers.context import DENIED_MESSAGES, RequestContext, cooperatively
 from broker.protocol.messages import LONG_ANSWER, build_long_response
@@ -40,7 +41,6 @@ from broker.security.scram import (
     ScramCredential,
     from_salted_password,
 )
-from broker.server.metadata import ConcurrentUpdate
 
 NO_THROTTLE = datetime.timedelta(0)
 # scramp.core.Salt.MIN_LENGTH: the shortest salt the SCRAM exchange accepts.

@@ -12,9 +12,9 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from broker.cluster.metadata import ClusterMetadata
 from broker.network.client import BrokerConnectionError, KafkaConnection
 from broker.security.client import ClientSecurity
-from broker.server.metadata import ClusterMetadata
 
 
 class PeerChannels:

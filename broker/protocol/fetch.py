@@ -15,8 +15,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
+from broker.protocol.file_region import FileRegion
 from broker.protocol.primitives import I16, I32, Buffer, Reader, write_uvarint
-from broker.storage.segment import FileRegion
 
 API_KEY = 1
 FLEXIBLE_FROM = 12

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import scramp
 
-from broker.config import BrokerConfig, ConfigError
+from broker.config.broker_config import BrokerConfig, ConfigError
 from broker.security.scram import MECHANISMS, ScramCredential
 
 log = logging.getLogger(__name__)

@@ -13,9 +13,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from broker.config import BrokerConfig, ConfigError
+from broker.config.broker_config import BrokerConfig, ConfigError
+from broker.config.listeners import Listener, SecurityProtocol
 from broker.security import tls
-from broker.security.listeners import Listener, SecurityProtocol
 from broker.security.sasl import (
     ANONYMOUS,
     CredentialLookup,

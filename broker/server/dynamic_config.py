@@ -11,8 +11,8 @@ from __future__ import annotations
 import logging
 
 from broker.cluster.image import DEFAULT_BROKER, ClusterImage
-from broker.config import BrokerConfig
-from broker.server.metadata import ClusterMetadata
+from broker.cluster.metadata import ClusterMetadata
+from broker.config.broker_config import BrokerConfig
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from broker.config import BrokerConfig
+from broker.config.broker_config import BrokerConfig
 from broker.server.partition import Partition
 from broker.server.replica_dirs import TopicPartition, write_offset_checkpoint
 from broker.storage.cleaner import CleanResult, CleanTarget, LogCleaner

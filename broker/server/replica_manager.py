@@ -23,7 +23,8 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from broker.cluster.image import NO_LEADER, ClusterImage, PartitionState, TopicMetadata
-from broker.config import BrokerConfig
+from broker.cluster.metadata import ClusterMetadata, ConcurrentUpdate
+from broker.config.broker_config import BrokerConfig
 from broker.controller.elections import Handover
 from broker.controller.placement import assign_replicas
 from broker.security.client import ClientSecurity
@@ -36,7 +37,6 @@ from broker.server.log_maintenance import (
     LogMaintenance,
     periodic,
 )
-from broker.server.metadata import ClusterMetadata, ConcurrentUpdate
 from broker.server.partition import Partition, now_ms
 from broker.server.replica_dirs import (
     DELETE_SUFFIX,
@@ -78,7 +78,7 @@ class ReplicaManager(LogMaintenance):
         self._fetchers_stopped = False
         self._per_log_dir: Counter[Path] = Counter()
         self._more_pending = False  # a pass opening the partitions past OPEN_PER_SLICE
-        self.opened_or_dropped = 0  # partitions opened and dropped so far (broker.heap)
+        self.opened_or_dropped = 0  # partitions opened and dropped so far (broker.common.heap)
         # ISR expansions in flight, by (topic, partition, follower): one at a time each.
         self._expanding: set[tuple[str, int, int]] = set()
         self.pending_isr_changes: set[asyncio.Task[bool]] = set()

@@ -31,11 +31,10 @@ from kio.schema.add_partitions_to_txn.v4.request import (
 )
 from kio.schema.errors import ErrorCode
 
-from broker.coordinator import transaction_log as tl
-from broker.coordinator.serde import partition_for
+from broker.cluster.internal_topics import TRANSACTION_STATE, partition_for
+from broker.cluster.metadata import ClusterMetadata
 from broker.network.client import BrokerConnectionError
 from broker.network.peers import PeerChannels
-from broker.server.metadata import ClusterMetadata
 from broker.server.partition import Partition
 
 log = logging.getLogger(__name__)
@@ -160,7 +159,8 @@ class TransactionVerifier:
     async def _ask(self, transactional_id: str, producer_id: int, producer_epoch: int,
                    partitions: list[TopicPartition], add: bool
                    ) -> dict[TopicPartition, ErrorCode]:
-        state = self.store.partition(tl.TOPIC, partition_for(transactional_id, self.partitions))
+        state = self.store.partition(TRANSACTION_STATE,
+                                     partition_for(transactional_id, self.partitions))
         if state is None or state.leader < 0:
             return dict.fromkeys(partitions, ErrorCode.coordinator_not_available)
         if state.leader == self.node_id:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from broker.protocol.batch_codec import CorruptRecords, first_record_at_or_after
+from broker.protocol.file_region import FileRegion
 from broker.protocol.records import (
     ATTR_CONTROL,
     HEADER_SIZE,
@@ -41,7 +42,6 @@ from broker.storage.segment import (
     LOG_SUFFIX,
     SWAP_SUFFIX,
     BatchPosition,
-    FileRegion,
     LogSegment,
 )
 from broker.storage.txn_index import (

@@ -14,10 +14,10 @@ import os
 import time
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
+from broker.protocol.file_region import FileRegion
 from broker.protocol.records import (
     HEADER_SIZE,
     LOG_OVERHEAD,
@@ -40,15 +40,6 @@ _READ_CHUNK = 1 << 20
 
 def segment_name(base_offset: int) -> str:
     return f"{base_offset:020d}"
-
-
-@dataclass(frozen=True, slots=True)
-class FileRegion:
-    """Bytes [position, position + length) of an open file: what a fetch sends by sendfile."""
-
-    fd: int
-    position: int
-    length: int
 
 
 class BatchPosition(NamedTuple):

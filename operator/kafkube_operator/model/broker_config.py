@@ -5,8 +5,8 @@ listeners, log dirs, coordination): a value the user gives for one of them would
 deployment, so it is left out and reported instead. ``auto.leader.rebalance.enable`` is the
 operator's to act on: the brokers get ``false`` and the operator rebalances as it says.
 Every other key of ``spec.config`` is judged by the broker's own config definitions
-(``broker.config``), the same ones a broker starting with that file applies, so a key the
-broker does not know or a value it would refuse is reported here, with the broker's message,
+(``broker.config.broker_config``), the same ones a broker starting with that file applies, so a
+key the broker does not know or a value it would refuse is reported here, with the broker's message,
 instead of crash-looping a pod.
 """
 
@@ -15,7 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from broker.config import BROKER_KEYS, IGNORED_KAFKA_KEYS, ConfigError, render_properties
+from broker.config.broker_config import BROKER_KEYS, IGNORED_KAFKA_KEYS, ConfigError
+from broker.config.properties_file import render_properties
 from kafkube_operator.model.listeners import ListenerLayout, SecuritySpec, security_properties
 
 # Set per pod (--pod-identity, the downward API) or by the operator for the whole cluster.

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 from broker.cluster.image import DEFAULT_BROKER, ClusterImage
 from broker.cluster.kubernetes import KubernetesBackend
-from broker.config import parse_properties
+from broker.config.broker_config import parse_properties
 from kafkube_operator.kafka import AdminClients, KafkaAdmin, KafkaRefused
 from kafkube_operator.kube import ApplyError, Kube
 from kafkube_operator.model.broker_config import broker_properties

@@ -11,7 +11,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from broker.config import BROKER_KEYS
+from broker.config.broker_config import BROKER_KEYS
 from broker.controller.rebalance import leader_imbalance, preferred_leader_moves
 from kafkube_operator.kafka import AdminClients, KafkaAdmin, KafkaRefused
 from kafkube_operator.model.cluster import ClusterRef

@@ -1,7 +1,8 @@
 """One configuration key, as Kafka's ConfigDef defines one: its name, type, default, doc and
-validator, and how a value of it is parsed from text and rendered back. broker/config.py
-declares the broker's and topics' keys with it; the validators are Kafka's (atLeast,
-between, ValidString, ThrottledReplicaListValidator) with Kafka's messages."""
+validator, and how a value of it is parsed from text and rendered back.
+broker/config/broker_config.py declares the broker's and topics' keys with it; the validators
+are Kafka's (atLeast, between, ValidString, ThrottledReplicaListValidator) with Kafka's
+messages."""
 
 from __future__ import annotations
 

@@ -33,13 +33,13 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from broker.frontend import eager
+from broker.frontend.memory_pool import MemoryPool
+from broker.frontend.transport import PlainTransport, TlsTransport, Transport
 from broker.handlers import REGISTRY
 from broker.handlers.api_versions import unsupported_version_response
 from broker.handlers.append_order import AppendOrder
 from broker.handlers.context import BrokerServices, RequestContext
-from broker.network import eager
-from broker.network.memory_pool import MemoryPool
-from broker.network.transport import PlainTransport, TlsTransport, Transport
 from broker.protocol.codec import (
     API_VERSIONS_KEY,
     FrameReader,
@@ -50,6 +50,7 @@ from broker.protocol.codec import (
     encode_response,
 )
 from broker.protocol.fetch import EncodedResponse
+from broker.protocol.file_region import FileRegion
 from broker.security.sasl import (
     SASL_AUTHENTICATE,
     SASL_HANDSHAKE,
@@ -59,7 +60,6 @@ from broker.security.sasl import (
 )
 from broker.security.session import ListenerSecurity, Session
 from broker.security.tls import NoMatchingRule
-from broker.storage.segment import FileRegion
 
 log = logging.getLogger(__name__)
 

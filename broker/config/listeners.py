@@ -13,8 +13,12 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from broker.config import BrokerConfig, ConfigError, parse_listener
+from broker.config.keys import ConfigError
+
+if TYPE_CHECKING:  # the checked configuration calls listener_plan on itself
+    from broker.config.broker_config import BrokerConfig
 
 SUPPORTED_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
@@ -143,3 +147,20 @@ def _check_mechanisms(config: BrokerConfig, plan: ListenerPlan) -> None:
             raise ConfigError(
                 f"sasl.mechanism.inter.broker.protocol: {mechanism} is not enabled on the "
                 f"inter-broker listener {inter.name} (sasl.enabled.mechanisms)")
+
+
+def parse_listener(uri: str) -> tuple[str, str, int]:
+    """Split ``NAME://host:port``; an empty host means all interfaces, as in Kafka."""
+    name, sep, rest = uri.partition("://")
+    if not sep:
+        raise ConfigError(f"listeners: {uri!r} is not of the form NAME://host:port")
+    host, colon, port_text = rest.rpartition(":")
+    if not colon:
+        raise ConfigError(f"listeners: {uri!r} has no port")
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise ConfigError(f"listeners: port {port_text!r} in {uri!r} is not a number") from None
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"listeners: port {port} in {uri!r} is out of range")
+    return name, host.strip("[]"), port

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from broker.config_key import (
+from broker.config.keys import (
     INT_MAX,
     LONG_MAX,
     ConfigError,
@@ -25,8 +25,8 @@ from broker.config_key import (
     one_of,
     throttled_replicas,
 )
-from broker.properties_file import parse_properties
-from broker.properties_file import render_properties as render_properties  # re-exported
+from broker.config.listeners import listener_plan
+from broker.config.properties_file import parse_properties
 
 log = logging.getLogger(__name__)
 
@@ -338,7 +338,7 @@ BROKER_KEYS = keys_by_name(
               "every request and lease renewal waits behind such a step.", at_least(0)),
 )
 
-# listener.name.<listener>.<key>: a key's value for one listener (broker.security.listeners).
+# listener.name.<listener>.<key>: a key's value for one listener (broker.config.listeners).
 LISTENER_PREFIX = "listener.name."
 
 # Keys Kafka knows that do not apply to kafkube: accepted with a note, not a warning.
@@ -472,8 +472,6 @@ class BrokerConfig:
         return changed
 
     def _check(self) -> None:
-        from broker.security.listeners import listener_plan  # it reads this module's table
-
         listener_plan(self)
         if not self.log_dirs:
             raise ConfigError("log.dirs: no log directory given")
@@ -567,23 +565,6 @@ def validate_dynamic_broker_configs(configs: Mapping[str, str | None]) -> dict[s
             raise ConfigError(f"Cannot update these configs dynamically: {name}")
         parsed[name] = key.parse(raw)
     return parsed
-
-
-def parse_listener(uri: str) -> tuple[str, str, int]:
-    """Split ``NAME://host:port``; an empty host means all interfaces, as in Kafka."""
-    name, sep, rest = uri.partition("://")
-    if not sep:
-        raise ConfigError(f"listeners: {uri!r} is not of the form NAME://host:port")
-    host, colon, port_text = rest.rpartition(":")
-    if not colon:
-        raise ConfigError(f"listeners: {uri!r} has no port")
-    try:
-        port = int(port_text)
-    except ValueError:
-        raise ConfigError(f"listeners: port {port_text!r} in {uri!r} is not a number") from None
-    if not 0 <= port <= 65535:
-        raise ConfigError(f"listeners: port {port} in {uri!r} is out of range")
-    return name, host.strip("[]"), port
 
 
 def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, Any]:

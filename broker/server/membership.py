@@ -17,8 +17,8 @@ import logging
 import time
 
 from broker.cluster.backend import BrokerRegistration, CoordinationBackend
+from broker.cluster.metadata import ClusterMetadata
 from broker.controller.elections import Handover, step_down
-from broker.server.metadata import ClusterMetadata
 
 log = logging.getLogger(__name__)
 
