@@ -1,11 +1,15 @@
 # The two commands of the README. Each sets up what it needs first (scripts/setup.sh is
-# idempotent and caches under ~/.cache/kafkube).
-.PHONY: demo test e2e setup lint bench fuzz chaos txn-chaos
+# idempotent and caches under ~/.cache/kafkube): the demo only the local cluster's and the
+# Spark job's needs, the tests everything (Kubernetes binaries, kind, the test clients).
+.PHONY: demo test e2e setup setup-demo lint bench fuzz chaos txn-chaos
 
 setup:
 	bash scripts/setup.sh
 
-demo: setup
+setup-demo:
+	bash scripts/setup.sh demo
+
+demo: setup-demo
 	.venv/bin/python scripts/demo.py
 
 test: setup

@@ -1,25 +1,38 @@
 #!/usr/bin/env bash
-# Installs everything kafkube needs on a fresh Debian machine: Debian packages, a Python
-# virtualenv with the project and its test extras, the Java client jars from Maven Central,
-# and Kubernetes binaries built from the Go module proxy. Idempotent; downloads and builds are
-# cached under ~/.cache/kafkube, each step's output under its logs/setup/.
+# Installs what kafkube needs on a fresh Debian machine, in two parts:
+#   scripts/setup.sh demo   what `make demo` runs: Debian's JDK, Maven and Python build tools,
+#                           the virtualenv with the project, Spark's Kafka connector jars
+#   scripts/setup.sh        everything (`make test`): the above, and the test clients (Apache
+#                           Kafka's tools, the Java and franz-go programs), Kubernetes binaries,
+#                           Helm and the e2e suite's kind node image, built from the Go module
+#                           proxy since there is no release download or image registry here
+# Idempotent; downloads and builds are cached under ~/.cache/kafkube ($KAFKUBE_CACHE), each
+# step's output under its logs/setup/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CACHE="${KAFKUBE_CACHE:-$HOME/.cache/kafkube}"
 mkdir -p "$CACHE"
+part=${1:-all}
+case "$part" in
+  demo|all) ;;
+  *) echo "usage: scripts/setup.sh [demo|all]" >&2; exit 2 ;;
+esac
 
 need_apt=()
-command -v kcat >/dev/null || need_apt+=(kcat)
+# Spark runs on the JDK; Maven fetches its Kafka connector (and the tests' Java clients).
 command -v javac >/dev/null || need_apt+=(default-jdk-headless)
 command -v mvn >/dev/null || need_apt+=(maven)
 python3 -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
 # The C module (broker/protocol/_recordscan.c) is compiled by pip install.
 command -v gcc >/dev/null || need_apt+=(gcc)
-# The integration tier's Kubernetes API server: Debian's etcd, and openssl for its certificates.
-command -v etcd >/dev/null || need_apt+=(etcd-server)
-command -v openssl >/dev/null || need_apt+=(openssl)
-# ss reads the broker's socket buffer sizes from the kernel (tests/test_socket_buffers.py).
-command -v ss >/dev/null || need_apt+=(iproute2)
+if [ "$part" = all ]; then
+  command -v kcat >/dev/null || need_apt+=(kcat)
+  # The integration tier's Kubernetes API server: Debian's etcd, and openssl for its certificates.
+  command -v etcd >/dev/null || need_apt+=(etcd-server)
+  command -v openssl >/dev/null || need_apt+=(openssl)
+  # ss reads the broker's socket buffer sizes from the kernel (tests/test_socket_buffers.py).
+  command -v ss >/dev/null || need_apt+=(iproute2)
+fi
 python3 -c 'import os, sys, sysconfig
 sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
   || need_apt+=(python3-dev)
@@ -62,10 +75,12 @@ lane_python() {
   step python-env python_env
 }
 lane_maven() {
-  # Apache Kafka's own jars (the command-line tools the tests run, the broker `bench compare`
-  # runs), Spark's Kafka source and sink (pyspark does not ship them), the Java test clients.
-  step kafka-jars bash bench/setup_kafka.sh
+  # Spark's Kafka source and sink (pyspark does not ship them); for the tests, Apache Kafka's
+  # own jars (the command-line tools the tests run, the broker `bench compare` runs) and the
+  # Java test clients.
   step spark-jars bash spark/setup.sh
+  [ "$part" = all ] || return 0
+  step kafka-jars bash bench/setup_kafka.sh
   step java-client bash tests/clients/java/setup.sh
   step java-txn-client bash tests/clients/java-txn/setup.sh
 }
@@ -82,12 +97,13 @@ lane_go() {
 }
 
 started=$SECONDS
-lane_python & python_lane=$!
-lane_maven & maven_lane=$!
-lane_go & go_lane=$!
+lanes=()
+lane_python & lanes+=($!)
+lane_maven & lanes+=($!)
+if [ "$part" = all ]; then lane_go & lanes+=($!); fi
 failed=0
-for lane in "$python_lane" "$maven_lane" "$go_lane"; do
+for lane in "${lanes[@]}"; do
   wait "$lane" || failed=1
 done
 ((failed == 0)) || { echo "setup: failed (logs under $LOGS)" >&2; exit 1; }
-echo "setup: ready in $((SECONDS - started)) s" >&2
+echo "setup ($part): ready in $((SECONDS - started)) s" >&2
