@@ -1,4 +1,5 @@
-# One image for the broker (and, later, the operator): `kafkube broker` by default.
+# The broker's image: `kafkube broker` by default. The operator's image adds the operator's
+# extra on top of it (operator/Dockerfile), so this one does not carry kopf or kafka-python.
 #
 # The base is a build argument, so the same file builds from a registry anywhere
 #   docker build -t kafkube:dev .

@@ -19,7 +19,7 @@ LISTENER = re.compile(r"(\w+)://([\d.]+:\d+)")
 
 
 class BenchBroker:
-    """A fresh ``python -m broker broker`` on a loopback port and an empty temp log dir.
+    """A fresh ``python -m kafkube broker`` on a loopback port and an empty temp log dir.
 
     Used as a context manager so that the process is stopped (SIGTERM, then SIGKILL after
     ``stop_timeout``) and its log dir removed even when the benchmark fails half way.
@@ -51,7 +51,7 @@ class BenchBroker:
             "num.partitions": str(self.partitions),
             **self.overrides,
         }
-        args = [sys.executable, "-m", "broker", "broker"]
+        args = [sys.executable, "-m", "kafkube", "broker"]
         for key, value in overrides.items():
             args += ["--override", f"{key}={value}"]
         return args

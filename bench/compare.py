@@ -938,7 +938,7 @@ def main(argv: list[str]) -> int:
         f"- Apache Kafka {kafka.version()}: KRaft, combined broker+controller nodes (3 voters "
         f"for the 3-broker runs), -Xmx{args.kafka_heap}"
         + "".join(f", {k}={v}" for k, v in args.kafka_config or ())
-        + "; kafkube: `python -m broker broker`"
+        + "; kafkube: `python -m kafkube broker`"
         + "".join(f", {k}={v}" for k, v in args.kafkube_config or ()),
     ]
     print("\n".join(line for line in header if line), flush=True)

@@ -516,7 +516,7 @@ def main(argv: list[str]) -> int:
         f"batch.size={clients.PRODUCER_CONFIG['batch.size']}, compression none; "
         f"{args.warmup_records:,} records per producer untimed first",
         f"- Apache Kafka {kafka.version()}: KRaft, 3 combined broker+controller nodes, "
-        f"-Xmx{args.kafka_heap}; kafkube: `python -m broker broker`, metrics on",
+        f"-Xmx{args.kafka_heap}; kafkube: `python -m kafkube broker`, metrics on",
         f"- clients: confluent-kafka {_rdkafka_version()} (TV1 protocol); Apache Kafka Java "
         f"client {kafka.version()} (TV2), {java_settings}, JVM -Xmx{kafka.TOOL_HEAP} G1, "
         f"{kafka.java_version()}",

@@ -72,7 +72,7 @@ def start_cluster(data_dir: Path, brokers: int, base_port: int, metrics_base: in
         broker = DevBroker(node_id, port, data_dir / f"broker-{node_id}")
         metrics = metrics_base + node_id if metrics_base > 0 else metrics_base
         broker.args = [
-            sys.executable, "-m", "broker", "broker",
+            sys.executable, "-m", "kafkube", "broker",
             "--override", f"node.id={node_id}",
             "--override", f"log.dirs={broker.log_dir}",
             "--override", f"kafkube.coordination.path={data_dir / 'cluster.db'}",

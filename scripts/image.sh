@@ -2,7 +2,8 @@
 # Builds the kafkube image from the root Dockerfile without a Docker engine or a registry
 # (docs/architecture.md, "The image and the test platform"): a Debian bookworm base made with debootstrap, the wheels
 # built on the host, buildah for the build. Writes OCI archives that nodes import: the broker
-# image, and the e2e suite's client image (kafkube-workload.oci.tar beside it).
+# image, the operator's (kafkube-operator.oci.tar) and the e2e suite's client image
+# (kafkube-workload.oci.tar) beside it.
 #
 #   bash scripts/image.sh            # prints the broker image archive's path
 #   bash scripts/image.sh spark      # the Spark image (spark/Dockerfile); prints its archive
@@ -79,12 +80,19 @@ fi
 ensure_base "$BASE" "$IMAGES/kafkube-base-bookworm.tar" python3,python3-venv
 
 rm -rf build/wheels
-PIP_CACHE_DIR="$CACHE/pip" .venv/bin/pip wheel -q -w build/wheels . >/dev/null
+PIP_CACHE_DIR="$CACHE/pip" .venv/bin/pip wheel -q -w build/wheels '.[operator]' >/dev/null
 buildah bud -q --isolation chroot --network host --runtime runc \
   --build-arg BASE="$BASE" -t "$IMAGE" . >/dev/null
 archive="$IMAGES/kafkube.oci.tar"
 rm -f "$archive"
 buildah push -q "$IMAGE" "oci-archive:$archive:$IMAGE" >/dev/null
+
+# The operator's image: the broker image plus the operator's extra (operator/Dockerfile).
+OPERATOR="${KAFKUBE_OPERATOR_IMAGE:-localhost/kafkube-operator:dev}"
+buildah bud -q --isolation chroot --network host --runtime runc --build-arg BASE="$IMAGE" \
+  -f operator/Dockerfile -t "$OPERATOR" . >/dev/null
+rm -f "$IMAGES/kafkube-operator.oci.tar"
+buildah push -q "$OPERATOR" "oci-archive:$IMAGES/kafkube-operator.oci.tar:$OPERATOR" >/dev/null
 
 # The e2e suite's client pods (tests/e2e/workload.py): the same image plus confluent-kafka.
 WORKLOAD="${KAFKUBE_WORKLOAD_IMAGE:-localhost/kafkube-workload:dev}"

@@ -54,7 +54,7 @@ class BrokerProcess:
             **self.overrides,
             "listeners": listeners,
         }
-        args = [sys.executable, "-m", "broker", "broker"]
+        args = [sys.executable, "-m", "kafkube", "broker"]
         for key, value in config.items():
             args += ["--override", f"{key}={value}"]
         self.proc = subprocess.Popen(

@@ -23,7 +23,7 @@ class OperatorProcess:
         self.metrics_port = free_port()
         self.output: list[str] = []
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "broker", "operator", "--kubeconfig", str(kubeconfig),
+            [sys.executable, "-m", "kafkube", "operator", "--kubeconfig", str(kubeconfig),
              "--namespace", namespace, "--lease-namespace", namespace,
              "--lease-duration", str(lease_duration_s),
              "--metrics-port", str(self.metrics_port)],

@@ -84,18 +84,18 @@ def test_cli_refuses_a_bad_value_at_start(tmp_path):
     config = tmp_path / "server.properties"
     config.write_text(f"log.dirs={tmp_path}\nlog.segment.bytes=lots\n")
     result = subprocess.run(
-        [sys.executable, "-m", "broker", "broker", "--config", str(config)],
+        [sys.executable, "-m", "kafkube", "broker", "--config", str(config)],
         capture_output=True, text=True, timeout=30,
     )
     assert result.returncode == 2
     assert "invalid configuration: log.segment.bytes: expected an integer" in result.stderr
     missing = subprocess.run(
-        [sys.executable, "-m", "broker", "broker", "--config", str(tmp_path / "nope")],
+        [sys.executable, "-m", "kafkube", "broker", "--config", str(tmp_path / "nope")],
         capture_output=True, text=True, timeout=30,
     )
     assert missing.returncode == 2 and "cannot read config file" in missing.stderr
     bad_override = subprocess.run(
-        [sys.executable, "-m", "broker", "broker", "--override", "novalue"],
+        [sys.executable, "-m", "kafkube", "broker", "--override", "novalue"],
         capture_output=True, text=True, timeout=30,
     )
     assert bad_override.returncode == 2 and "expects key=value" in bad_override.stderr
@@ -103,7 +103,7 @@ def test_cli_refuses_a_bad_value_at_start(tmp_path):
 
 def test_cli_reports_a_port_in_use(tmp_path, broker):
     result = subprocess.run(
-        [sys.executable, "-m", "broker", "broker", "--override", f"log.dirs={tmp_path}/x",
+        [sys.executable, "-m", "kafkube", "broker", "--override", f"log.dirs={tmp_path}/x",
          "--override", f"listeners=PLAINTEXT://{broker.bootstrap}",
          "--override", "kafkube.metrics.port=-1"],
         capture_output=True, text=True, timeout=30,

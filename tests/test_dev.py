@@ -20,7 +20,7 @@ from tests.conftest import wait_until
 
 def test_dev_cluster_serves_replicated_topics_and_stops_on_ctrl_c(tmp_path: Path) -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "broker", "dev", "--brokers", "3", "--port", "0", "--quiet",
+        [sys.executable, "-m", "kafkube", "dev", "--brokers", "3", "--port", "0", "--quiet",
          "--data-dir", str(tmp_path / "dev")],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
@@ -76,7 +76,7 @@ def test_dev_cluster_survives_a_killed_broker_and_starts_it_again(tmp_path: Path
     """What the README says: kill -9 one broker, the others keep serving and take over its
     leaderships; kill -HUP starts it again on its port and it rejoins every ISR."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "broker", "dev", "--brokers", "3", "--port", "0", "--quiet",
+        [sys.executable, "-m", "kafkube", "dev", "--brokers", "3", "--port", "0", "--quiet",
          "--data-dir", str(tmp_path / "dev"),
          # Fence a dead broker after 3 s rather than 9 s: the same path, a quicker test.
          "--override", "broker.session.timeout.ms=3000",

@@ -11,6 +11,7 @@ an annotation-only import (``TYPE_CHECKING``) cannot make two modules wait on ea
 from __future__ import annotations
 
 import ast
+import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +32,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("coordinator",),  # group and transaction coordinators
     ("handlers",),  # one function per Kafka API
     ("frontend",),  # the socket server
-    ("__main__", "app", "cli", "dev", "health"),  # the entry points that wire it all
+    ("app", "dev", "health"),  # what wires it all: `kafkube broker` and `kafkube dev` run these
 )
 
 
@@ -222,3 +223,33 @@ def test_an_annotation_only_import_is_a_layer_question_but_not_a_circle(tmp_path
     assert import_circles(root) == []
     assert layer_violations(root, (("low",), ("high",))) == [
         "broker.low.a (line 4) imports broker.high.h: low is below high"]
+
+
+OPERATOR_ONLY = {"kopf", "kafka", "kafkube_operator", "kafkube"}  # kafka: kafka-python
+
+
+def third_party_imports(root: Path) -> dict[str, set[str]]:
+    """Top-level names imported outside ``root``'s own package, with the modules that do."""
+    found: dict[str, set[str]] = {}
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module] if isinstance(node, ast.ImportFrom) and not node.level
+                     and node.module else [])
+            for name in names:
+                found.setdefault(name.split(".")[0], set()).add(module_name(root, path))
+    return found
+
+
+def test_the_broker_needs_none_of_the_operators_dependencies():
+    """A broker image installs kafkube without the ``operator`` extra (operator/Dockerfile adds
+    it): no broker module may import the operator, the command line above both, kopf or
+    kafka-python, and the base dependencies must not pull them in."""
+    imported = third_party_imports(ROOT)
+    assert {name: sorted(mods) for name, mods in imported.items() if name in OPERATOR_ONLY} == {}
+    project = tomllib.loads((ROOT.parent / "pyproject.toml").read_text())["project"]
+    base = {req.split("=")[0].split(">")[0].split("[")[0].strip()
+            for req in project["dependencies"]}
+    assert base.isdisjoint({"kopf", "kafka-python"}), base
+    assert {"kopf", "kafka-python"} <= {
+        req.split("=")[0] for req in project["optional-dependencies"]["operator"]}

@@ -59,7 +59,7 @@ def test_the_zone_comes_from_the_node_label(control_plane: Any) -> None:
 def test_the_command_line_says_what_it_cannot_derive(control_plane: Any, tmp_path) -> None:
     env = {"PATH": "/usr/bin:/bin", "POD_NAME": "kafka-0", "NODE_NAME": "no-such-node"}
     run = subprocess.run(
-        [sys.executable, "-m", "broker", "broker", "--pod-identity",
+        [sys.executable, "-m", "kafkube", "broker", "--pod-identity",
          "--override", f"log.dirs={tmp_path}",
          "--override", f"kafkube.kubernetes.kubeconfig={control_plane.kubeconfig}"],
         env=env, capture_output=True, text=True, timeout=60)

@@ -143,7 +143,7 @@ def notes(args: argparse.Namespace) -> list[str]:
         f"one broker per system, a fresh one for every point, {args.warmup_records:,} records "
         f"produced and consumed untimed first; `bench.compare.SHARED_BROKER_CONFIG`; "
         f"Apache Kafka {kafka.version()} KRaft (combined node, -Xmx{args.kafka_heap}), kafkube "
-        "`python -m broker broker`",
+        "`python -m kafkube broker`",
         f"partitions: topic of x partitions (RF 1), {args.records:,} records of {size} B "
         f"({args.records * size / 1e9:.2f} GB) produced round-robin (librdkafka, acks=1, "
         "linger.ms=5, batch.size=1 MiB), then consumed from offset 0 (with one more record "

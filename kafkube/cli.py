@@ -1,4 +1,4 @@
-"""The `kafkube` command line."""
+"""The `kafkube` command line: `kafkube broker`, `kafkube dev`, `kafkube operator`."""
 
 from __future__ import annotations
 
@@ -64,7 +64,12 @@ def _dev(args: argparse.Namespace) -> int:
 
 
 def _operator(args: argparse.Namespace) -> int:
-    from kafkube_operator.main import OperatorOptions, run
+    try:
+        from kafkube_operator.main import OperatorOptions, run
+    except ModuleNotFoundError as e:  # a broker installed without the operator's extra
+        print(f"kafkube operator: {e.name} is not installed; the operator needs "
+              f"pip install 'kafkube[operator]'", file=sys.stderr)
+        return 2
 
     if args.namespace and args.all_namespaces:
         print("kafkube operator: --namespace and --all-namespaces exclude each other",

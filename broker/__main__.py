@@ -1,3 +1,0 @@
-from broker.cli import main
-
-raise SystemExit(main())

@@ -1,0 +1,3 @@
+from kafkube.cli import main
+
+raise SystemExit(main())
