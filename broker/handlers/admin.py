@@ -1,10 +1,11 @@
 """Admin APIs: CreateTopics, DeleteTopics, CreatePartitions, DescribeCluster.
 
-A single broker is its own controller (controller id = node id), so topic changes are decided
-here, with the checks, their order and the messages of Kafka's KRaft controller
-(ControllerApis and ReplicationControlManager); configs live in ``configs.py``. Clients act
-on the error codes and show the messages to people, so both are Kafka's. No handler awaits:
-each change is made before the handler returns.
+A single broker is its own controller (controller id = node id), so topic changes are made
+from here. The rules deciding them (checks, their order and Kafka's messages) are the
+controller's, in ``broker/controller/topic_changes.py``, as Kafka keeps them in
+ReplicationControlManager; these handlers only decode a request, authorize it, call those
+rules and encode the answer. Configs live in ``configs.py``. No handler awaits: each change
+is made before the handler returns.
 
 Authorization is checked where ControllerApis checks it, before a topic's existence, so a
 principal learns nothing of topics it may not describe (``ctx.authorized_names`` is the
@@ -15,62 +16,49 @@ from __future__ import annotations
 
 import datetime
 import functools
-import uuid
 from collections import Counter
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from broker.cluster.backend import ClusterImageTooLarge
-from broker.cluster.metadata import (
-    ClusterMetadata,
-    ConcurrentUpdate,
-    TopicMetadata,
-    topic_name_error,
-)
-from broker.config.broker_config import (
-    TOPIC_KEYS,
-    BrokerConfig,
-    ConfigError,
-    validate_topic_configs,
-)
+from broker.cluster.metadata import ConcurrentUpdate
+from broker.config.broker_config import TOPIC_KEYS, BrokerConfig
 from broker.controller.placement import PlacementError
+from broker.controller.topic_changes import (
+    DUPLICATE_NAME_MESSAGE,
+    Deletion,
+    ManualAssignment,
+    PartitionsRequest,
+    TopicChangeError,
+    TopicDefaults,
+    TopicRef,
+    TopicRequest,
+    added_partitions,
+    batch_refusal,
+    check_new_partitions,
+    requested_partitions,
+    resolve_deletions,
+    validate_new_topic,
+)
 from broker.handlers import handles
 from broker.handlers.configs import topic_value_source
-from broker.handlers.context import DENIED_MESSAGES, BrokerServices, RequestContext
+from broker.handlers.context import BrokerServices, RequestContext
 from broker.handlers.metadata import live_brokers
 from broker.protocol.messages import build_response
 from broker.security.acl import CLUSTER_NAME, OPERATIONS_OMITTED, Operation, ResourceType
 from broker.server.replica_manager import InvalidPartitions, TopicExists
 
 NO_THROTTLE = datetime.timedelta(0)
-# ReplicationControlManager.MAX_PARTITIONS_PER_BATCH: one request may not create more.
-MAX_PARTITIONS_PER_BATCH = 10_000
-
 
 # DescribeCluster v1 endpoint types (KIP-919).
 BROKER_ENDPOINT = 1
 CONTROLLER_ENDPOINT = 2
 _ENDPOINT_NAMES = {BROKER_ENDPOINT: "BROKER", CONTROLLER_ENDPOINT: "CONTROLLER"}
 
-UNKNOWN_TOPIC_MESSAGE = "This server does not host this topic-partition."
-UNKNOWN_TOPIC_ID_MESSAGE = "This server does not host this topic ID."
 DELETION_DISABLED_MESSAGE = "Topic deletion is disabled."
-TOO_MANY_PARTITIONS_MESSAGE = "Excessively large number of partitions per request."
-DUPLICATE_NAME_MESSAGE = "Duplicate topic name."
 CREATE_DENIED_MESSAGE = "Authorization failed."  # CreateTopics' own (ControllerApis)
-TOPIC_DENIED = DENIED_MESSAGES[ErrorCode.topic_authorization_failed]
-
-
-class ApiError(Exception):
-    """One request item refused with a Kafka error code (Kafka's ApiException)."""
-
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 def _distinct_by_name(items: Iterable[Any]) -> list[Any]:
@@ -81,182 +69,17 @@ def _distinct_by_name(items: Iterable[Any]) -> list[Any]:
     return list(first.values())
 
 
-# -- replica assignments ----------------------------------------------------------------
-
-
-def check_manual_replicas(
-    registered: Collection[int], broker_ids: Sequence[int], replication_factor: int | None
-) -> None:
-    """ReplicationControlManager.validateManualPartitionAssignment over the live brokers.
-
-    Brokers are checked in ascending order, as Kafka does, so a message names the same broker.
-    """
-    if not broker_ids:
-        raise ApiError(
-            ErrorCode.invalid_replica_assignment,
-            "The manual partition assignment includes an empty replica list.",
-        )
-    previous = None
-    for broker_id in sorted(broker_ids):
-        if broker_id not in registered:
-            raise ApiError(
-                ErrorCode.invalid_replica_assignment,
-                f"The manual partition assignment includes broker {broker_id}, but no such "
-                "broker is registered.",
-            )
-        if broker_id == previous:
-            raise ApiError(
-                ErrorCode.invalid_replica_assignment,
-                f"The manual partition assignment includes the broker {broker_id} more than "
-                "once.",
-            )
-        previous = broker_id
-    if replication_factor is not None and len(broker_ids) != replication_factor:
-        raise ApiError(
-            ErrorCode.invalid_replica_assignment,
-            f"The manual partition assignment includes a partition with {len(broker_ids)} "
-            "replica(s), but this is not consistent with previous partitions, which have "
-            f"{replication_factor} replica(s).",
-        )
-
-
 # -- CreateTopics -----------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class NewTopic:
-    name: str
-    partitions: int
-    replication_factor: int
-    configs: dict[str, str]
-    assignments: list[tuple[int, ...]] | None = None  # None: placed by the controller rules
-
-
-def _requested_partitions(topics: Iterable[Any], default_partitions: int) -> int:
-    """The partitions a CreateTopics request may create (validateTotalNumberOfPartitions)."""
-    total = 0
-    for topic in topics:
-        if topic.assignments:
-            total += len(topic.assignments)
-        elif topic.num_partitions == -1:
-            total += default_partitions
-        elif topic.num_partitions > 0:
-            total += topic.num_partitions
-    return total
-
-
-def _check_new_name(existing: Mapping[str, TopicMetadata], name: str) -> None:
-    """Topic.validate, then the '.'/'_' collision check: both map to the same metric names."""
-    error = topic_name_error(name)
-    if error is not None:
-        raise ApiError(ErrorCode.invalid_topic_exception, error)
-    if "." not in name and "_" not in name:
-        return
-    unified = name.replace(".", "_")
-    for other in existing:
-        if other.replace(".", "_") == unified:
-            raise ApiError(
-                ErrorCode.invalid_topic_exception,
-                f"Topic '{name}' collides with existing topic: {other}",
-            )
-
-
-def _creation_configs(configs: Iterable[Any]) -> dict[str, str]:
-    """The topic's config overrides, refused whole if any is null, unknown or invalid."""
-    nulls = [config.name for config in configs if config.value is None]
-    if nulls:
-        raise ApiError(
-            ErrorCode.invalid_config,
-            "Null value not supported for topic configs: " + ",".join(nulls),
-        )
-    values = {config.name: config.value for config in configs}
-    try:
-        validate_topic_configs(values)
-    except ConfigError as e:
-        raise ApiError(ErrorCode.invalid_config, str(e)) from None
-    return values
-
-
-def _manual_layout(registered: Collection[int], topic: Any) -> tuple[int, int]:
-    """(partitions, replication factor) of an explicit replica assignment."""
-    if topic.replication_factor != -1:
-        raise ApiError(
-            ErrorCode.invalid_request,
-            "A manual partition assignment was specified, but replication factor was not set "
-            "to -1.",
-        )
-    if topic.num_partitions != -1:
-        raise ApiError(
-            ErrorCode.invalid_request,
-            "A manual partition assignment was specified, but numPartitions was not set to -1.",
-        )
-    replication_factor: int | None = None
-    indexes: set[int] = set()
-    for assignment in topic.assignments:
-        if assignment.partition_index in indexes:
-            raise ApiError(
-                ErrorCode.invalid_replica_assignment,
-                "Found multiple manual partition assignments for partition "
-                f"{assignment.partition_index}",
-            )
-        check_manual_replicas(registered, assignment.broker_ids, replication_factor)
-        replication_factor = len(assignment.broker_ids)
-        indexes.add(assignment.partition_index)
-    if indexes != set(range(len(indexes))):
-        raise ApiError(
-            ErrorCode.invalid_replica_assignment,
-            "partitions should be a consecutive 0-based integer sequence",
-        )
-    assert replication_factor is not None  # assignments is not empty
-    return len(indexes), replication_factor
-
-
-def _default_layout(config: BrokerConfig, topic: Any, live: int) -> tuple[int, int]:
-    """(partitions, replication factor) from the request, -1 meaning the broker default."""
-    if topic.replication_factor < -1 or topic.replication_factor == 0:
-        raise ApiError(
-            ErrorCode.invalid_replication_factor,
-            "Replication factor must be larger than 0, or -1 to use the default value.",
-        )
-    if topic.num_partitions < -1 or topic.num_partitions == 0:
-        raise ApiError(
-            ErrorCode.invalid_partitions,
-            "Number of partitions was set to an invalid non-positive value.",
-        )
-    partitions = topic.num_partitions
-    if partitions == -1:
-        partitions = config["num.partitions"]
-    replication_factor = topic.replication_factor
-    if replication_factor == -1:
-        replication_factor = config["default.replication.factor"]
-    if replication_factor > live:
-        raise ApiError(
-            ErrorCode.invalid_replication_factor,
-            f"Unable to replicate the partition {replication_factor} time(s): The target "
-            f"replication factor of {replication_factor} cannot be reached because only "
-            f"{live} broker(s) are registered.",
-        )
-    return partitions, replication_factor
-
-
-def validate_new_topic(services: BrokerServices, topic: Any) -> NewTopic:
-    """Every check of ReplicationControlManager.createTopics, in its order."""
-    existing = services.store.topics
-    if topic.name in existing:  # Kafka reports this over any name error
-        raise ApiError(ErrorCode.topic_already_exists, f"Topic '{topic.name}' already exists.")
-    _check_new_name(existing, topic.name)
-    configs = _creation_configs(topic.configs)
-    registered = services.store.live_brokers()
-    if topic.assignments:
-        partitions, replication_factor = _manual_layout(registered, topic)
-        layout = [
-            tuple(a.broker_ids)
-            for a in sorted(topic.assignments, key=lambda a: a.partition_index)
-        ]
-        return NewTopic(topic.name, partitions, replication_factor, configs, layout)
-    usable = len(services.replicas.placement_brokers())  # live, not cordoned (KIP-1066)
-    partitions, replication_factor = _default_layout(services.config, topic, usable)
-    return NewTopic(topic.name, partitions, replication_factor, configs)
+def _topic_request(topic: Any) -> TopicRequest:
+    """A CreateTopics topic as the controller rules take it."""
+    return TopicRequest(
+        topic.name, topic.num_partitions, topic.replication_factor,
+        tuple((config.name, config.value) for config in topic.configs),
+        tuple(ManualAssignment(a.partition_index, tuple(a.broker_ids))
+              for a in topic.assignments or ()),
+    )
 
 
 def _created_configs(config: BrokerConfig, overrides: Mapping[str, str]) -> list[dict[str, Any]]:
@@ -274,7 +97,7 @@ def _created_configs(config: BrokerConfig, overrides: Mapping[str, str]) -> list
     ]
 
 
-def _creation_error(name: str, error: ApiError) -> dict[str, Any]:
+def _creation_error(name: str, error: TopicChangeError) -> dict[str, Any]:
     return {
         "name": name,
         "topic_id": None,
@@ -286,15 +109,21 @@ def _creation_error(name: str, error: ApiError) -> dict[str, Any]:
     }
 
 
-async def _create_topic(services: BrokerServices, topic: Any, validate_only: bool,
+async def _create_topic(services: BrokerServices, topic: TopicRequest, validate_only: bool,
                         describable: bool) -> dict[str, Any]:
     """One topic created (or validated). Its configs, partitions and replication factor are
     returned only to a principal that may describe its configs; without that permission the
     topic is created all the same and ``topic_config_error_code`` says why they are missing,
     as ReplicationControlManager answers."""
+    config = services.config
     try:
-        new = validate_new_topic(services, topic)
-    except ApiError as e:
+        new = validate_new_topic(
+            topic, services.store.topics,
+            registered=services.store.live_brokers,
+            usable=lambda: len(services.replicas.placement_brokers()),
+            defaults=TopicDefaults(config["num.partitions"], config["default.replication.factor"]),
+        )
+    except TopicChangeError as e:
         return _creation_error(topic.name, e)
     topic_id = None  # Kafka makes up an id that never exists for validate_only; zero is honest
     if not validate_only:
@@ -303,15 +132,17 @@ async def _create_topic(services: BrokerServices, topic: Any, validate_only: boo
                 new.name, new.partitions, new.configs, new.replication_factor, new.assignments
             )
         except TopicExists:
-            return _creation_error(topic.name, ApiError(
+            return _creation_error(topic.name, TopicChangeError(
                 ErrorCode.topic_already_exists, f"Topic '{topic.name}' already exists."))
         except PlacementError as e:
-            return _creation_error(topic.name, ApiError(
+            return _creation_error(topic.name, TopicChangeError(
                 ErrorCode.invalid_replication_factor, str(e)))
         except ClusterImageTooLarge as e:
-            return _creation_error(topic.name, ApiError(ErrorCode.policy_violation, str(e)))
+            return _creation_error(topic.name,
+                                   TopicChangeError(ErrorCode.policy_violation, str(e)))
         except ConcurrentUpdate as e:  # the metadata busy or not to be trusted: retriable
-            return _creation_error(topic.name, ApiError(ErrorCode.request_timed_out, str(e)))
+            return _creation_error(topic.name,
+                                   TopicChangeError(ErrorCode.request_timed_out, str(e)))
         topic_id = created.uuid
     result: dict[str, Any] = {
         "name": new.name, "topic_id": topic_id, "error_code": ErrorCode.none,
@@ -337,21 +168,21 @@ async def create_topics(ctx: RequestContext, request: Any) -> Any:
     """
     services = ctx.services
     counts = Counter(topic.name for topic in request.topics)
-    topics = _distinct_by_name(request.topics)
+    topics = [_topic_request(topic) for topic in _distinct_by_name(request.topics)]
     singles = [topic.name for topic in topics if counts[topic.name] == 1]
     if ctx.authorize_cluster(Operation.CREATE, log_denied=False):
         creatable = set(singles)
     else:
         creatable = ctx.authorized_names(Operation.CREATE, ResourceType.TOPIC, singles)
     batch = [topic for topic in topics if topic.name in creatable]
-    if _requested_partitions(batch, services.config["num.partitions"]) > MAX_PARTITIONS_PER_BATCH:
-        refusal = ApiError(ErrorCode.policy_violation, TOO_MANY_PARTITIONS_MESSAGE)
+    refusal = batch_refusal(requested_partitions(batch, services.config["num.partitions"]))
+    if refusal is not None:
         results = [_creation_error(topic.name, refusal) for topic in topics]
         return build_response(request, {"throttle_time": NO_THROTTLE, "topics": results})
     describable = ctx.authorized_names(Operation.DESCRIBE_CONFIGS, ResourceType.TOPIC, singles,
                                    log_denied=False)
-    duplicate = ApiError(ErrorCode.invalid_request, DUPLICATE_NAME_MESSAGE)
-    denied = ApiError(ErrorCode.topic_authorization_failed, CREATE_DENIED_MESSAGE)
+    duplicate = TopicChangeError(ErrorCode.invalid_request, DUPLICATE_NAME_MESSAGE)
+    denied = TopicChangeError(ErrorCode.topic_authorization_failed, CREATE_DENIED_MESSAGE)
     results = [
         _creation_error(topic.name, duplicate) if counts[topic.name] > 1
         else _creation_error(topic.name, denied) if topic.name not in creatable
@@ -364,82 +195,18 @@ async def create_topics(ctx: RequestContext, request: Any) -> Any:
 
 # -- DeleteTopics -----------------------------------------------------------------------
 
-TopicRef = tuple[str | None, uuid.UUID | None]
 
-
-def _deletion(
-    name: str | None, topic_id: uuid.UUID | None, code: ErrorCode, message: str | None
-) -> dict[str, Any]:
-    return {"name": name, "topic_id": topic_id, "error_code": code, "error_message": message}
+def _deletion(result: Deletion) -> dict[str, Any]:
+    return {"name": result.name, "topic_id": result.topic_id, "error_code": result.code,
+            "error_message": result.message}
 
 
 def _delete_refs(request: Any) -> list[TopicRef]:
-    """(name, id) of each topic named: v1-5 list names, v6 names or ids (zero id = None)."""
+    """The topics named: v1-5 list names, v6 names or ids (zero id = None)."""
     topics = getattr(request, "topics", None)
     if topics is None:
-        return [(name, None) for name in request.topic_names]
-    return [(topic.name, topic.topic_id) for topic in topics]
-
-
-def _resolve_deletions(
-    store: ClusterMetadata, refs: Sequence[TopicRef], may: Callable[[Operation, str], bool],
-) -> tuple[list[dict[str, Any]], dict[uuid.UUID, str]]:
-    """The refusals, and the topics to delete by id, as ControllerApis.deleteTopics decides.
-
-    Ids are resolved before names, so a name whose topic was also given by id is refused
-    (and, as in Kafka, that topic is not deleted). ``may(operation, name)`` says whether the
-    principal may DESCRIBE or DELETE a topic: one it may not describe is refused with
-    TOPIC_AUTHORIZATION_FAILED whether it exists or not, and given by id, without its name.
-    """
-    results: list[dict[str, Any]] = []
-    names: Counter[str] = Counter()
-    ids: Counter[uuid.UUID] = Counter()
-    for name, topic_id in refs:
-        if name is not None and topic_id is not None:
-            results.append(_deletion(name, topic_id, ErrorCode.invalid_request,
-                                     "You may not specify both topic name and topic id."))
-        elif name is not None:
-            names[name] += 1
-        elif topic_id is not None:
-            ids[topic_id] += 1
-        else:
-            results.append(_deletion(None, None, ErrorCode.invalid_request,
-                                     "Neither topic name nor id were specified."))
-    denied = ErrorCode.topic_authorization_failed
-    targets: dict[uuid.UUID, str] = {}
-    for topic_id, count in ids.items():
-        topic = store.topic_by_id(topic_id)
-        if count > 1:
-            results.append(_deletion(None, topic_id, ErrorCode.invalid_request,
-                                     "Duplicate topic id."))
-        elif topic is None:
-            results.append(_deletion(None, topic_id, ErrorCode.unknown_topic_id,
-                                     UNKNOWN_TOPIC_ID_MESSAGE))
-        elif not may(Operation.DELETE, topic.name):
-            shown = topic.name if may(Operation.DESCRIBE, topic.name) else None
-            results.append(_deletion(shown, topic_id, denied, TOPIC_DENIED))
-        else:
-            targets[topic_id] = topic.name
-    for name, count in names.items():
-        topic = store.topics.get(name)
-        if count > 1:
-            results.append(_deletion(name, None, ErrorCode.invalid_request,
-                                     DUPLICATE_NAME_MESSAGE))
-        elif not may(Operation.DESCRIBE, name):
-            results.append(_deletion(name, None, denied, TOPIC_DENIED))
-        elif topic is None:
-            results.append(_deletion(name, None, ErrorCode.unknown_topic_or_partition,
-                                     UNKNOWN_TOPIC_MESSAGE))
-        elif not may(Operation.DELETE, name):
-            results.append(_deletion(name, None, denied, TOPIC_DENIED))
-        elif topic.uuid in targets:
-            del targets[topic.uuid]
-            results.append(_deletion(name, topic.uuid, ErrorCode.invalid_request,
-                                     "The provided topic name maps to an ID that was already "
-                                     "supplied."))
-        else:
-            targets[topic.uuid] = name
-    return results, targets
+        return [TopicRef(name) for name in request.topic_names]
+    return [TopicRef(topic.name, topic.topic_id) for topic in topics]
 
 
 @handles(20, 1, 6)
@@ -454,7 +221,8 @@ async def delete_topics(ctx: RequestContext, request: Any) -> Any:
     refs = _delete_refs(request)
     if not services.config["delete.topic.enable"]:
         code = ErrorCode.topic_deletion_disabled if ctx.version >= 3 else ErrorCode.invalid_request
-        results = [_deletion(name, tid, code, DELETION_DISABLED_MESSAGE) for name, tid in refs]
+        results = [_deletion(Deletion(ref.name, ref.topic_id, code, DELETION_DISABLED_MESSAGE))
+                   for ref in refs]
         return build_response(request, {"throttle_time": NO_THROTTLE, "responses": results})
     everything = ctx.authorize_cluster(Operation.DELETE, log_denied=False)
 
@@ -462,72 +230,47 @@ async def delete_topics(ctx: RequestContext, request: Any) -> Any:
     def may(operation: Operation, name: str) -> bool:
         return everything or ctx.authorize(operation, ResourceType.TOPIC, name)
 
-    results, targets = _resolve_deletions(services.store, refs, may)
-    for topic_id, name in targets.items():
+    plan = resolve_deletions(services.store.image, refs,
+                             may_describe=lambda name: may(Operation.DESCRIBE, name),
+                             may_delete=lambda name: may(Operation.DELETE, name))
+    results = [_deletion(refused) for refused in plan.refused]
+    for topic_id, name in plan.targets.items():
         try:
             await services.replicas.delete_topic(name, str(topic_id))
         except ConcurrentUpdate as e:
-            results.append(_deletion(name, topic_id, ErrorCode.request_timed_out, str(e)))
+            results.append(_deletion(
+                Deletion(name, topic_id, ErrorCode.request_timed_out, str(e))))
             continue
         if name not in services.store.topics:  # not one of the same name made meanwhile
             services.groups.delete_topic_offsets(name)
             services.metrics.forget_topic(name)
-        results.append(_deletion(name, topic_id, ErrorCode.none, None))
+        results.append(_deletion(Deletion(name, topic_id, ErrorCode.none, None)))
     return build_response(request, {"throttle_time": NO_THROTTLE, "responses": results})
 
 
 # -- CreatePartitions -------------------------------------------------------------------
 
 
-def _added_partitions(store: ClusterMetadata, topic: Any) -> int:
-    meta = store.topics.get(topic.name)
-    return max(0, topic.count - meta.partitions) if meta is not None else 0
-
-
-def check_new_partitions(services: BrokerServices, topic: Any) -> None:
-    """ReplicationControlManager.createPartitions' checks for one topic."""
-    meta = services.store.topics.get(topic.name)
-    if meta is None:
-        raise ApiError(ErrorCode.unknown_topic_or_partition, UNKNOWN_TOPIC_MESSAGE)
-    current = meta.partitions
-    if topic.count == current:
-        raise ApiError(ErrorCode.invalid_partitions,
-                       f"Topic already has {current} partition(s).")
-    if topic.count < current:
-        raise ApiError(
-            ErrorCode.invalid_partitions,
-            f"The topic {topic.name} currently has {current} partition(s); {topic.count} "
-            "would not be an increase.",
-        )
-    if topic.assignments is None:
-        return
-    additional = topic.count - current
-    if len(topic.assignments) != additional:
-        raise ApiError(
-            ErrorCode.invalid_replica_assignment,
-            f"Attempted to add {additional} additional partition(s), but only "
-            f"{len(topic.assignments)} assignment(s) were specified.",
-        )
-    replication_factor = len(meta.assignments[0].replicas) if meta.assignments else None
-    for assignment in topic.assignments:
-        check_manual_replicas(services.store.live_brokers(), assignment.broker_ids,
-                              replication_factor)
+def _partitions_request(topic: Any) -> PartitionsRequest:
+    """A CreatePartitions topic as the controller rules take it."""
+    assignments = None
+    if topic.assignments is not None:
+        assignments = tuple(tuple(a.broker_ids) for a in topic.assignments)
+    return PartitionsRequest(topic.name, topic.count, assignments)
 
 
 def _partitions_result(name: str, code: ErrorCode, message: str | None) -> dict[str, Any]:
     return {"name": name, "error_code": code, "error_message": message}
 
 
-async def _add_partitions(services: BrokerServices, topic: Any, validate_only: bool
-                         ) -> dict[str, Any]:
+async def _add_partitions(services: BrokerServices, topic: PartitionsRequest,
+                          validate_only: bool) -> dict[str, Any]:
     try:
-        check_new_partitions(services, topic)
-    except ApiError as e:
+        check_new_partitions(services.store.topics, services.store.live_brokers, topic)
+    except TopicChangeError as e:
         return _partitions_result(topic.name, e.code, e.message)
     if not validate_only:
-        layout = None
-        if topic.assignments is not None:
-            layout = [tuple(a.broker_ids) for a in topic.assignments]
+        layout = list(topic.assignments) if topic.assignments is not None else None
         try:
             await services.replicas.create_partitions(topic.name, topic.count, layout)
         except PlacementError as e:
@@ -544,17 +287,16 @@ async def _add_partitions(services: BrokerServices, topic: Any, validate_only: b
 @handles(37, 0, 3)
 async def create_partitions(ctx: RequestContext, request: Any) -> Any:
     """CreatePartitions: grow topics; a name given twice is refused, as in ControllerApis,
-    and each other name needs ALTER on the topic (checked before its existence).
-
-    Kafka has no clean limit here (its record list overflows); we refuse a request adding
-    more than MAX_PARTITIONS_PER_BATCH partitions like CreateTopics, before opening any log.
+    and each other name needs ALTER on the topic (checked before its existence). A request
+    adding more than MAX_PARTITIONS_PER_BATCH partitions is refused before opening any log.
     """
     services = ctx.services
     counts = Counter(topic.name for topic in request.topics)
-    topics = _distinct_by_name(request.topics)
+    topics = [_partitions_request(topic) for topic in _distinct_by_name(request.topics)]
     alterable = ctx.authorized_names(Operation.ALTER, ResourceType.TOPIC,
                                  [t.name for t in topics if counts[t.name] == 1])
-    added = sum(_added_partitions(services.store, t) for t in topics if t.name in alterable)
+    refusal = batch_refusal(sum(added_partitions(services.store.topics, t)
+                                for t in topics if t.name in alterable))
     results = []
     for topic in topics:
         if counts[topic.name] > 1:
@@ -563,9 +305,8 @@ async def create_partitions(ctx: RequestContext, request: Any) -> Any:
         elif topic.name not in alterable:
             results.append(_partitions_result(topic.name, ErrorCode.topic_authorization_failed,
                                               None))
-        elif added > MAX_PARTITIONS_PER_BATCH:
-            results.append(_partitions_result(topic.name, ErrorCode.policy_violation,
-                                              TOO_MANY_PARTITIONS_MESSAGE))
+        elif refusal is not None:
+            results.append(_partitions_result(topic.name, refusal.code, refusal.message))
         else:
             results.append(await _add_partitions(services, topic, request.validate_only))
     return build_response(request, {"throttle_time": NO_THROTTLE, "results": results})
@@ -574,14 +315,15 @@ async def create_partitions(ctx: RequestContext, request: Any) -> Any:
 # -- DescribeCluster --------------------------------------------------------------------
 
 
-def _endpoint_type_error(endpoint_type: int, version: int) -> ApiError | None:
-    """AuthHelper.computeDescribeClusterResponse: a broker listener describes brokers only."""
+def _endpoint_type_error(endpoint_type: int, version: int) -> tuple[ErrorCode, str] | None:
+    """AuthHelper.computeDescribeClusterResponse: a broker listener describes brokers only;
+    (error code, message) for an endpoint type it does not serve."""
     if endpoint_type not in _ENDPOINT_NAMES:
         code = ErrorCode.unsupported_endpoint_type if version else ErrorCode.invalid_request
-        return ApiError(code, f"Unsupported endpoint type {endpoint_type}")
+        return code, f"Unsupported endpoint type {endpoint_type}"
     if endpoint_type != BROKER_ENDPOINT:
         code = ErrorCode.mismatched_endpoint_type if version else ErrorCode.invalid_request
-        return ApiError(
+        return (
             code,
             "The request was sent to an endpoint of type BROKER, but we wanted an endpoint of "
             f"type {_ENDPOINT_NAMES[endpoint_type]}",
@@ -595,10 +337,11 @@ async def describe_cluster(ctx: RequestContext, request: Any) -> Any:
     endpoint_type = getattr(request, "endpoint_type", BROKER_ENDPOINT)
     error = _endpoint_type_error(endpoint_type, ctx.version)
     if error is not None:
+        code, message = error
         return build_response(request, {
             "throttle_time": NO_THROTTLE,
-            "error_code": error.code,
-            "error_message": error.message,
+            "error_code": code,
+            "error_message": message,
             "cluster_id": "",
             "brokers": [],
         })

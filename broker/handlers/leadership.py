@@ -20,13 +20,14 @@ from kio.schema.errors import ErrorCode
 
 from broker.cluster.image import NO_LEADER, ClusterImage, PartitionState
 from broker.cluster.metadata import ConcurrentUpdate
-from broker.controller.elections import (
-    cancel_reassignment,
-    choose_leader,
-    start_reassignment,
+from broker.controller.elections import choose_leader
+from broker.controller.topic_changes import (
+    Outcome,
+    Reassignment,
+    TopicChangeError,
+    apply_reassignments,
 )
 from broker.handlers import handles
-from broker.handlers.admin import ApiError, check_manual_replicas
 from broker.handlers.context import RequestContext
 from broker.protocol.messages import build_response
 from broker.security.acl import Operation
@@ -37,27 +38,27 @@ DENIED = ErrorCode.cluster_authorization_failed
 
 
 def _elect(state: PartitionState | None, election_type: int, live: set[int]) -> PartitionState:
-    """The partition after the election; ApiError with Kafka's error for it if none."""
+    """The partition after the election; TopicChangeError with Kafka's error for it if none."""
     if state is None:
-        raise ApiError(ErrorCode.unknown_topic_or_partition,
-                       "This server does not host this topic-partition.")
+        raise TopicChangeError(ErrorCode.unknown_topic_or_partition,
+                               "This server does not host this topic-partition.")
     if election_type == PREFERRED:
         preferred = state.preferred_leader
         if state.leader == preferred:
-            raise ApiError(ErrorCode.election_not_needed,
-                           "Leader election not needed for topic partition.")
+            raise TopicChangeError(ErrorCode.election_not_needed,
+                                   "Leader election not needed for topic partition.")
         if preferred not in live or preferred not in state.isr:
-            raise ApiError(ErrorCode.preferred_leader_not_available,
-                           f"Failed to elect leader for partition. Preferred replica "
-                           f"{preferred} is not live or not in the ISR {list(state.isr)}.")
+            raise TopicChangeError(ErrorCode.preferred_leader_not_available,
+                                   f"Failed to elect leader for partition. Preferred replica "
+                                   f"{preferred} is not live or not in the ISR {list(state.isr)}.")
         return state.with_leader(preferred)
     if state.leader != NO_LEADER and state.leader in live:
-        raise ApiError(ErrorCode.election_not_needed,
-                       "Leader election not needed for topic partition.")
+        raise TopicChangeError(ErrorCode.election_not_needed,
+                               "Leader election not needed for topic partition.")
     leader = choose_leader(state, live, unclean=True)
     if leader == NO_LEADER:
-        raise ApiError(ErrorCode.eligible_leaders_not_available,
-                       "Failed to elect leader for partition: no live replica.")
+        raise TopicChangeError(ErrorCode.eligible_leaders_not_available,
+                               "Failed to elect leader for partition: no live replica.")
     isr = state.isr if leader in state.isr else (leader,)
     return state.with_leader(leader, isr)
 
@@ -94,7 +95,7 @@ async def elect_leaders(ctx: RequestContext, request: Any) -> Any:
         for topic, index in _requested(image, request.topic_partitions):
             try:
                 state = _elect(image.partition(topic, index), election_type, live)
-            except ApiError as e:
+            except TopicChangeError as e:
                 results[(topic, index)] = (e.code, e.message)
                 continue
             out = out.with_partition(topic, index, state)
@@ -138,34 +139,18 @@ async def alter_partition_reassignments(ctx: RequestContext, request: Any) -> An
             ],
         })
     store = ctx.services.store
-    results: dict[tuple[str, int], tuple[ErrorCode, str | None]] = {}
+    reassignments = [
+        Reassignment(topic.name, p.partition_index,
+                     None if p.replicas is None else tuple(p.replicas))
+        for topic in request.topics for p in topic.partitions
+    ]
+    results: dict[tuple[str, int], Outcome] = {}
 
     def change(image: ClusterImage) -> ClusterImage | None:
+        decided = apply_reassignments(image, reassignments, store.live_brokers())
         results.clear()
-        live = store.live_brokers()
-        out = image
-        for topic in request.topics:
-            for p in topic.partitions:
-                key = (topic.name, p.partition_index)
-                state = out.partition(topic.name, p.partition_index)
-                try:
-                    if state is None:
-                        raise ApiError(ErrorCode.unknown_topic_or_partition,
-                                       "The partition does not exist.")
-                    if p.replicas is None:
-                        if not state.adding and not state.removing:
-                            raise ApiError(ErrorCode.no_reassignment_in_progress,
-                                           "No ongoing reassignment for this partition.")
-                        new = cancel_reassignment(state, set(live))
-                    else:
-                        check_manual_replicas(live, p.replicas, None)
-                        new = start_reassignment(state, tuple(p.replicas))
-                except ApiError as e:
-                    results[key] = (e.code, e.message)
-                    continue
-                out = out.with_partition(topic.name, p.partition_index, new)
-                results[key] = (ErrorCode.none, None)
-        return out if out is not image else None
+        results.update(decided.outcomes)
+        return decided.image
 
     try:
         await store.update(change)
@@ -180,8 +165,8 @@ async def alter_partition_reassignments(ctx: RequestContext, request: Any) -> An
         "responses": [
             {"name": topic.name, "partitions": [
                 {"partition_index": p.partition_index,
-                 "error_code": results[(topic.name, p.partition_index)][0],
-                 "error_message": results[(topic.name, p.partition_index)][1]}
+                 "error_code": results[(topic.name, p.partition_index)].code,
+                 "error_message": results[(topic.name, p.partition_index)].message}
                 for p in topic.partitions
             ]}
             for topic in request.topics
