@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from broker.coordinator import transaction_log as tl
-from broker.coordinator.group_coordinator import is_commit_marker
+from broker.coordinator.group_loader import is_commit_marker
 from broker.coordinator.transaction_log import TxnRecord, TxnState
 from broker.protocol.batch_codec import Record, encode_batch
 
