@@ -28,22 +28,18 @@ from broker.protocol.batch_codec import (
     read_records,
 )
 from broker.protocol.records import HEADER_SIZE, parse_header, split_batches
-from broker.server.replica_manager import (
-    CLEANER_CHECKPOINT,
-    ReplicaManager,
-    read_offset_checkpoint,
-)
-from broker.server.replica_manager import (
-    TopicPartition as TP,
-)
+from broker.server.log_manager import CLEANER_CHECKPOINT
+from broker.server.replica_dirs import TopicPartition as TP
+from broker.server.replica_dirs import read_offset_checkpoint
+from broker.server.replica_manager import ReplicaManager
 from broker.storage.cleaner import (
     CleanTarget,
     LogCleaner,
     clean_log,
     cleanable_range,
-    execute_plan,
     plan_cleaning,
 )
+from broker.storage.cleaner_rewrite import execute_plan
 from broker.storage.log import Log, LogConfig
 from broker.storage.segment import SWAP_SUFFIX
 from tests.conftest import open_replicas, wait_until
@@ -442,22 +438,22 @@ def test_cleaner_checkpoint_survives_a_restart(tmp_path: Path):
             batch = kv_batch([(b"k%d" % k, b"%d" % r) for k in range(3)])
             assert partition.append(batch, 1 << 20).error == ErrorCode.none
         partition.log.roll()
-    result = asyncio.run(replicas.clean_logs(NOW))
+    result = asyncio.run(replicas.logs.clean_logs(NOW))
     assert result is not None and result.end_offset == 60
-    assert asyncio.run(replicas.clean_logs(NOW)) is None  # nothing dirty is left
+    assert asyncio.run(replicas.logs.clean_logs(NOW)) is None  # nothing dirty is left
     assert len(consume(replicas.get("plain", 0).log)) == 60  # delete policy: not compacted
     checkpoint = tmp_path / CLEANER_CHECKPOINT
     assert checkpoint.read_text() == "0\n1\ntable 0 60\n"
     asyncio.run(replicas.shutdown())
 
     restarted = _replicas(tmp_path)
-    assert restarted.cleaner.checkpoints[TP("table", 0)] == 60
+    assert restarted.logs.cleaner.checkpoints[TP("table", 0)] == 60
     assert read_offset_checkpoint(checkpoint) == {TP("table", 0): 60}
-    assert asyncio.run(restarted.clean_logs(NOW)) is None
+    assert asyncio.run(restarted.logs.clean_logs(NOW)) is None
     partition = restarted.get("table", 0)
     assert partition.append(kv_batch([(b"k0", b"new")] * 5), 1 << 20).error == ErrorCode.none
     partition.log.roll()
-    again = asyncio.run(restarted.clean_logs(NOW))
+    again = asyncio.run(restarted.logs.clean_logs(NOW))
     assert again is not None and again.end_offset == 65
     assert latest_per_key(consume(partition.log)) == {b"k0": b"new", b"k1": b"19", b"k2": b"19"}
     asyncio.run(restarted.delete_topic("table"))

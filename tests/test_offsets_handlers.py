@@ -103,7 +103,7 @@ def test_log_start_survives_a_restart(tmp_path: Path) -> None:
     for _ in range(3):
         assert partition.append(batch(0, 1, 2), 1 << 20).error == ErrorCode.none
     assert delete_records_of(services, 2, ("t", 0, 5)) == [("t", 0, ErrorCode.none, 5)]
-    services.replicas.write_checkpoints()
+    services.replicas.logs.write_checkpoints()
     for p in services.replicas.partitions.values():
         p.log.close()
     restarted = make_services(tmp_path)

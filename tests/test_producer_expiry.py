@@ -156,12 +156,12 @@ def test_the_expiration_changes_at_run_time_and_the_check_applies_it(
     records = encode_batch([Record(0, now - 5_000, None, b"v")], 0, producer_id=7,
                            producer_epoch=0, base_sequence=0)
     assert partition.append(records, 1 << 20).error == ErrorCode.none
-    assert services.replicas.expire_producers(now) == 0
+    assert services.replicas.logs.expire_producers(now) == 0
     assert services.replicas.producer_id_count() == 1
     [result] = alter(services, 1, (BROKER, "", [("producer.id.expiration.ms", SET, "1000")]))
     assert result[2] == ErrorCode.none
     assert partition.log.config.producer_id_expiration_ms == 1000
-    assert services.replicas.expire_producers(now) == 1
+    assert services.replicas.logs.expire_producers(now) == 1
     assert services.replicas.producer_id_count() == 0
     # The check interval is fixed at start, as in Kafka (an internal config there).
     with pytest.raises(ConfigError, match="Cannot update these configs dynamically"):

@@ -7,12 +7,9 @@ import asyncio
 from pathlib import Path
 
 from broker.config.broker_config import BrokerConfig
-from broker.server.replica_manager import (
-    OPEN_PER_SLICE,
-    RECOVERY_CHECKPOINT,
-    REPLICATION_CHECKPOINT,
-    read_offset_checkpoint,
-)
+from broker.server.log_manager import RECOVERY_CHECKPOINT, REPLICATION_CHECKPOINT
+from broker.server.replica_dirs import read_offset_checkpoint
+from broker.server.replica_manager import OPEN_PER_SLICE
 from tests.conftest import open_replicas
 from tests.wire import build_batch
 
@@ -70,12 +67,12 @@ def test_rolled_segments_are_synced_off_the_loop_before_the_recovery_point_passe
             assert partition.append(batch, 1 << 20).error == 0
         log = partition.log
         before = log.recovery_point
-        await replicas.sync_sealed_segments()
+        await replicas.logs.sync_sealed_segments()
         return before, log.recovery_point, log.active_segment.base_offset
 
     before, after, active_base = asyncio.run(scenario())
     assert before == 0 and after == active_base > 0
-    replicas.write_checkpoints()
+    replicas.logs.write_checkpoints()
     checkpoint = Path(config.log_dirs[0]) / RECOVERY_CHECKPOINT
     assert read_offset_checkpoint(checkpoint)[("rolled", 0)] == active_base
     asyncio.run(replicas.shutdown())

@@ -1,8 +1,10 @@
-"""All partition replicas on this broker: where their logs live, and how they come and go.
+"""All partition replicas on this broker: which it hosts, the role each plays, and how they
+come and go as the cluster image changes.
 
-Kafka splits this between LogManager (log dirs, loading, recovery, retention, checkpoints)
-and ReplicaManager (partitions, appends, fetch waits); on one event loop they fit in one
-class. Handlers call it with topic/partition names; it never builds protocol responses.
+As in Kafka, the logs themselves are the LogManager's (``log_manager.py``: log dirs, loading,
+recovery, checkpoints, retention, compaction, producer-id expiry); this class asks it for a
+replica's log and keeps to partitions, roles, ISR changes, fetchers and fetch waits.
+Handlers call it with topic/partition names; it never builds protocol responses.
 """
 
 from __future__ import annotations
@@ -10,15 +12,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import os
 import random
-import shutil
 import time
 import uuid
-from collections import Counter
 from collections.abc import Callable, Iterable
-from pathlib import Path
-from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -28,33 +25,12 @@ from broker.config.broker_config import BrokerConfig
 from broker.controller.elections import Handover
 from broker.controller.placement import assign_replicas
 from broker.security.client import ClientSecurity
-from broker.server.log_maintenance import (
-    CLEAN_SHUTDOWN_FILE,
-    CLEANER_CHECKPOINT,
-    LOG_START_CHECKPOINT,
-    RECOVERY_CHECKPOINT,
-    REPLICATION_CHECKPOINT,
-    LogMaintenance,
-    periodic,
-)
+from broker.server.log_manager import LogManager, periodic
 from broker.server.partition import Partition, now_ms
-from broker.server.replica_dirs import (
-    DELETE_SUFFIX,
-    STRAY_SUFFIX,
-    TopicPartition,
-    parse_partition_dir,
-    parse_stray_dir,
-    partition_dir_name,
-    read_offset_checkpoint,
-    same_topic,
-    schedule_removal,
-    topic_id_of,
-    write_partition_metadata,
-)
+from broker.server.replica_dirs import TopicPartition
 from broker.server.replica_fetcher import FetcherConfig, ReplicaFetcher
 from broker.server.throttle import Throttle, lists_replica
-from broker.storage.cleaner import LogCleaner
-from broker.storage.log import Log, LogConfig
+from broker.storage.log import LogConfig
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +38,7 @@ OPEN_PER_SLICE = 100
 HANDOVER_POLL_S = 0.05
 
 
-class ReplicaManager(LogMaintenance):
+class ReplicaManager:
     def __init__(self, config: BrokerConfig, metadata: ClusterMetadata,
                  peer_security: ClientSecurity | None = None,
                  peer_listener: str | None = None) -> None:
@@ -71,30 +47,18 @@ class ReplicaManager(LogMaintenance):
         self.metadata = metadata
         metadata.listeners.append(self.apply_image)
         self.node_id = config.node_id
-        self.log_dirs = [Path(d) for d in config.log_dirs]
         self.partitions: dict[TopicPartition, Partition] = {}
+        self.logs = LogManager(config, self.partitions)
+        self.log_dirs = self.logs.log_dirs  # the same list (DescribeLogDirs reads it here)
         self._topic_ids: dict[TopicPartition, str] = {}
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self._fetchers_stopped = False
-        self._per_log_dir: Counter[Path] = Counter()
         self._more_pending = False  # a pass opening the partitions past OPEN_PER_SLICE
         self.opened_or_dropped = 0  # partitions opened and dropped so far (broker.common.heap)
         # ISR expansions in flight, by (topic, partition, follower): one at a time each.
         self._expanding: set[tuple[str, int, int]] = set()
         self.pending_isr_changes: set[asyncio.Task[bool]] = set()
         self._tasks: list[asyncio.Task[None]] = []
-        self.cleaner = LogCleaner()
-        # By topic id (ids are never reused): the topic configs and dynamic-config generation
-        # each LogConfig was made from, so a change to either makes a new one.
-        self._log_configs: dict[str, tuple[dict[str, str], int, LogConfig]] = {}
-        self._recovery: dict[TopicPartition, int] = {}
-        self._log_starts: dict[TopicPartition, int] = {}
-        self._high_watermarks: dict[TopicPartition, int] = {}
-        self._clean: dict[Path, bool] = {}
-        self._existing: dict[TopicPartition, Path] = {}
-        # Replica dirs set aside (``*-stray``) by partition and topic id: taken back if the
-        # metadata gives that partition that topic again.
-        self._strays: dict[tuple[TopicPartition, str], Path] = {}
         self.leadership_listeners: list[Callable[[Partition, bool], None]] = []
         self.leader_throttle = Throttle(config["leader.replication.throttled.rate"])
         self.follower_throttle = Throttle(config["follower.replication.throttled.rate"])
@@ -117,62 +81,27 @@ class ReplicaManager(LogMaintenance):
     def load(self) -> None:
         """Open every local replica the image assigns us, recovering after an unclean stop."""
         started = time.monotonic()
-        for log_dir in self.log_dirs:
-            self._clean[log_dir] = (log_dir / CLEAN_SHUTDOWN_FILE).exists()
-            self._recovery.update(read_offset_checkpoint(log_dir / RECOVERY_CHECKPOINT))
-            self._high_watermarks.update(read_offset_checkpoint(log_dir / REPLICATION_CHECKPOINT))
-            self._log_starts.update(read_offset_checkpoint(log_dir / LOG_START_CHECKPOINT))
-            self.cleaner.checkpoints.update(read_offset_checkpoint(log_dir / CLEANER_CHECKPOINT))
-            for child in log_dir.iterdir():
-                if child.is_dir() and child.name.endswith(DELETE_SUFFIX):
-                    shutil.rmtree(child, ignore_errors=True)
-                    continue
-                if child.is_dir() and (stray := parse_stray_dir(child.name)) is not None:
-                    self._strays[stray] = child
-                    continue
-                tp = parse_partition_dir(child.name) if child.is_dir() else None
-                if tp is not None:
-                    self._existing[tp] = child
+        self.logs.load_dirs()
         image = self.metadata.image
         for topic in image.topics.values():
             for index, state in enumerate(topic.assignments):
                 if self.node_id in state.replicas:
                     self._open_partition(topic, index)
-        for tp, directory in list(self._existing.items()):
-            if image.was_deleted(topic_id_of(directory)):
-                log.info("%s: topic %s was deleted while this broker was down; removing it",
-                         directory, tp.topic)
-                del self._existing[tp]
-                schedule_removal(directory, None, 0, self._schedule)
-            else:
-                log.warning("keeping %s as a stray: no replica of %s here and its topic was "
-                            "not deleted on record", directory, tp.topic)
-        unclean = [str(d) for d, was_clean in self._clean.items() if not was_clean]
-        for log_dir in self.log_dirs:
-            (log_dir / CLEAN_SHUTDOWN_FILE).unlink(missing_ok=True)
-        self.write_checkpoints()
-        log.info("loaded %d partitions in %.2fs", len(self.partitions), time.monotonic() - started)
-        if unclean and self.partitions:
-            log.warning("recovered after an unclean shutdown of %s", ", ".join(unclean))
+        self.logs.finish_loading(image, started)
 
     def start_background_tasks(self) -> None:
-        self._tasks = [*self.maintenance_tasks(),
-                       periodic(self.config["replica.lag.time.max.ms"] / 2, self.check_isr,
+        self.logs.start()
+        self._tasks = [periodic(self.config["replica.lag.time.max.ms"] / 2, self.check_isr,
                                 "ISR check")]
 
     async def shutdown(self) -> None:
-        self.cleaner.stop()
+        self.logs.stop()
         for task in [*self._tasks, *self.pending_isr_changes]:
             task.cancel()
         await self.stop_all_fetchers()
         for partition in self.partitions.values():
             partition.close()
-            partition.log.flush()
-        self.write_checkpoints()
-        for partition in self.partitions.values():
-            partition.log.close()
-        for log_dir in self.log_dirs:
-            (log_dir / CLEAN_SHUTDOWN_FILE).touch()
+        self.logs.shutdown()
 
     async def stop_all_fetchers(self) -> None:
         """Stop following leaders for good: at shutdown, and in a controlled shutdown before
@@ -185,68 +114,21 @@ class ReplicaManager(LogMaintenance):
     # -- topics --------------------------------------------------------------------------
 
     def log_config(self, topic: TopicMetadata) -> LogConfig:
-        """The topic's effective log settings; cached, as produce asks on every request."""
-        cached = self._log_configs.get(topic.topic_id)
-        generation = self.config.generation
-        if cached is not None and cached[1] == generation and cached[0] == topic.configs:
-            return cached[2]
-        config = LogConfig.from_topic_config(self.config.topic_values(topic.configs),
-                                             self.config["producer.id.expiration.ms"])
-        self._log_configs[topic.topic_id] = (topic.configs, generation, config)
-        return config
+        """The topic's effective log settings (the log manager's, cached)."""
+        return self.logs.log_config(topic)
 
-    def _pick_log_dir(self) -> Path:
-        """The log dir holding the fewest partitions, as Kafka places new ones. Counted as
-        partitions come and go: counting on every pick made creating N partitions cost N²
-        (2,048 at once blocked the event loop for 20 s, past the broker's own lease)."""
-        return min(self.log_dirs, key=lambda d: self._per_log_dir[d])
+    def producer_id_count(self) -> int:
+        """Producer ids known in all logs here (Kafka's ReplicaManager ProducerIdCount)."""
+        return self.logs.producer_id_count()
 
     def _open_partition(self, topic: TopicMetadata, index: int) -> Partition:
         tp = TopicPartition(topic.name, index)
         self.opened_or_dropped += 1
-        directory = self._existing.pop(tp, None)
-        if directory is not None and not same_topic(directory, topic.topic_id):
-            older = topic_id_of(directory)
-            if self.metadata.image.was_deleted(older):
-                log.warning("%s holds an older, deleted topic %s; deleting it", directory,
-                            topic.name)
-                schedule_removal(directory, None, 0, self._schedule)
-            else:
-                aside = directory.with_name(
-                    f"{directory.name}.{older}.{uuid.uuid4().hex[:8]}{STRAY_SUFFIX}")
-                log.error("%s holds topic id %s, not deleted on record, where the metadata "
-                          "has %s: kept as %s", directory, older, topic.topic_id, aside)
-                os.rename(directory, aside)
-                if older is not None:
-                    self._strays[(tp, older)] = aside
-            directory = None
-        if directory is None and (stray := self._strays.pop((tp, topic.topic_id), None)):
-            directory = stray.with_name(partition_dir_name(topic.name, index))
-            log.warning("%s: taking back the replica set aside in %s", tp, stray)
-            os.rename(stray, directory)
-        if directory is None:
-            directory = self._pick_log_dir() / partition_dir_name(topic.name, index)
-        partition_log = Log(
-            directory,
-            self.log_config(topic),
-            recovery_point=self._recovery.get(tp, 0),
-            clean_shutdown=self._clean.get(directory.parent, True),
-            scheduler=self._schedule,
-            log_start_offset=self._log_starts.get(tp, 0),
-        )
-        write_partition_metadata(directory, topic.topic_id)
-        hw = self._high_watermarks.get(tp, 0)
+        partition_log, hw = self.logs.get_or_create_log(tp, topic, self.metadata.image)
         partition = Partition(topic.name, index, partition_log, self.node_id, hw)
         self.partitions[tp] = partition
-        self._per_log_dir[directory.parent] += 1
         self._topic_ids[tp] = topic.topic_id
         return partition
-
-    def _schedule(self, delay: float, fn: Any) -> None:
-        try:
-            asyncio.get_running_loop().call_later(delay, fn)
-        except RuntimeError:
-            fn()
 
     # -- following the cluster image ---------------------------------------------------
 
@@ -292,11 +174,11 @@ class ReplicaManager(LogMaintenance):
                 self._release(tp)
         if dropped or replaced:
             # Once per image, not per replica: per replica made deleting N cost N².
-            self.write_checkpoints()
-            self.write_cleaner_checkpoints()
+            self.logs.write_checkpoints()
+            self.logs.write_cleaner_checkpoints()
         if opened >= OPEN_PER_SLICE and not self._more_pending:
             self._more_pending = True
-            self._schedule(0, self._open_more)
+            self.logs.schedule(0, self._open_more)
 
     def _open_more(self) -> None:
         self._more_pending = False
@@ -365,27 +247,24 @@ class ReplicaManager(LogMaintenance):
         """Stop hosting a replica and delete its files: its topic was deleted on record, or
         a reassignment moved it away."""
         partition = self._stop_hosting(tp)
-        delay = partition.log.config.file_delete_delay_ms / 1000
         log.info("%s: removing the local replica (%s)", partition, why)
-        schedule_removal(partition.log.dir, partition.log, delay, self._schedule)
+        self.logs.delete_log(partition.log)
 
     def _release(self, tp: TopicPartition) -> None:
         """Stop hosting a replica whose topic the image lacks without a record of its deletion
         (an image rebuilt from an older copy): its files stay where they are, so the replica
         comes back with its data if the topic does, and is never deleted on a guess."""
         partition = self._stop_hosting(tp)
-        partition.log.close()
-        self._existing[tp] = partition.log.dir  # what _open_partition looks at first
+        self.logs.release_log(tp, partition.log)
         log.error("%s: not in the cluster metadata, and not deleted there: no longer served, "
                   "its files kept in %s", partition, partition.log.dir)
 
     def _stop_hosting(self, tp: TopicPartition) -> Partition:
         partition = self.partitions.pop(tp)
         self.opened_or_dropped += 1
-        self._per_log_dir[partition.log.dir.parent] -= 1
+        self.logs.forget(tp, partition.log)
         self._topic_ids.pop(tp, None)
         self._stop_fetching(tp)
-        self.cleaner.forget(tp)
         if partition.is_leader:
             self._notify(partition, False)
         partition.close()

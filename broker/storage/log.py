@@ -10,6 +10,10 @@ entry to its segment's aborted-transaction index.
 It knows nothing of leaders, ISR or requests; the partition above it decides the leader
 epoch and the high watermark, and checks producers and markers before appending.
 Not thread-safe: every call runs on the broker's event loop.
+
+Opening a directory (leftovers, interrupted swaps, recovery) is ``log_loader.py``'s, reading
+by offset or timestamp ``log_read.py``'s; the cleaner (``cleaner.py``) uses the log, never the
+other way round.
 """
 
 from __future__ import annotations
@@ -19,12 +23,9 @@ import os
 import time
 from bisect import bisect_right
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from broker.protocol.batch_codec import CorruptRecords, first_record_at_or_after
-from broker.protocol.file_region import FileRegion
 from broker.protocol.records import (
     ATTR_CONTROL,
     HEADER_SIZE,
@@ -34,16 +35,17 @@ from broker.protocol.records import (
     split_batches,
     stamp_header,
 )
-from broker.storage.cleaner import finish_interrupted_swaps
 from broker.storage.leader_epoch import LeaderEpochCache
 from broker.storage.log_config import LogConfig
-from broker.storage.producer_state import CompletedTxn, ProducerStateManager
-from broker.storage.segment import (
-    LOG_SUFFIX,
-    SWAP_SUFFIX,
-    BatchPosition,
-    LogSegment,
+from broker.storage.log_loader import load_segments
+from broker.storage.log_read import (
+    ReadResult,
+    max_timestamp_offset,
+    offset_for_timestamp,
+    read_segments,
 )
+from broker.storage.producer_state import CompletedTxn, ProducerStateManager
+from broker.storage.segment import SWAP_SUFFIX, LogSegment
 from broker.storage.txn_index import (
     AbortedTxn,
     TxnIndexEntry,
@@ -59,13 +61,6 @@ class AppendResult(NamedTuple):  # a tuple: one is built per append
     last_offset: int
     log_append_time: int  # -1 unless the topic uses LogAppendTime
     duplicate: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class ReadResult:
-    region: FileRegion | None  # None: nothing to send
-    first_offset: int  # the base offset of the first batch sent, if any
-    next_offset: int  # one past the last offset sent
 
 
 class OffsetOutOfRange(Exception):
@@ -111,44 +106,14 @@ class Log:
         )
 
     def _load(self, clean_shutdown: bool) -> None:
-        for stale in self.dir.glob("*.deleted"):
-            stale.unlink(missing_ok=True)
-        for tmp in self.dir.glob("*.tmp"):
-            tmp.unlink(missing_ok=True)
-        swapped = finish_interrupted_swaps(self.dir)
-        bases = sorted(int(p.stem) for p in self.dir.glob(f"*{LOG_SUFFIX}") if p.stem.isdigit())
-        for base in bases:
-            self._add_segment(self._new_segment(base))
-        truncated_at = None
-        rebuild: list[LogSegment] = []  # segments whose aborted-transaction index is remade
-        for i, segment in enumerate(self.segments):
-            complete = i + 1 < len(self.segments) and bases[i + 1] <= self.recovery_point
-            if (clean_shutdown or complete) and segment.base_offset not in swapped:
-                segment.load_from_indexes()
-                if segment.txn_index.missing:
-                    rebuild.append(segment)
-                continue
-            rebuild.append(segment)
-            lost = segment.recover(self.config.max_message_bytes)
-            if lost:
-                log.warning(
-                    "%s: truncated %d bytes of invalid data at offset %d in %s",
-                    self.dir.name, lost, segment.next_offset, segment.log_path.name,
-                )
-                truncated_at = i
-                break
-        if truncated_at is not None:
-            for segment in self.segments[truncated_at + 1 :]:
-                log.warning("%s: deleting %s after a torn batch", self.dir.name, segment.log_path)
-                segment.close()
-                for path in segment.files():
-                    path.unlink(missing_ok=True)
-            del self.segments[truncated_at + 1 :]
-            del self._bases[truncated_at + 1 :]
-        if not self.segments:
-            self._add_segment(self._new_segment(0))
+        """Open the segments on disk (``log_loader``), then replay them into the producer
+        state and leader epochs; recovered, the log is all below its recovery point."""
+        loaded = load_segments(self.dir, self._new_segment, self.config.max_message_bytes,
+                               self.recovery_point, clean_shutdown)
+        for segment in loaded.segments:
+            self._add_segment(segment)
         self.epoch_cache.truncate_from_end(self.log_end_offset)
-        self._rebuild_producer_and_epoch_state(rebuild, assign_epochs=True)
+        self._rebuild_producer_and_epoch_state(loaded.rebuild, assign_epochs=True)
         self.recovery_point = self.log_end_offset
 
     def _rebuild_producer_and_epoch_state(
@@ -402,7 +367,7 @@ class Log:
         segment.next_offset = old.next_offset
         self._add_segment(segment)
         # The rolled segment is complete, but not yet known to be on disk: the recovery
-        # point passes it once the replica manager has fsynced it off the event loop
+        # point passes it once the log manager has fsynced it off the event loop
         # (unsynced_sealed, advance_recovery_point), as Kafka's roll schedules a flush.
         return segment
 
@@ -435,94 +400,27 @@ class Log:
         self._last_flush_ms = time.monotonic() * 1000
         self.recovery_point = self.log_end_offset
 
-    # -- reading -------------------------------------------------------------------------
+    # -- reading (log_read.py) -----------------------------------------------------------
 
     def read(
         self, offset: int, max_bytes: int, max_offset: int, min_one_batch: bool
     ) -> ReadResult:
-        """A file region of whole batches, starting at the batch that holds ``offset``.
-
-        Stops before ``max_offset`` (the high watermark) and within ``max_bytes``; with
-        ``min_one_batch`` the first batch is sent even when larger than ``max_bytes``
-        (KIP-74). Reads stay inside one segment, as Kafka's do.
-        """
+        """A file region of whole batches, starting at the batch that holds ``offset``
+        (``log_read.read_segments``: within ``max_bytes``, before ``max_offset``)."""
         if offset < self.log_start_offset or offset > self.log_end_offset:
             raise OffsetOutOfRange(offset)
-        empty = ReadResult(None, offset, offset)
-        if offset >= max_offset:
-            return empty
-        index = self._segment_for(offset)
-        while index < len(self.segments):
-            segment = self.segments[index]
-            found = segment.find(offset)
-            if found is not None:
-                break
-            index += 1
-        else:
-            return empty
-        first = found.header
-        if first.base_offset >= max_offset:
-            return empty
-        if max_offset >= segment.next_offset and found.position + max_bytes >= segment.size:
-            # The common tail read: everything to the end of the segment, no scan needed.
-            return ReadResult(
-                segment.region(found.position, segment.size), first.base_offset,
-                segment.next_offset,
-            )
-        if first.size > max_bytes:
-            if not min_one_batch:
-                return empty
-            end, next_offset = found.position + first.size, first.next_offset
-        else:
-            end, next_offset = segment.whole_batches_end(
-                found.position, found.position + max_bytes, max_offset
-            )
-        return ReadResult(segment.region(found.position, end), first.base_offset, next_offset)
+        return read_segments(self.segments, self._segment_for(offset), offset, max_bytes,
+                             max_offset, min_one_batch)
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int, int] | None:
         """(offset, timestamp, leader epoch) of the first record at or after the log start
         with ts >= ``timestamp``."""
-        start = self.log_start_offset
-        for segment in self.segments:
-            if segment.max_timestamp < timestamp or segment.next_offset <= start:
-                continue
-            found = segment.find_timestamp(timestamp)
-            if found is None:
-                continue
-            for batch in segment.batches_from(found.position):
-                header = batch.header
-                if header.max_timestamp < timestamp or header.last_offset < start:
-                    continue
-                hit = self._first_record(segment, batch, timestamp, start)
-                if hit is not None:
-                    return hit[0], hit[1], header.partition_leader_epoch
-        return None
+        return offset_for_timestamp(self.segments, timestamp, self.log_start_offset,
+                                    self.dir.name)
 
     def max_timestamp_offset(self) -> tuple[int, int, int] | None:
-        """(offset, timestamp, epoch) of the first record with the largest timestamp (KIP-734):
-        in the first segment and first batch that hold it, the record itself, not the batch's
-        last offset."""
-        if not self.segments:
-            return None
-        segment = max(self.segments, key=lambda s: s.max_timestamp)  # the first of equals
-        found = segment.first_batch_with_max_timestamp()
-        if found is None:
-            return None
-        hit = self._first_record(segment, found, found.header.max_timestamp, 0)
-        return None if hit is None else (hit[0], hit[1], found.header.partition_leader_epoch)
-
-    def _first_record(self, segment: LogSegment, batch: BatchPosition, timestamp: int,
-                      min_offset: int) -> tuple[int, int] | None:
-        """The batch's first record at or after ``min_offset`` reaching ``timestamp``. A
-        batch whose records cannot be read (stored before they were checked on append, or
-        damaged on disk) is passed over with a warning: one bad batch must not make the
-        partition unsearchable."""
-        raw = segment.read_bytes(batch.position, batch.header.size)
-        try:
-            return first_record_at_or_after(raw, timestamp, min_offset)
-        except CorruptRecords as e:
-            log.warning("%s: %s in %s; passed over", self.dir.name, e, segment.log_path.name)
-            return None
+        """(offset, timestamp, epoch) of the first record with the largest timestamp."""
+        return max_timestamp_offset(self.segments, self.dir.name)
 
     # -- retention -----------------------------------------------------------------------
 
