@@ -40,9 +40,9 @@ from broker.security.client import inter_broker_security
 from broker.security.scram import MECHANISMS, ScramCredential, new_credential
 from broker.security.scram import matches as scram_matches
 from broker.security.session import ListenerSecurity
+from broker.server.broker_lifecycle import Membership
 from broker.server.dynamic_config import follow_dynamic_configs
 from broker.server.fetch_session import FetchSessionCache
-from broker.server.membership import Membership
 from broker.server.replica_manager import ReplicaManager
 from broker.server.txn_verification import TransactionVerifier
 

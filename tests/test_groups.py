@@ -986,8 +986,8 @@ def test_names_too_long_to_store_are_refused_up_front(broker_factory):
 
 
 def test_generated_member_ids_stay_storable():
+    from broker.coordinator.classic_membership import _new_member_id
     from broker.coordinator.group_store import MAX_NAME_BYTES
-    from broker.coordinator.membership import _new_member_id
 
     assert _new_member_id("rdkafka").startswith("rdkafka-")
     long_id = _new_member_id("é" * 20_000)  # 40,000 bytes of client id

@@ -28,6 +28,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.config.broker_config import BrokerConfig
 from broker.coordinator import offsets_topic as ot
+from broker.coordinator.classic_membership import ClassicMembership, JoinResult
 from broker.coordinator.group import Group
 from broker.coordinator.group_cleanup import GroupCleanup
 from broker.coordinator.group_loader import GroupLoader
@@ -37,7 +38,6 @@ from broker.coordinator.group_store import (
     GroupStore,
     OffsetMap,
 )
-from broker.coordinator.membership import ClassicMembership, JoinResult
 from broker.coordinator.offset_commits import OffsetCommits
 from broker.coordinator.offsets_writer import OffsetsTopicWriter
 from broker.server.partition import Partition
