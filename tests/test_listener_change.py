@@ -19,6 +19,9 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from broker.cluster.backend import BrokerRegistration
+from broker.cluster.image import ClusterImage
+from kafkube.harness.ports import free_port
+from kafkube.harness.waiting import wait_until
 from kafkube_operator.kafka import AdminClients, AdminSecurity, KafkaAdmin
 from kafkube_operator.model.broker_config import broker_properties
 from kafkube_operator.model.cluster import CONFIG_HASH, ClusterRef, config_hash, selector
@@ -31,12 +34,10 @@ from kafkube_operator.model.listeners import (
     security_properties,
 )
 from kafkube_operator.model.status import BrokerState, ObservedCluster, cluster_conditions
-from kafkube_operator.reconcile.cluster import deployed_config, listener_step
-from kafkube_operator.reconcile.views import admin_listener
-from tests.cluster import cluster_factory  # noqa: F401 (fixture)
-from tests.conftest import wait_until
-from tests.kube_control_plane import free_port
-from tests.security_setup import make_pki
+from kafkube_operator.reconcile.cluster_apply import listener_step
+from kafkube_operator.reconcile.snapshot import ClusterSnapshot
+from kafkube_operator.reconcile.views import TrustedImage, admin_listener
+from tests.support.security_setup import make_pki
 from tests.test_operator_user_reconcile import FakeKube, SlowClient, slow_admin
 
 PLAIN = {"name": "plain", "port": 9092}
@@ -173,7 +174,7 @@ def whole(state) -> bool:
 
 
 def test_brokers_replicate_through_each_step_of_an_inter_broker_listener_change(
-        cluster_factory, pki) -> None:  # noqa: F811
+        cluster_factory, pki) -> None:
     rolled = steps(layout(), WANTED)
     assert len(rolled) == 4
     ports = {i: {port: free_port() for port in (9091, 9092, 9093)} for i in range(3)}
@@ -245,6 +246,16 @@ class LiveBrokers:
                 for node, text in self.advertised.items()}
 
 
+def snapshot_of(kube: FakeKube, view: LiveBrokers, ref: ClusterRef) -> ClusterSnapshot:
+    """What a pass reads (reconcile/snapshot.py), from the fake API server and leases."""
+    config_map = kube.get("v1", "ConfigMap", ref.config_map, ref.namespace) or {}
+    return ClusterSnapshot(
+        ref, kube.get("apps/v1", "StatefulSet", ref.statefulset, ref.namespace),
+        tuple(kube.list("v1", "Pod", ref.namespace, selector(ref))),
+        (config_map.get("data") or {}).get("server.properties", ""),
+        TrustedImage(ClusterImage(), None), view.live_brokers(), None)
+
+
 def running_cluster(pod_revisions: list[str], observed_generation: int = 2,
                     loaded: str | None = None) -> FakeKube:
     """A 3-broker cluster on the default listener whose StatefulSet's template is at
@@ -279,8 +290,7 @@ def test_a_step_starts_only_once_every_broker_runs_the_one_before() -> None:
     plain = LiveBrokers(dict.fromkeys(range(3), "PLAINTEXT://h:9092"))
 
     def step(kube: FakeKube, view: LiveBrokers):
-        deployed = deployed_config(kube, ref)  # type: ignore[arg-type]
-        return listener_step(kube, view, ref, CLUSTER, deployed)  # type: ignore[arg-type]
+        return listener_step(snapshot_of(kube, view, ref), CLUSTER)
 
     held = step(running_cluster(["r2", "r1", "r2"]), plain)
     assert held.layout == layout() and not held.final
@@ -302,7 +312,7 @@ def test_a_step_starts_only_once_every_broker_runs_the_one_before() -> None:
     del kube.objects[("ConfigMap", "kafka", ref.config_map)]
     midway = next_step(layout(), layout([PLAIN, TLS_LISTENER])).layout
     recorded = {**CLUSTER, "status": {"listenerLayout": midway.as_status()}}
-    assert listener_step(kube, plain, ref, recorded, "").layout == midway  # type: ignore
+    assert listener_step(snapshot_of(kube, plain, ref), recorded).layout == midway
     first = step(running_cluster(["r2"] * 3), plain)
     assert first.layout.inter_broker == "PLAINTEXT" and not first.final
     assert first.layout.names == {"PLAINTEXT", "REPLICATION", "TLS"}
@@ -319,7 +329,7 @@ def test_the_cluster_is_not_ready_between_two_steps() -> None:
 
 
 def test_a_leader_without_the_clients_listener_is_answered_as_kafka_does(
-        cluster_factory) -> None:  # noqa: F811
+        cluster_factory) -> None:
     """Mid-roll, a client that came in on a listener only some brokers have gets no leader
     for the partitions the others lead: LISTENER_NOT_FOUND, not a leader id it has no
     address of."""

@@ -9,6 +9,7 @@ one KafkaCluster from reconciling it at the same time.
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 import threading
 import time
@@ -24,7 +25,7 @@ from kafkube_operator.kafka import AdminClients
 from kafkube_operator.kube import Kube
 from kafkube_operator.model.cluster import GROUP, VERSION
 from kafkube_operator.reconcile.cluster import delete_cluster, reconcile_cluster, stop_brokers
-from kafkube_operator.reconcile.topic import delete_topic, reconcile_topic
+from kafkube_operator.reconcile.topic import delete_topic, mirror_cluster_topics, reconcile_topic
 from kafkube_operator.reconcile.user import delete_user, reconcile_user
 from kafkube_operator.reconcile.views import ClusterViews
 
@@ -109,9 +110,29 @@ def login(memo: kopf.Memo, **_: Any) -> kopf.ConnectionInfo:
 @kopf.on.resume(*CLUSTERS)
 @kopf.on.create(*CLUSTERS)
 @kopf.on.update(*CLUSTERS)
+def cluster_changed(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
+    """A spec to apply: a pass that applies, then observes."""
+    _reconcile("KafkaCluster", functools.partial(reconcile_cluster, spec_changed=True), body,
+               patch, _context(memo))
+
+
 @kopf.timer(*CLUSTERS, id="cluster_tick", interval=STATUS_INTERVAL_S, sharp=True)
-def cluster_reconcile(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
-    _reconcile("KafkaCluster", reconcile_cluster, body, patch, _context(memo))
+def cluster_tick(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
+    """The status refreshed, the roll and rebalance moved on; the spec applied again only
+    while a change is under way or drift may have crept in (reconcile/cluster.py)."""
+    _reconcile("KafkaCluster", functools.partial(reconcile_cluster, spec_changed=False), body,
+               patch, _context(memo))
+
+
+@kopf.timer(*CLUSTERS, id="topic_mirror", interval=STATUS_INTERVAL_S, sharp=True)
+def cluster_topics(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """Topics made through the Kafka API get Topic resources (reconcile/topic.py)."""
+    if body.metadata.get("deletionTimestamp"):
+        return
+    context = _context(memo)
+    with context.locks[body.metadata["uid"]]:
+        mirror_cluster_topics(context.kube, context.views, copy.deepcopy(dict(body)),
+                              KopfEvents(body))
 
 
 def _reconcile(kind: str, step: Callable[..., dict], body: kopf.Body, patch: kopf.Patch,

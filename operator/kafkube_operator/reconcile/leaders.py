@@ -11,6 +11,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from broker.cluster.image import ClusterImage
 from broker.config.broker_config import BROKER_KEYS
 from broker.controller.rebalance import leader_imbalance, preferred_leader_moves
 from kafkube_operator.kafka import AdminClients, KafkaAdmin, KafkaRefused
@@ -30,8 +31,10 @@ def _setting(config: Mapping, key: str) -> Any:
 
 
 def rebalance_leaders(admins: AdminClients, view: KubernetesBackend, ref: ClusterRef,
-                      spec: Mapping, memory: ClusterMemory, events: Events,
-                      elect_now: bool = False) -> None:
+                      image: ClusterImage, live: set[int], spec: Mapping,
+                      memory: ClusterMemory, events: Events, elect_now: bool = False) -> None:
+    """Preferred-leader elections where the pass's image (``live``: the brokers holding a
+    lease) shows a broker's imbalance past the threshold."""
     config = spec.get("config") or {}
     if not _setting(config, "auto.leader.rebalance.enable"):
         return
@@ -39,9 +42,8 @@ def rebalance_leaders(admins: AdminClients, view: KubernetesBackend, ref: Cluste
     if not elect_now and now < memory.next_leader_check:
         return
     memory.next_leader_check = now + _setting(config, "leader.imbalance.check.interval.seconds")
-    image = view.read_image()
     percentage = _setting(config, "leader.imbalance.per.broker.percentage")
-    moves = preferred_leader_moves(image, set(view.live_brokers()), percentage)
+    moves = preferred_leader_moves(image, live, percentage)
     if not moves:
         return
     worst = max(leader_imbalance(image).values(), default=0.0)

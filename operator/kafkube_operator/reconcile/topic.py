@@ -157,6 +157,17 @@ def delete_topic(kube: Kube, views: ClusterViews, admins: AdminClients, resource
     return spec.name not in view.read_image().topics
 
 
+def mirror_cluster_topics(kube: Kube, views: ClusterViews, resource: Mapping,
+                          events: Events) -> None:
+    """The topic mirroring pass of one KafkaCluster (its own timer, handlers.py): only on a
+    trusted image, since on a missing or older one every mirrored Topic would look deleted
+    through Kafka."""
+    ref = ClusterRef.of(resource)
+    trusted = trusted_image(views.of(ref), resource.get("status"), views.memory(ref))
+    if trusted.problem is None:
+        mirror_topics(kube, ref, trusted.image, events)
+
+
 def mirror_topics(kube: Kube, ref: ClusterRef, image: ClusterImage, events: Events) -> None:
     """Topics made through the Kafka API get a Topic resource; a resource the operator made
     that way goes when its topic was deleted through Kafka. Internal topics (``__``) are

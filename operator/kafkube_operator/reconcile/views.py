@@ -19,6 +19,7 @@ from kafkube_operator.kafka import AdminClients, KafkaAdmin
 from kafkube_operator.model.cluster import ClusterRef
 from kafkube_operator.model.listeners import PLAINTEXT_DEFAULT, REPLICATION
 from kafkube_operator.model.status import SpecWarning, metadata_problem
+from kafkube_operator.reconcile.outcome import ApplyOutcome
 
 
 class Events(Protocol):
@@ -45,6 +46,7 @@ class ClusterMemory:
     # (the version recorded, time.monotonic()) when the image was first seen older than it
     went_back_at: tuple[int, float] | None = None
     running_min_isr: int | None = None  # the default min ISR every broker last ran with
+    applied: ApplyOutcome | None = None  # the last apply pass's decisions
 
 
 @dataclass

@@ -1,0 +1,119 @@
+"""The observe pass of a KafkaCluster, every tick: what its brokers report, one step of the
+rolling restart (model/roll.py), the leader rebalance (reconcile/leaders.py) and the status
+to write, all from one snapshot (reconcile/snapshot.py) and the last apply's decisions
+(reconcile/outcome.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from broker.cluster.image import DEFAULT_BROKER, ClusterImage
+from broker.cluster.kubernetes import KubernetesBackend
+from kafkube_operator.kafka import AdminClients
+from kafkube_operator.kube import Kube
+from kafkube_operator.model.cluster import ClusterRef, selector
+from kafkube_operator.model.listeners import SecuritySpec, listener_status
+from kafkube_operator.model.roll import PodState, next_restart, pod_state, roll_min_isr
+from kafkube_operator.model.status import (
+    BrokerState,
+    ObservedCluster,
+    SpecWarning,
+    cluster_status,
+)
+from kafkube_operator.reconcile.leaders import rebalance_leaders
+from kafkube_operator.reconcile.outcome import ApplyOutcome
+from kafkube_operator.reconcile.snapshot import ClusterSnapshot
+from kafkube_operator.reconcile.views import ClusterMemory, Events, utc_now
+
+
+def observe(snapshot: ClusterSnapshot, image: ClusterImage
+            ) -> tuple[ObservedCluster, list[PodState]]:
+    revision = ((snapshot.statefulset or {}).get("status") or {}).get("updateRevision")
+    pods = [pod_state(p, revision) for p in snapshot.pods]
+    leaders = image.leaders()
+    brokers = tuple(BrokerState(b.node_id, b.rack, leaders.get(b.node_id, 0))
+                    for b in snapshot.live.values())
+    observed = ObservedCluster(pods=len(pods), outdated_pods=sum(p.outdated for p in pods),
+                               controller=snapshot.controller, brokers=brokers)
+    return observed, pods
+
+
+def observe_pass(kube: Kube, view: KubernetesBackend, admins: AdminClients,
+                 resource: Mapping, snapshot: ClusterSnapshot, outcome: ApplyOutcome,
+                 memory: ClusterMemory, events: Events) -> dict:
+    """Roll, rebalance and the status, for a cluster whose image is trusted."""
+    ref = snapshot.ref
+    spec = resource.get("spec") or {}
+    image = snapshot.trusted.image
+    observed, pods = observe(snapshot, image)
+    # Brokers not yet restarted enforce the min ISR they started with: a lowered one gates
+    # the roll only once every broker runs it.
+    gate = roll_min_isr(outcome.default_min_isr, memory.running_min_isr,
+                        bool(observed.outdated_pods))
+    if not observed.outdated_pods:
+        memory.running_min_isr = outcome.default_min_isr
+    waiting, rolled = roll(kube, image, ref, pods, observed, gate, memory, events)
+    if not observed.outdated_pods:
+        rebalance_leaders(admins, view, ref, image, set(snapshot.live), spec, memory, events,
+                          elect_now=rolled)
+    status = _status(resource, ref, observed, list(outcome.warnings), outcome.generation,
+                     waiting=waiting or outcome.scaling.waiting,
+                     pending=None if outcome.step.final else outcome.step.description)
+    status["listenerLayout"] = outcome.step.layout.as_status()
+    status |= snapshot.trusted.status_fields()
+    status["scaling"] = {"phase": outcome.scaling.phase, "message": outcome.scaling.waiting} \
+        if outcome.scaling.phase else None
+    return status
+
+
+def _status(resource: Mapping, ref: ClusterRef, observed: ObservedCluster,
+            warnings: list[SpecWarning], generation: int, waiting: str | None = None,
+            pending: str | None = None) -> dict:
+    spec = resource.get("spec") or {}
+    listeners = listener_status(ref.bootstrap_service, ref.namespace, SecuritySpec.of(spec))
+    status = cluster_status(
+        desired=int(spec.get("replicas", 3)), generation=generation, observed=observed,
+        warnings=warnings, waiting=waiting, pending=pending,
+        bootstrap_servers=listeners[0]["bootstrapServers"] if listeners
+        else ref.bootstrap_servers,
+        selector=",".join(f"{k}={v}" for k, v in selector(ref).items()),
+        previous=(resource.get("status") or {}).get("conditions") or [], now=utc_now())
+    status["listeners"] = listeners or None
+    return status
+
+
+def problem_status(resource: Mapping, snapshot: ClusterSnapshot, warning: SpecWarning
+                   ) -> dict:
+    """The status while the image may not be acted on (missing, foreign, older): what the
+    pods and leases say, and the problem."""
+    observed, _ = observe(snapshot, ClusterImage())
+    status = _status(resource, snapshot.ref, observed, [warning],
+                     resource["metadata"].get("generation", 0))
+    return status | snapshot.trusted.status_fields()
+
+
+def roll(kube: Kube, image: ClusterImage, ref: ClusterRef, pods: list[PodState],
+         observed: ObservedCluster, default_min_isr: int, memory: ClusterMemory,
+         events: Events) -> tuple[str | None, bool]:
+    """One step of the rolling restart (model/roll.py); what it waits for, and whether the
+    roll has just finished."""
+    cluster_default = image.broker_configs.get(DEFAULT_BROKER, {}).get("min.insync.replicas")
+    fallback = int(cluster_default) if cluster_default else default_min_isr
+
+    def min_isr(topic: str) -> int:
+        return int(image.topics[topic].configs.get("min.insync.replicas", fallback))
+
+    step = next_restart(pods, image, min_isr, observed.controller, memory.last_restarted)
+    if step.restart is not None:
+        pod = step.restart
+        if kube.delete("v1", "Pod", pod.name, ref.namespace, uid=pod.uid):
+            memory.last_restarted, memory.rolling = pod.broker, True
+            why = "stuck, restarted regardless" if pod.stuck else "onto the new revision"
+            events.info("RollingRestart", f"restarted pod {pod.name} (broker {pod.broker}) "
+                        f"{why}; {step.pending - 1} more to go")
+        return None, False
+    if step.pending == 0 and step.waiting is None and memory.rolling:
+        memory.last_restarted, memory.rolling = None, False
+        events.info("RollingRestartDone", "every broker runs the current revision")
+        return None, True
+    return step.waiting, False
