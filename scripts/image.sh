@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the kafkube image from the root Dockerfile without a Docker engine or a registry
-# (docs/architecture.md, "The image and the test platform"): a Debian bookworm base made with debootstrap, the wheels
+# (docs/platform.md): a Debian bookworm base made with debootstrap, the wheels
 # built on the host, buildah for the build. Writes OCI archives that nodes import: the broker
 # image, the operator's (kafkube-operator.oci.tar) and the e2e suite's client image
 # (kafkube-workload.oci.tar) beside it.

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The e2e suite's Kubernetes: a 4-node kind cluster (1 control plane + 3 workers in zones
 # zone-a/b/c) built offline by the repository itself and run inside a network namespace
-# this script creates, with a Docker engine of its own there (docs/architecture.md, "The
-# image and the test platform").
+# this script creates, with a Docker engine of its own there (docs/platform.md, "kind for
+# the end-to-end tier").
 #
 #   scripts/kind.sh build              # everything kind would pull, built and cached (idempotent)
 #   scripts/kind.sh up NAME            # netns + dockerd + cluster; prints netns and kubeconfig

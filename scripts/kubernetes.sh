@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Kubernetes binaries of one pinned release, built from the Go module proxy: there is no
-# release download or image registry here (docs/architecture.md, "The image and the test
-# platform").
+# release download or image registry here (docs/platform.md, "A real API server for the
+# integration tier").
 #
 #   bash scripts/kubernetes.sh kube-apiserver [kubectl ...]   # prints the bin directory
 #

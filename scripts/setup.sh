@@ -25,8 +25,9 @@ command -v mvn >/dev/null || need_apt+=(maven)
 python3 -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
 # The C module (broker/protocol/_recordscan.c) is compiled by pip install.
 command -v gcc >/dev/null || need_apt+=(gcc)
+# The demo leaves its cluster running for kcat (it prints the command); the tests use it too.
+command -v kcat >/dev/null || need_apt+=(kcat)
 if [ "$part" = all ]; then
-  command -v kcat >/dev/null || need_apt+=(kcat)
   # The integration tier's Kubernetes API server: Debian's etcd, and openssl for its certificates.
   command -v etcd >/dev/null || need_apt+=(etcd-server)
   command -v openssl >/dev/null || need_apt+=(openssl)

@@ -1,4 +1,4 @@
-"""Cluster metadata and the coordination backends that store it (DESIGN.md §4).
+"""Cluster metadata and the coordination backends that store it (docs/broker.md, "The cluster").
 
 ``image`` is the model every broker and the controller share: topics, partition replicas,
 leaders, leader epochs and ISRs, as one versioned document. ``backend`` is the interface to

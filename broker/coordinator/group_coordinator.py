@@ -7,7 +7,7 @@ GroupMetadataManager, OffsetMetadataManager); each part depends only on those be
 
     group_store      the groups, offsets and owned partitions, in memory; shared checks
     offsets_writer   appends to __consumer_offsets, creates it, awaits replication
-    membership       JoinGroup, SyncGroup, Heartbeat, LeaveGroup; rebalances and timers
+    classic_membership  JoinGroup, SyncGroup, Heartbeat, LeaveGroup; rebalances and timers
     offset_commits   OffsetCommit, TxnOffsetCommit and its markers, OffsetFetch
     group_cleanup    DeleteGroups, OffsetDelete, a deleted topic's offsets, retention
     group_loader     loading and unloading a partition on leadership change

@@ -61,7 +61,7 @@ Differences from Kafka, deliberate:
   treats any it meets as invalid; kafkube does not check at produce time, so dropping them
   here would lose acknowledged data.
 - Batches whose records cannot be decoded are copied unchanged (they only exist if a client
-  wrote malformed records under a valid CRC; see docs/architecture.md), unless they belong
+  wrote malformed records under a valid CRC; see docs/broker.md), unless they belong
   to an aborted transaction.
 - No max.compaction.lag.ms, cleaner I/O throttling or dedupe buffer setting.
 

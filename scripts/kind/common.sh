@@ -1,6 +1,6 @@
 # Shared by scripts/kind/*.sh (sourced, not run): where the kind platform keeps its cache and
 # run state, and how it reaches the Docker engine that lives inside a network namespace of its
-# own (docs/architecture.md, "The image and the test platform").
+# own (docs/platform.md).
 KIND_VERSION=v0.33.0
 K8S_VERSION="${K8S_VERSION:-v1.35.4}"
 ETCD_VERSION=v3.6.6
