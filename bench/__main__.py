@@ -32,8 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from bench import clients, failover, replicated, requests
-from bench.broker import BenchBroker, machine_busy_seconds
+from bench.broker import BenchBroker
 from bench.profile import PySpy, summarise
+from kafkube.harness.procstat import machine_busy_seconds
 
 TOPIC = "kafkube-bench"
 # The floor on a 2-core machine, in MB/s (10^6 bytes).

@@ -1,7 +1,7 @@
 """``python -m bench chaos``: the long fault run of issue 27, on a kind cluster of the e2e
 platform (or the cluster KAFKUBE_E2E_KUBECONFIG names; faults on nodes then left out).
 
-What runs: the operator installed with its chart (tests/e2e/operated.py), a KafkaCluster
+What runs: the operator installed with its chart (kafkube/harness/kind/operated.py), a KafkaCluster
 of examples/ (3 brokers), a Topic of 6 partitions, RF 3, ``min.insync.replicas`` 2, and one
 acks=all idempotent producer pod (tests/e2e/workload.py) for the whole run. Then faults,
 one after the other (bench/chaos_faults.py): a broker pod force-deleted, a broker process
@@ -19,7 +19,7 @@ random order from ``--seed`` (printed; every kind once before any twice), and so
 targets and lengths; the timings are the cluster's own.
 
 At the end the producer is stopped, the topic is drained from offset 0 and the queue
-checker (tests/queue_checker.py) judges the history: every acknowledged record read back
+checker (kafkube/harness/queue_checker.py) judges the history: every acknowledged record read back
 where its acknowledgement said, none twice, in send order. An acknowledged record the drain
 did not reach (the drain ended before the partition's end) is **unread**, not lost: the
 drain is tried again, and what stays unread is reported apart. A record is **lost** when
@@ -47,13 +47,13 @@ from pathlib import Path
 from typing import Any
 
 from bench.chaos_faults import BETWEEN, FAULTS, ON_NODES, Faults
-from tests.conftest import wait_until
-from tests.e2e.deployment import Brokers
-from tests.e2e.history import Produced, read_drain, read_produce
-from tests.e2e.operated import example_cluster
-from tests.e2e.platform import Cluster, KubectlError
-from tests.e2e.streams import acked
-from tests.queue_checker import History
+from kafkube.harness.kind.deployment import Brokers
+from kafkube.harness.kind.history import Produced, read_drain, read_produce
+from kafkube.harness.kind.operated import example_cluster
+from kafkube.harness.kind.platform import Cluster, KubectlError
+from kafkube.harness.kind.streams import acked
+from kafkube.harness.queue_checker import History
+from kafkube.harness.waiting import wait_until
 
 NAME = "chaos"
 TOPIC = "chaos"
@@ -478,10 +478,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str]) -> int:
     """A kind cluster of its own (torn down at the end), the chart, the run, the report."""
-    from bench.compare import _commit, machine
+    from bench.run_info import commit, machine
     from bench.scale.report import command_line, start_run
-    from tests.e2e.operated import installed_operator, namespace_of
-    from tests.e2e.platform import existing_cluster, own_kind_cluster
+    from kafkube.harness.kind.operated import installed_operator, namespace_of
+    from kafkube.harness.kind.platform import existing_cluster, own_kind_cluster
 
     args = parse(argv)
     seed = random.randrange(2**32) if args.seed is None else args.seed
@@ -504,6 +504,6 @@ def main(argv: list[str]) -> int:
     except KeyboardInterrupt:
         print("interrupted: the faults were undone", file=sys.stderr)
         return 130
-    result.update(started=started, commit=_commit(), machine=machine(), command=command)
+    result.update(started=started, commit=commit(), machine=machine(), command=command)
     publish(result, args.docs)
     return 0 if result["ok"] else 1

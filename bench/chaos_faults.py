@@ -1,6 +1,6 @@
 """The faults of ``python -m bench chaos`` (bench/chaos.py) on a kind cluster of the e2e
-platform (tests/e2e/platform.py), each done and undone here, and the wait for the cluster to
-be whole again after it.
+platform (kafkube/harness/kind/platform.py), each done and undone here, and the wait for the
+cluster to be whole again after it.
 
 Every fault that leaves something behind (a frozen node, a stopped API server, firewall
 rules) undoes it in a ``finally``, and ``heal_all`` undoes every kind of them on every node
@@ -20,10 +20,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tests.conftest import wait_until
-from tests.e2e.deployment import Brokers
-from tests.e2e.operated import OPERATOR_NAMESPACE
-from tests.e2e.platform import KIND_SH, KubectlError, run_script
+from kafkube.harness.kind.deployment import Brokers
+from kafkube.harness.kind.operated import OPERATOR_NAMESPACE
+from kafkube.harness.kind.platform import KIND_SH, KubectlError, run_script
+from kafkube.harness.waiting import wait_until
 
 # The faults proper; ROLL and SCALE are the operations done between them.
 DELETE_POD = "delete-pod"

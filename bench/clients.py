@@ -42,7 +42,7 @@ CONSUMER_CONFIG: dict[str, Any] = {
 }
 
 
-def _check_topic(client: Any, topic: str, partitions: int, deadline: float) -> None:
+def check_topic(client: Any, topic: str, partitions: int, deadline: float) -> None:
     """Fetch metadata (auto-creating the topic) before the clock starts."""
     while True:
         meta = client.list_topics(topic, timeout=10)
@@ -80,7 +80,7 @@ def produce(
 
     producer = Producer({"bootstrap.servers": bootstrap, "on_delivery": on_delivery,
                          **PRODUCER_CONFIG, **extra})
-    _check_topic(producer, topic, partitions, deadline)
+    check_topic(producer, topic, partitions, deadline)
     payload = os.urandom(record_size)
     send, poll = producer.produce, producer.poll
     cpu0, main0 = time.process_time(), time.thread_time()
@@ -118,7 +118,7 @@ def consume(
     deadline = time.monotonic() + timeout
     consumer = Consumer({"bootstrap.servers": bootstrap, **CONSUMER_CONFIG, **extra})
     try:
-        _check_topic(consumer, topic, partitions, deadline)
+        check_topic(consumer, topic, partitions, deadline)
         count = nbytes = 0
         cpu0, main0 = time.process_time(), time.thread_time()
         start = time.perf_counter()

@@ -30,7 +30,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.cluster import BenchCluster, wait_until
+from bench.cluster import BenchCluster
+from kafkube.harness.waiting import wait_until
 
 TOPIC = "kafkube-failover"
 PROBE_INTERVAL_S = 0.015
@@ -228,7 +229,7 @@ def run(kills: int, idempotent: bool, keep: bool, seed: int | None = None,
     with BenchCluster(3, keep=keep) as cluster:
         print(f"cluster: 3 brokers on {cluster.bootstrap}, default settings; broker output "
               f"in {cluster.log_path}", flush=True)
-        cluster.create_topic(TOPIC, 1, 3, {"min.insync.replicas": "2"})
+        cluster.create_topic(TOPIC, 1, 3, {"min.insync.replicas": "2"}, timeout=60.0)
         probe = Probe(cluster.bootstrap, TOPIC, idempotent, cluster.client_logger("probe"))
         print(f"probe: one value every {PROBE_INTERVAL_S * 1000:.0f} ms to {TOPIC}-0, "
               f"{probe.config}", flush=True)
@@ -241,11 +242,12 @@ def run(kills: int, idempotent: bool, keep: bool, seed: int | None = None,
                 if probe.crashed is not None:
                     raise RuntimeError(f"the probe thread died: {probe.crashed!r}")
                 time.sleep(rng.uniform(0.0, HEARTBEAT_S))
-                states = wait_until(lambda: cluster.partitions(TOPIC), 30.0, f"{TOPIC} metadata")
-                leader = states[0][0]
+                states = wait_until(lambda: cluster.partitions(TOPIC), 30.0, f"{TOPIC} metadata",
+                                    interval=0.1)
+                leader = states[0].leader
                 r = Round(number, leader)
                 rounds.append(r)
-                print(f"kill {number}/{kills}: broker {leader} (ISR {list(states[0][1])}) ...",
+                print(f"kill {number}/{kills}: broker {leader} (ISR {list(states[0].isr)}) ...",
                       end="", flush=True)
                 t0 = time.monotonic()
                 cluster.kill(leader)
@@ -259,8 +261,9 @@ def run(kills: int, idempotent: bool, keep: bool, seed: int | None = None,
                 restarted = time.monotonic()
                 cluster.restart(leader)
                 try:
-                    cluster.wait_for_isr(TOPIC, lambda isr, n=leader: n in isr,
-                                         REJOIN_TIMEOUT_S, f"broker {leader} back in the ISR")
+                    cluster.wait_for_partitions(
+                        TOPIC, lambda s, n=leader: s.leader >= 0 and n in s.isr,
+                        REJOIN_TIMEOUT_S, f"broker {leader} back in the ISR", consecutive=3)
                 except TimeoutError as exc:
                     r.notes.append(str(exc))
                     print(f"  {exc}", flush=True)
@@ -293,8 +296,8 @@ def _measure(cluster: BenchCluster, probe: Probe, r: Round, t0: float) -> bool:
         if r.leader_s is None:
             states = cluster.partitions(TOPIC)
             answered = time.monotonic()
-            if states is not None and 0 <= states[0][0] != r.killed:
-                r.leader_s, r.new_leader = answered - t0, states[0][0]
+            if states is not None and 0 <= states[0].leader != r.killed:
+                r.leader_s, r.new_leader = answered - t0, states[0].leader
                 cluster.note(f"new leader {r.new_leader} in metadata after {r.leader_s:.2f} s")
         if r.unavailable_s is None:
             acked = probe.first_ack_after(t0)

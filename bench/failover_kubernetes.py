@@ -31,10 +31,16 @@ from itertools import pairwise
 from pathlib import Path
 
 from bench.failover import summary
-from tests.e2e.deployment import BOOTSTRAP, NAMESPACE, Brokers, deploy, undeploy
-from tests.e2e.history import read_drain, read_produce
-from tests.e2e.platform import Cluster, build_images, existing_cluster, kind_down, kind_up
-from tests.queue_checker import History
+from kafkube.harness.kind.deployment import BOOTSTRAP, NAMESPACE, Brokers, deploy, undeploy
+from kafkube.harness.kind.history import read_drain, read_produce
+from kafkube.harness.kind.platform import (
+    Cluster,
+    build_images,
+    existing_cluster,
+    kind_down,
+    kind_up,
+)
+from kafkube.harness.queue_checker import History
 
 TOPIC = "kafkube-failover"
 INTERVAL_S = 0.015

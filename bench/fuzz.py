@@ -34,11 +34,11 @@ from typing import Any
 
 from kio.index import load_request_schema
 
-from bench.broker import rss_bytes
 from broker.handlers import load_all
 from broker.protocol.batch_codec import CODEC_GZIP, CODEC_NONE, Record, compress, encode_batch
 from broker.protocol.bounds import MAX_ENTRIES
 from broker.protocol.codec import RequestHeader, encode_request
+from kafkube.harness.procstat import rss_bytes
 
 TOPIC = "fuzz"
 GROUP = "fuzz-group"

@@ -1,7 +1,8 @@
 """Apache Kafka for ``python -m bench compare``: fetch the jars, run a KRaft cluster, run the
 perf tools.
 
-- **Jars**: ``bench/setup_kafka.sh`` resolves ``org.apache.kafka:kafka_2.13`` and
+- **Jars** (``kafkube.harness.kafka_jars``, shared with the tests that run Kafka's
+  tools): ``bench/setup_kafka.sh`` resolves ``org.apache.kafka:kafka_2.13`` and
   ``org.apache.kafka:kafka-tools`` (version pinned in ``bench/kafka/pom.xml``) with their
   runtime dependencies through Maven into ``~/.cache/kafkube/kafka-<version>/libs``; the
   processes run with plain ``java -cp 'libs/*'``, as the distribution's scripts do.
@@ -19,7 +20,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -32,10 +32,10 @@ from pathlib import Path
 from string import Template
 from types import TracebackType
 
-from bench.cluster import free_port_base
+from kafkube.harness.kafka_jars import KAFKA_CONF
+from kafkube.harness.ports import free_port_base
+from kafkube.harness.process_group import kill_group
 
-HERE = Path(__file__).resolve().parent / "kafka"
-SETUP = Path(__file__).resolve().parent / "setup_kafka.sh"
 READY_MARK = "Kafka Server started"
 # kafka-run-class.sh's KAFKA_JVM_PERFORMANCE_OPTS.
 JVM_PERFORMANCE_OPTS = [
@@ -46,30 +46,6 @@ JVM_PERFORMANCE_OPTS = [
 TOOL_HEAP = "512M"  # kafka-producer-perf-test.sh / kafka-consumer-perf-test.sh
 START_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 20.0
-
-
-def version() -> str:
-    """The pinned Kafka version, from ``bench/kafka/pom.xml``."""
-    match = re.search(r"<kafka\.version>([^<]+)</kafka\.version>",
-                      (HERE / "pom.xml").read_text())
-    if match is None:
-        raise RuntimeError(f"no <kafka.version> in {HERE / 'pom.xml'}")
-    return match.group(1)
-
-
-def ensure_jars(timeout: float = 900.0) -> Path:
-    """Run ``bench/setup_kafka.sh`` (a no-op once cached) and return the libs directory."""
-    try:
-        done = subprocess.run(["bash", str(SETUP)], capture_output=True, text=True,
-                              timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise RuntimeError(f"{SETUP} did not finish within {timeout:.0f}s") from None
-    if done.returncode != 0:
-        raise RuntimeError(f"{SETUP} failed:\n{done.stderr[-4000:]}")
-    libs = Path(done.stdout.strip().splitlines()[-1])
-    if not (libs / f"kafka_2.13-{version()}.jar").exists():
-        raise RuntimeError(f"{SETUP} printed {libs}, which has no kafka_2.13 jar")
-    return libs
 
 
 def java_version() -> str:
@@ -94,18 +70,6 @@ def _java(libs: Path, heap: str, main: str, args: list[str], log4j: Path,
     heap_opts = [f"-Xmx{heap}", f"-Xms{heap}"] if server else [f"-Xmx{heap}"]
     return [*_SETPRIV, "java", *heap_opts, *JVM_PERFORMANCE_OPTS,
             f"-Dlog4j2.configurationFile={log4j}", "-cp", f"{libs}/*", main, *args]
-
-
-def kill_tree(proc: subprocess.Popen[bytes] | subprocess.Popen[str], term_wait: float) -> None:
-    """SIGTERM ``proc`` (a session leader), wait ``term_wait`` s, then SIGKILL its group.
-    Signals go only to a process not yet reaped, so never to a reused pid."""
-    for sig, wait in ((signal.SIGTERM, term_wait), (signal.SIGKILL, 10.0)):
-        if proc.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, sig)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(wait)
 
 
 def random_uuid() -> str:
@@ -175,14 +139,14 @@ class KafkaCluster:
     def properties(self, node: int) -> str:
         voters = ",".join(f"{i}@127.0.0.1:{self.base_port + self.size + i}"
                           for i in range(self.size))
-        text = Template((HERE / "server.properties").read_text()).substitute(
+        text = Template((KAFKA_CONF / "server.properties").read_text()).substitute(
             node_id=node, voters=voters, port=self.base_port + node,
             controller_port=self.base_port + self.size + node,
             log_dir=self.node_dir(node) / "data", internal_rf=self.size,
             internal_min_isr=min(2, self.size),
         )
         shared = "".join(f"{k}={v}\n" for k, v in self.config.items())
-        text = f"{text}\n# Shared with kafkube (bench.compare.SHARED_BROKER_CONFIG)\n{shared}"
+        text = f"{text}\n# Shared with kafkube (bench.systems.SHARED_BROKER_CONFIG)\n{shared}"
         if self.tls is not None:  # later keys win in a properties file
             port, ssl_port = self.base_port + node, self.base_port + 2 * self.size + node
             controller = self.base_port + self.size + node
@@ -200,7 +164,7 @@ class KafkaCluster:
 
     def start(self) -> None:
         self.base_port = free_port_base(3 * self.size)
-        log4j = HERE / "log4j2.properties"
+        log4j = KAFKA_CONF / "log4j2.properties"
         cluster_id = random_uuid()
         # Format every node's storage, in parallel (each is a JVM start, ~3 s).
         formats = []
@@ -221,7 +185,7 @@ class KafkaCluster:
                                        + _tail(self.node_dir(node) / "format.log"))
         finally:
             for proc in formats:
-                kill_tree(proc, 0)
+                kill_group(proc, 0)
         for node in range(self.size):
             command = _java(self.libs, self.heap, "kafka.Kafka",
                             [str(self.node_dir(node) / "server.properties")], log4j,
@@ -252,7 +216,7 @@ class KafkaCluster:
             if proc.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGTERM)
-        threads = [threading.Thread(target=kill_tree, args=(p, STOP_TIMEOUT_S))
+        threads = [threading.Thread(target=kill_group, args=(p, STOP_TIMEOUT_S))
                    for p in self.procs]
         for thread in threads:
             thread.start()
@@ -280,7 +244,7 @@ def _tail(path: Path, lines: int = 25) -> str:
 
 def tool_command(libs: Path, main: str, args: list[str]) -> list[str]:
     return _java(libs, TOOL_HEAP, f"org.apache.kafka.tools.{main}", args,
-                 HERE / "tools-log4j2.properties")
+                 KAFKA_CONF / "tools-log4j2.properties")
 
 
 def run_tool(libs: Path, main: str, args: list[str], timeout: float) -> str:
@@ -295,7 +259,7 @@ def run_tool(libs: Path, main: str, args: list[str], timeout: float) -> str:
         except subprocess.TimeoutExpired:
             code = None
         finally:
-            kill_tree(proc, 0)
+            kill_group(proc, 0)
         out.seek(0)
         err.seek(0)
         stdout = out.read().decode(errors="replace")

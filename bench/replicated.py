@@ -15,8 +15,8 @@ import time
 from typing import Any
 
 from bench import clients
-from bench.broker import cpu_seconds, machine_busy_seconds
 from bench.cluster import BenchCluster
+from kafkube.harness.procstat import cpu_seconds, machine_busy_seconds
 
 IDLE_SAMPLE_S = 5.0
 WORKLOADS: list[tuple[str, int, dict[str, str], dict[str, str]]] = [
@@ -43,7 +43,7 @@ def run(records: int, record_size: int, partitions: int, repeat: int, timeout: f
         for run_no in range(1, repeat + 1):
             for name, rf, config, overrides in WORKLOADS:
                 topic = f"kafkube-bench-rf{rf}-{run_no}"
-                cluster.create_topic(topic, partitions, rf, config)
+                cluster.create_topic(topic, partitions, rf, config, timeout=60.0)
                 print(f"run {run_no}: {name} ...", flush=True)
                 pids = cluster.pids()
                 cpu0 = [cpu_seconds(pid) for pid in pids]
@@ -58,8 +58,7 @@ def run(records: int, record_size: int, partitions: int, repeat: int, timeout: f
                                                                          strict=True)]
                 result["machine_busy"] = ((machine_busy_seconds() - busy0)
                                           / (time.monotonic() - wall0))
-                dead = [b.node_id for b in cluster.brokers
-                        if b.proc is None or b.proc.poll() is not None]
+                dead = [i for i in range(cluster.size) if not cluster.alive(i)]
                 if dead:
                     raise RuntimeError(f"broker(s) {dead} died; see {cluster.log_path}")
                 results.append((name, run_no, result))

@@ -34,10 +34,11 @@ from kio.schema.create_topics.v5.request import CreatableTopic, CreateTopicsRequ
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 
-from bench.broker import BenchBroker, cpu_times
+from bench.broker import BenchBroker
 from bench.profile import PySpy, summarise
 from broker.protocol.batch_codec import Record, encode_batch
 from broker.protocol.codec import RequestHeader, decode_response, encode_request
+from kafkube.harness.procstat import cpu_times
 
 TOPIC = "kafkube-requests"
 PRODUCE, FETCH, CREATE_TOPICS = (0, 9), (1, 12), (19, 5)

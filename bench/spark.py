@@ -25,8 +25,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from bench import kafka
-from bench.compare import SYSTEMS, Running, create_topic, running
+from bench.systems import SYSTEMS, Running, create_topic, running
+from kafkube.harness import kafka_jars
 
 TOPIC = "orders"
 
@@ -94,7 +94,7 @@ def main(argv: list[str]) -> int:
     def log(text: str) -> None:
         print(f"[{time.monotonic() - t0:7.1f}s] {text}", flush=True)
 
-    libs = kafka.ensure_jars()
+    libs = kafka_jars.ensure_jars()
     runs: list[Run] = []
     with contextlib.ExitStack() as stack:
         envs = {system: stack.enter_context(running(system, 1, args, libs))

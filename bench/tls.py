@@ -3,7 +3,7 @@
 One broker of each system in turn (Kafka first, stopped before kafkube starts), each with a
 PLAINTEXT and an SSL listener on loopback (PEM key and trust stores, the same certificates
 for both systems, TLS 1.3, no client authentication), the settings of
-``bench.compare.SHARED_BROKER_CONFIG``. On each listener, a topic of ``--partitions``
+``bench.systems.SHARED_BROKER_CONFIG``. On each listener, a topic of ``--partitions``
 partitions: an untimed warm-up, then the timed phases, each in a client process of its own
 (confluent-kafka / librdkafka with ``bench.clients``' settings):
 
@@ -30,8 +30,11 @@ from pathlib import Path
 from typing import Any
 
 from bench import clients, kafka
-from bench.broker import BenchBroker, cpu_seconds
-from bench.compare import SHARED_BROKER_CONFIG, _load, machine
+from bench.broker import BenchBroker
+from bench.run_info import load_average, machine
+from bench.systems import SHARED_BROKER_CONFIG
+from kafkube.harness import kafka_jars
+from kafkube.harness.procstat import cpu_seconds
 
 PROTOCOLS = ("PLAINTEXT", "SSL")
 SYSTEMS = ("kafka", "kafkube")
@@ -158,8 +161,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--kafka-heap", default="1G")
     args = parser.parse_args(argv)
     if "kafka" in args.systems:
-        args.libs = kafka.ensure_jars()
-    print(f"machine: {machine()}; load {_load()}", file=sys.stderr)
+        args.libs = kafka_jars.ensure_jars()
+    print(f"machine: {machine()}; load {load_average()}", file=sys.stderr)
     rows = run(args)
     print(f"\n$ python -m bench tls {shlex.join(argv)}\n")
     print(table(rows))

@@ -3,8 +3,8 @@ Kafka, in one run, on both transaction protocols.
 
 The cluster shape is that of ``bench compare``'s acks=all produce figure (its workload 2):
 3 brokers, topics of 16 partitions with RF 3 and ``min.insync.replicas=2``, the broker
-settings of ``bench.compare.SHARED_BROKER_CONFIG``. Kafka runs first on a fresh cluster,
-stopped before kafkube's fresh cluster starts (``bench.compare.running``). Both clusters are
+settings of ``bench.systems.SHARED_BROKER_CONFIG``. Kafka runs first on a fresh cluster,
+stopped before kafkube's fresh cluster starts (``bench.systems.running``). Both clusters are
 new, so both finalize ``transaction.version`` 2 (KIP-890 part 2); which protocol a
 transaction uses is the client's choice.
 
@@ -27,7 +27,7 @@ round-robin over the partitions:
    release under test (``TxnCheck bench``, tests/clients/java-txn, run with the Kafka
    jars of ``bench.kafka``), which picks transaction.version 2 from the finalized feature:
    EndTxn v5 bumping the epoch, Produce v12 adding the partitions, no AddPartitionsToTxn.
-   Settings: ``bench.compare.JAVA_PRODUCER`` (linger.ms=5, batch.size=1 MiB, no
+   Settings: ``bench.compare_workloads.JAVA_PRODUCER`` (linger.ms=5, batch.size=1 MiB, no
    compression, buffer.memory 64 MiB) with acks=all and idempotence.
 
 Proof of the protocol, in the raw table: ``kafka-features.sh describe``
@@ -63,24 +63,14 @@ from pathlib import Path
 from typing import Any
 
 from bench import clients, kafka
-from bench.compare import (
-    JAVA_PRODUCER,
-    PARTITIONS,
-    ROOT,
-    SYSTEMS,
-    Figure,
-    Meter,
-    Running,
-    _commit,
-    _list,
-    _load,
-    create_topic,
-    machine,
-    raw_table,
-    running,
-    table,
-)
+from bench.arguments import comma_list
+from bench.compare_workloads import JAVA_PRODUCER
+from bench.figures import Figure, raw_table, table
 from bench.profile import PySpy, summarise
+from bench.run_info import ROOT, commit, load_average, machine
+from bench.systems import PARTITIONS, SYSTEMS, Meter, Running, create_topic, running
+from kafkube.harness import kafka_jars
+from kafkube.harness.process_group import kill_group
 
 BROKERS, RF = 3, 3  # bench compare's workload 2: acks=all, RF 3, minISR 2, 3 brokers
 TOPIC_CONFIG = {"min.insync.replicas": "2"}
@@ -195,7 +185,7 @@ def transactional_produce(
     producer = Producer({"bootstrap.servers": bootstrap, "on_delivery": on_delivery,
                          **clients.PRODUCER_CONFIG, **IDEMPOTENT,
                          "transactional.id": f"bench-txn-{os.getpid()}-{time.time_ns()}"})
-    clients._check_topic(producer, topic, partitions, deadline)
+    clients.check_topic(producer, topic, partitions, deadline)
     t0 = time.perf_counter()
     producer.init_transactions(max(1.0, deadline - time.monotonic()))
     init_s = time.perf_counter() - t0
@@ -276,7 +266,7 @@ def java_transactional_produce(bootstrap: str, topic: str, records: int,
             except subprocess.TimeoutExpired:
                 code = None
             finally:
-                kafka.kill_tree(proc, 0)
+                kill_group(proc, 0)
             out.seek(0)
             err.seek(0)
             stdout, stderr = out.read(), err.read()
@@ -470,9 +460,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--warmup-records", type=int, default=100_000,
                         help="records each producer sends untimed on every fresh cluster "
                              "first (100000; 0 for none)")
-    parser.add_argument("--systems", type=_list(SYSTEMS), default=list(SYSTEMS),
+    parser.add_argument("--systems", type=comma_list(SYSTEMS), default=list(SYSTEMS),
                         help="kafka,kafkube (both; one alone prints no ratios)")
-    parser.add_argument("--workloads", type=_list(None, int), default=sorted(WORKLOADS),
+    parser.add_argument("--workloads", type=comma_list(None, int), default=sorted(WORKLOADS),
                         help="1 idempotent, 2 transactional TV1 (librdkafka), 3 transactional "
                              "TV2 (Java client); default 1,2,3")
     parser.add_argument("--kafka-heap", default="1G", help="each Kafka node's -Xmx/-Xms (1G)")
@@ -507,23 +497,23 @@ def main(argv: list[str]) -> int:
 
     java_settings = " ".join(f"{k}={v}" for k, v in JAVA_TXN_PRODUCER.items())
     header = [
-        f"{time.strftime('%Y-%m-%d %H:%M %Z')}, commit {_commit()}, `{_command(argv)}`",
-        f"- machine: {machine()}; load average at start {_load()}",
+        f"{time.strftime('%Y-%m-%d %H:%M %Z')}, commit {commit()}, `{_command(argv)}`",
+        f"- machine: {machine()}; load average at start {load_average()}",
         f"- {BROKERS} brokers, topics of {PARTITIONS} partitions, RF {RF}, min.insync.replicas "
         f"2, acks=all; {args.records:,} records of {args.record_size} B per producer "
         f"({args.records * args.record_size / 1e6:.0f} MB), transactions of "
         f"{args.transaction_size:,}; linger.ms={clients.PRODUCER_CONFIG['linger.ms']}, "
         f"batch.size={clients.PRODUCER_CONFIG['batch.size']}, compression none; "
         f"{args.warmup_records:,} records per producer untimed first",
-        f"- Apache Kafka {kafka.version()}: KRaft, 3 combined broker+controller nodes, "
+        f"- Apache Kafka {kafka_jars.version()}: KRaft, 3 combined broker+controller nodes, "
         f"-Xmx{args.kafka_heap}; kafkube: `python -m kafkube broker`, metrics on",
         f"- clients: confluent-kafka {_rdkafka_version()} (TV1 protocol); Apache Kafka Java "
-        f"client {kafka.version()} (TV2), {java_settings}, JVM -Xmx{kafka.TOOL_HEAP} G1, "
+        f"client {kafka_jars.version()} (TV2), {java_settings}, JVM -Xmx{kafka.TOOL_HEAP} G1, "
         f"{kafka.java_version()}",
     ]
     print("\n".join(header), flush=True)
     # The Kafka jars: Kafka's brokers and tools, and the Java client that TxnCheck runs with.
-    args.libs = kafka.ensure_jars()
+    args.libs = kafka_jars.ensure_jars()
     args.java_classes = ensure_java_txn() if 3 in args.workloads else None
     figures: list[Figure] = []
     failed: BaseException | None = None
@@ -537,7 +527,7 @@ def main(argv: list[str]) -> int:
         failed = e
         traceback.print_exc()
     header.append(f"- took {(time.monotonic() - wall0) / 60:.1f} min; load average at end "
-                  f"{_load()}")
+                  f"{load_average()}")
     print()
     print("\n".join(header[1:]))
     if figures:

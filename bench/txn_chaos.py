@@ -1,11 +1,12 @@
 """``python -m bench txn-chaos``: transactions under faults, judged as Jepsen judged
 Bufstream's (issue 28).
 
-Three brokers on loopback (tests/cluster.py's ``Cluster``, the suite's harness), a topic of
-6 partitions with RF 3 and ``min.insync.replicas`` 2, the transaction log replicated alike.
-Transactional producers and read_committed consumers run all along (bench/txn_workload.py);
-each transaction writes a few records to at least two partitions and commits or aborts at
-random. Meanwhile faults, one after the other, each kind once before any twice:
+Three brokers on loopback (kafkube/harness/metadata.py's ``Cluster``, the tests' harness
+too), a topic of 6 partitions with RF 3 and ``min.insync.replicas`` 2, the transaction log
+replicated alike. Transactional producers and read_committed consumers run all along
+(bench/txn_workload.py); each transaction writes a few records to at least two partitions
+and commits or aborts at random. Meanwhile faults, one after the other, each kind once
+before any twice:
 
 * ``kill-coordinator``: the broker coordinating a producer's ``transactional.id`` (the
   leader of its ``__transaction_state`` partition) SIGKILLed, restarted after 1-12 s;
@@ -17,7 +18,7 @@ random. Meanwhile faults, one after the other, each kind once before any twice:
 After each, the run waits (bounded) until every partition is led with a full ISR and every
 producer has committed a transaction since, then 0-2 s, then the next fault. After the last,
 the workload stops, the whole cluster is stopped and started again, every partition is
-drained read_committed from offset 0, and ``tests.txn_checker`` judges the history:
+drained read_committed from offset 0, and ``kafkube.harness.txn_checker`` judges the history:
 aborted reads, torn transactions, lost and unread records, duplicates, order, skips.
 
 ``--seed`` repeats the choices (kinds, targets, lengths, the transactions' sizes,
@@ -54,9 +55,9 @@ from bench.txn_workload import (
     drain_into,
 )
 from broker.cluster.internal_topics import partition_for
-from tests.cluster import Cluster
-from tests.conftest import wait_until
-from tests.txn_checker import TxnHistory
+from kafkube.harness.metadata import Cluster
+from kafkube.harness.txn_checker import TxnHistory
+from kafkube.harness.waiting import wait_until
 
 KINDS = ("kill-coordinator", "pause-coordinator", "kill-leader", "pause-leader")
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "transactions.md"
@@ -376,7 +377,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str]) -> int:
     """A cluster of its own in a temporary directory, the run, the report."""
-    from bench.compare import _commit, machine
+    from bench.run_info import commit, machine
     from bench.scale.report import command_line, start_run
 
     args = parse(argv)
@@ -405,7 +406,7 @@ def main(argv: list[str]) -> int:
             shutil.rmtree(root, ignore_errors=True)
         else:
             print(f"broker and client logs kept: {root}", file=sys.stderr)
-    result.update(started=started, commit=_commit(), machine=machine(), command=command,
+    result.update(started=started, commit=commit(), machine=machine(), command=command,
                   unclean_exits_at_end={str(i): c for i, c in codes.items() if c != 0})
     publish(result, args.docs)
     return 0 if result["ok"] else 1

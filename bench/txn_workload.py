@@ -1,6 +1,6 @@
 """The transactional workload of ``python -m bench txn-chaos`` (bench/txn_chaos.py) and of
 tests/test_txn_chaos.py: transactional producers, read_committed consumers and the final
-drain, all recording into a ``tests.txn_checker.TxnHistory``.
+drain, all recording into a ``kafkube.harness.txn_checker.TxnHistory``.
 
 Producers (confluent_kafka / librdkafka, each with a ``transactional.id`` of its own) run
 transactions of a few records over at least two partitions each, and commit or abort them
@@ -34,8 +34,8 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from tests.conftest import wait_until
-from tests.txn_checker import Drained, Outcome, TxnHistory, value_of
+from kafkube.harness.txn_checker import Drained, Outcome, TxnHistory, value_of
+from kafkube.harness.waiting import wait_until
 
 TOPIC = "txn-chaos"
 TXN_TOPIC = "__transaction_state"

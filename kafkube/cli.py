@@ -54,7 +54,7 @@ def _pod_identity(file: Path | None, overrides: list[str]) -> list[str]:
 
 
 def _dev(args: argparse.Namespace) -> int:
-    from broker import dev
+    from kafkube import dev
 
     if args.brokers < 1:
         print("kafkube dev: --brokers must be at least 1", file=sys.stderr)

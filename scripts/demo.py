@@ -24,7 +24,7 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from broker.dev import bootstrap_servers, start_cluster, stop_cluster
+from kafkube.dev import bootstrap_servers, start_cluster, stop_cluster
 from kafkube_spark.events import Total, expected_totals, orders, produce
 
 TOPIC, RESULTS = "orders", "order-totals"

@@ -38,10 +38,9 @@ from broker.security.acl import (
     Permission,
     ResourceType,
 )
-from tests.cluster import Cluster, cluster_factory  # noqa: F401
-from tests.conftest import wait_until
-from tests.kafka_tools import kafka_tools  # noqa: F401
-from tests.wire import WireClient
+from kafkube.harness.metadata import Cluster
+from kafkube.harness.waiting import wait_until
+from kafkube.harness.wire import WireClient
 
 ACL_COMMAND = "org.apache.kafka.tools.AclCommand"  # kafka.admin.AclCommand until Kafka 4.0
 ANONYMOUS = "User:ANONYMOUS"
@@ -171,7 +170,7 @@ def pattern(b: AclBinding) -> tuple[int, str, int]:
 # -- no authorizer, no permission ---------------------------------------------------------
 
 
-def test_without_an_authorizer_every_answer_is_security_disabled(cluster_factory):  # noqa: F811
+def test_without_an_authorizer_every_answer_is_security_disabled(cluster_factory):
     cluster = cluster_factory(1)
     with WireClient.connect(cluster.bootstrap) as client:
         for v in VERSIONS:
@@ -191,7 +190,7 @@ def test_without_an_authorizer_every_answer_is_security_disabled(cluster_factory
     assert "No Authorizer is configured." in refused.value.args[0].str()
 
 
-def test_a_client_not_allowed_on_the_cluster_is_refused(cluster_factory):  # noqa: F811
+def test_a_client_not_allowed_on_the_cluster_is_refused(cluster_factory):
     """No super users, no ACLs: the PLAINTEXT client may neither describe (DESCRIBE on the
     cluster) nor create or delete (ALTER); the denials are logged as Kafka's are."""
     cluster = cluster_factory(1, AUTHORIZER)
@@ -215,7 +214,7 @@ def test_a_client_not_allowed_on_the_cluster_is_refused(cluster_factory):  # noq
                    f"the authorizer's log line for {request}")
 
 
-def test_cluster_acls_decide_who_administers_acls(cluster_factory):  # noqa: F811
+def test_cluster_acls_decide_who_administers_acls(cluster_factory):
     """With allow.everyone.if.no.acl.found and no super user: anyone may while no ACL names
     the cluster; then ALTER on it allows creating, deleting and (implied) describing, and a
     DENY DESCRIBE takes describing away but not ALTER."""
@@ -247,7 +246,7 @@ def test_cluster_acls_decide_who_administers_acls(cluster_factory):  # noqa: F81
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-def test_acls_are_created_described_and_deleted(cluster_factory, version):  # noqa: F811
+def test_acls_are_created_described_and_deleted(cluster_factory, version):
     cluster = cluster_factory(1, SUPER)
     with WireClient.connect(cluster.bootstrap) as client:
         before = stored(cluster).version
@@ -302,7 +301,7 @@ def test_acls_are_created_described_and_deleted(cluster_factory, version):  # no
         assert stored(cluster).version == image.version, "nothing deleted, nothing written"
 
 
-def test_describe_filters(cluster_factory):  # noqa: F811
+def test_describe_filters(cluster_factory):
     cluster = cluster_factory(1, SUPER)
     longer = acl(Operation.READ, name="orders-eu-", pattern=PREFIXED)
     with WireClient.connect(cluster.bootstrap) as client:
@@ -337,7 +336,7 @@ def test_describe_filters(cluster_factory):  # noqa: F811
 # -- refusals -----------------------------------------------------------------------------
 
 
-def test_create_refuses_invalid_acls_one_by_one(cluster_factory):  # noqa: F811
+def test_create_refuses_invalid_acls_one_by_one(cluster_factory):
     cluster = cluster_factory(1, SUPER)
     with WireClient.connect(cluster.bootstrap) as client:
         assert create(
@@ -367,7 +366,7 @@ def test_create_refuses_invalid_acls_one_by_one(cluster_factory):  # noqa: F811
                                         ("resource_pattern_type", ANY),
                                         ("resource_pattern_type", int(MATCH)),
                                         ("operation", ANY), ("permission_type", ANY)])
-def test_create_with_an_any_value_fails_the_whole_request(cluster_factory, field, code):  # noqa: F811
+def test_create_with_an_any_value_fails_the_whole_request(cluster_factory, field, code):
     """Kafka cannot even build such an ACL: the exception fails every creation, without a
     message (UNKNOWN_SERVER_ERROR)."""
     cluster = cluster_factory(1, SUPER)
@@ -377,7 +376,7 @@ def test_create_with_an_any_value_fails_the_whole_request(cluster_factory, field
         assert stored(cluster).acls == ()
 
 
-def test_delete_refuses_filters_with_unknown_codes(cluster_factory):  # noqa: F811
+def test_delete_refuses_filters_with_unknown_codes(cluster_factory):
     cluster = cluster_factory(1, SUPER)
     with WireClient.connect(cluster.bootstrap) as client:
         assert create(client, creation(ORDERS_READ)) == [(NONE, None)]
@@ -394,7 +393,7 @@ def test_delete_refuses_filters_with_unknown_codes(cluster_factory):  # noqa: F8
 
 @pytest.mark.parametrize("field", ["resource_type", "pattern_type", "operation",
                                    "permission_type"])
-def test_code_zero_is_refused_as_an_invalid_request(cluster_factory, field):  # noqa: F811
+def test_code_zero_is_refused_as_an_invalid_request(cluster_factory, field):
     """Kafka's parser refuses UNKNOWN (0) in any enum and closes the connection; here the
     request is answered with INVALID_REQUEST wherever Kafka puts errors, nothing changes,
     and the connection goes on."""
@@ -418,7 +417,7 @@ def test_code_zero_is_refused_as_an_invalid_request(cluster_factory, field):  # 
 # -- clients and tools --------------------------------------------------------------------
 
 
-def test_confluent_kafka_admin_client(cluster_factory):  # noqa: F811
+def test_confluent_kafka_admin_client(cluster_factory):
     cluster = cluster_factory(1, SUPER)
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
     topic_read = ClientAcl(ClientResourceType.TOPIC, "orders", ResourcePatternType.LITERAL,
@@ -472,7 +471,7 @@ def _listed(out: str) -> dict[str, set[str]]:
     return listed
 
 
-def test_kafka_acl_command_adds_lists_and_removes(kafka_tools, cluster_factory):  # noqa: F811
+def test_kafka_acl_command_adds_lists_and_removes(kafka_tools, cluster_factory):
     cluster = cluster_factory(1, SUPER)
 
     def acls(*args: str) -> str:
@@ -530,7 +529,7 @@ def test_kafka_acl_command_adds_lists_and_removes(kafka_tools, cluster_factory):
 # -- a cluster ----------------------------------------------------------------------------
 
 
-def test_every_broker_sees_acls_and_a_restarted_cluster_keeps_them(cluster_factory):  # noqa: F811
+def test_every_broker_sees_acls_and_a_restarted_cluster_keeps_them(cluster_factory):
     cluster = cluster_factory(3, SUPER)
     clients = [WireClient.connect(b.bootstrap) for b in cluster.brokers]
     try:

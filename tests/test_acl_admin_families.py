@@ -47,9 +47,10 @@ from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 
 from broker.protocol.messages import build
-from tests.cluster import Cluster, cluster_factory  # noqa: F401
-from tests.conftest import wait_until
-from tests.security_setup import (
+from kafkube.harness.metadata import Cluster
+from kafkube.harness.waiting import wait_until
+from kafkube.harness.wire import WireClient
+from tests.support.security_setup import (
     ADMIN,
     ADMIN_PASSWORD,
     ALICE,
@@ -57,7 +58,6 @@ from tests.security_setup import (
     make_pki,
     secure_listeners,
 )
-from tests.wire import WireClient
 
 AUTHORIZER = {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
               "super.users": f"User:{ADMIN}"}
@@ -112,7 +112,7 @@ def _acl(admin: AdminClient, resource: ResourceType, name: str, operation: AclOp
 
 
 @pytest.fixture
-def cluster(cluster_factory, tmp_path) -> Cluster:  # noqa: F811
+def cluster(cluster_factory, tmp_path) -> Cluster:
     return cluster_factory(1, {**secure_listeners(make_pki(tmp_path / "pki")), **AUTHORIZER})
 
 
@@ -723,7 +723,7 @@ def test_scram_credentials_and_client_quotas(cluster, admin, alice):
 # -- without an authorizer -----------------------------------------------------------------------
 
 
-def test_without_an_authorizer_nothing_is_refused(cluster_factory, tmp_path):  # noqa: F811
+def test_without_an_authorizer_nothing_is_refused(cluster_factory, tmp_path):
     cluster = cluster_factory(1, secure_listeners(make_pki(tmp_path / "pki")))
     alice = AdminClient(_as_alice(cluster))
     _create_topics(alice, "orders")

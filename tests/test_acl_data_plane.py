@@ -25,17 +25,17 @@ from kio.schema.list_offsets.v7.request import (
 from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 
-from tests.cluster import Cluster, cluster_factory  # noqa: F401
-from tests.conftest import wait_until
-from tests.security_setup import ALICE, ALICE_PASSWORD, make_pki, secure_listeners
-from tests.wire import WireClient
+from kafkube.harness.metadata import Cluster
+from kafkube.harness.waiting import wait_until
+from kafkube.harness.wire import WireClient
+from tests.support.security_setup import ALICE, ALICE_PASSWORD, make_pki, secure_listeners
 
 AUTHORIZER = {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
               "super.users": "User:admin;User:ANONYMOUS", "group.initial.rebalance.delay.ms": "0"}
 
 
 @pytest.fixture
-def cluster(cluster_factory, tmp_path) -> Cluster:  # noqa: F811
+def cluster(cluster_factory, tmp_path) -> Cluster:
     cluster = cluster_factory(1, {**secure_listeners(make_pki(tmp_path / "pki")), **AUTHORIZER})
     for topic in ("sec-a", "sec-b", "other"):
         cluster.create_topic(topic, 1, 1)

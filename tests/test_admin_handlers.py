@@ -29,7 +29,7 @@ from broker.protocol.codec import RequestHeader, decode_response, encode_respons
 from broker.protocol.messages import build
 from broker.security import acl
 from broker.server.txn_verification import TransactionVerifier
-from tests.conftest import open_replicas
+from tests.support.in_process import open_replicas
 
 NODE_ID = 1
 CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 19, 20, 37

@@ -25,9 +25,7 @@ from broker.cluster.kubernetes import (
     KubernetesSettings,
     api_client,
 )
-from tests.cluster import cluster_factory  # noqa: F401 (fixture)
-from tests.conftest import wait_until
-from tests.test_kubernetes_backend import settings  # noqa: F401 (fixture)
+from kafkube.harness.waiting import wait_until
 
 TOPIC = "through-the-outage"
 PARTITIONS = 6
@@ -77,7 +75,7 @@ def produce_until(stop: threading.Event, bootstrap: str, acks: str, acked: Acked
     assert producer.flush(60) == 0
 
 
-def broker_leases(kube: Any, settings: KubernetesSettings) -> dict[str, Any]:  # noqa: F811
+def broker_leases(kube: Any, settings: KubernetesSettings) -> dict[str, Any]:
     selector = f"{CLUSTER_LABEL}={settings.cluster},{ROLE_LABEL}=broker"
     found = kube.list_namespaced_lease(settings.namespace, label_selector=selector)
     return {lease.metadata.name: lease for lease in found.items}
@@ -85,7 +83,7 @@ def broker_leases(kube: Any, settings: KubernetesSettings) -> dict[str, Any]:  #
 
 @pytest.mark.timeout(300)
 def test_brokers_serve_through_an_api_server_outage(
-        cluster_factory, control_plane: Any, settings: KubernetesSettings) -> None:  # noqa: F811
+        cluster_factory, control_plane: Any, settings: KubernetesSettings) -> None:
     cluster = cluster_factory(3, {
         "kafkube.coordination.backend": "kubernetes",
         "kafkube.cluster.name": settings.cluster,

@@ -25,8 +25,8 @@ from kio.schema.produce.v9.request import ProduceRequest, TopicProduceData
 
 from broker.protocol.batch_codec import CODEC_GZIP, CODEC_LZ4, compress
 from broker.protocol.codec import RequestHeader, encode_request
-from tests.conftest import wait_until
-from tests.wire import (
+from kafkube.harness.waiting import wait_until
+from kafkube.harness.wire import (
     EARLIEST,
     LATEST,
     ConnectionClosed,

@@ -11,8 +11,8 @@ import pytest
 
 from bench.chaos import Coverage, Plan, attributed_gaps, judged, longest_gap, schedule
 from bench.chaos_faults import BETWEEN, FAULTS
-from tests.e2e.history import read_drain, read_produce
-from tests.queue_checker import History
+from kafkube.harness.kind.history import read_drain, read_produce
+from kafkube.harness.queue_checker import History
 
 
 def test_every_kind_comes_once_before_any_twice_and_a_seed_repeats_the_order() -> None:

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from bench.compare import Running
 from bench.scale import connections, load, load_report, sampling
 from bench.scale import partitions as partitions_module
 from bench.scale.connections import split
 from bench.scale.load_points import Point, failure_text
 from bench.scale.load_report import SECTION, findings, table
 from bench.scale.sampling import Sampler, count_established, process_tree, rss_bytes, tree_rss
+from bench.systems import Running
 
 SETTINGS = {"rate": 10.0, "records": 1000, "record_size": 1024}
 

@@ -11,9 +11,9 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 
-from bench.compare import PARTITIONS
 from bench.scale import image, probes, recovery, recovery_report
 from bench.scale.recovery_points import Point
+from bench.systems import PARTITIONS
 
 
 def test_records_make_the_size_and_end_every_partition_at_one_offset() -> None:

@@ -15,9 +15,9 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 
+from kafkube.harness.waiting import wait_until
 from kafkube_operator.kube import ApplyError, Kube
 from kafkube_operator.model.cluster import ClusterRef, desired_cluster, role
-from tests.conftest import wait_until
 
 REPO = Path(__file__).resolve().parents[1]
 CHART = REPO / "charts" / "kafkube-operator"

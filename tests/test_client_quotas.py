@@ -10,7 +10,7 @@ from kio.schema.describe_client_quotas.v1.request import (
 )
 from kio.schema.errors import ErrorCode
 
-from tests.wire import WireClient
+from kafkube.harness.wire import WireClient
 
 EXACT, DEFAULT, SPECIFIED = 0, 1, 2
 

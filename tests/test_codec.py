@@ -29,7 +29,7 @@ from broker.protocol.file_region import FileRegion
 from broker.protocol.messages import build
 from broker.protocol.produce import PartitionResponse, TopicResponse, encode_produce_response
 from broker.protocol.records import InvalidRecordError, split_batches
-from tests.wire import build_batch
+from kafkube.harness.wire import build_batch
 
 
 def test_frame_reader_splits_and_limits():

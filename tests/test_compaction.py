@@ -42,8 +42,9 @@ from broker.storage.cleaner import (
 from broker.storage.cleaner_rewrite import execute_plan
 from broker.storage.log import Log, LogConfig
 from broker.storage.segment import SWAP_SUFFIX
-from tests.conftest import open_replicas, wait_until
-from tests.wire import recompute_crc
+from kafkube.harness.waiting import wait_until
+from kafkube.harness.wire import recompute_crc
+from tests.support.in_process import open_replicas
 
 TS = 1_700_000_000_000
 NOW = TS + 3_600_000  # when the tests' cleaner runs

@@ -12,9 +12,10 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, Producer
 
-from tests.conftest import BrokerProcess, wait_until
-from tests.test_metrics import scrape
-from tests.wire import WireClient, api_versions_request
+from kafkube.harness.metrics import scrape
+from kafkube.harness.process import BrokerProcess
+from kafkube.harness.waiting import wait_until
+from kafkube.harness.wire import WireClient, api_versions_request
 
 MiB = 1 << 20
 POOL_USED = "kafka_network_socketserver_memorypoolused"

@@ -22,7 +22,7 @@ from broker.controller.elections import (
     step_reassignment,
     without_broker,
 )
-from tests.conftest import new_cluster
+from tests.support.in_process import new_cluster
 
 
 @pytest.fixture(params=["sqlite", "kubernetes"])

@@ -12,8 +12,7 @@ from confluent_kafka.admin import (
     NewTopic,
 )
 
-from tests.cluster import cluster_factory  # noqa: F401 (fixture)
-from tests.conftest import wait_until
+from kafkube.harness.waiting import wait_until
 
 
 def _set(cluster, broker: int, value: str | None) -> None:
@@ -29,7 +28,7 @@ def _replicas(cluster, topic: str) -> set[int]:
     return {b for p in partitions.values() for b in p.replicas}
 
 
-def test_a_cordoned_broker_gets_no_new_replicas_until_uncordoned(cluster_factory) -> None:  # noqa: F811
+def test_a_cordoned_broker_gets_no_new_replicas_until_uncordoned(cluster_factory) -> None:
     cluster = cluster_factory(3)
     _set(cluster, 2, "*")
     described = cluster.admin.describe_configs([ConfigResource("broker", "2")])
@@ -62,7 +61,7 @@ def test_placement_reads_the_cordon_in_the_image_it_writes_over(tmp_path) -> Non
 
     from broker.config.broker_config import BrokerConfig
     from broker.controller.placement import PlacementError
-    from tests.conftest import open_replicas
+    from tests.support.in_process import open_replicas
 
     config = BrokerConfig.from_dict({"log.dirs": str(tmp_path / "logs"), "node.id": "0"})
     store, replicas = open_replicas(config)

@@ -1,4 +1,4 @@
-"""The CRDs of crds/ against a real kube-apiserver (tests/kube_control_plane): accepted as
+"""The CRDs of crds/ against a real kube-apiserver (kafkube/harness/control_plane.py): accepted as
 structural schemas with compiling CEL rules, defaults filled in, and what admission can judge
 refused with a readable message before any operator sees it."""
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.conftest import wait_until
+from kafkube.harness.waiting import wait_until
 
 
 def test_dev_cluster_serves_replicated_topics_and_stops_on_ctrl_c(tmp_path: Path) -> None:

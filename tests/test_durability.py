@@ -5,7 +5,7 @@ producers write unique values with ``acks=all`` to a topic with RF 3 and
 ``min.insync.replicas=2`` while brokers are SIGKILLed and restarted (the leader of a
 partition, then a random broker) or SIGSTOPped past their session timeout and resumed. A
 consumer reads the partitions all along. At the end a fresh consumer drains every partition
-from offset 0 to the high watermark and ``tests.queue_checker`` checks the history: every
+from offset 0 to the high watermark and ``kafkube.harness.queue_checker`` checks the history: every
 acknowledged (or ever-read) value is in the log, at the offset its ack reported, each offset
 holds one value, offsets rise one by one, nothing appears that was never sent; with the
 idempotent producer also no duplicates and per-producer order.
@@ -25,9 +25,9 @@ from collections.abc import Callable
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from tests.cluster import Cluster, cluster_factory  # noqa: F401  (fixture)
-from tests.conftest import wait_until
-from tests.queue_checker import History
+from kafkube.harness.metadata import Cluster
+from kafkube.harness.queue_checker import History
+from kafkube.harness.waiting import wait_until
 
 PARTITIONS = 3
 SESSION_MS = 3000
@@ -414,7 +414,7 @@ def check(topic: str, history: History, idempotent: bool, workload: Workload) ->
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("idempotent", [True, False], ids=["idempotent", "non_idempotent"])
-def test_acked_writes_survive_sigkill(cluster_factory, idempotent):  # noqa: F811
+def test_acked_writes_survive_sigkill(cluster_factory, idempotent):
     cluster: Cluster = cluster_factory(3, CLUSTER_CONFIG)
     topic = f"durability-kill-{'idem' if idempotent else 'plain'}"
     cluster.create_topic(topic, PARTITIONS, 3, TOPIC_CONFIG)
@@ -440,7 +440,7 @@ def test_acked_writes_survive_sigkill(cluster_factory, idempotent):  # noqa: F81
 
 
 @pytest.mark.timeout(300)
-def test_acked_writes_survive_sigstop(cluster_factory):  # noqa: F811
+def test_acked_writes_survive_sigstop(cluster_factory):
     """A paused broker (leader or controller included) is fenced after its session timeout;
     when it wakes up it must not act on its stale leadership."""
     cluster: Cluster = cluster_factory(3, CLUSTER_CONFIG)

@@ -23,8 +23,8 @@ from broker.protocol.codec import RequestHeader, decode_request, decode_response
 from broker.protocol.messages import build
 from broker.server import fetch_session
 from broker.server.fetch_session import CachedPartition, FetchSessionCache
+from kafkube.harness.wire import build_batch
 from tests.test_admin_handlers import make_services
-from tests.wire import build_batch
 
 TOPIC = "sessions"
 

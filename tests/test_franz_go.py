@@ -33,9 +33,9 @@ from typing import IO, Any
 
 import pytest
 
-from tests.cluster import Cluster, cluster_factory  # noqa: F401  (fixture)
-from tests.conftest import wait_until
-from tests.queue_checker import History
+from kafkube.harness.metadata import Cluster
+from kafkube.harness.queue_checker import History
+from kafkube.harness.waiting import wait_until
 from tests.test_durability import drain
 from tests.test_java_transactions import _committed, _fill
 from tests.test_transactions import _read_all
@@ -164,7 +164,7 @@ class Run:
 @pytest.mark.parametrize("transaction_version", TRANSACTION_VERSIONS,
                          ids=lambda v: f"tv{v}")
 def test_franz_go_etl_is_exactly_once_through_rebalances_and_aborts(
-        cluster_factory, transaction_version: int, balancer: str,  # noqa: F811
+        cluster_factory, transaction_version: int, balancer: str,
         tmp_path: Path) -> None:
     """Three members copy the input in transactions while members leave and join and some
     transactions abort: read_committed, the output is every input record exactly once."""
@@ -223,7 +223,7 @@ def _last_acked(progress: Path, partition: int) -> int:
 
 @pytest.mark.timeout(300)
 def test_franz_go_idempotent_producer_keeps_every_ack_across_a_leader_kill(
-        cluster_factory, tmp_path: Path) -> None:  # noqa: F811
+        cluster_factory, tmp_path: Path) -> None:
     """The leader of partition 0 is SIGKILLed mid-run and started again: every acknowledged
     record is in the log exactly once, at its acknowledged offset, in order per partition."""
     topic = "franz-idem"

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from bench.broker import rss_bytes
 from bench.fuzz import GROUP, TOPIC, run
-from tests.conftest import wait_until
+from kafkube.harness.procstat import rss_bytes
+from kafkube.harness.waiting import wait_until
+from kafkube.harness.wire import WireClient, create_topic
 from tests.test_bad_input import broker_errors, log_barrier
-from tests.wire import WireClient, create_topic
 
 FRAMES = 3000
 MiB = 1 << 20

@@ -23,7 +23,7 @@ from broker.cluster.internal_topics import java_string_hash, partition_for
 from broker.coordinator import offsets_topic as ot
 from broker.coordinator.group import Group, GroupState
 from broker.coordinator.group_coordinator import GroupCoordinator, JoinResult
-from tests.conftest import finish_now
+from tests.support.in_process import finish_now
 from tests.test_admin_handlers import make_services
 
 PROTOCOLS = (("range", b"range-meta"), ("roundrobin", b"rr-meta"))

@@ -41,11 +41,11 @@ from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
 from broker.protocol.messages import build
-from tests.conftest import wait_until
+from kafkube.harness.metrics import scrape
+from kafkube.harness.waiting import wait_until
+from kafkube.harness.wire import WireClient, create_topic
 from tests.test_bad_input import assert_no_broker_errors
 from tests.test_compat_clients import ck_produce, topic_name
-from tests.test_metrics import scrape
-from tests.wire import WireClient, create_topic
 
 ROOT = Path(__file__).resolve().parent.parent
 NO_DELAY = {"group.initial.rebalance.delay.ms": "0"}

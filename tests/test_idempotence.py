@@ -20,7 +20,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from broker.protocol.codec import ProtocolError, decode_request
-from tests.wire import (
+from kafkube.harness.wire import (
     LATEST,
     WireClient,
     build_batch,

@@ -12,7 +12,7 @@ import pytest
 from broker.cluster.backend import BrokerRegistration
 from broker.config.broker_config import BrokerConfig
 from broker.network.client import KafkaConnection
-from tests.conftest import open_replicas
+from tests.support.in_process import open_replicas
 
 LEADER, FOLLOWER = 0, 1
 SESSION_MS = 3_600_000

@@ -2,8 +2,8 @@
 a 3-broker kafkube cluster, brokers SIGKILLed and restarted under them.
 
 The programs are tests/clients/java-txn (TxnCheck, WordCount), driven through
-tests/txn_programs.py; each prints one JSON object that these tests check against what Python
-computes independently (the copied values' digest, the word counts).
+tests/support/txn_programs.py; each prints one JSON object that these tests check against what
+Python computes independently (the copied values' digest, the word counts).
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from broker.cluster.internal_topics import partition_for
-from tests import txn_programs as java
-from tests.cluster import Cluster, cluster_factory  # noqa: F401
-from tests.conftest import wait_until
+from kafkube.harness.metadata import Cluster
+from kafkube.harness.waiting import wait_until
+from tests.support import txn_programs as java
 
 pytestmark = pytest.mark.java
 
@@ -83,7 +83,7 @@ def _kill_at(cluster: Cluster, progress: Callable[[], int], marks: list[tuple[in
     return killed
 
 
-def test_java_copy_loop_is_exactly_once_while_coordinators_are_killed(cluster_factory):  # noqa: F811
+def test_java_copy_loop_is_exactly_once_while_coordinators_are_killed(cluster_factory):
     total = 100_000
     cluster = cluster_factory(3, SETTINGS)
     cluster.create_topic("java-in", 3, 3)
@@ -121,7 +121,7 @@ def test_java_copy_loop_is_exactly_once_while_coordinators_are_killed(cluster_fa
 
 
 @pytest.mark.parametrize("transaction_version", [1, 2])
-def test_java_read_committed_never_sees_aborted_records(cluster_factory,  # noqa: F811
+def test_java_read_committed_never_sees_aborted_records(cluster_factory,
                                                         transaction_version):
     cluster = cluster_factory(3, SETTINGS)
     if transaction_version != 2:
@@ -149,7 +149,7 @@ def test_java_read_committed_never_sees_aborted_records(cluster_factory,  # noqa
         assert client_adds
 
 
-def test_java_zombie_producer_is_fenced(cluster_factory):  # noqa: F811
+def test_java_zombie_producer_is_fenced(cluster_factory):
     cluster = cluster_factory(3, SETTINGS)
     cluster.create_topic("java-fence", 1, 3)
     result = java.fence(cluster.bootstrap, "java-fence", "java-zombie")
@@ -160,7 +160,7 @@ def test_java_zombie_producer_is_fenced(cluster_factory):  # noqa: F811
     assert seen.data["values"] == ["fence-newer-1"], seen.describe()
 
 
-def test_kafka_streams_word_count_is_exact_after_a_broker_kill(cluster_factory,  # noqa: F811
+def test_kafka_streams_word_count_is_exact_after_a_broker_kill(cluster_factory,
                                                               tmp_path: Path):
     cluster = cluster_factory(3, SETTINGS)
     cluster.create_topic("lines", 3, 3)

@@ -9,14 +9,12 @@ import json
 import re
 from collections import Counter
 
-from tests.cluster import cluster_factory  # noqa: F401
-from tests.conftest import wait_until
-from tests.kafka_tools import (
+from kafkube.harness.waiting import wait_until
+from tests.support.kafka_tools import (
     LEADER_ELECTION_COMMAND,
     TOPIC_COMMAND,
     VERIFIABLE_CONSUMER,
     VERIFIABLE_PRODUCER,
-    kafka_tools,  # noqa: F401
 )
 
 FAST = {
@@ -26,7 +24,7 @@ FAST = {
 }
 
 
-def test_topic_command_create_describe_list_delete(kafka_tools, cluster_factory):  # noqa: F811
+def test_topic_command_create_describe_list_delete(kafka_tools, cluster_factory):
     cluster = cluster_factory(3)
     b = ("--bootstrap-server", cluster.bootstrap)
     kafka_tools.run(TOPIC_COMMAND, *b, "--create", "--topic", "tools-topics",
@@ -55,7 +53,7 @@ def test_topic_command_create_describe_list_delete(kafka_tools, cluster_factory)
     assert "tools-topics" not in listed
 
 
-def test_leader_election_command_restores_preferred_leaders(kafka_tools, cluster_factory):  # noqa: F811
+def test_leader_election_command_restores_preferred_leaders(kafka_tools, cluster_factory):
     cluster = cluster_factory(3, FAST)
     b = ("--bootstrap-server", cluster.bootstrap)
     cluster.create_topic("elected", 6, 3)
@@ -82,7 +80,7 @@ def test_leader_election_command_restores_preferred_leaders(kafka_tools, cluster
 
 
 def test_verifiable_producer_and_consumer_lose_nothing_across_a_kill(
-        kafka_tools, cluster_factory):  # noqa: F811
+        kafka_tools, cluster_factory):
     cluster = cluster_factory(3, FAST)
     cluster.create_topic("verified", 3, 3, {"min.insync.replicas": 2})
     b = ("--bootstrap-server", cluster.bootstrap)

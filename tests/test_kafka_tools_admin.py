@@ -9,14 +9,13 @@ import re
 
 from confluent_kafka import Consumer, Producer
 
-from tests.cluster import Cluster, cluster_factory  # noqa: F401
-from tests.conftest import wait_until
-from tests.kafka_tools import (
+from kafkube.harness.metadata import Cluster
+from kafkube.harness.waiting import wait_until
+from tests.support.kafka_tools import (
     CONSUMER_GROUP_COMMAND,
     GROUPS_COMMAND,
     LOG_DIRS_COMMAND,
     TRANSACTIONS_COMMAND,
-    kafka_tools,  # noqa: F401
 )
 
 FAST = {
@@ -34,7 +33,7 @@ def produce(cluster: Cluster, topic: str, count: int, **settings: object) -> Non
     assert producer.flush(30) == 0
 
 
-def test_log_dirs_command_reports_every_replica(kafka_tools, cluster_factory):  # noqa: F811
+def test_log_dirs_command_reports_every_replica(kafka_tools, cluster_factory):
     cluster = cluster_factory(3, FAST)
     cluster.create_topic("dirs", 2, 3)
     produce(cluster, "dirs", 200)
@@ -55,7 +54,7 @@ def test_log_dirs_command_reports_every_replica(kafka_tools, cluster_factory):  
             assert size == sum(f.stat().st_size for f in files) > 0
 
 
-def test_transactions_command_describes_producers(kafka_tools, cluster_factory):  # noqa: F811
+def test_transactions_command_describes_producers(kafka_tools, cluster_factory):
     cluster = cluster_factory(3, FAST)
     cluster.create_topic("idem", 2, 3)
     produce(cluster, "idem", 40, **{"enable.idempotence": True, "linger.ms": 0})
@@ -70,7 +69,7 @@ def test_transactions_command_describes_producers(kafka_tools, cluster_factory):
     assert (coordinator_epoch, txn_start) == ("-1", "None"), out
 
 
-def test_groups_and_consumer_group_commands(kafka_tools, cluster_factory):  # noqa: F811
+def test_groups_and_consumer_group_commands(kafka_tools, cluster_factory):
     cluster = cluster_factory(3, FAST)
     cluster.create_topic("grouped", 2, 3)
     produce(cluster, "grouped", 30)

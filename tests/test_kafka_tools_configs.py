@@ -14,14 +14,13 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from tests.cluster import Cluster, cluster_factory  # noqa: F401
-from tests.conftest import wait_until
-from tests.kafka_tools import (
+from kafkube.harness.metadata import Cluster
+from kafkube.harness.waiting import wait_until
+from tests.support.kafka_tools import (
     CONFIG_COMMAND,
     REASSIGN_PARTITIONS_COMMAND,
     TOPIC_COMMAND,
     KafkaTools,
-    kafka_tools,  # noqa: F401
 )
 
 FAST = {
@@ -70,7 +69,7 @@ def low_watermark(cluster: Cluster, topic: str, partition: int = 0) -> int:
         consumer.close()
 
 
-def test_config_command_changes_topic_configs_at_run_time(kafka_tools, cluster_factory):  # noqa: F811
+def test_config_command_changes_topic_configs_at_run_time(kafka_tools, cluster_factory):
     cluster = cluster_factory(3, FAST)
     cluster.create_topic("cfg-topic", 1, 3)
     topic = ("--entity-type", "topics", "--entity-name", "cfg-topic")
@@ -109,7 +108,7 @@ def test_config_command_changes_topic_configs_at_run_time(kafka_tools, cluster_f
 
 
 def test_config_command_changes_broker_configs_per_broker_and_by_default(
-        kafka_tools, cluster_factory):  # noqa: F811
+        kafka_tools, cluster_factory):
     cluster = cluster_factory(3, FAST)
     broker_1 = ("--entity-type", "brokers", "--entity-name", "1")
     default = ("--entity-type", "brokers", "--entity-default")
@@ -169,7 +168,7 @@ def test_config_command_changes_broker_configs_per_broker_and_by_default(
 
 
 def test_reassignment_with_throttle_then_verify_clears_it(
-        kafka_tools, cluster_factory, tmp_path: Path):  # noqa: F811
+        kafka_tools, cluster_factory, tmp_path: Path):
     cluster = cluster_factory(3, FAST)
     cluster.create_topic("moved", 1, 2)
     before = cluster.partitions("moved")[0].replicas

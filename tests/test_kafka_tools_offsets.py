@@ -11,14 +11,13 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from tests.cluster import Cluster, cluster_factory  # noqa: F401
-from tests.conftest import wait_until
-from tests.kafka_tools import (
+from kafkube.harness.metadata import Cluster
+from kafkube.harness.waiting import wait_until
+from tests.support.kafka_tools import (
     DELETE_RECORDS_COMMAND,
     DUMP_LOG_SEGMENTS,
     GET_OFFSET_SHELL,
     KafkaTools,
-    kafka_tools,  # noqa: F401
 )
 
 TS = 1_700_000_000_000
@@ -56,7 +55,7 @@ def earliest(cluster: Cluster, topic: str, node: int | None = None) -> int:
         consumer.close()
 
 
-def test_get_offset_shell_special_times_and_a_timestamp(kafka_tools, cluster_factory):  # noqa: F811
+def test_get_offset_shell_special_times_and_a_timestamp(kafka_tools, cluster_factory):
     cluster = cluster_factory(3, FAST)
     cluster.create_topic("times", 1, 3)
     # offsets 0-2 at +0,+1,+2; 3-5 at +1000,+3000,+2000; 6-7 at +100,+200
@@ -74,7 +73,7 @@ def test_get_offset_shell_special_times_and_a_timestamp(kafka_tools, cluster_fac
 
 
 def test_delete_records_command_moves_every_replica(
-        kafka_tools, cluster_factory, tmp_path: Path):  # noqa: F811
+        kafka_tools, cluster_factory, tmp_path: Path):
     cluster = cluster_factory(3, {**FAST, "log.retention.check.interval.ms": "300"})
     cluster.create_topic("trimmed", 1, 3)
     producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
@@ -128,7 +127,7 @@ def test_delete_records_command_moves_every_replica(
     assert earliest(cluster, "trimmed") == 600
 
 
-def test_dump_log_segments_accepts_kafkubes_files(kafka_tools, cluster_factory):  # noqa: F811
+def test_dump_log_segments_accepts_kafkubes_files(kafka_tools, cluster_factory):
     cluster = cluster_factory(3, FAST)
     # Small segments and a dense index: several segments with many index entries each.
     # (Set at creation: a change made later reaches each broker a poll later, and this

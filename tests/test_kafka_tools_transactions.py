@@ -10,13 +10,9 @@ import re
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from broker.cluster.internal_topics import partition_for
-from tests.cluster import Cluster, cluster_factory  # noqa: F401
-from tests.conftest import wait_until
-from tests.kafka_tools import (
-    DUMP_LOG_SEGMENTS,
-    TRANSACTIONS_COMMAND,
-    kafka_tools,  # noqa: F401
-)
+from kafkube.harness.metadata import Cluster
+from kafkube.harness.waiting import wait_until
+from tests.support.kafka_tools import DUMP_LOG_SEGMENTS, TRANSACTIONS_COMMAND
 
 TXN_PARTITIONS = 3
 FAST = {
@@ -37,7 +33,7 @@ def _ends(cluster: Cluster, topic: str, isolation: str) -> int:
         consumer.close()
 
 
-def test_kafka_tools_read_and_mend_our_transactions(kafka_tools, cluster_factory):  # noqa: F811
+def test_kafka_tools_read_and_mend_our_transactions(kafka_tools, cluster_factory):
     cluster = cluster_factory(3, FAST)
     cluster.create_topic("tx-tools", 1, 3)
     producer = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": TXN_ID,

@@ -1,7 +1,7 @@
-"""The Kubernetes coordination backend against a real kube-apiserver (tests/kube_control_plane):
-races between brokers, the watch cache across an API server restart, the image's size limit,
-and broker processes coordinated through Leases. The rules both backends share are tested
-on both in test_coordination.py."""
+"""The Kubernetes coordination backend against a real kube-apiserver
+(kafkube/harness/control_plane.py): races between brokers, the watch cache across an API server
+restart, the image's size limit, and broker processes coordinated through Leases. The rules
+both backends share are tested on both in test_coordination.py."""
 
 from __future__ import annotations
 
@@ -30,8 +30,8 @@ from broker.cluster.kubernetes import (
     api_client,
 )
 from broker.cluster.pod_liveness import PodRef
-from tests.cluster import cluster_factory  # noqa: F401 (fixture)
-from tests.conftest import new_cluster, wait_until
+from kafkube.harness.waiting import wait_until
+from tests.support.in_process import new_cluster
 
 
 @pytest.fixture
@@ -290,7 +290,7 @@ def test_an_image_of_5000_partitions_and_the_size_limit(open_backend, capsys) ->
     assert two.read_image().version == seen.version
 
 
-def test_brokers_coordinate_through_leases(cluster_factory, control_plane: Any,  # noqa: F811
+def test_brokers_coordinate_through_leases(cluster_factory, control_plane: Any,
                                            settings: KubernetesSettings) -> None:
     """Three broker processes with kafkube.coordination.backend=kubernetes: a controller
     Lease and three broker Leases with their holders, and records round-trip with acks=all."""

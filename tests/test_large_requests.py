@@ -18,8 +18,8 @@ from kio.schema.describe_user_scram_credentials.v0.request import (
 from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 
-from tests.test_metrics import scrape
-from tests.wire import WireClient, api_versions_request
+from kafkube.harness.metrics import scrape
+from kafkube.harness.wire import WireClient, api_versions_request
 
 BUSY_AFTER_S = 1.0  # another client waiting this long means the loop was held
 

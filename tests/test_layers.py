@@ -32,7 +32,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("coordinator",),  # group and transaction coordinators
     ("handlers",),  # one function per Kafka API
     ("frontend",),  # the socket server
-    ("app", "dev", "health"),  # what wires it all: `kafkube broker` and `kafkube dev` run these
+    ("app", "health"),  # what wires it all: `kafkube broker` runs these
 )
 
 
@@ -253,3 +253,39 @@ def test_the_broker_needs_none_of_the_operators_dependencies():
     assert base.isdisjoint({"kopf", "kafka-python"}), base
     assert {"kopf", "kafka-python"} <= {
         req.split("=")[0] for req in project["optional-dependencies"]["operator"]}
+
+
+TEST_ONLY = {"confluent_kafka", "pytest", "aiokafka", "kafka", "kopf", "kafkube_operator",
+             "hypothesis", "matplotlib", "tests", "bench"}
+
+
+def imports_reached(path: Path, package: str) -> dict[str, set[str]]:
+    """Top-level names imported by ``path`` and, transitively, by the modules of ``package``
+    it imports (wherever the import is written), with the files that import them."""
+    root = ROOT.parent
+    found: dict[str, set[str]] = {}
+    todo, seen = [path], set()
+    while todo:
+        current = todo.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        for node in ast.walk(ast.parse(current.read_text(), str(current))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module] if isinstance(node, ast.ImportFrom) and not node.level
+                     and node.module else [])
+            for name in names:
+                found.setdefault(name.split(".")[0], set()).add(str(current.relative_to(root)))
+                if name.startswith(package):
+                    target = root.joinpath(*name.split("."))
+                    for candidate in (target.with_suffix(".py"), target / "__init__.py"):
+                        if candidate.is_file():
+                            todo.append(candidate)
+    return found
+
+
+def test_kafkube_dev_runs_on_the_products_dependencies_alone():
+    """`kafkube dev` ships with the broker: the harness modules it uses import nothing of the
+    test extras (kafkube/harness/metadata.py, which needs confluent-kafka, is not among them)."""
+    imported = imports_reached(ROOT.parent / "kafkube" / "dev.py", "kafkube.harness")
+    assert {name: sorted(files) for name, files in imported.items() if name in TEST_ONLY} == {}

@@ -16,7 +16,8 @@ from kubernetes import client as k8s
 
 from broker.cluster.backend import BrokerRegistration
 from broker.cluster.kubernetes import KubernetesBackend, KubernetesSettings, api_client, micro_time
-from tests.conftest import new_cluster, wait_until
+from kafkube.harness.waiting import wait_until
+from tests.support.in_process import new_cluster
 
 TTL_MS = 1500
 HOUR_MS = 3_600_000

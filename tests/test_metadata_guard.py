@@ -31,8 +31,8 @@ from broker.cluster.kubernetes import (
 from broker.cluster.local_copy import IMAGE_COPY
 from broker.cluster.metadata import ClusterMetadata, MetadataUnavailable
 from broker.cluster.sqlite import SqliteBackend
-from tests.cluster import cluster_factory  # noqa: F401 (fixture)
-from tests.conftest import new_cluster, wait_until
+from kafkube.harness.waiting import wait_until
+from tests.support.in_process import new_cluster
 
 
 def test_verdicts() -> None:
@@ -253,7 +253,7 @@ def _read_all(bootstrap: str, topic_name: str, expected: int) -> list[str]:
 
 
 def test_deleting_the_metadata_configmaps_and_restarting_a_broker_loses_nothing(
-        cluster_factory, control_plane: Any) -> None:  # noqa: F811
+        cluster_factory, control_plane: Any) -> None:
     """Issue 27's first finding, as the user did it: ``kubectl delete configmap`` of the
     cluster's metadata (and of its counters), then a broker restart. Before the guard the
     restarted broker made a new empty cluster and every broker deleted every log."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.conftest import scrape
+from kafkube.harness.metrics import scrape
 from tests.test_compat_clients import ck_consume, ck_produce, sample_records
 
 

@@ -1,4 +1,4 @@
-"""``kafkube operator`` against a real kube-apiserver (tests/kube_control_plane) and real
+"""``kafkube operator`` against a real kube-apiserver (kafkube/harness/control_plane.py) and real
 broker processes that coordinate through it: a KafkaCluster gets its objects, its status comes
 from what its brokers register, refused config becomes a Warning condition, edits are
 reconciled, deletion cleans up, and a standby operator takes over from a killed one.
@@ -9,102 +9,27 @@ here; the brokers run as local processes with the cluster's name, as pods would.
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
-from tests.cluster import cluster_factory  # noqa: F401
-from tests.conftest import wait_until
-from tests.operator_process import OperatorProcess
-
-GROUP, VERSION = "kafkube.io", "v1alpha1"
-
-
-@pytest.fixture
-def namespace(crd_api: k8s.ApiClient) -> Iterator[str]:
-    name = f"op-{uuid.uuid4().hex[:8]}"
-    core = k8s.CoreV1Api(crd_api)
-    core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=name)))
-    yield name
-    core.delete_namespace(name)
-
-
-@pytest.fixture
-def operators(request: pytest.FixtureRequest, control_plane: Any,
-              namespace: str) -> Iterator[list[OperatorProcess]]:
-    """Start operators with ``operators.append(OperatorProcess(...))``; stopped at the end,
-    their output attached to a failure (conftest's report hook)."""
-    started: list[OperatorProcess] = []
-    request.node._kafkube_operators = started
-    yield started
-    for operator in started:
-        if operator.alive():
-            operator.stop()
-
-
-class Resources:
-    """One kind of ours in the test's namespace, through the real API server."""
-
-    def __init__(self, api: k8s.ApiClient, namespace: str, kind: str, plural: str) -> None:
-        self.custom = k8s.CustomObjectsApi(api)
-        self.namespace, self.kind, self.plural = namespace, kind, plural
-
-    def create(self, name: str, spec: dict) -> dict:
-        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": self.kind,
-                "metadata": {"name": name}, "spec": spec}
-        return self.custom.create_namespaced_custom_object(
-            GROUP, VERSION, self.namespace, self.plural, body)
-
-    def get(self, name: str) -> dict | None:
-        try:
-            return self.custom.get_namespaced_custom_object(
-                GROUP, VERSION, self.namespace, self.plural, name)
-        except ApiException as e:
-            if e.status == 404:
-                return None
-            raise
-
-    def patch(self, name: str, spec: dict) -> dict:
-        return self.custom.patch_namespaced_custom_object(
-            GROUP, VERSION, self.namespace, self.plural, name, {"spec": spec})
-
-    def delete(self, name: str) -> None:
-        self.custom.delete_namespaced_custom_object(
-            GROUP, VERSION, self.namespace, self.plural, name)
-
-    def status_when(self, name: str, predicate, timeout: float, what: str) -> dict:
-        def check() -> dict | None:
-            status = (self.get(name) or {}).get("status") or {}
-            return status if predicate(status) else None
-
-        return wait_until(check, timeout, what)
-
-
-def kafka_clusters(api: k8s.ApiClient, namespace: str) -> Resources:
-    return Resources(api, namespace, "KafkaCluster", "kafkaclusters")
-
-
-def topic_resources(api: k8s.ApiClient, namespace: str) -> Resources:
-    return Resources(api, namespace, "Topic", "topics")
-
-
-def condition(status: dict, kind: str) -> dict:
-    return next((c for c in status.get("conditions", []) if c["type"] == kind), {})
-
-
-def events_of(api: k8s.ApiClient, namespace: str, name: str) -> list[tuple[str, str, str]]:
-    found = k8s.CoreV1Api(api).list_namespaced_event(
-        namespace, field_selector=f"involvedObject.name={name},involvedObject.kind=KafkaCluster")
-    return [(e.type, e.reason, e.message) for e in found.items]
+from kafkube.harness.waiting import wait_until
+from tests.support.operator_api import (
+    GROUP,
+    VERSION,
+    condition,
+    events_of,
+    kafka_clusters,
+    topic_resources,
+)
+from tests.support.operator_process import OperatorProcess
 
 
 def test_a_kafka_cluster_is_reconciled_from_its_spec_and_its_brokers(
         crd_api: k8s.ApiClient, control_plane: Any, namespace: str,
-        operators: list[OperatorProcess], cluster_factory) -> None:  # noqa: F811
+        operators: list[OperatorProcess], cluster_factory) -> None:
     operators.append(OperatorProcess(control_plane.kubeconfig, namespace))
     clusters = kafka_clusters(crd_api, namespace)
     core, apps = k8s.CoreV1Api(crd_api), k8s.AppsV1Api(crd_api)
@@ -225,7 +150,7 @@ def test_a_standby_operator_takes_over_within_the_lease_duration(
 
 def test_topics_are_placed_changed_deleted_and_found_through_the_cluster(
         crd_api: k8s.ApiClient, control_plane: Any, namespace: str,
-        operators: list[OperatorProcess], cluster_factory) -> None:  # noqa: F811
+        operators: list[OperatorProcess], cluster_factory) -> None:
     from confluent_kafka.admin import ConfigResource, NewTopic
 
     operators.append(OperatorProcess(control_plane.kubeconfig, namespace))
@@ -306,7 +231,7 @@ def test_topics_are_placed_changed_deleted_and_found_through_the_cluster(
 
 def test_the_operator_hands_leadership_back_after_a_broker_restart(
         crd_api: k8s.ApiClient, control_plane: Any, namespace: str,
-        operators: list[OperatorProcess], cluster_factory) -> None:  # noqa: F811
+        operators: list[OperatorProcess], cluster_factory) -> None:
     """Leader rebalance is the operator's: the brokers run with auto.leader.rebalance.enable
     false (as the operator's ConfigMap says) and the operator elects preferred leaders every
     leader.imbalance.check.interval.seconds of the KafkaCluster's spec.config."""
@@ -356,7 +281,7 @@ def _config_map(api: k8s.ApiClient, namespace: str, name: str) -> str | None:
 
 def test_scaling_moves_partitions_onto_new_brokers_and_off_removed_ones(
         crd_api: k8s.ApiClient, control_plane: Any, namespace: str,
-        operators: list[OperatorProcess], cluster_factory) -> None:  # noqa: F811
+        operators: list[OperatorProcess], cluster_factory) -> None:
     """spec.replicas 3 → 5: once brokers 3 and 4 register, replicas move onto them; 5 → 3:
     they are drained before the StatefulSet shrinks; 3 → 1 with RF 3 topics: refused."""
     operators.append(OperatorProcess(control_plane.kubeconfig, namespace))

@@ -8,7 +8,6 @@ and read the diff before committing it."""
 from __future__ import annotations
 
 import copy
-import os
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ import yaml
 
 from broker.config.broker_config import BrokerConfig, parse_properties
 from kafkube_operator.model.cluster import CONFIG_HASH, ClusterRef, desired_cluster
+from tests.support.golden import assert_golden
 
 GOLDEN = Path(__file__).parent / "golden" / "operator"
 UID = "6b1f3e2a-0000-4000-8000-000000000001"
@@ -49,12 +49,7 @@ def rendered(resource: dict) -> str:
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_manifests_match_the_golden_files(case: str) -> None:
-    path = GOLDEN / f"kafkacluster-{case}.yaml"
-    text = rendered(CASES[case])
-    if os.environ.get("KAFKUBE_UPDATE_GOLDEN"):
-        path.write_text(text)
-    assert path.exists(), f"{path} missing: run with KAFKUBE_UPDATE_GOLDEN=1"
-    assert text == path.read_text(), f"{path.name} differs from the rendering"
+    assert_golden(GOLDEN / f"kafkacluster-{case}.yaml", rendered(CASES[case]))
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

@@ -12,26 +12,19 @@ from confluent_kafka import Consumer, Producer
 from kubernetes import client as k8s
 
 from broker.cluster.kubernetes import A_CLUSTER_ID, A_IMAGE_VERSION
-from tests.cluster import cluster_factory  # noqa: F401 (fixture)
-from tests.conftest import wait_until
-from tests.operator_process import OperatorProcess
-from tests.test_operator import (  # noqa: F401 (fixtures)
-    condition,
-    kafka_clusters,
-    namespace,
-    operators,
-    topic_resources,
-)
+from kafkube.harness.waiting import wait_until
+from tests.support.operator_api import condition, kafka_clusters, topic_resources
+from tests.support.operator_process import OperatorProcess
 
 
-def _coordination(control_plane: Any, namespace: str, name: str) -> dict[str, str]:  # noqa: F811
+def _coordination(control_plane: Any, namespace: str, name: str) -> dict[str, str]:
     """Broker configs of a cluster on the test's API server, as the operator's pods have."""
     return {"kafkube.coordination.backend": "kubernetes", "kafkube.cluster.name": name,
             "kafkube.kubernetes.namespace": namespace,
             "kafkube.kubernetes.kubeconfig": str(control_plane.kubeconfig)}
 
 
-def _brokers(cluster_factory, control_plane: Any, namespace: str, name: str):  # noqa: F811
+def _brokers(cluster_factory, control_plane: Any, namespace: str, name: str):
     return cluster_factory(3, {**_coordination(control_plane, namespace, name),
                                "min.insync.replicas": "2"})
 
@@ -64,8 +57,8 @@ def _read(bootstrap: str, expected: int) -> list[str]:
 
 
 def test_a_kafka_cluster_deleted_and_created_again_keeps_its_data(
-        crd_api: k8s.ApiClient, control_plane: Any, namespace: str,  # noqa: F811
-        operators: list[OperatorProcess], cluster_factory) -> None:  # noqa: F811
+        crd_api: k8s.ApiClient, control_plane: Any, namespace: str,
+        operators: list[OperatorProcess], cluster_factory) -> None:
     """Item 3: ``kubectl delete kafkacluster`` keeps the claims by default; the same
     KafkaCluster applied again finds its topics and records, under the same cluster id."""
     operators.append(OperatorProcess(control_plane.kubeconfig, namespace))
@@ -93,8 +86,8 @@ def test_a_kafka_cluster_deleted_and_created_again_keeps_its_data(
 
 
 def test_a_metadata_configmap_of_another_cluster_is_refused_and_shown(
-        crd_api: k8s.ApiClient, control_plane: Any, namespace: str,  # noqa: F811
-        operators: list[OperatorProcess], cluster_factory) -> None:  # noqa: F811
+        crd_api: k8s.ApiClient, control_plane: Any, namespace: str,
+        operators: list[OperatorProcess], cluster_factory) -> None:
     """The metadata ConfigMap replaced by another cluster's (a wrong backup restored): the
     brokers keep serving their data, the KafkaCluster and its Topic say why they are not
     Ready, and nothing is created or deleted on the strength of the foreign image; deleting
@@ -142,7 +135,7 @@ def test_a_metadata_configmap_of_another_cluster_is_refused_and_shown(
     assert sorted(_read(brokers.bootstrap, 301)) == sorted([*first, "during"])
 
 
-def _annotation(core: k8s.CoreV1Api, namespace: str) -> str | None:  # noqa: F811
+def _annotation(core: k8s.CoreV1Api, namespace: str) -> str | None:
     try:
         found = core.read_namespaced_config_map("own-metadata", namespace)
     except k8s.ApiException as e:
@@ -164,8 +157,8 @@ class RecordedEvents:
 
 
 def test_a_topic_created_again_outlives_the_resource_of_the_one_before(
-        crd_api: k8s.ApiClient, control_plane: Any, namespace: str,  # noqa: F811
-        cluster_factory) -> None:  # noqa: F811
+        crd_api: k8s.ApiClient, control_plane: Any, namespace: str,
+        cluster_factory) -> None:
     """Item 9: a Topic's finalizer deletes the topic its status recorded (by id), not
     whatever now has its name: a topic auto-created again by a producer after the old one was
     deleted keeps its acknowledged records. The finalizer step is called directly, so the
@@ -209,8 +202,8 @@ def test_a_topic_created_again_outlives_the_resource_of_the_one_before(
 
 
 def test_growing_a_one_broker_cluster_keeps_acks_all_writes_working(
-        crd_api: k8s.ApiClient, control_plane: Any, namespace: str,  # noqa: F811
-        operators: list[OperatorProcess], cluster_factory) -> None:  # noqa: F811
+        crd_api: k8s.ApiClient, control_plane: Any, namespace: str,
+        operators: list[OperatorProcess], cluster_factory) -> None:
     """Item 10: 1 -> 3 brokers. The internal topics made with one replica get three; the
     default min.insync.replicas is not raised to 2 while a user's topic has one replica and
     no min ISR of its own (its acks=all writes would all be refused), which a Warning names;
@@ -257,8 +250,8 @@ def test_growing_a_one_broker_cluster_keeps_acks_all_writes_working(
 
 
 def test_a_storage_size_edit_never_freezes_the_statefulset(
-        crd_api: k8s.ApiClient, control_plane: Any, namespace: str,  # noqa: F811
-        operators: list[OperatorProcess]) -> None:  # noqa: F811
+        crd_api: k8s.ApiClient, control_plane: Any, namespace: str,
+        operators: list[OperatorProcess]) -> None:
     """Item 5: ``storage.size`` grown where the volumes cannot expand (this API server has no
     provisioner: the claim is unbound, and resizing it is refused) is a readable Warning,
     while a config edit made with it still reaches the StatefulSet's template (before, every
@@ -289,7 +282,7 @@ def test_a_storage_size_edit_never_freezes_the_statefulset(
         .spec.resources.requests["storage"] == "1Gi"
 
 
-def _statefulset(apps: k8s.AppsV1Api, namespace: str, name: str) -> Any:  # noqa: F811
+def _statefulset(apps: k8s.AppsV1Api, namespace: str, name: str) -> Any:
     try:
         return apps.read_namespaced_stateful_set(name, namespace)
     except k8s.ApiException as e:
@@ -299,8 +292,8 @@ def _statefulset(apps: k8s.AppsV1Api, namespace: str, name: str) -> Any:  # noqa
 
 
 def test_a_topic_name_two_clusters_share_breaks_neither(
-        crd_api: k8s.ApiClient, control_plane: Any, namespace: str,  # noqa: F811
-        operators: list[OperatorProcess], cluster_factory) -> None:  # noqa: F811
+        crd_api: k8s.ApiClient, control_plane: Any, namespace: str,
+        operators: list[OperatorProcess], cluster_factory) -> None:
     """Item 7: a Topic ``connect-offsets`` already stands for another cluster's topic when
     this cluster's Kafka gets its own: the mirror takes another name, and the cluster's
     passes go on (before, the forced apply failed on the CRD's immutability rules, and

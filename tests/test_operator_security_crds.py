@@ -1,7 +1,8 @@
-"""The security parts of the CRDs against a real kube-apiserver (tests/kube_control_plane), as
-tests/test_crds.py does for the rest: KafkaCluster's spec.listeners, spec.authorization and
-CA settings, and the KafkaUser CRD (structural schema, CEL rules, defaults, printer columns);
-what admission can judge is refused with a readable message."""
+"""The security parts of the CRDs against a real kube-apiserver
+(kafkube/harness/control_plane.py), as tests/test_crds.py does for the rest: KafkaCluster's
+spec.listeners, spec.authorization and CA settings, and the KafkaUser CRD (structural schema,
+CEL rules, defaults, printer columns); what admission can judge is refused with a readable
+message."""
 
 from __future__ import annotations
 

@@ -22,7 +22,6 @@ from kafkube_operator.model.cluster_pki import cluster_pki
 from kafkube_operator.model.listeners import ORGANIZATION, SecuritySpec, security_properties
 from kafkube_operator.model.pki import decode
 from kafkube_operator.model.user import UserSpec, acl_bindings
-from tests.cluster import cluster_factory  # noqa: F401
 from tests.test_operator_security_model import secure_cluster
 from tests.test_operator_user_model import kafka_user
 
@@ -60,7 +59,7 @@ def broker_config(root: Path) -> tuple[dict[str, str], AdminSecurity, str]:
     return props, login, str(root / "ca.crt")
 
 
-def test_the_operator_sets_a_users_credential_and_acls(cluster_factory,  # noqa: F811
+def test_the_operator_sets_a_users_credential_and_acls(cluster_factory,
                                                        tmp_path: Path) -> None:
     props, login, ca_file = broker_config(tmp_path)
     cluster = cluster_factory(1, props)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import datetime as dt
-import os
 import socket
 import ssl
 import threading
@@ -50,6 +49,7 @@ from kafkube_operator.model.listeners import (
     super_users,
 )
 from kafkube_operator.model.pki import CaPolicy, ca_decision, decode
+from tests.support.golden import assert_golden
 
 GOLDEN = Path(__file__).parent / "golden" / "operator"
 NOW = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
@@ -81,11 +81,8 @@ def container(resource: dict) -> dict:
 
 
 def test_the_secured_cluster_matches_the_golden_file() -> None:
-    path = GOLDEN / "kafkacluster-secure.yaml"
-    text = yaml.safe_dump_all(desired_cluster(secure_cluster()).objects, sort_keys=False)
-    if os.environ.get("KAFKUBE_UPDATE_GOLDEN"):
-        path.write_text(text)
-    assert text == path.read_text(), f"{path.name} differs from the rendering"
+    assert_golden(GOLDEN / "kafkacluster-secure.yaml",
+                  yaml.safe_dump_all(desired_cluster(secure_cluster()).objects, sort_keys=False))
 
 
 def test_no_listeners_renders_nothing_of_security() -> None:

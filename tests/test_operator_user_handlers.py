@@ -1,8 +1,9 @@
 """The KafkaUser and certificate handlers in a running operator (``kafkube operator``) against
-a real kube-apiserver (tests/kube_control_plane), without brokers: a secured KafkaCluster gets
-its CA and certificate Secrets and its listeners in the status; a KafkaUser's bad spec is a
-Warning condition; a SCRAM user gets its Secret, and a Warning while no broker is there to
-take its credential. (The credential and ACLs on real brokers: test_operator_security_kafka.)"""
+a real kube-apiserver (kafkube/harness/control_plane.py), without brokers: a secured
+KafkaCluster gets its CA and certificate Secrets and its listeners in the status; a KafkaUser's
+bad spec is a Warning condition; a SCRAM user gets its Secret, and a Warning while no broker is
+there to take its credential. (The credential and ACLs on real brokers:
+test_operator_security_kafka.)"""
 
 from __future__ import annotations
 
@@ -10,15 +11,15 @@ from typing import Any
 
 from kubernetes import client as k8s
 
-from tests.conftest import wait_until
-from tests.operator_process import OperatorProcess
-from tests.test_operator import Resources, condition, kafka_clusters, namespace, operators  # noqa: F401
+from kafkube.harness.waiting import wait_until
+from tests.support.operator_api import Resources, condition, kafka_clusters
+from tests.support.operator_process import OperatorProcess
 from tests.test_operator_security_model import LISTENERS
 
 
 def test_users_and_certificates_are_reconciled(
-        crd_api: k8s.ApiClient, control_plane: Any, namespace: str,  # noqa: F811
-        operators: list[OperatorProcess]) -> None:  # noqa: F811
+        crd_api: k8s.ApiClient, control_plane: Any, namespace: str,
+        operators: list[OperatorProcess]) -> None:
     operators.append(OperatorProcess(control_plane.kubeconfig, namespace))
     clusters = kafka_clusters(crd_api, namespace)
     users = Resources(crd_api, namespace, "KafkaUser", "kafkausers")

@@ -8,7 +8,6 @@ Regenerate the golden files after an intended change with
 from __future__ import annotations
 
 import datetime as dt
-import os
 from pathlib import Path
 
 import pytest
@@ -29,6 +28,7 @@ from kafkube_operator.model.user import (
     user_secret,
     user_status,
 )
+from tests.support.golden import assert_golden
 
 GOLDEN = Path(__file__).parent / "golden" / "operator" / "users"
 NOW = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
@@ -60,12 +60,7 @@ def kafka_user(name: str = "alice", authentication: str = "scram-sha-512",
 
 
 def golden(name: str, value: object) -> None:
-    path = GOLDEN / f"{name}.yaml"
-    text = yaml.safe_dump(value, sort_keys=False)
-    if os.environ.get("KAFKUBE_UPDATE_GOLDEN"):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    assert text == path.read_text(), f"{path.name} differs from the rendering"
+    assert_golden(GOLDEN / f"{name}.yaml", yaml.safe_dump(value, sort_keys=False))
 
 
 def test_a_scram_user_matches_the_golden_file() -> None:

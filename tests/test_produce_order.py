@@ -22,10 +22,9 @@ from kio.schema.produce.v9.request import (
 )
 
 from broker.protocol.records import ATTR_TRANSACTIONAL
-from tests.cluster import cluster_factory  # noqa: F401 (fixture)
-from tests.conftest import wait_until
+from kafkube.harness.waiting import wait_until
+from kafkube.harness.wire import WireClient, build_batch, fetch, parse_batches
 from tests.test_transactions import FAST_TIMEOUTS, _add, _coordinator_client, _init
-from tests.wire import WireClient, build_batch, fetch, parse_batches
 
 TOPIC = "pipelined"
 TXN_ID = "txn-pipelined"
@@ -51,7 +50,7 @@ def _errors(answer) -> dict[int, int]:
 
 
 def test_a_request_behind_one_that_waits_for_the_coordinator_appends_after_it(
-        cluster_factory) -> None:  # noqa: F811
+        cluster_factory) -> None:
     cluster = cluster_factory(2, FAST_TIMEOUTS)
     with _coordinator_client(cluster, TXN_ID) as c:
         (coordinator,) = wait_until(lambda: [

@@ -32,11 +32,11 @@ from broker.protocol.records import ATTR_TRANSACTIONAL, BatchHeader, split_batch
 from broker.storage.cleaner import clean_log
 from broker.storage.log import Log
 from broker.storage.producer_state import ProducerStateManager
-from tests.conftest import wait_until
+from kafkube.harness.waiting import wait_until
+from kafkube.harness.wire import WireClient, create_topic
 from tests.test_admin_handlers import create, make_services, new_topic
 from tests.test_config_handlers import BROKER, SET, alter
 from tests.test_txn_storage import compact_config, config, data_batch, marker, produce
-from tests.wire import WireClient, create_topic
 
 EXPIRY_MS = 60_000
 T = 1_700_000_000_000  # the producer state is given the time: any will do

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from tests.queue_checker import History, Read, Send, check_queue
+from kafkube.harness.queue_checker import History, Read, Send, check_queue
 
 
 def clean_history() -> tuple[list[Send], dict[int, list[tuple[int, str]]]]:

@@ -13,8 +13,7 @@ from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
 from broker.cluster.image import ClusterImage, PartitionState, TopicMetadata
 from broker.health import behind
-from tests.cluster import cluster_factory  # noqa: F401 (fixture)
-from tests.conftest import wait_until
+from kafkube.harness.waiting import wait_until
 
 
 def _ready(port: int, path: str = "/ready") -> tuple[int, str]:
@@ -40,7 +39,7 @@ def test_behind_names_what_a_broker_has_not_caught_up() -> None:
     assert behind(image, 0, hosted, {0}) == []  # t-2's leader gone: nothing to catch up
 
 
-def test_a_restarted_broker_is_ready_only_back_in_its_isrs(cluster_factory) -> None:  # noqa: F811
+def test_a_restarted_broker_is_ready_only_back_in_its_isrs(cluster_factory) -> None:
     cluster = cluster_factory(3, {"kafkube.health.port": "0", "min.insync.replicas": "2",
                                   "replica.lag.time.max.ms": "3000"})
     cluster.create_topic("orders", 3, 3, {"follower.replication.throttled.replicas": "*"})

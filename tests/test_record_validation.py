@@ -15,8 +15,8 @@ from kio.schema.errors import ErrorCode
 from broker.protocol._recordscan import scan_records
 from broker.protocol.batch_codec import CODEC_ZSTD, Record, encode_batch, read_records
 from broker.protocol.records import HEADER_SIZE, parse_header
+from kafkube.harness.wire import build_batch, recompute_crc
 from tests.test_admin_handlers import create, make_services, new_topic
-from tests.wire import build_batch, recompute_crc
 
 NOW = int(time.time() * 1000)
 

@@ -8,7 +8,7 @@ import time
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
-from tests.conftest import wait_until
+from kafkube.harness.waiting import wait_until
 
 PARTITIONS = 3
 

@@ -10,8 +10,8 @@ from broker.config.broker_config import BrokerConfig
 from broker.server.log_manager import RECOVERY_CHECKPOINT, REPLICATION_CHECKPOINT
 from broker.server.replica_dirs import read_offset_checkpoint
 from broker.server.replica_manager import OPEN_PER_SLICE
-from tests.conftest import open_replicas
-from tests.wire import build_batch
+from kafkube.harness.wire import build_batch
+from tests.support.in_process import open_replicas
 
 PARTITIONS = 5 * OPEN_PER_SLICE
 

@@ -18,9 +18,9 @@ from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
 from broker.protocol.messages import build
-from tests.cluster import Cluster, cluster_factory  # noqa: F401
-from tests.conftest import wait_until
-from tests.wire import WireClient, produce_request, simple_batch
+from kafkube.harness.metadata import Cluster
+from kafkube.harness.waiting import wait_until
+from kafkube.harness.wire import WireClient, produce_request, simple_batch
 
 FAST = {
     "broker.session.timeout.ms": "3000",
@@ -77,7 +77,7 @@ def metric(cluster: Cluster, node: int, name: str) -> float:
     raise AssertionError(f"no metric {name} on broker {node}")
 
 
-def test_acks_all_needs_min_insync_replicas(cluster_factory):  # noqa: F811
+def test_acks_all_needs_min_insync_replicas(cluster_factory):
     cluster = cluster_factory(3, FAST)
     cluster.create_topic("strict", 1, 3, {"min.insync.replicas": "3"})
     with leader_client(cluster, "strict") as client:
@@ -104,7 +104,7 @@ def test_acks_all_needs_min_insync_replicas(cluster_factory):  # noqa: F811
     assert len(values) == 3
 
 
-def test_non_leader_refuses_produce_and_fetch(cluster_factory):  # noqa: F811
+def test_non_leader_refuses_produce_and_fetch(cluster_factory):
     cluster = cluster_factory(3, FAST)
     cluster.create_topic("led", 1, 2)
     state = states(cluster, "led")[0]
@@ -115,7 +115,7 @@ def test_non_leader_refuses_produce_and_fetch(cluster_factory):  # noqa: F811
             assert produce_code(client, "led", acks=1) == ErrorCode.not_leader_or_follower
 
 
-def test_controlled_shutdown_moves_leadership_before_exit(cluster_factory):  # noqa: F811
+def test_controlled_shutdown_moves_leadership_before_exit(cluster_factory):
     cluster = cluster_factory(3, FAST)
     cluster.create_topic("moving", 3, 3, {"min.insync.replicas": "2"})
     producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all",
@@ -146,7 +146,7 @@ def test_controlled_shutdown_moves_leadership_before_exit(cluster_factory):  # n
     cluster.wait_for_isr_with("moving", leader)
 
 
-def test_leadership_returns_to_preferred_replicas(cluster_factory):  # noqa: F811
+def test_leadership_returns_to_preferred_replicas(cluster_factory):
     cluster = cluster_factory(3, {**FAST, "leader.imbalance.check.interval.seconds": "2"})
     cluster.create_topic("balanced", 6, 3)
     preferred = {i: p.replicas[0] for i, p in states(cluster, "balanced").items()}
@@ -162,7 +162,7 @@ def test_leadership_returns_to_preferred_replicas(cluster_factory):  # noqa: F81
                30, "the controller to hand leadership back to the preferred replicas")
 
 
-def test_elect_leaders_preferred(cluster_factory):  # noqa: F811
+def test_elect_leaders_preferred(cluster_factory):
     cluster = cluster_factory(3, {**FAST, "auto.leader.rebalance.enable": "false"})
     cluster.create_topic("elect", 2, 3)
     preferred = {i: p.replicas[0] for i, p in states(cluster, "elect").items()}
@@ -190,7 +190,7 @@ def test_elect_leaders_preferred(cluster_factory):  # noqa: F811
                "the preferred replica to lead again")
 
 
-def test_reassignment_moves_data_under_a_throttle(cluster_factory):  # noqa: F811
+def test_reassignment_moves_data_under_a_throttle(cluster_factory):
     rate = 200_000  # bytes/s to the replica being added
     cluster = cluster_factory(3, {**FAST, "leader.replication.throttled.rate": str(rate)})
     with WireClient.connect(cluster.bootstrap.split(",")[0]) as client:
@@ -244,7 +244,7 @@ def test_reassignment_moves_data_under_a_throttle(cluster_factory):  # noqa: F81
 
 
 @pytest.mark.parametrize("brokers", [1])
-def test_single_broker_cluster_serves_everything(cluster_factory, brokers):  # noqa: F811
+def test_single_broker_cluster_serves_everything(cluster_factory, brokers):
     """The embedded default: one broker is its own controller and sole ISR."""
     cluster = cluster_factory(brokers, FAST)
     assert cluster.controller_id() == 0

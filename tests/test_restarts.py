@@ -6,7 +6,7 @@ shutdown handed leadership to a broker killed a moment before (its lease not yet
 Here a 3-broker cluster is stopped and started whole, in random orders, with each broker in
 turn as the first to start (so the controller), with and without a SIGKILL before the stop;
 after each start every partition's ISR must be whole again within ``replica.lag.time.max.ms``,
-and at the end ``tests.queue_checker`` finds every acknowledged record in the log.
+and at the end ``kafkube.harness.queue_checker`` finds every acknowledged record in the log.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ import pytest
 from confluent_kafka import KafkaError, Producer
 
 from broker.cluster.sqlite import SqliteBackend
-from tests.cluster import Cluster, cluster_factory  # noqa: F401  (fixture)
-from tests.conftest import wait_until
-from tests.queue_checker import History
+from kafkube.harness.metadata import Cluster
+from kafkube.harness.queue_checker import History
+from kafkube.harness.waiting import wait_until
 from tests.test_durability import drain
 
 PARTITIONS = 12
@@ -80,7 +80,7 @@ def start_with_controller(cluster: Cluster, first: int, order: list[int]) -> Non
 
 
 @pytest.mark.timeout(420)
-def test_full_cluster_restarts_bring_every_isr_back(cluster_factory):  # noqa: F811
+def test_full_cluster_restarts_bring_every_isr_back(cluster_factory):
     cluster: Cluster = cluster_factory(3, CONFIG)
     topic = "restarts"
     cluster.create_topic(topic, PARTITIONS, 3)
@@ -133,7 +133,7 @@ def written_with_long_leases(make: Callable[..., Cluster], topic: str,
 
 @pytest.mark.timeout(180)
 def test_controlled_shutdown_never_hands_leadership_to_a_killed_broker(
-        cluster_factory):  # noqa: F811
+        cluster_factory):
     """``kafkube dev`` stopping the survivors right after a broker died: the dead broker's
     lease is still live (9 s), but it fetches no more, so it must get no leadership."""
     topic = "handover"
@@ -167,7 +167,7 @@ def test_controlled_shutdown_never_hands_leadership_to_a_killed_broker(
 
 @pytest.mark.timeout(180)
 def test_a_restarted_broker_hands_leadership_only_to_brokers_renewing_leases(
-        cluster_factory):  # noqa: F811
+        cluster_factory):
     """Two brokers SIGKILLed, one started again at once: it leads on record what it led
     before, and must hand that to the surviving broker, not to the other dead one, whose
     lease still runs for broker.session.timeout.ms."""

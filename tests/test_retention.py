@@ -6,7 +6,7 @@ import contextlib
 
 from confluent_kafka import Consumer, TopicPartition
 
-from tests.conftest import wait_until
+from kafkube.harness.waiting import wait_until
 from tests.test_compat_clients import ck_produce
 
 

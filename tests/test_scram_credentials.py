@@ -33,10 +33,10 @@ from kio.schema.errors import ErrorCode
 
 from broker.cluster.image import ClusterImage
 from broker.cluster.sqlite import SqliteBackend
-from tests.cluster import Cluster, cluster_factory  # noqa: F401
-from tests.conftest import wait_until
-from tests.kafka_tools import CONFIG_COMMAND, kafka_tools  # noqa: F401
-from tests.wire import WireClient
+from kafkube.harness.metadata import Cluster
+from kafkube.harness.waiting import wait_until
+from kafkube.harness.wire import WireClient
+from tests.support.kafka_tools import CONFIG_COMMAND
 
 SHA256, SHA512 = 1, 2  # Kafka's ScramMechanism type ids
 HASHES = {SHA256: "sha256", SHA512: "sha512"}
@@ -116,7 +116,7 @@ def scramp_login(credential: Any, mechanism: int, password: str) -> bool:
     return True
 
 
-def test_credentials_are_stored_described_replaced_and_deleted(cluster_factory):  # noqa: F811
+def test_credentials_are_stored_described_replaced_and_deleted(cluster_factory):
     cluster = cluster_factory(1)
     with WireClient.connect(cluster.bootstrap) as client:
         assert describe(client) == {}
@@ -167,7 +167,7 @@ def test_credentials_are_stored_described_replaced_and_deleted(cluster_factory):
             NOT_FOUND, "Attempt to describe a user credential that does not exist: alice")}
 
 
-def test_describe_refuses_unknown_and_repeated_users(cluster_factory):  # noqa: F811
+def test_describe_refuses_unknown_and_repeated_users(cluster_factory):
     cluster = cluster_factory(1)
     with WireClient.connect(cluster.bootstrap) as client:
         assert alter(client, upsertions=(upsertion("carol", SHA256, "pw"),)) == [
@@ -186,7 +186,7 @@ def test_describe_refuses_unknown_and_repeated_users(cluster_factory):  # noqa: 
         assert describe(client, ["carol"]) == {"carol": [(SHA256, 4096)]}
 
 
-def test_alter_refuses_with_kafkas_codes_and_keeps_the_rest(cluster_factory):  # noqa: F811
+def test_alter_refuses_with_kafkas_codes_and_keeps_the_rest(cluster_factory):
     cluster = cluster_factory(1)
     with WireClient.connect(cluster.bootstrap) as client:
         assert sorted(alter(client, upsertions=(
@@ -266,7 +266,7 @@ def test_alter_refuses_with_kafkas_codes_and_keeps_the_rest(cluster_factory):  #
 
 
 def test_every_broker_sees_credentials_and_a_restarted_cluster_keeps_them(
-        cluster_factory):  # noqa: F811
+        cluster_factory):
     cluster = cluster_factory(3)
     clients = [WireClient.connect(b.bootstrap) for b in cluster.brokers]
     try:
@@ -294,7 +294,7 @@ def test_every_broker_sees_credentials_and_a_restarted_cluster_keeps_them(
 
 
 def test_kafka_config_command_adds_lists_and_deletes_a_credential(
-        kafka_tools, cluster_factory):  # noqa: F811
+        kafka_tools, cluster_factory):
     cluster = cluster_factory(1)
     users = ("--entity-type", "users")
     alice = (*users, "--entity-name", "alice")
@@ -335,7 +335,7 @@ def test_kafka_config_command_adds_lists_and_deletes_a_credential(
         result.stdout + result.stderr), result.describe()
 
 
-def test_librdkafka_admin_client_alters_and_describes(cluster_factory):  # noqa: F811
+def test_librdkafka_admin_client_alters_and_describes(cluster_factory):
     """confluent-kafka's AdminClient: its random salt and salted password make a credential
     scramp accepts, and a refusal reaches it as the KafkaError Kafka's code maps to."""
     cluster = cluster_factory(1)

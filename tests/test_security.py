@@ -27,10 +27,10 @@ from kio.schema.metadata.v12.request import MetadataRequest
 from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 
-from tests.cluster import Cluster, cluster_factory  # noqa: F401
-from tests.conftest import wait_until
-from tests.kafka_tools import KafkaTools, kafka_tools  # noqa: F401
-from tests.security_setup import (
+from kafkube.harness.metadata import Cluster
+from kafkube.harness.waiting import wait_until
+from kafkube.harness.wire import ConnectionClosed, WireClient
+from tests.support.security_setup import (
     ADMIN,
     ADMIN_PASSWORD,
     ALICE,
@@ -40,7 +40,6 @@ from tests.security_setup import (
     make_pki,
     secure_listeners,
 )
-from tests.wire import ConnectionClosed, WireClient
 
 SASL_AUTHENTICATION_FAILED = 58
 STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
@@ -121,7 +120,7 @@ def _one_line(pem: Path) -> str:
     return "\\n\\\n".join(pem.read_text().strip().splitlines())
 
 
-def test_every_client_connects_with_each_protocol(cluster_factory, kafka_tools, pki,  # noqa: F811
+def test_every_client_connects_with_each_protocol(cluster_factory, kafka_tools, pki,
                                                   tmp_path):
     cluster = cluster_factory(1, secure_listeners(pki))
     broker = cluster.brokers[0]
@@ -227,7 +226,7 @@ def _refused(bootstrap: str, conf: dict[str, Any], sasl: bool) -> str:
     return wait_until(reported, 10, "librdkafka reporting the refusal")
 
 
-def test_refused_credentials_and_certificates_are_logged(cluster_factory, kafka_tools,  # noqa: F811
+def test_refused_credentials_and_certificates_are_logged(cluster_factory, kafka_tools,
                                                          pki, tmp_path):
     cluster = cluster_factory(1, secure_listeners(pki))
     broker = cluster.brokers[0]
@@ -267,7 +266,7 @@ def test_refused_credentials_and_certificates_are_logged(cluster_factory, kafka_
     assert "invalid credentials" in result.stdout + result.stderr, result.describe()
 
 
-def test_replication_and_groups_with_tls_and_scram_between_brokers(cluster_factory, pki):  # noqa: F811
+def test_replication_and_groups_with_tls_and_scram_between_brokers(cluster_factory, pki):
     """With ACLs on: the brokers' own principal (User:admin, their SCRAM login on BROKER)
     is a super user, as Kafka's brokers are, so followers may fetch (CLUSTER_ACTION)."""
     cluster = cluster_factory(3, {**secure_listeners(pki, "BROKER"),
@@ -340,7 +339,7 @@ def _closed(sock: socket.socket, timeout: float = 10.0) -> bool:
 
 
 def test_bad_input_on_secure_listeners_is_refused_and_others_are_served(
-        cluster_factory, pki):  # noqa: F811
+        cluster_factory, pki):
     cluster = cluster_factory(1, {**secure_listeners(pki),
                                   "kafkube.authentication.timeout.ms": "1500",
                                   "sasl.server.max.receive.size": "4096"})
@@ -410,7 +409,7 @@ def test_bad_input_on_secure_listeners_is_refused_and_others_are_served(
     assert not any("Traceback" in line for line in broker.output), "".join(broker.output[-40:])
 
 
-def test_sessions_expire_unless_clients_authenticate_again(cluster_factory, pki):  # noqa: F811
+def test_sessions_expire_unless_clients_authenticate_again(cluster_factory, pki):
     """KIP-368: with connections.max.reauth.ms the session has a lifetime; librdkafka
     authenticates again within it and keeps producing; a client that does not is closed
     at its first request after the session ended."""
@@ -456,7 +455,7 @@ def test_sessions_expire_unless_clients_authenticate_again(cluster_factory, pki)
     assert sum("session expired" in line for line in broker.output) == expired_before
 
 
-def test_passwords_and_keys_are_never_described(cluster_factory, pki):  # noqa: F811
+def test_passwords_and_keys_are_never_described(cluster_factory, pki):
     """DescribeConfigs shows a PEM key, a JAAS config with passwords and key passwords as
     Kafka shows its PASSWORD configs: sensitive, without a value, synonyms included."""
     from confluent_kafka.admin import ConfigResource

@@ -14,7 +14,8 @@ import subprocess
 import pytest
 
 from broker.config.broker_config import BrokerConfig, ConfigError
-from tests.conftest import BrokerProcess, wait_until
+from kafkube.harness.process import BrokerProcess
+from kafkube.harness.waiting import wait_until
 
 
 def accepted_buffers(broker: BrokerProcess, client: socket.socket) -> tuple[int, int] | None:

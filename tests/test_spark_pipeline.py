@@ -11,11 +11,10 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from kafkube.harness.waiting import wait_until
 from kafkube_spark import batch, stream
 from kafkube_spark.events import WINDOW_MS, Delivered, Total, expected_totals, orders, produce
-from tests.cluster import cluster_factory  # noqa: F401
-from tests.conftest import wait_until
-from tests.spark_jobs import SparkJob, committed_batches, read_totals
+from tests.support.spark_jobs import SparkJob, committed_batches, read_totals
 
 TOPIC, RESULTS = "orders", "order-totals"
 PARTITIONS = 4
@@ -23,7 +22,7 @@ WATERMARK_MS = 10 * 60_000  # the stream job's default --watermark
 
 
 @pytest.fixture
-def cluster(cluster_factory):  # noqa: F811
+def cluster(cluster_factory):
     cluster = cluster_factory(3, {"min.insync.replicas": "2",
                                   "offsets.topic.replication.factor": "3"})
     cluster.create_topic(TOPIC, PARTITIONS, 3)

@@ -12,7 +12,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.protocol.records import ATTR_TRANSACTIONAL, parse_header
 from broker.storage.producer_state import MAX_EPOCH, ProducerStateManager
-from tests.wire import build_batch
+from kafkube.harness.wire import build_batch
 
 PID = 7
 

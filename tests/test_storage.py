@@ -16,7 +16,7 @@ from broker.storage.index import PENDING_LIMIT
 from broker.storage.leader_epoch import LeaderEpochCache
 from broker.storage.log import Log, LogConfig, OffsetOutOfRange
 from broker.storage.segment import TAIL_BATCHES
-from tests.wire import build_batch, recompute_crc
+from kafkube.harness.wire import build_batch, recompute_crc
 
 TS = 1_700_000_000_000
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from broker.config.broker_config import BrokerConfig
 from broker.server.replica_dirs import DELETE_SUFFIX, STRAY_SUFFIX
-from tests.conftest import open_replicas
-from tests.wire import build_batch
+from kafkube.harness.wire import build_batch
+from tests.support.in_process import open_replicas
 
 
 def _broker(tmp_path: Path):

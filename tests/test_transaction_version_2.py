@@ -19,11 +19,10 @@ from kio.schema.produce.v12.request import (
 )
 
 from broker.protocol.records import ATTR_TRANSACTIONAL
-from tests.cluster import cluster_factory  # noqa: F401 (fixture)
-from tests.conftest import wait_until
-from tests.kafka_tools import FEATURE_COMMAND, kafka_tools  # noqa: F401 (fixture)
+from kafkube.harness.waiting import wait_until
+from kafkube.harness.wire import WireClient, build_batch
+from tests.support.kafka_tools import FEATURE_COMMAND
 from tests.test_transactions import FAST_TIMEOUTS, _coordinator_client, _ends, _init
-from tests.wire import WireClient, build_batch
 
 TOPIC = "tv2"
 TXN_ID = "txn-tv2"
@@ -36,7 +35,7 @@ def _features(answer) -> tuple[dict[str, tuple[int, int]], dict[str, int]]:
 
 
 def test_a_new_cluster_finalizes_transaction_version_2_and_kafka_features_changes_it(
-        cluster_factory, kafka_tools) -> None:  # noqa: F811
+        cluster_factory, kafka_tools) -> None:
     cluster = cluster_factory(1)
     with WireClient.connect(cluster.brokers[0].bootstrap) as c:
         assert _features(c.request(ApiVersionsV4(client_software_name="t",
@@ -82,7 +81,7 @@ def _error(client: WireClient, request: ProduceRequest) -> int:
 
 
 def test_a_late_batch_of_an_ended_transaction_is_fenced_not_left_hanging(
-        cluster_factory) -> None:  # noqa: F811
+        cluster_factory) -> None:
     cluster = cluster_factory(3, FAST_TIMEOUTS)
     cluster.create_topic(TOPIC, 2, 3)
     with _coordinator_client(cluster, TXN_ID) as c:

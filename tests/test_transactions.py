@@ -46,9 +46,9 @@ from kio.schema.write_txn_markers.v1.request import (
 
 from broker.cluster.internal_topics import partition_for
 from broker.protocol.records import ATTR_TRANSACTIONAL
-from tests.cluster import Cluster, cluster_factory  # noqa: F401
-from tests.conftest import wait_until
-from tests.wire import WireClient, build_batch, produce
+from kafkube.harness.metadata import Cluster
+from kafkube.harness.waiting import wait_until
+from kafkube.harness.wire import WireClient, build_batch, produce
 
 TXN_TOPIC = "__transaction_state"
 TXN_PARTITIONS = 5
@@ -107,7 +107,7 @@ def _ends(cluster: Cluster, topic: str, partitions: int, isolation: str) -> list
 
 
 @pytest.mark.parametrize("transaction_version", [1, 2])
-def test_read_committed_sees_committed_transactions_only(cluster_factory,  # noqa: F811
+def test_read_committed_sees_committed_transactions_only(cluster_factory,
                                                          transaction_version):
     """librdkafka's producer speaks the protocol before KIP-890 part 2 on either level."""
     cluster = cluster_factory(3, FAST_TIMEOUTS)
@@ -148,7 +148,7 @@ def test_read_committed_sees_committed_transactions_only(cluster_factory,  # noq
     assert sorted(everything) == sorted(committed + aborted)
 
 
-def test_an_older_producer_with_the_same_transactional_id_is_fenced(cluster_factory):  # noqa: F811
+def test_an_older_producer_with_the_same_transactional_id_is_fenced(cluster_factory):
     cluster = cluster_factory(3, FAST_TIMEOUTS)
     cluster.create_topic("fenced", 1, 3)
     zombie = _producer(cluster, "txn-fence")
@@ -239,7 +239,7 @@ def _copy_loop(cluster: Cluster, txn_id: str, expected: int, deadline: float,
 
 
 @pytest.mark.parametrize("kill_coordinator", [False, True], ids=["steady", "coordinator-killed"])
-def test_consume_transform_produce_is_exactly_once(cluster_factory, kill_coordinator):  # noqa: F811
+def test_consume_transform_produce_is_exactly_once(cluster_factory, kill_coordinator):
     cluster = cluster_factory(3, {**FAST_TIMEOUTS, "min.insync.replicas": "2"})
     cluster.create_topic("copy-in", 3, 3)
     cluster.create_topic("copy-out", 3, 3)
@@ -336,7 +336,7 @@ def _txn_produce(cluster: Cluster, txn_id: str, topic: str, partition: int, pid:
     return answer.partition_responses[0].error_code
 
 
-def test_bad_transactional_requests_get_kafkas_error_codes(cluster_factory):  # noqa: F811
+def test_bad_transactional_requests_get_kafkas_error_codes(cluster_factory):
     cluster = cluster_factory(3, FAST_TIMEOUTS)
     cluster.create_topic("bad-txn", 2, 3)
     txn_id = "txn-bad"
@@ -376,7 +376,7 @@ def test_bad_transactional_requests_get_kafkas_error_codes(cluster_factory):  # 
         assert listed.unknown_state_filters == ("Bogus",)
 
 
-def test_writes_outside_their_transaction_are_refused(cluster_factory):  # noqa: F811
+def test_writes_outside_their_transaction_are_refused(cluster_factory):
     """A transactional batch naming no transactional id, offsets committed into a
     transaction that never added the group, a marker where the ISR is short of
     min.insync.replicas, and an old client's fenced EndTxn: each gets Kafka's code, and
@@ -437,7 +437,7 @@ def test_writes_outside_their_transaction_are_refused(cluster_factory):  # noqa:
         cluster, "__consumer_offsets", 5, "read_uncommitted")
 
 
-def test_a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced(cluster_factory):  # noqa: F811
+def test_a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced(cluster_factory):
     cluster = cluster_factory(3, FAST_TIMEOUTS)
     cluster.create_topic("slow-txn", 1, 3)
     txn_id = "txn-slow"
@@ -472,7 +472,7 @@ def test_a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced(clust
         assert stale.markers[0].topics[0].partitions[0].error_code == INVALID_PRODUCER_EPOCH
 
 
-def test_a_new_coordinator_finishes_what_a_killed_one_prepared(cluster_factory):  # noqa: F811
+def test_a_new_coordinator_finishes_what_a_killed_one_prepared(cluster_factory):
     """EndTxn is answered once PrepareCommit is in the ISR; the markers come after. With the
     data partition's leader paused, they cannot be written, and the coordinator is killed
     meanwhile: the broker that takes over its partition of __transaction_state reads the

@@ -3,7 +3,7 @@
 transactional producers committing and aborting at random, read_committed consumers, and
 each kind of fault once (the coordinator of a producer's transactional id and a partition's
 leader, each SIGKILLed and SIGSTOPped); then a full restart, the final read and the
-transactional checker's verdict (tests/txn_checker.py). bench/txn_chaos.py describes it.
+transactional checker's verdict (kafkube/harness/txn_checker.py). bench/txn_chaos.py describes it.
 
 The seed is random unless KAFKUBE_TXN_CHAOS_SEED sets it; it is printed, and it repeats the
 choices (kinds, targets, lengths, the transactions), not the timings."""
@@ -18,11 +18,11 @@ import pytest
 
 from bench.txn_chaos import KINDS, Plan, Run, headline
 from bench.txn_workload import CLUSTER_CONFIG, Load
-from tests.cluster import Cluster, cluster_factory  # noqa: F401  (fixture)
+from kafkube.harness.metadata import Cluster
 
 
 @pytest.mark.timeout(420)
-def test_no_aborted_read_torn_or_lost_transaction_under_faults(cluster_factory):  # noqa: F811
+def test_no_aborted_read_torn_or_lost_transaction_under_faults(cluster_factory):
     seed = int(os.environ.get("KAFKUBE_TXN_CHAOS_SEED") or random.randrange(2**32))
     print(f"seed {seed} (KAFKUBE_TXN_CHAOS_SEED reruns it)")
     cluster: Cluster = cluster_factory(3, CLUSTER_CONFIG)

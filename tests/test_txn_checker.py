@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.txn_checker import (
+from kafkube.harness.txn_checker import (
     Drained,
     Outcome,
     Poll,

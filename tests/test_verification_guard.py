@@ -22,8 +22,8 @@ from broker.handlers.produce import handle_produce
 from broker.protocol.codec import RequestHeader
 from broker.protocol.produce import PartitionData, ProduceRequest, TopicData
 from broker.protocol.records import ATTR_TRANSACTIONAL
+from kafkube.harness.wire import build_batch, decode_response_exact
 from tests.test_admin_handlers import NODE_ID, make_services
-from tests.wire import build_batch, decode_response_exact
 
 PID, EPOCH = 1000, 0
 

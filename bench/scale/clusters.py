@@ -17,7 +17,7 @@ from typing import Any
 
 from bench import kafka
 from bench.cluster import BenchCluster
-from bench.compare import SHARED_BROKER_CONFIG, _silent_logger
+from bench.systems import SHARED_BROKER_CONFIG, silent_logger
 
 
 class RestartableKafka(kafka.KafkaCluster):
@@ -123,7 +123,7 @@ def three_brokers(system: str, libs: Path | None, overrides: dict[str, str] | No
 def admin(bootstrap: str) -> Any:
     from confluent_kafka.admin import AdminClient
 
-    return AdminClient({"bootstrap.servers": bootstrap, "logger": _silent_logger()})
+    return AdminClient({"bootstrap.servers": bootstrap, "logger": silent_logger()})
 
 
 def create_topic_async(bootstrap: str, topic: str, partitions: int, rf: int) -> Any:

@@ -13,9 +13,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from bench import clients
-from bench.compare import PARTITIONS, Meter, Running, create_topic
 from bench.scale.load_points import TOPIC, Point, failure_text
 from bench.scale.sampling import Sampler, busiest, idle_rss_mib, ports_of, profiled, thread_cpu
+from bench.systems import PARTITIONS, Meter, Running, create_topic
 
 # Each of the connection curve's producers may queue this much (librdkafka's default is
 # 1 GiB; 200 producers with bench.clients' 512 MiB could hold the whole run in memory).
@@ -47,7 +47,7 @@ def many_producers(bootstrap: str, topic: str, partitions: int, producers: int, 
               **clients.PRODUCER_CONFIG, "acks": 1, "queue.buffering.max.kbytes": PRODUCER_QUEUE_KB}
     instances = [Producer(config) for _ in range(producers)]
     for producer in instances:
-        clients._check_topic(producer, topic, partitions, deadline)
+        clients.check_topic(producer, topic, partitions, deadline)
     barrier.wait(max(1.0, deadline - time.monotonic()))
     cpu0 = time.process_time()
     start = time.perf_counter()

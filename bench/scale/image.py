@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.cluster import wait_until
 from bench.scale.clusters import create_topic_async, three_brokers, wait_future
 from bench.scale.probes import POLL_S, BrokerWatch
 from bench.scale.recovery_points import Point, why
+from kafkube.harness.waiting import wait_until
 
 # The API server refuses a ConfigMap whose data pass 1 MiB (broker.cluster.kubernetes).
 CONFIGMAP_LIMIT = 1024 * 1024
@@ -69,11 +69,11 @@ def parse_metrics(text: str) -> ApiMetrics:
 
 
 class ControlPlane:
-    """``tests.kube_control_plane.LocalControlPlane`` in a temp dir, with what the image
+    """``kafkube.harness.control_plane.LocalControlPlane`` in a temp dir, with what the image
     curve reads from it: the image ConfigMap and the server's metrics."""
 
     def __init__(self) -> None:
-        from tests.kube_control_plane import LocalControlPlane, build_apiserver
+        from kafkube.harness.control_plane import LocalControlPlane, build_apiserver
 
         self.dir = Path(tempfile.mkdtemp(prefix="kafkube-bench-kube-"))
         self.plane = LocalControlPlane(self.dir / "plane", build_apiserver())
@@ -118,7 +118,7 @@ class ControlPlane:
             return None
 
     def metrics(self) -> ApiMetrics:
-        from tests.kube_control_plane import ADMIN_TOKEN
+        from kafkube.harness.control_plane import ADMIN_TOKEN
 
         context = ssl.create_default_context(cafile=str(self.plane.dir / "ca.crt"))
         request = urllib.request.Request(f"{self.plane.url}/metrics",

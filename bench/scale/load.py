@@ -2,7 +2,7 @@
 with the number of partitions and of producer connections, kafkube beside Apache Kafka
 (issue 17's scale curves).
 
-Both systems run the way ``python -m bench compare`` runs them (``bench.compare.running``:
+Both systems run the way ``python -m bench compare`` runs them (``bench.systems.running``:
 Kafka KRaft from the cached jars, kafkube through ``bench.cluster.BenchCluster``, the same
 ``SHARED_BROKER_CONFIG``), one broker, never at the same time. Every point of a curve gets a
 fresh broker, so memory measured at one point is not left over from the one before; each
@@ -41,14 +41,17 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from bench import compare, kafka
-from bench.compare import PARTITIONS, Running, create_topic, running
+from bench.arguments import comma_list
+from bench.compare_workloads import rdkafka_consume, rdkafka_produce
+from bench.run_info import commit, load_average, machine
 from bench.scale import report
 from bench.scale.connections import measure_connections
 from bench.scale.load_points import CURVES, METRICS, SYSTEMS, Point, failure_text
 from bench.scale.load_report import SECTION, publish
 from bench.scale.partitions import measure_partitions
 from bench.scale.sampling import IDLE_S
+from bench.systems import PARTITIONS, Running, create_topic, running
+from kafkube.harness import kafka_jars
 
 DEFAULT_POINTS = {"partitions": [1, 100, 1000, 10000], "connections": [1, 10, 50, 200]}
 MEASURE = {"partitions": measure_partitions, "connections": measure_connections}
@@ -59,8 +62,8 @@ def warm_up(env: Running, args: argparse.Namespace) -> None:
     timed phase pays for Kafka's JIT."""
     if args.warmup_records:
         create_topic(env, "warmup", 1, {})
-        compare.rdkafka_produce(env, "warmup", args.warmup_records, args, "1")
-        compare.rdkafka_consume(env, "warmup", args.warmup_records, args)
+        rdkafka_produce(env, "warmup", args.warmup_records, args, "1")
+        rdkafka_consume(env, "warmup", args.warmup_records, args)
 
 
 def measure_point(curve: str, x: int, system: str, args: argparse.Namespace,
@@ -87,7 +90,7 @@ def measure_point(curve: str, x: int, system: str, args: argparse.Namespace,
 
 def parse(argv: list[str]) -> argparse.Namespace:
     """The options; ``--points`` stands for the one chosen curve's own option."""
-    ints = compare._list(None, int)
+    ints = comma_list(None, int)
     parser = report.new_parser("scale-load", __doc__, CURVES, "partitions,connections (both)",
                                "kafka,kafkube (both; one alone gives no ratios)")
     parser.add_argument("--points", type=ints,
@@ -141,9 +144,9 @@ def notes(args: argparse.Namespace) -> list[str]:
     size = args.record_size
     return [
         f"one broker per system, a fresh one for every point, {args.warmup_records:,} records "
-        f"produced and consumed untimed first; `bench.compare.SHARED_BROKER_CONFIG`; "
-        f"Apache Kafka {kafka.version()} KRaft (combined node, -Xmx{args.kafka_heap}), kafkube "
-        "`python -m kafkube broker`",
+        f"produced and consumed untimed first; `bench.systems.SHARED_BROKER_CONFIG`; "
+        f"Apache Kafka {kafka_jars.version()} KRaft (combined node, -Xmx{args.kafka_heap}), "
+        "kafkube `python -m kafkube broker`",
         f"partitions: topic of x partitions (RF 1), {args.records:,} records of {size} B "
         f"({args.records * size / 1e9:.2f} GB) produced round-robin (librdkafka, acks=1, "
         "linger.ms=5, batch.size=1 MiB), then consumed from offset 0 (with one more record "
@@ -170,13 +173,13 @@ def main(argv: list[str]) -> int:
     log = report.start_run()
     wall0 = time.monotonic()
 
-    args.libs = kafka.ensure_jars() if "kafka" in args.systems else None
+    args.libs = kafka_jars.ensure_jars() if "kafka" in args.systems else None
     settings = {"rate": args.rate, "records": args.records, "record_size": args.record_size}
     result: dict[str, Any] = {
-        "started": time.strftime("%Y-%m-%d %H:%M %Z"), "commit": compare._commit(),
-        "command": report.command_line("scale-load", argv), "machine": compare.machine(),
+        "started": time.strftime("%Y-%m-%d %H:%M %Z"), "commit": commit(),
+        "command": report.command_line("scale-load", argv), "machine": machine(),
         "settings": settings, "notes": notes(args), "points": []}
-    log(f"machine: {result['machine']}; load average {compare._load()}")
+    log(f"machine: {result['machine']}; load average {load_average()}")
     try:
         for curve, x, system in plan(args):
             log(f"{curve} = {x:,}: {system} ...")
@@ -185,7 +188,7 @@ def main(argv: list[str]) -> int:
         print("interrupted: every broker started has been stopped", file=sys.stderr)
         return 130
     result["notes"].append(f"the run took {(time.monotonic() - wall0) / 60:.1f} min; load "
-                           f"average at end {compare._load()}")
+                           f"average at end {load_average()}")
     report.save_json(args, result, "figures")
     publish(result, write=not args.no_docs and len(args.systems) == len(SYSTEMS))
     print_profiles(result)

@@ -8,10 +8,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench import compare
+from bench.systems import SYSTEMS
 
 CURVES = ("partitions", "connections")
-SYSTEMS = compare.SYSTEMS
+SYSTEMS = SYSTEMS
 TOPIC = "scale"
 UNIT_NAMES = {"partitions": "partitions", "connections": "producer connections"}
 

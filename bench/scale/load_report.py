@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import compare, kafka
+from bench.figures import fmt
+from bench.run_info import ROOT
 from bench.scale import report
 from bench.scale.load_points import (
     CURVES,
@@ -21,10 +22,11 @@ from bench.scale.load_points import (
     find,
     label,
 )
+from kafkube.harness import kafka_jars
 
 SECTION = report.Section("scale-load",
                          "## Scale curves: partitions and producer connections (issue 17)",
-                         compare.ROOT / "docs" / "scale-load.png")
+                         ROOT / "docs" / "scale-load.png")
 
 
 def cell(point: Point | None, key: str) -> str:
@@ -32,7 +34,7 @@ def cell(point: Point | None, key: str) -> str:
         return "-"
     if key in point.values:
         value = point.values[key]
-        return f"{value:,.0f}" if key == "connections" else compare._fmt(value)
+        return f"{value:,.0f}" if key == "connections" else fmt(value)
     return point.failed.get(key, "-")
 
 
@@ -60,7 +62,7 @@ def table_rows(points: list[Point], settings: dict[str, Any]) -> list[list[str]]
     return rows
 
 
-HEAD = ["curve", "figure", "unit", "x", f"Kafka {kafka.version()}", "kafkube",
+HEAD = ["curve", "figure", "unit", "x", f"Kafka {kafka_jars.version()}", "kafkube",
         "kafkube/Kafka", "better"]
 
 
@@ -269,7 +271,7 @@ def write_docs(result: dict[str, Any], docs: Path | None = None,
     chart_path = chart_path or SECTION.chart
     points = [Point(**p) for p in result["points"]]
     chart(points, result["settings"], chart_path,
-          f"kafkube and Apache Kafka {kafka.version()}, one broker each, "
+          f"kafkube and Apache Kafka {kafka_jars.version()}, one broker each, "
           f"{result['started']}; {result['machine']}")
     SECTION.write(docs_block(result, chart_path), docs)
 

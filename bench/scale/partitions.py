@@ -10,11 +10,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from bench import clients, compare
-from bench.cluster import wait_until
-from bench.compare import Meter, Running, create_topic
+from bench import clients
 from bench.scale.load_points import PARTITION_METRICS, TOPIC, Point, failure_text
 from bench.scale.sampling import Sampler, busiest, idle_rss_mib, profiled, thread_cpu
+from bench.systems import Meter, Running, create_topic, silent_logger
+from kafkube.harness.waiting import wait_until
 
 REFUSED_BATCH = "excessively large"  # "... batch operation" / "... number of partitions"
 STEP = 5000
@@ -22,7 +22,7 @@ STEP = 5000
 
 def timed_create(env: Running, partitions: int, timeout: float, raw: dict[str, Any]) -> float:
     """Seconds from CreateTopics to the third metadata answer in a row with every partition
-    led (bench.compare.create_topic; its streak adds ~0.2 s to every point alike).
+    led (bench.systems.create_topic; its streak adds ~0.2 s to every point alike).
 
     Kafka's controller refuses one request adding 10,000 partitions or more (its metadata
     batch limit, KAFKA-17870: POLICY_VIOLATION "Excessively large number of partitions per
@@ -59,7 +59,7 @@ def grow_topic(env: Running, total: int, timeout: float) -> None:
     from confluent_kafka.admin import AdminClient, NewPartitions
 
     admin = AdminClient({"bootstrap.servers": env.bootstrap,
-                         "logger": compare._silent_logger()})
+                         "logger": silent_logger()})
     admin.create_partitions([NewPartitions(TOPIC, total)],
                             request_timeout=30)[TOPIC].result(timeout)
 
@@ -94,7 +94,7 @@ def write_each(bootstrap: str, topic: str, partitions: int, record_size: int,
                          "acks": 1, "message.timeout.ms": int(timeout * 1000),
                          "log_level": 3,  # not a warning per partition while leaders move
                          "on_delivery": on_delivery})
-    clients._check_topic(producer, topic, partitions, deadline)
+    clients.check_topic(producer, topic, partitions, deadline)
     payload = os.urandom(record_size)
     start = time.perf_counter()
     for partition in range(partitions):

@@ -26,7 +26,7 @@ class Probe:
 
     def request(self, body: Any) -> Any | None:
         """The decoded response, or None if the broker cannot be reached or fails."""
-        from tests.wire import ConnectionClosed, WireClient
+        from kafkube.harness.wire import ConnectionClosed, WireClient
 
         try:
             if self._client is None:
@@ -45,7 +45,7 @@ class Probe:
 
 
 def metadata_request(topic: str) -> Any:
-    from tests.wire import metadata_request as request
+    from kafkube.harness.wire import metadata_request as request
 
     return request([topic], auto_create=False)
 

@@ -12,12 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from bench import clients
-from bench.broker import cpu_seconds
-from bench.cluster import wait_until
-from bench.compare import PARTITIONS
 from bench.scale.clusters import Node, create_topic_async, single_node
 from bench.scale.probes import POLL_S, Probe, fetch_works, latest_offsets, led, metadata_request
 from bench.scale.recovery_points import Point
+from bench.systems import PARTITIONS
+from kafkube.harness.procstat import cpu_seconds
+from kafkube.harness.waiting import wait_until
 
 RECORD_SIZE = 1024
 TOPIC = "scale-recovery"

@@ -13,7 +13,7 @@
    over its own connection, answers Metadata with every partition led and a full ISR.
 3. **image** (kafkube only: KRaft keeps its metadata in its own replicated log, nothing like
    one object in an API server): 3 brokers on the Kubernetes backend against a real
-   kube-apiserver and etcd (``tests.kube_control_plane``); topics are created until the
+   kube-apiserver and etcd (``kafkube.harness.control_plane``); topics are created until the
    cluster holds 100, 1,000, 5,000 and 10,000 partitions (``--image-partitions``), and each
    step reports the image ConfigMap's size (against the API server's 1 MiB limit), the time
    until the CreateTopics is in it, and the API server's PUT latency for ConfigMaps.
@@ -33,8 +33,8 @@ import traceback
 from collections.abc import Callable
 from dataclasses import asdict
 
-from bench import compare, kafka
-from bench.compare import PARTITIONS, machine
+from bench.arguments import comma_list
+from bench.run_info import commit, load_average, machine
 from bench.scale import report
 from bench.scale.image import image_curve
 from bench.scale.metadata import metadata_point
@@ -42,11 +42,13 @@ from bench.scale.probes import POLL_S
 from bench.scale.recovery import RECORD_SIZE, recovery_point
 from bench.scale.recovery_points import Point, describe, run_point, why
 from bench.scale.recovery_report import CURVES, SECTION, publish
+from bench.systems import PARTITIONS
+from kafkube.harness import kafka_jars
 
 
 def run(args: argparse.Namespace, log: Callable[[str], None]) -> list[Point]:
     points: list[Point] = []
-    libs = kafka.ensure_jars() if "kafka" in args.systems else None
+    libs = kafka_jars.ensure_jars() if "kafka" in args.systems else None
     if "recovery" in args.curves:
         for size in args.sizes:
             for system in args.systems:
@@ -78,10 +80,10 @@ def command(argv: list[str]) -> str:
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
-    ints = compare._list(None, int)
+    ints = comma_list(None, int)
     parser = report.new_parser("scale-recovery", __doc__, CURVES, "recovery,metadata,image (all)",
                                "kafka,kafkube (both; the image curve is kafkube's alone)")
-    parser.add_argument("--sizes", type=compare._list(None, float), default=[1.0, 10.0, 30.0],
+    parser.add_argument("--sizes", type=comma_list(None, float), default=[1.0, 10.0, 30.0],
                         help="GB of log for the recovery curve (1,10,30)")
     parser.add_argument("--metadata-partitions", type=ints, default=[100, 1000, 5000],
                         help="partitions per CreateTopics, metadata curve (100,1000,5000; "
@@ -111,13 +113,13 @@ def main(argv: list[str]) -> int:
         "broker, asked over its own connection from a thread of its own every "
         f"{POLL_S:g} s, answers every partition led with a full ISR",
         "- image: 3 kafkube brokers, Kubernetes backend, kube-apiserver + etcd on loopback "
-        "(tests/kube_control_plane.py); the cluster grows by one CreateTopics (RF 3) per "
+        "(kafkube/harness/control_plane.py); the cluster grows by one CreateTopics (RF 3) per "
         "point; seconds until the ConfigMap holds the topic; PUT ms: kube-apiserver's "
         "mean ConfigMap PUT latency over the step; encode/decode: the whole image, timed in "
         "the benchmark process. A step starts once every broker answers Metadata for the "
         "one before, when the brokers may still be creating its log files, so its times "
         "include that work",
-        f"- Apache Kafka {kafka.version()}: KRaft, combined broker+controller nodes; both get "
+        f"- Apache Kafka {kafka_jars.version()}: KRaft, combined broker+controller nodes; both get "
         "bench compare's shared broker settings (1 GiB segments, no fsync)",
         "- growth is judged on marginal cost (seconds added per GB or per 1,000 partitions "
         "between the smallest and largest point), which a fixed start-up cost (a JVM, a KRaft "
@@ -130,8 +132,8 @@ def main(argv: list[str]) -> int:
         print("interrupted: every broker started has been stopped", file=sys.stderr)
         return 130
     header.append(f"- took {(time.monotonic() - wall0) / 60:.1f} min; load average at end "
-                  + compare._load())
-    result = {"started": started, "commit": compare._commit(), "machine": machine(),
+                  + load_average())
+    result = {"started": started, "commit": commit(), "machine": machine(),
               "command": command(argv),
               "header": header, "points": [asdict(p) for p in points]}
     report.save_json(args, result, "points")

@@ -7,16 +7,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bench import compare, kafka
-from bench.compare import SYSTEMS
+from bench.run_info import ROOT
 from bench.scale import report
 from bench.scale.image import CHURN_BROKERS, MAX_PACKED
 from bench.scale.recovery_points import Point
+from bench.systems import SYSTEMS
+from kafkube.harness import kafka_jars
 
 CURVES = ("recovery", "metadata", "image")
 SECTION = report.Section("scale-recovery", "## Scale curves: recovery, metadata propagation, "
                          "the cluster image (issue 17)",
-                         compare.ROOT / "docs" / "scale-recovery.png")
+                         ROOT / "docs" / "scale-recovery.png")
 
 
 def _x(curve: str, x: float) -> str:
@@ -141,7 +142,7 @@ def chart(points: list[Point], path: Path, title: str) -> None:
     latency vs partitions."""
     fig, axes = report.pyplot().subplots(1, 3, figsize=(16, 4.8))
     colors = report.COLORS
-    names = {"kafka": f"Apache Kafka {kafka.version()}", "kafkube": "kafkube"}
+    names = {"kafka": f"Apache Kafka {kafka_jars.version()}", "kafkube": "kafkube"}
     for system in SYSTEMS:
         rec = sorted((p for p in points if p.curve == "recovery" and p.system == system),
                      key=lambda p: p.x)
@@ -220,7 +221,7 @@ def publish(result: dict[str, Any], write: bool) -> None:
     print(f"machine: {result['machine']}")
     print(f"command: {result['command']}")
     if write:
-        chart(points, SECTION.chart, f"kafkube vs Apache Kafka {kafka.version()}, "
+        chart(points, SECTION.chart, f"kafkube vs Apache Kafka {kafka_jars.version()}, "
                              f"{result['started']}; {result['machine']}")
         write_docs(section(result, SECTION.chart))
         print(f"written: {SECTION.docs} and {SECTION.chart}")

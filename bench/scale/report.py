@@ -17,7 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.compare import DOCS, SYSTEMS, _list
+from bench.arguments import comma_list
+from bench.run_info import DOCS
+from bench.systems import SYSTEMS
 
 COLORS = {"kafka": "#4c72b0", "kafkube": "#dd8452"}
 
@@ -88,7 +90,7 @@ def publish_run(name: str, result: dict[str, Any], headline: list[str],
     """A fault run's figures: the summary printed, the whole result as JSON under the
     cache's bench/ (``<name>-<time>-<seed>.json``), and with ``docs`` its block there
     ("## The last long run"). ``align``: the markdown table's, l or r per column."""
-    from tests.e2e.platform import cache_dir
+    from kafkube.harness.kind.platform import cache_dir
 
     right = tuple(i for i, a in enumerate(align) if a == "r")
     print("\n" + "\n".join(headline) + "\n\n" + plain(rows, right=right, rule=True))
@@ -152,8 +154,8 @@ def new_parser(name: str, description: str | None, curves: tuple[str, ...],
     --systems, each a comma-separated subset."""
     parser = argparse.ArgumentParser(prog=f"python -m bench {name}", description=description,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--curves", type=_list(curves), default=list(curves), help=curves_help)
-    parser.add_argument("--systems", type=_list(SYSTEMS), default=list(SYSTEMS),
+    parser.add_argument("--curves", type=comma_list(curves), default=list(curves), help=curves_help)
+    parser.add_argument("--systems", type=comma_list(SYSTEMS), default=list(SYSTEMS),
                         help=systems_help)
     return parser
 

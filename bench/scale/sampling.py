@@ -13,9 +13,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from bench.broker import cpu_times, rss_bytes
-from bench.compare import Running
 from bench.scale.load_points import Point
+from bench.systems import Running
+from kafkube.harness.procstat import cpu_times, rss_bytes
 
 MiB = 1 << 20
 SAMPLE_S = 0.1  # RSS / connection sampling interval

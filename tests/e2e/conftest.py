@@ -8,9 +8,15 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.e2e.deployment import NAMESPACE, WORKLOAD_IMAGE
-from tests.e2e.operated import installed_operator, namespace_of
-from tests.e2e.platform import KIND_SH, Cluster, existing_cluster, own_kind_cluster, run_script
+from kafkube.harness.kind.deployment import NAMESPACE, WORKLOAD_IMAGE
+from kafkube.harness.kind.operated import installed_operator, namespace_of
+from kafkube.harness.kind.platform import (
+    KIND_SH,
+    Cluster,
+    existing_cluster,
+    own_kind_cluster,
+    run_script,
+)
 
 # The session's cluster comes up inside the first e2e test: pytest-timeout counts fixture set-up.
 E2E_TIMEOUT = 3600

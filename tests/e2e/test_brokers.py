@@ -10,12 +10,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.conftest import wait_until
-from tests.e2e.deployment import BOOTSTRAP, BROKERS, Brokers, deploy, undeploy
-from tests.e2e.history import read_drain, read_produce
-from tests.e2e.platform import Cluster, KubectlError
-from tests.e2e.streams import acked, checked, stream, unwritable
-from tests.queue_checker import History
+from kafkube.harness.kind.deployment import BOOTSTRAP, BROKERS, Brokers, deploy, undeploy
+from kafkube.harness.kind.history import read_drain, read_produce
+from kafkube.harness.kind.platform import Cluster, KubectlError
+from kafkube.harness.kind.streams import acked, checked, stream, unwritable
+from kafkube.harness.queue_checker import History
+from kafkube.harness.waiting import wait_until
 
 
 @pytest.fixture(scope="module")

@@ -12,8 +12,8 @@ import os
 from bench.chaos import Plan, Run, headline, table
 from bench.chaos_faults import FAULTS, ON_NODES
 from bench.scale.report import plain
-from tests.e2e.operated import namespace_of
-from tests.e2e.platform import Cluster
+from kafkube.harness.kind.operated import namespace_of
+from kafkube.harness.kind.platform import Cluster
 
 SEED = int(os.environ.get("KAFKUBE_CHAOS_SEED", "27"))
 

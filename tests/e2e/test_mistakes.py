@@ -13,13 +13,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.conftest import wait_until
-from tests.e2e.deployment import Brokers
-from tests.e2e.history import read_drain, read_produce
-from tests.e2e.operated import example_cluster, namespace_of
-from tests.e2e.platform import Cluster, KubectlError
-from tests.e2e.streams import checked, stream
-from tests.queue_checker import History
+from kafkube.harness.kind.deployment import Brokers
+from kafkube.harness.kind.history import read_drain, read_produce
+from kafkube.harness.kind.operated import example_cluster, namespace_of
+from kafkube.harness.kind.platform import Cluster, KubectlError
+from kafkube.harness.kind.streams import checked, stream
+from kafkube.harness.queue_checker import History
+from kafkube.harness.waiting import wait_until
 
 NAME = "oops"
 TOPIC = "e2e-mistakes"

@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from tests.e2e.platform import Cluster, KubectlError
+from kafkube.harness.kind.platform import Cluster, KubectlError
 
 IMAGE = "localhost/kafkube:dev"
 ZONE = "topology.kubernetes.io/zone"

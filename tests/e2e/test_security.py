@@ -25,10 +25,10 @@ import pytest
 import yaml
 from cryptography import x509
 
-from tests.conftest import wait_until
-from tests.e2e.deployment import WORKLOAD_IMAGE, Brokers
-from tests.e2e.operated import namespace_of
-from tests.e2e.platform import Cluster, KubectlError
+from kafkube.harness.kind.deployment import WORKLOAD_IMAGE, Brokers
+from kafkube.harness.kind.operated import namespace_of
+from kafkube.harness.kind.platform import Cluster, KubectlError
+from kafkube.harness.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 CLIENT = Path(__file__).with_name("secure_client.py")

@@ -14,10 +14,10 @@ import pyspark
 import pytest
 import yaml
 
+from kafkube.harness.kind.deployment import Brokers
+from kafkube.harness.kind.operated import example_cluster, namespace_of
+from kafkube.harness.kind.platform import Cluster
 from kafkube_spark.events import Total, expected_totals, orders, recent_start
-from tests.e2e.deployment import Brokers
-from tests.e2e.operated import example_cluster, namespace_of
-from tests.e2e.platform import Cluster
 
 REPO = Path(__file__).resolve().parents[2]
 EVENTS = 5000

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import json
 import uuid
-from pathlib import Path
 
-from tests.conftest import wait_until
-from tests.e2e.platform import Cluster, KubectlError
+from kafkube.harness.checkout import REPO
+from kafkube.harness.kind.platform import Cluster, KubectlError
+from kafkube.harness.waiting import wait_until
 
-REPO = Path(__file__).resolve().parents[2]
 NAMESPACE = "kafkube"  # the reference manifest's ClusterRoleBinding names it
 BOOTSTRAP = f"kafkube-bootstrap.{NAMESPACE}.svc:9092"
 WORKLOAD_IMAGE = "localhost/kafkube-workload:dev"

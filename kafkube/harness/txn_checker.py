@@ -1,6 +1,6 @@
 """A checker for transactional histories, as Jepsen checked Bufstream (issue 28).
 
-The queue checker (tests/queue_checker.py) judges single records; this one judges
+The queue checker (kafkube/harness/queue_checker.py) judges single records; this one judges
 transactions, each of which writes records to several partitions and then commits or aborts.
 A history is what the clients saw:
 
@@ -292,7 +292,7 @@ def _check_sessions(report: TxnReport, sessions: list[Poll],
 class TxnHistory:
     """A recorder for a live workload: transactional producer threads, their delivery
     callbacks, consumer threads. Recording takes no lock (an event appended to a deque,
-    atomic under the GIL), for tests/queue_checker.py's reason: confluent_kafka can call a
+    atomic under the GIL), for kafkube/harness/queue_checker.py's reason: confluent_kafka can call a
     callback with a Python exception pending, and a lock taken there may never be released.
     Queries fold the events in under a lock."""
 

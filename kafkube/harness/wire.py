@@ -1,4 +1,4 @@
-"""A tiny synchronous Kafka client for tests, and a v2 record batch builder.
+"""A tiny synchronous Kafka client for tests and benchmarks, and a v2 record batch builder.
 
 ``WireClient`` speaks the protocol with the broker's own sans-IO codec (kio request and
 response dataclasses): one blocking socket, incrementing correlation ids, exact frame reads

@@ -33,7 +33,9 @@ from typing import IO, Any
 
 import pytest
 
-JAVA_TXN_DIR = Path(__file__).resolve().parent / "clients" / "java-txn"
+from tests.support import CLIENTS_DIR
+
+JAVA_TXN_DIR = CLIENTS_DIR / "java-txn"
 SOURCES = ("TxnCheck.java", "WordCount.java")
 # Beyond a program's own --timeout-s: its watchdog ends it at most this much later (client
 # calls in flight, KafkaStreams.close), so the JSON is always printed before we kill it.

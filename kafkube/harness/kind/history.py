@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from itertools import pairwise
 
-from tests.queue_checker import History
+from kafkube.harness.queue_checker import History
 
 
 @dataclass

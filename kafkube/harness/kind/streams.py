@@ -3,10 +3,10 @@ the scenarios of the reference deployment and of the operator."""
 
 from __future__ import annotations
 
-from tests.conftest import wait_until
-from tests.e2e.deployment import Brokers
-from tests.e2e.history import Produced
-from tests.queue_checker import History
+from kafkube.harness.kind.deployment import Brokers
+from kafkube.harness.kind.history import Produced
+from kafkube.harness.queue_checker import History
+from kafkube.harness.waiting import wait_until
 
 
 def checked(history: History, produced: Produced, drained: int, idempotent: bool = True) -> str:

@@ -15,7 +15,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from kafkube.harness.checkout import REPO
+
 KIND_SH = REPO / "scripts" / "kind.sh"
 IMAGE_SH = REPO / "scripts" / "image.sh"
 # Long enough for a warm `up` (~2 min) and, with an empty cache, the whole build.

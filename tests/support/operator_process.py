@@ -3,7 +3,6 @@ tests: its output kept for the failure report, its metrics endpoint on a port of
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import threading
@@ -11,11 +10,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from kafkube.harness.ports import free_port
 
 
 class OperatorProcess:

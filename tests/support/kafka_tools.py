@@ -1,15 +1,13 @@
 """Apache Kafka's own command-line tools, run against kafkube as a user would run them.
 
-The jars are the ones ``python -m bench compare`` uses (``bench/setup_kafka.sh``: the
+The jars are the ones ``python -m bench compare`` uses (``kafkube.harness.kafka_jars``: the
 ``kafka_2.13`` and ``kafka-tools`` artifacts from Maven Central with their dependencies,
 cached under ``~/.cache/kafkube/kafka-<version>/libs``; ``scripts/setup.sh`` fetches them).
 A tool runs as ``kafka-run-class.sh`` would run it, ``java -cp 'libs/*' <main class> …``, in
 a JVM of its own with options for a short life (C1 only, serial GC): these tools spend most
 of their time starting.
 
-Use the ``kafka_tools`` fixture (session-scoped; import it into the test module)::
-
-    from tests.kafka_tools import kafka_tools  # noqa: F401
+Use the ``kafka_tools`` fixture (session-scoped; registered by tests/conftest.py)::
 
     def test_x(kafka_tools, cluster_factory):
         out = kafka_tools.run(TOPIC_COMMAND, "--bootstrap-server", b, "--list").stdout
@@ -29,8 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.kafka import HERE as KAFKA_CONF
-from bench.kafka import ensure_jars
+from kafkube.harness.kafka_jars import KAFKA_CONF, ensure_jars
+from kafkube.harness.process_group import kill_group
 
 TOPIC_COMMAND = "org.apache.kafka.tools.TopicCommand"
 CONFIG_COMMAND = "org.apache.kafka.tools.ConfigCommand"  # kafka.admin. until Kafka 4.1
@@ -93,7 +91,7 @@ class KafkaTools:
             try:
                 proc.communicate(stdin.encode() if stdin is not None else None, timeout)
             except subprocess.TimeoutExpired:
-                _kill_group(proc)
+                kill_group(proc)
                 out.seek(0)
                 raise ToolFailed(f"{main} {' '.join(args)} still running after {timeout}s; "
                                  f"killed\n{out.read().decode(errors='replace')[-4000:]}") from None
@@ -117,7 +115,7 @@ class KafkaTools:
         try:
             yield tool
         finally:
-            _kill_group(proc)
+            kill_group(proc)
             tool.join()
 
 
@@ -154,16 +152,6 @@ class RunningTool:
     def join(self) -> None:
         for thread in self._threads:
             thread.join(10)
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    for sig, wait in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 10.0)):
-        if proc.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, sig)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(wait)
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,7 @@
-"""A real Kubernetes API server on loopback for the integration tier: Debian's etcd and a
-kube-apiserver built from the Go module proxy (scripts/kubernetes.sh), with a CA, a serving
-certificate and a service-account key of the run's own, and a kubeconfig for an admin.
+"""A real Kubernetes API server on loopback for the integration tier and the benchmarks of
+the metadata image: Debian's etcd and a kube-apiserver built from the Go module proxy
+(scripts/kubernetes.sh), with a CA, a serving certificate and a service-account key of the
+run's own, and a kubeconfig for an admin.
 
 No nodes: this tier tests what talks to the API server (the Kubernetes coordination backend).
 The e2e tier runs kind. The server can be paused (SIGSTOP), killed and restarted on the same
@@ -11,23 +12,17 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import ssl
 import subprocess
 import time
 import urllib.request
 from pathlib import Path
 
-from broker.dev import prepare_child
+from kafkube.harness.checkout import repo_file
+from kafkube.harness.ports import free_port
+from kafkube.harness.process_group import die_with_parent
 
-REPO = Path(__file__).resolve().parent.parent
 ADMIN_TOKEN = "kafkube-admin-token"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _openssl(*args: str) -> None:
@@ -83,7 +78,7 @@ class LocalControlPlane:
                  "--listen-client-urls", client, "--advertise-client-urls", client,
                  "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
                  "--initial-cluster", f"default={peer}"],
-                stdout=out, stderr=subprocess.STDOUT, preexec_fn=prepare_child)
+                stdout=out, stderr=subprocess.STDOUT, preexec_fn=die_with_parent)
 
     def start_apiserver(self, timeout: float = 90) -> None:
         d = self.dir
@@ -101,9 +96,9 @@ class LocalControlPlane:
             "--service-cluster-ip-range=10.96.0.0/16",
         ]
         with open(d / "apiserver.log", "ab") as out:
-            # Gone with the test run even when it is killed (prepare_child: PDEATHSIG).
+            # Gone with the test run even when it is killed (die_with_parent: PDEATHSIG).
             self.apiserver = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT,
-                                              preexec_fn=prepare_child)
+                                              preexec_fn=die_with_parent)
         self.wait_ready(timeout)
 
     def wait_ready(self, timeout: float) -> None:
@@ -176,6 +171,7 @@ current-context: local
 
 def build_apiserver() -> Path:
     """The kube-apiserver binary, built once and cached (scripts/kubernetes.sh)."""
-    out = subprocess.run(["bash", str(REPO / "scripts" / "kubernetes.sh"), "kube-apiserver"],
+    script = repo_file("scripts", "kubernetes.sh")
+    out = subprocess.run(["bash", str(script), "kube-apiserver"],
                          check=True, capture_output=True, text=True)
     return Path(out.stdout.strip().splitlines()[-1]) / "kube-apiserver"

@@ -9,13 +9,12 @@ import json
 import subprocess
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import yaml
 
-from tests.e2e.platform import Cluster, KubectlError
+from kafkube.harness.checkout import REPO
+from kafkube.harness.kind.platform import Cluster, KubectlError
 
-REPO = Path(__file__).resolve().parents[2]
 OPERATOR_NAMESPACE = "kafkube-system"
 
 

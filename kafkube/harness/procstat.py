@@ -1,0 +1,50 @@
+"""A process's CPU and memory, and the machine's, from /proc: who was busy during a run.
+
+Zeros where /proc is not there (not Linux) or the process is gone."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid``; 0.0 where /proc is unavailable."""
+    return sum(cpu_times(pid))
+
+
+def cpu_times(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds of process ``pid``; zeros where /proc is unavailable."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0, 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
+
+
+def rss_bytes(pid: int) -> int:
+    """VmRSS of ``pid`` in bytes; 0 once it is gone (or a zombie, which has no VmRSS)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0
+    for line in status.splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds all cores spent busy (not idle or iowait) since boot, from /proc/stat.
+
+    Compared with the broker's and the client's own CPU it shows whether the machine was
+    saturated, or shared with something else, during a phase.
+    """
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except OSError:
+        return 0.0
+    busy = sum(fields[:8]) - fields[3] - fields[4]  # user..steal, less idle and iowait
+    return busy / os.sysconf("SC_CLK_TCK")
