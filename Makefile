@@ -1,7 +1,7 @@
 # The two commands of the README. Each sets up what it needs first (scripts/setup.sh is
 # idempotent and caches under ~/.cache/kafkube): the demo only the local cluster's and the
 # Spark job's needs, the tests everything (Kubernetes binaries, kind, the test clients).
-.PHONY: demo test e2e setup setup-demo lint bench fuzz chaos txn-chaos
+.PHONY: demo test unit integration e2e setup setup-demo lint bench fuzz chaos txn-chaos
 
 setup:
 	bash scripts/setup.sh
@@ -12,9 +12,19 @@ setup-demo:
 demo: setup-demo
 	.venv/bin/python scripts/demo.py
 
+# Every tier: tests/unit, tests/integration, then tests/e2e (tests/conftest.py orders them).
 test: setup
 	.venv/bin/ruff check .
 	.venv/bin/pytest -q -p no:cacheprovider
+
+# One tier alone. The unit tier (tests/unit) starts no process and no server: it needs only
+# the virtualenv, and takes seconds.
+unit: setup-demo
+	.venv/bin/pytest -q -p no:cacheprovider tests/unit
+
+# Broker processes, the kube-apiserver, the Java and Go clients, Spark in local mode.
+integration: setup
+	.venv/bin/pytest -q -p no:cacheprovider tests/integration
 
 # Only the end-to-end scenarios on kind (tests/e2e); KAFKUBE_DRY_RUN=1 prints the commands.
 e2e: setup

@@ -11,7 +11,7 @@ close the connection (framing errors only); a silent connection is a hang.
 Along the way and at the end: the broker's log holds no handler failure, a fresh client
 produces and reads back a record every ``check_every`` frames, and the broker's memory
 stays within a bound. ``python -m bench fuzz`` runs it for a long time (``make fuzz``);
-``tests/test_fuzz.py`` runs a short pass in CI.
+``tests/integration/test_fuzz.py`` runs a short pass in CI.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The transactional workload of ``python -m bench txn-chaos`` (bench/txn_chaos.py) and of
-tests/test_txn_chaos.py: transactional producers, read_committed consumers and the final
+tests/integration/test_txn_chaos.py: transactional producers, read_committed consumers and the final
 drain, all recording into a ``kafkube.harness.txn_checker.TxnHistory``.
 
 Producers (confluent_kafka / librdkafka, each with a ``transactional.id`` of its own) run
@@ -41,7 +41,7 @@ TOPIC = "txn-chaos"
 TXN_TOPIC = "__transaction_state"
 TXN_PARTITIONS = 5
 SESSION_MS = 3000
-# The durability tests' short leases (tests/test_durability.py), so a fault resolves in
+# The durability tests' short leases (tests/integration/test_durability.py), so a fault resolves in
 # seconds, and the transaction log replicated as the topic is.
 CLUSTER_CONFIG = {
     "broker.session.timeout.ms": str(SESSION_MS),

@@ -7,4 +7,5 @@ from __future__ import annotations
 from pathlib import Path
 
 TESTS_DIR = Path(__file__).resolve().parents[1]
+REPO = TESTS_DIR.parent  # the checkout
 CLIENTS_DIR = TESTS_DIR / "clients"  # the Java and Go test clients, built by scripts/setup.sh

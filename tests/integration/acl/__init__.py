@@ -1,0 +1,2 @@
+"""ACLs against real brokers: the ACL admin APIs, the data plane, and every family of
+group and admin APIs."""

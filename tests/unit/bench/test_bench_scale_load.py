@@ -1,0 +1,173 @@
+"""``python -m bench scale-load`` (``bench.scale.load`` and the modules it uses): the pieces
+that decide its figures (memory and connection sampling, the ratio table, the sentence
+naming where kafkube's cost grows faster, the docs section) on made-up points."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from bench.scale import load, load_report, sampling
+from bench.scale import partitions as partitions_module
+from bench.scale.connections import split
+from bench.scale.load_points import Point, failure_text
+from bench.scale.load_report import SECTION, findings, table
+from bench.scale.sampling import Sampler, count_established
+
+SETTINGS = {"rate": 10.0, "records": 1000, "record_size": 1024}
+
+# Two broker-side connections on port 0x2384 (9092), a client side of one (remote 9092),
+# a listening socket (state 0A) and one on another port.
+PROC_NET_TCP = """\
+  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid
+   0: 0100007F:2384 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0
+   1: 0100007F:2384 0100007F:D431 01 00000000:00000000 00:00000000 00000000     0
+   2: 0100007F:2384 0100007F:D432 01 00000000:00000000 00:00000000 00000000     0
+   3: 0100007F:D431 0100007F:2384 01 00000000:00000000 00:00000000 00000000     0
+   4: 0100007F:1F90 0100007F:D433 01 00000000:00000000 00:00000000 00000000     0
+"""
+
+
+def test_established_counts_the_broker_side_only():
+    assert count_established(PROC_NET_TCP, {9092}) == 2
+    assert count_established(PROC_NET_TCP, {9092, 8080}) == 3
+    assert count_established(PROC_NET_TCP, {1234}) == 0
+
+
+
+
+def test_sampler_samples_on_entry_and_exit():
+    with Sampler([os.getpid()], ports={1}) as sampler:
+        pass
+    assert len(sampler.rss) >= 2 and sampler.peak_mib > 1
+    assert sampler.peak_connections == 0
+
+
+def test_split_shares_out_everything():
+    assert split(10, 4) == [3, 3, 2, 2]
+    assert split(200, 4) == [50] * 4
+    assert sum(split(300_001, 4)) == 300_001
+
+
+def test_failure_text_names_timeouts():
+    assert failure_text(TimeoutError("x"), 300) == "timed out after 300 s"
+    assert failure_text(RuntimeError("produce client still running after 360s"), 300) == \
+        "timed out after 300 s"
+    assert failure_text(RuntimeError("boom\nBrokerDied: gone"), 300) == "failed: BrokerDied: gone"
+    assert failure_text(RuntimeError("client failed:\nRuntimeError: produce: 102180 "
+                                     "undelivered, 0 failed (None)"), 300) == \
+        "timed out after 300 s (102,180 unacknowledged)"
+    assert failure_text(RuntimeError('KafkaError{code=POLICY_VIOLATION,val=44,str="x"}'),
+                        300) == "refused: POLICY_VIOLATION"
+
+
+def points() -> list[Point]:
+    """kafkube's CPU per GB grows faster than Kafka's (ratio 0.5 -> 2.0); its throughput
+    keeps pace; at 10,000 partitions kafkube timed out creating the topic."""
+    out = []
+    for x, ka_cpu, ku_cpu, ka_mbps, ku_mbps in ((1, 2.0, 1.0, 100, 200), (100, 2.0, 4.0, 90, 180)):
+        for system, cpu, mbps in (("kafka", ka_cpu, ka_mbps), ("kafkube", ku_cpu, ku_mbps)):
+            out.append(Point("partitions", x, system,
+                             {"produce_cpu": cpu, "produce_mbps": mbps, "rss_idle": 300.0}))
+    out.append(Point("partitions", 10000, "kafka", {"create_s": 5.0}))
+    out.append(Point("partitions", 10000, "kafkube", {}, {"create_s": "timed out after 300 s"}))
+    return out
+
+
+def test_table_has_both_systems_and_the_ratio():
+    text = table(points(), SETTINGS)
+    row = next(line for line in text.splitlines()
+               if "broker CPU per GB produced" in line and " 100 " in line)
+    assert row.split()[-4:] == ["2.00", "4.00", "2.00", "lower"]
+    assert "timed out after 300 s" in text
+    markdown = table(points(), SETTINGS, markdown=True)
+    assert markdown.splitlines()[1].startswith("|---")
+
+
+def test_findings_name_the_figure_that_grows_faster():
+    text = findings(points(), SETTINGS)
+    assert "broker CPU per GB produced" in text and "4.0x worse" in text
+    assert "produce, acks=1" not in text  # its ratio stays 2.0
+    assert text.startswith("Where one system reached a point and the other did not: kafkube "
+                           "at 10,000 partitions, create the topic, until every partition is "
+                           "led: timed out after 300 s")
+    assert "at 1 partition, " in text  # singular
+
+
+def test_findings_when_nothing_grows_faster():
+    even = [Point("connections", x, s, {"produce_cpu": 1.0}) for x in (1, 10)
+            for s in ("kafka", "kafkube")]
+    assert "grows no faster" in findings(even, SETTINGS)
+
+
+def test_replace_section_appends_then_replaces(tmp_path: Path):
+    begin, end, heading = SECTION.begin, SECTION.end, SECTION.heading
+    assert begin == "<!-- scale-load:begin -->" and end == "<!-- scale-load:end -->"
+    original = "# Performance\n\n## Other\n\ntext\n"
+    once = SECTION.replace(original, f"{begin}\nfirst\n{end}")
+    assert once.startswith(original.rstrip("\n")) and heading in once and "first" in once
+    twice = SECTION.replace(once + "\n## Later section\n", f"{begin}\nsecond\n{end}")
+    assert "first" not in twice and "second" in twice and twice.count(heading) == 1
+    assert twice.endswith("## Later section\n")
+
+
+def test_write_docs_writes_chart_and_section(tmp_path: Path):
+    docs, chart = tmp_path / "performance.md", tmp_path / "scale-load.png"
+    docs.write_text("# Performance\n")
+    result = {"started": "today", "commit": "abc", "command": "python -m bench scale-load",
+              "machine": "2 CPUs", "settings": SETTINGS, "notes": ["a note"],
+              "points": [p.__dict__ for p in points()]}
+    load_report.write_docs(result, docs, chart)
+    text = docs.read_text()
+    assert chart.stat().st_size > 0 and "(scale-load.png)" in text
+    assert "`python -m bench scale-load`" in text and "2 CPUs" in text
+
+
+def test_points_option_needs_one_curve():
+    args = load.parse(["--curves", "partitions", "--points", "1,100"])
+    assert args.partition_points == [1, 100]
+    assert load.plan(args) == [("partitions", 1, "kafka"), ("partitions", 1, "kafkube"),
+                                     ("partitions", 100, "kafka"),
+                                     ("partitions", 100, "kafkube")]
+    with pytest.raises(SystemExit):
+        load.parse(["--points", "1,100"])
+
+
+def test_thread_cpu_names_this_process_threads():
+    before = sampling.thread_cpu([os.getpid()])
+    sum(i * i for i in range(300_000))  # some CPU on this thread
+    top = sampling.busiest(before, sampling.thread_cpu([os.getpid()]), top=2)
+    assert top and all(len(t) == 3 for t in top) and top[0][1] + top[0][2] >= 0
+    assert len(top) <= 2
+
+
+def test_thread_notes_for_the_largest_point():
+    pts = points()
+    pts[-2].raw["produce_threads"] = [["data-plane-kafka-request-handler", 20.5, 0.25]]
+    assert load_report.thread_notes(pts) == [
+        "kafka, 10,000 partitions, produce: data-plane-kafka-request-handler 20.5+0.2"]
+
+
+def test_a_refused_large_create_is_made_in_steps(monkeypatch):
+    """Kafka refuses 10,000 new partitions in one request: the topic is created with
+    STEP, then grown STEP at a time, and the point says so."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    calls: list[tuple[str, int]] = []
+
+    def create(_env, _topic, _rf, _config, timeout, partitions):
+        calls.append(("create", partitions))
+        if partitions > partitions_module.STEP:
+            raise KafkaException(KafkaError(KafkaError.POLICY_VIOLATION,
+                                            "Unable to perform excessively large batch "
+                                            "operation."))
+
+    monkeypatch.setattr(partitions_module, "create_topic", create)
+    monkeypatch.setattr(partitions_module, "grow_topic",
+                        lambda _env, total, _timeout: calls.append(("grow", total)))
+    raw: dict = {}
+    partitions_module.timed_create(None, 12_000, 60.0, raw)
+    assert calls == [("create", 12_000), ("create", 5_000), ("grow", 10_000), ("grow", 12_000)]
+    assert "excessively large batch operation" in raw["create_note"]

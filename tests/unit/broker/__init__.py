@@ -1,0 +1,1 @@
+"""Unit tests of the broker (broker/) and of the harness's pure parts."""
