@@ -15,9 +15,9 @@ measure and what `kafkube dev` gives a user:
   samples, a process's CPU and memory;
 - ``wire``, ``queue_checker``, ``txn_checker``: a raw Kafka client and the checkers of what
   a cluster did with a history of writes, shared by tests and benchmarks;
-- ``control_plane`` and ``kind``: a real kube-apiserver on loopback, and the kind cluster of
-  the e2e tier with what runs on it. These drive a source checkout's scripts/ (``checkout``),
-  so they work from a checkout only.
+- ``control_plane``, ``kind`` and ``kafka_jars``: a real kube-apiserver on loopback, the kind
+  cluster of the e2e tier with what runs on it, and Apache Kafka's jars for its tools. These
+  drive a source checkout's scripts (``checkout``), so they work from a checkout only.
 
 It ships with the product because `kafkube dev` uses it. broker/ never imports it (the
 broker's layers stay below the command line: tests/unit/broker/test_layers.py); it imports
