@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The `kubectl apply -f` install bundle (deploy/kafkube-operator.yaml): the Helm chart rendered
 # with its defaults into namespace kafkube-system, the CRDs included. The chart is the one
-# source; tests/test_chart.py fails when the bundle was not rendered again after a change.
+# source; tests/integration/test_chart.py fails when the bundle was not rendered again after a change.
 #   bash scripts/bundle.sh > deploy/kafkube-operator.yaml
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -31,7 +31,7 @@ if [ "$part" = all ]; then
   # The integration tier's Kubernetes API server: Debian's etcd, and openssl for its certificates.
   command -v etcd >/dev/null || need_apt+=(etcd-server)
   command -v openssl >/dev/null || need_apt+=(openssl)
-  # ss reads the broker's socket buffer sizes from the kernel (tests/test_socket_buffers.py).
+  # ss reads the broker's socket buffer sizes from the kernel (tests/integration/test_socket_buffers.py).
   command -v ss >/dev/null || need_apt+=(iproute2)
 fi
 python3 -c 'import os, sys, sysconfig
@@ -87,7 +87,7 @@ lane_maven() {
 }
 lane_go() {
   # kube-apiserver for the integration tier (~5 min cold); Helm and the Prometheus Operator's
-  # and Spark Operator's CRDs (the chart's tests); franz-go (tests/test_franz_go.py); then the
+  # and Spark Operator's CRDs (the chart's tests); franz-go (tests/integration/test_franz_go.py); then the
   # e2e suite's kind cluster: Docker engine, kind, node image with every image it needs, all
   # built offline (scripts/kind.sh; ~15 min cold).
   step kube-apiserver bash scripts/kubernetes.sh kube-apiserver

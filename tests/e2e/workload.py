@@ -3,7 +3,7 @@ image: the broker image plus confluent-kafka), because the brokers' advertised a
 the pods' stable DNS names, which resolve only inside the cluster.
 
 It prints what the client saw, one line per event, for the queue checker on the test's
-side (tests/queue_checker.py) to judge:
+side (kafkube/harness/queue_checker.py) to judge:
 
     produce BOOTSTRAP TOPIC --count N [--acks all] [--rate R] [--seconds S]
             [--partition P] [--trace]
