@@ -109,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     dev.add_argument("--quiet", action="store_true", help="do not relay the brokers' logs")
     dev.set_defaults(func=_dev)
     operator = sub.add_parser(
-        "operator", help="run the Kubernetes operator for KafkaCluster and Topic resources")
+        "operator",
+        help="run the Kubernetes operator for KafkaCluster, Topic and KafkaUser resources")
     operator.add_argument("--kubeconfig", help="outside a cluster: its kubeconfig "
                           "(default: the pod's service account, else ~/.kube/config)")
     operator.add_argument("--namespace", action="append", default=[],
