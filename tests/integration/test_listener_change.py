@@ -319,6 +319,21 @@ def test_a_step_starts_only_once_every_broker_runs_the_one_before() -> None:
     assert "step 1 of 3" in first.description
 
 
+def test_the_step_under_way_stays_in_the_description_while_the_brokers_roll_onto_it() -> None:
+    """The status says which step is under way for the whole step, not only on the pass
+    that started it: the passes between say what it waits for after it."""
+    ref = ClusterRef.of(CLUSTER)
+    plain = LiveBrokers(dict.fromkeys(range(3), "PLAINTEXT://h:9092"))
+    started = next_step(layout(), layout([PLAIN, TLS_LISTENER])).description
+    held = listener_step(snapshot_of(running_cluster(["r2", "r1", "r2"]), plain, ref), CLUSTER,
+                         started)
+    assert held.description.startswith(started) and "step 1 of 3" in held.description
+    assert "waiting for pod prod-1 to be restarted" in held.description
+    assert held.waiting_for is not None and not held.final
+    first = listener_step(snapshot_of(running_cluster(["r2"] * 3), plain, ref), CLUSTER, started)
+    assert first.waiting_for is None and "step 1 of 3" in first.description
+
+
 def test_the_cluster_is_not_ready_between_two_steps() -> None:
     observed = ObservedCluster(pods=3, outdated_pods=0, controller=0,
                                brokers=tuple(BrokerState(i, None, 1) for i in range(3)))

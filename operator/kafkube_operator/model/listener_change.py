@@ -33,6 +33,8 @@ class ListenerStep:
     layout: ListenerLayout
     final: bool
     description: str = ""
+    # What the step under way waits for before the next one (None: a step starts now).
+    waiting_for: str | None = None
 
 
 def next_step(running: ListenerLayout | None, wanted: ListenerLayout) -> ListenerStep:

@@ -70,7 +70,11 @@ def apply_pass(kube: Kube, view: KubernetesBackend, admins: AdminClients, resour
     running_min_isr = deployed_min_isr(snapshot.deployed_properties)
     ceiling = min_isr_ceiling(image) \
         if running_min_isr is None or running_min_isr < wanted_min_isr else None
-    step = listener_step(snapshot, resource)
+    step = listener_step(snapshot, resource, memory.listener_step)
+    if step.final:
+        memory.listener_step = None
+    elif step.waiting_for is None:
+        memory.listener_step = step.description
     applied = apply_cluster(kube, resource, events, scaling.statefulset_replicas,
                             pki.pod_annotations, ceiling, step.layout)
     warnings += applied.warnings
@@ -99,11 +103,13 @@ def deployed_min_isr(deployed: Mapping[str, str]) -> int | None:
     return int(value) if value and value.isdigit() else None
 
 
-def listener_step(snapshot: ClusterSnapshot, resource: Mapping) -> ListenerStep:
+def listener_step(snapshot: ClusterSnapshot, resource: Mapping,
+                  started: str | None = None) -> ListenerStep:
     """The listeners to configure in this pass (model/listener_change.py): the brokers'
     current ones until every broker runs them, then the next step towards spec.listeners.
     The current ones are the brokers' ConfigMap's, else (deleted mid-change) the ones the
-    status recorded."""
+    status recorded. ``started``: the description of the step under way, kept in the status
+    while the brokers roll onto it (a user sees "step 1 of 3" for the whole step)."""
     wanted = ListenerLayout.of(SecuritySpec.of(resource.get("spec") or {}))
     running = layout_of_properties(snapshot.deployed_properties) or \
         ListenerLayout.of_status(resource.get("status"))
@@ -111,9 +117,10 @@ def listener_step(snapshot: ClusterSnapshot, resource: Mapping) -> ListenerStep:
         return ListenerStep(wanted, True)
     behind = not_rolled_out(snapshot, running)
     if behind:
-        return ListenerStep(running, False, (
+        return ListenerStep(running, False, f"{started}; waiting for {behind}" if started else (
             f"listener change: waiting for {behind} before the next step (every broker on "
-            f"{', '.join(sorted(running.names))}, replicating on {running.inter_broker})"))
+            f"{', '.join(sorted(running.names))}, replicating on {running.inter_broker})"),
+            waiting_for=behind)
     return next_step(running, wanted)
 
 

@@ -47,6 +47,7 @@ class ClusterMemory:
     went_back_at: tuple[int, float] | None = None
     running_min_isr: int | None = None  # the default min ISR every broker last ran with
     applied: ApplyOutcome | None = None  # the last apply pass's decisions
+    listener_step: str | None = None  # the description of the listener step under way
 
 
 @dataclass
