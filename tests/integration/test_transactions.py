@@ -140,8 +140,11 @@ def test_read_committed_sees_committed_transactions_only(cluster_factory,
     assert sorted(seen) == sorted(committed) and max(seen.values()) == 1
     producer.commit_transaction(30)
     committed += [f"open-r{r}".encode() for r in range(9)]
-    assert _ends(cluster, "txn-out", 3, "read_committed") == \
-        _ends(cluster, "txn-out", 3, "read_uncommitted")
+    # EndTxn answers once the commit is decided (PrepareCommit durable, as in Kafka); the
+    # markers reach the partitions after it, and each last stable offset with its marker.
+    wait_until(lambda: _ends(cluster, "txn-out", 3, "read_committed")
+               == _ends(cluster, "txn-out", 3, "read_uncommitted"), 30,
+               "every last stable offset at its high watermark after the commit's markers")
     seen = Counter(v for _, _, v in _read_all(cluster, "txn-out", 3, "read_committed"))
     assert sorted(seen) == sorted(committed) and max(seen.values()) == 1
     everything = Counter(v for _, _, v in _read_all(cluster, "txn-out", 3, "read_uncommitted"))
