@@ -15,7 +15,7 @@ from pathlib import Path
 from prometheus_client import start_http_server
 
 from broker import handlers
-from broker.cluster.backend import BrokerRegistration, CoordinationBackend
+from broker.cluster.backend import CoordinationBackend
 from broker.cluster.image import ClusterImage
 from broker.cluster.metadata import ClusterMetadata
 from broker.cluster.pod_liveness import DEFAULT_CONTAINER, PodRef
@@ -45,6 +45,7 @@ from broker.server.dynamic_config import follow_dynamic_configs
 from broker.server.fetch_session import FetchSessionCache
 from broker.server.replica_manager import ReplicaManager
 from broker.server.txn_verification import TransactionVerifier
+from kafkube_contract.registration import BrokerRegistration
 
 log = logging.getLogger(__name__)
 

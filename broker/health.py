@@ -17,7 +17,8 @@ import threading
 from collections.abc import Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from broker.cluster.image import NO_LEADER, ClusterImage
+from broker.cluster.image import ClusterImage
+from kafkube_contract.image import NO_LEADER
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,8 @@ import os
 import sys
 from pathlib import Path
 
-from broker.config.broker_config import BrokerConfig, ConfigError
+from broker.config.broker_config import BrokerConfig
+from kafkube_contract.config_keys import ConfigError
 
 
 def _broker(args: argparse.Namespace) -> int:

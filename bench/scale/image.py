@@ -29,7 +29,7 @@ from kafkube.harness.waiting import wait_until
 
 # The API server refuses a ConfigMap whose data pass 1 MiB (broker.cluster.kubernetes).
 CONFIGMAP_LIMIT = 1024 * 1024
-MAX_PACKED = CONFIGMAP_LIMIT - 4096  # broker.cluster.kubernetes.MAX_IMAGE_BYTES
+MAX_PACKED = CONFIGMAP_LIMIT - 4096  # kafkube_contract.objects.MAX_IMAGE_BYTES
 
 
 @dataclass(frozen=True)
@@ -101,7 +101,7 @@ class ControlPlane:
         if self._api is None:
             from kubernetes import client as k8s
 
-            from broker.cluster.kubernetes import api_client
+            from kafkube_contract.objects import api_client
 
             self._api = k8s.CoreV1Api(api_client(str(self.plane.kubeconfig)))
         return self._api
@@ -109,7 +109,7 @@ class ControlPlane:
     def image_object(self, cluster: str) -> Any | None:
         from kubernetes.client.rest import ApiException
 
-        from broker.cluster.kubernetes import metadata_name
+        from kafkube_contract.objects import metadata_name
 
         try:
             return self.core.read_namespaced_config_map(metadata_name(cluster), "default",
@@ -139,7 +139,7 @@ class ImageSize:
 
 
 def image_size(obj: Any) -> ImageSize | None:
-    from broker.cluster.kubernetes import A_IMAGE_VERSION, IMAGE_KEY
+    from kafkube_contract.objects import A_IMAGE_VERSION, IMAGE_KEY
 
     if obj is None or not obj.binary_data or IMAGE_KEY not in obj.binary_data:
         return None
@@ -229,7 +229,8 @@ def image_step(plane: ControlPlane, cluster: str, addresses: list[str], have: in
 def codec_ms(obj: Any) -> dict[str, float]:
     """What one image version costs in CPU, here in this process: the controller encodes
     and gzips the whole image for every write, and every broker decodes every version."""
-    from broker.cluster.kubernetes import IMAGE_KEY, decode_image
+    from broker.cluster.kubernetes import decode_image
+    from kafkube_contract.objects import IMAGE_KEY
 
     if obj is None or not obj.binary_data or IMAGE_KEY not in obj.binary_data:
         return {}
@@ -252,7 +253,8 @@ def churned_bytes_per_partition(partitions: int, seed: int = 17) -> float:
     compresses far better; this is the figure to hold against the 1 MiB limit."""
     import random
 
-    from broker.cluster.image import ClusterImage, PartitionState, TopicMetadata
+    from broker.cluster.image import ClusterImage
+    from kafkube_contract.image import PartitionState, TopicMetadata
 
     rng = random.Random(seed)
     image = ClusterImage()

@@ -24,9 +24,10 @@ import base64
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass, replace
 
 from broker.cluster.image import ClusterImage
+from kafkube_contract.image import StoredIdentity
+from kafkube_contract.registration import BrokerRegistration, ControllerLease
 
 
 def new_cluster_id() -> str:
@@ -45,60 +46,6 @@ class StoreUnavailable(Exception):
 
 class MetadataMissing(Exception):
     """The store holds no cluster image (never created, or deleted behind the brokers' back)."""
-
-
-@dataclass(frozen=True, slots=True)
-class StoredIdentity:
-    """Which cluster's image the store holds, and its version: what a broker checks before it
-    trusts the image (broker/cluster/guard.py)."""
-
-    cluster_id: str
-    version: int
-
-
-@dataclass(frozen=True, slots=True)
-class BrokerRegistration:
-    """A live broker. ``host``/``port`` is its inter-broker listener (what peers dial);
-    ``listeners`` every advertised listener as ``NAME://host:port,...`` (Kafka's
-    advertised.listeners), so clients get the addresses of the listener they came in on."""
-
-    node_id: int
-    host: str
-    port: int
-    rack: str | None = None
-    broker_epoch: int = -1
-    listeners: str = ""
-
-    def endpoint(self, listener: str) -> tuple[str, int] | None:
-        """The broker's address on ``listener``; a broker registered without listeners
-        (an older one) has its one address on every listener."""
-        if not self.listeners:
-            return self.host, self.port
-        for uri in self.listeners.split(","):
-            name, _, address = uri.partition("://")
-            if name == listener:
-                host, _, port = address.rpartition(":")
-                return host.strip("[]"), int(port)
-        return None
-
-    def on_listener(self, listener: str | None) -> BrokerRegistration | None:
-        """The broker as a peer on ``listener`` dials it: its address there, or None if it
-        does not advertise that listener. A broker looks its peers up by its own
-        ``inter.broker.listener.name``, as Kafka does, so during a roll that changes that
-        listener each broker reaches the others on the one it knows (``None``: the peer's own
-        inter-broker address)."""
-        if listener is None:
-            return self
-        address = self.endpoint(listener)
-        if address is None:
-            return None
-        return replace(self, host=address[0], port=address[1])
-
-
-@dataclass(frozen=True, slots=True)
-class ControllerLease:
-    holder: int
-    epoch: int
 
 
 class CoordinationBackend(ABC):

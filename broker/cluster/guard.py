@@ -26,16 +26,11 @@ import threading
 import time
 from collections.abc import Callable
 
-from broker.cluster.backend import (
-    BrokerRegistration,
-    ControllerLease,
-    CoordinationBackend,
-    MetadataMissing,
-    StoredIdentity,
-    new_cluster_id,
-)
+from broker.cluster.backend import CoordinationBackend, MetadataMissing, new_cluster_id
 from broker.cluster.features import NEW_CLUSTER
 from broker.cluster.image import ClusterImage
+from kafkube_contract.image import StoredIdentity
+from kafkube_contract.registration import BrokerRegistration, ControllerLease
 
 log = logging.getLogger(__name__)
 

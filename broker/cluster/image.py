@@ -10,75 +10,23 @@ from __future__ import annotations
 
 import json
 import uuid
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from broker.security.acl import AclBinding
 from broker.security.scram import ScramCredential
+from kafkube_contract.image import (
+    FORMAT_KEY,
+    IMAGE_FORMAT,
+    ImageReads,
+    PartitionState,
+    TopicMetadata,
+    broker_configs_of_doc,
+    features_of_doc,
+    topic_doc,
+    topics_of_doc,
+)
 
-NO_LEADER = -1
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionState:
-    """One partition's replica set and leadership, as Kafka's PartitionRegistration.
-
-    ``replicas[0]`` is the preferred leader. During a reassignment ``replicas`` is the union
-    of old and new, ``adding`` the new ones still catching up and ``removing`` the old ones
-    that leave once every added replica is in the ISR (KIP-455).
-    """
-
-    replicas: tuple[int, ...]
-    isr: tuple[int, ...]
-    leader: int
-    leader_epoch: int = 0
-    partition_epoch: int = 0
-    adding: tuple[int, ...] = ()
-    removing: tuple[int, ...] = ()
-
-    @property
-    def preferred_leader(self) -> int:
-        return self.replicas[0] if self.replicas else NO_LEADER
-
-    @property
-    def target_replicas(self) -> tuple[int, ...]:
-        """Where the replicas will be once the reassignment (if any) completes."""
-        return tuple(r for r in self.replicas if r not in self.removing)
-
-    def with_leader(self, leader: int, isr: tuple[int, ...] | None = None) -> PartitionState:
-        """A leadership change: the leader epoch moves on, so stale leaders are fenced."""
-        return replace(
-            self, leader=leader, isr=self.isr if isr is None else isr,
-            leader_epoch=self.leader_epoch + 1, partition_epoch=self.partition_epoch + 1,
-        )
-
-    def with_isr(self, isr: tuple[int, ...]) -> PartitionState:
-        return replace(self, isr=isr, partition_epoch=self.partition_epoch + 1)
-
-
-@dataclass(frozen=True, slots=True)
-class TopicMetadata:
-    name: str
-    topic_id: str
-    configs: dict[str, str] = field(default_factory=dict)
-    assignments: tuple[PartitionState, ...] = ()
-
-    @property
-    def partitions(self) -> int:
-        return len(self.assignments)
-
-    @property
-    def uuid(self) -> uuid.UUID:
-        return uuid.UUID(self.topic_id)
-
-    def with_partition(self, index: int, state: PartitionState) -> TopicMetadata:
-        states = list(self.assignments)
-        states[index] = state
-        return replace(self, assignments=tuple(states))
-
-
-DEFAULT_BROKER = ""  # the name of the cluster-wide dynamic broker configs, as in Kafka
-CORDONED_LOG_DIRS = "cordoned.log.dirs"
 # Ids of deleted topics kept in the image (~22 bytes each compressed, in every write): a
 # broker down for more deletions than this finds its replicas of the oldest ones as strays,
 # kept, not deleted (a disk to clean by hand, never data lost).
@@ -86,7 +34,7 @@ MAX_TOMBSTONES = 1_000
 
 
 @dataclass(frozen=True, slots=True)
-class ClusterImage:
+class ClusterImage(ImageReads):
     """Everything the controller decides. ``version`` is the CAS token, not part of the value.
 
     ``broker_configs`` holds the dynamic broker configs (Kafka's ConfigRecords of BROKER
@@ -108,12 +56,6 @@ class ClusterImage:
     acls: tuple[AclBinding, ...] = ()
     deleted_topics: tuple[str, ...] = ()
     features: dict[str, int] = field(default_factory=dict)
-
-    def partition(self, topic: str, index: int) -> PartitionState | None:
-        meta = self.topics.get(topic)
-        if meta is None or not 0 <= index < meta.partitions:
-            return None
-        return meta.assignments[index]
 
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicMetadata | None:
         for topic in self.topics.values():
@@ -137,10 +79,6 @@ class ClusterImage:
 
     def with_partition(self, topic: str, index: int, state: PartitionState) -> ClusterImage:
         return self.with_topic(self.topics[topic].with_partition(index, state))
-
-    def feature(self, name: str) -> int:
-        """The finalized level of ``name`` (0 when never set)."""
-        return self.features.get(name, 0)
 
     def with_feature(self, name: str, level: int) -> ClusterImage:
         features = {**self.features, name: level}
@@ -175,27 +113,11 @@ class ClusterImage:
     def with_acls(self, acls: tuple[AclBinding, ...]) -> ClusterImage:
         return replace(self, acls=acls)
 
-    def cordoned(self) -> frozenset[int]:
-        """Brokers off-limits for new replicas (KIP-1066): their ``cordoned.log.dirs`` is
-        ``*``. A broker of kafkube keeps one placement for all its log dirs, so a list of
-        paths cordons only the paths named, which placement across brokers does not see."""
-        return frozenset(int(name) for name, configs in self.broker_configs.items()
-                         if name != DEFAULT_BROKER and name.isdigit()
-                         and configs.get(CORDONED_LOG_DIRS, "").strip() == "*")
-
-    def leaders(self) -> dict[int, int]:
-        """Partitions led per broker."""
-        counts: dict[int, int] = {}
-        for topic in self.topics.values():
-            for p in topic.assignments:
-                if p.leader != NO_LEADER:
-                    counts[p.leader] = counts.get(p.leader, 0) + 1
-        return counts
-
     # -- serialisation: one JSON document, as stored by every backend ------------------------
 
     def to_json(self) -> str:
-        doc: dict[str, Any] = {"topics": [_topic_doc(t) for t in self.topics.values()]}
+        doc: dict[str, Any] = {FORMAT_KEY: IMAGE_FORMAT,
+                               "topics": [topic_doc(t) for t in self.topics.values()]}
         if self.broker_configs:
             doc["broker_configs"] = self.broker_configs
         if self.scram_credentials:
@@ -216,25 +138,11 @@ class ClusterImage:
 
     @classmethod
     def from_doc(cls, doc: dict[str, Any], version: int) -> ClusterImage:
-        topics = {}
-        for t in doc.get("topics", []):
-            states = tuple(
-                PartitionState(
-                    tuple(p["replicas"]), tuple(p["isr"]), p["leader"], p["leader_epoch"],
-                    p["partition_epoch"], tuple(p.get("adding", ())),
-                    tuple(p.get("removing", ())),
-                )
-                for p in t["assignments"]
-            )
-            topics[t["name"]] = TopicMetadata(t["name"], t["topic_id"], t["configs"], states)
+        """The image of a document of format 1 (``kafkube_contract.image``: with or without
+        its ``format`` key, keys it does not know ignored); a newer format is refused."""
+        topics = topics_of_doc(doc)
         scram = {user: {m: ScramCredential.from_doc(c) for m, c in mechanisms.items()}
                  for user, mechanisms in doc.get("scram_credentials", {}).items()}
         acls = tuple(AclBinding.from_doc(a) for a in doc.get("acls", ()))
-        return cls(topics, version, doc.get("broker_configs", {}), scram, acls,
-                   tuple(doc.get("deleted_topics", ())), dict(doc.get("features", {})))
-
-
-def _topic_doc(topic: TopicMetadata) -> dict[str, Any]:
-    doc = asdict(topic)
-    doc["assignments"] = [asdict(p) for p in topic.assignments]
-    return doc
+        return cls(topics, version, broker_configs_of_doc(doc), scram, acls,
+                   tuple(doc.get("deleted_topics", ())), features_of_doc(doc))

@@ -1,14 +1,9 @@
 """The Kubernetes coordination backend: Leases and ConfigMaps in place of ZooKeeper.
 
-Objects, all in one namespace and labelled ``kafkube.io/cluster=<cluster>``:
-
-* ``<cluster>-controller``, a ``coordination.k8s.io/v1`` Lease: holder = the controller's
-  node id, its controller epoch and broker epoch as annotations;
-* ``<cluster>-broker-<id>``, one Lease per broker: holder = the node id, its endpoint, rack
-  and broker epoch as annotations, renewed every ``broker.heartbeat.interval.ms``;
-* ``<cluster>-metadata``, a ConfigMap holding the cluster image (gzip'd JSON in binaryData,
-  its version and the cluster id as annotations);
-* ``<cluster>-epochs``, a ConfigMap of counters: broker and controller epochs, producer ids.
+The objects (a Lease for the controller and one per broker, the ``<cluster>-metadata``
+ConfigMap holding the cluster image, the ``<cluster>-epochs`` ConfigMap of counters), their
+names, labels and annotations are the contract's (kafkube_contract/objects.py): the operator
+reads them too, and may run another kafkube version.
 
 Every write is a compare-and-set on ``resourceVersion``, so two brokers acting on the same
 stale read cannot both win, as with the SQLite backend's guarded UPDATEs. Reads are answered
@@ -26,7 +21,6 @@ annotation, as ``broker.session.timeout.ms`` need not be whole seconds;
 from __future__ import annotations
 
 import base64
-import datetime as dt
 import gzip
 import logging
 import math
@@ -38,73 +32,60 @@ from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
 from broker.cluster.backend import (
-    BrokerRegistration,
     ClusterImageTooLarge,
-    ControllerLease,
     CoordinationBackend,
     MetadataMissing,
-    StoredIdentity,
     StoreUnavailable,
 )
 from broker.cluster.contact import Contact, RenewalClock, now_ms
 from broker.cluster.image import ClusterImage
 from broker.cluster.k8s_counters import Counters
 from broker.cluster.pod_liveness import PodRef, process_ended
-from broker.cluster.watch_cache import REQUEST_TIMEOUT_S, WatchCache, unreachable
+from broker.cluster.watch_cache import WatchCache, unreachable
+from kafkube_contract.image import StoredIdentity
+from kafkube_contract.objects import (
+    A_CLUSTER_ID,
+    A_CONTAINER,
+    A_CONTROLLER_EPOCH,
+    A_EPOCH,
+    A_HOST,
+    A_IMAGE_VERSION,
+    A_LISTENERS,
+    A_POD,
+    A_POD_UID,
+    A_PORT,
+    A_RACK,
+    A_TTL_MS,
+    CLUSTER_LABEL,
+    IMAGE_KEY,
+    MAX_IMAGE_BYTES,
+    REQUEST_TIMEOUT_S,
+    ROLE_LABEL,
+    annotation,
+    api_client,
+    broker_lease_name,
+    controller_lease_name,
+    controller_of,
+    counters_name,
+    epoch_ms,
+    image_document,
+    lease_duration_ms,
+    metadata_name,
+    micro_time,
+    registration_of,
+    role_of,
+    stored_identity,
+)
+from kafkube_contract.registration import BrokerRegistration, ControllerLease
 
 log = logging.getLogger(__name__)
 
-GROUP = "kafkube.io"
-CLUSTER_LABEL = f"{GROUP}/cluster"
-ROLE_LABEL = f"{GROUP}/role"
-A_EPOCH = f"{GROUP}/broker-epoch"
-A_CONTROLLER_EPOCH = f"{GROUP}/controller-epoch"
-A_TTL_MS = f"{GROUP}/lease-duration-ms"
-A_HOST, A_PORT, A_RACK = f"{GROUP}/host", f"{GROUP}/port", f"{GROUP}/rack"
-A_LISTENERS = f"{GROUP}/listeners"
-A_IMAGE_VERSION, A_CLUSTER_ID = f"{GROUP}/image-version", f"{GROUP}/cluster-id"
-A_POD, A_POD_UID, A_CONTAINER = f"{GROUP}/pod", f"{GROUP}/pod-uid", f"{GROUP}/container"
-IMAGE_KEY = "image.json.gz"
-
-# The API server refuses a ConfigMap whose data exceed 1 MiB (its own check, before etcd's
-# 1.5 MiB request limit); refusing here first gives the caller a message that says why.
-MAX_IMAGE_BYTES = 1024 * 1024 - 4096
 CONFLICT, NOT_FOUND, GONE = 409, 404, 410
 
 
-def controller_lease_name(cluster: str) -> str:
-    return f"{cluster}-controller"
-
-
-def broker_lease_name(cluster: str, node_id: int) -> str:
-    return f"{cluster}-broker-{node_id}"
-
-
-def metadata_name(cluster: str) -> str:
-    return f"{cluster}-metadata"
-
-
 def decode_image(binary_data: dict[str, str], version: int) -> ClusterImage:
-    """The cluster image from its ConfigMap's binaryData (also read by the operator)."""
-    text = gzip.decompress(base64.b64decode(binary_data[IMAGE_KEY])).decode()
-    return ClusterImage.from_json(text, version)
-
-
-class _MicroTime(dt.datetime):
-    """A ``MicroTime`` as the API server parses it: always six fractional digits. The client
-    sends ``isoformat()``, which leaves the fraction out on a whole second, and the server
-    refuses that (400), so one renewal in a thousand failed."""
-
-    def isoformat(self, sep: str = "T", timespec: str = "microseconds") -> str:
-        return super().isoformat(sep, "microseconds")
-
-
-def micro_time(ms: int) -> dt.datetime:
-    return _MicroTime.fromtimestamp(ms / 1000, tz=dt.UTC)
-
-
-def epoch_ms(value: dt.datetime | None) -> int:
-    return int(value.timestamp() * 1000) if value is not None else 0
+    """The cluster image from its ConfigMap's binaryData."""
+    return ClusterImage.from_doc(image_document(binary_data), version)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,21 +94,6 @@ class KubernetesSettings:
     cluster: str
     kubeconfig: str | None = None  # None: in-cluster credentials, else ~/.kube/config
     pod: PodRef | None = None  # the pod this broker runs in; brokers in pods watch pods
-
-
-def api_client(kubeconfig: str | None) -> k8s.ApiClient:
-    """In a pod, the service account's token and CA; outside one, a kubeconfig."""
-    from kubernetes import config as kube_config
-
-    configuration = k8s.Configuration()
-    if kubeconfig is None:
-        try:
-            kube_config.load_incluster_config(client_configuration=configuration)
-            return k8s.ApiClient(configuration)
-        except kube_config.ConfigException:
-            pass
-    kube_config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-    return k8s.ApiClient(configuration)
 
 
 class KubernetesBackend(CoordinationBackend):
@@ -252,7 +218,7 @@ class KubernetesBackend(CoordinationBackend):
 
     @property
     def counters_name(self) -> str:
-        return f"{self.cluster}-epochs"
+        return counters_name(self.cluster)
 
     def _meta(self, name: str, role: str, annotations: dict[str, str],
               resource_version: str | None = None) -> k8s.V1ObjectMeta:
@@ -275,14 +241,8 @@ class KubernetesBackend(CoordinationBackend):
                 acquire_time=micro_time(acquired_ms if acquired_ms is not None else now),
                 renew_time=micro_time(now), lease_transitions=transitions))
 
-    @staticmethod
-    def _duration_ms(lease: Any) -> int:
-        annotations = lease.metadata.annotations or {}
-        return int(annotations.get(A_TTL_MS, (lease.spec.lease_duration_seconds or 0) * 1000))
-
-    @staticmethod
-    def _annotation(obj: Any, key: str, default: str = "-1") -> str:
-        return (obj.metadata.annotations or {}).get(key, default)
+    _duration_ms = staticmethod(lease_duration_ms)
+    _annotation = staticmethod(annotation)
 
     # -- the cluster object and the counters ------------------------------------------
 
@@ -290,10 +250,7 @@ class KubernetesBackend(CoordinationBackend):
 
     def stored_identity(self) -> StoredIdentity | None:
         obj = self._config_maps.get(self.metadata_name)
-        if obj is None:
-            return None
-        return StoredIdentity(self._annotation(obj, A_CLUSTER_ID, ""),
-                              int(self._annotation(obj, A_IMAGE_VERSION)))
+        return stored_identity(obj) if obj is not None else None
 
     def create_image(self, cluster_id: str, image: ClusterImage) -> bool:
         """Brokers of a new cluster starting together race; the API server lets one win."""
@@ -334,8 +291,7 @@ class KubernetesBackend(CoordinationBackend):
 
     def has_history(self) -> bool:
         return self._config_maps.get(self.counters_name) is not None or any(
-            (lease.metadata.labels or {}).get(ROLE_LABEL) == "broker"
-            for lease in self._leases.items())
+            role_of(lease) == "broker" for lease in self._leases.items())
 
     def _create(self, body: k8s.V1ConfigMap) -> bool:
         try:
@@ -476,18 +432,11 @@ class KubernetesBackend(CoordinationBackend):
     def _broker_leases(self) -> list[Any]:
         return [
             lease for lease in self._leases.items()
-            if (lease.metadata.labels or {}).get(ROLE_LABEL) == "broker" and self._alive(lease)
+            if role_of(lease) == "broker" and self._alive(lease)
         ]
 
     def live_brokers(self) -> dict[int, BrokerRegistration]:
-        brokers = {}
-        for lease in self._broker_leases():
-            a = lease.metadata.annotations or {}
-            node_id = int(lease.spec.holder_identity)
-            brokers[node_id] = BrokerRegistration(
-                node_id, a.get(A_HOST, ""), int(a.get(A_PORT, "0")), a.get(A_RACK),
-                int(a.get(A_EPOCH, "-1")), a.get(A_LISTENERS, ""))
-        return brokers
+        return {(r := registration_of(lease)).node_id: r for lease in self._broker_leases()}
 
     def lease_expiries(self) -> dict[int, int]:
         return {int(lease.spec.holder_identity): self._expiry_ms(lease)
@@ -539,8 +488,7 @@ class KubernetesBackend(CoordinationBackend):
         if lease is None or not lease.spec.holder_identity \
                 or not self._controller_alive(lease):
             return None
-        return ControllerLease(int(lease.spec.holder_identity),
-                               int(self._annotation(lease, A_CONTROLLER_EPOCH)))
+        return controller_of(lease)
 
     # -- cluster image ---------------------------------------------------------------------
 

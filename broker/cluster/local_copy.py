@@ -16,7 +16,8 @@ import os
 from pathlib import Path
 
 from broker.cluster.image import ClusterImage
-from broker.config.broker_config import ConfigError, parse_properties
+from kafkube_contract.config_keys import ConfigError
+from kafkube_contract.properties import parse_properties
 
 log = logging.getLogger(__name__)
 

@@ -21,15 +21,17 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
-from broker.cluster.backend import BrokerRegistration, CoordinationBackend, StoreUnavailable
+from broker.cluster.backend import CoordinationBackend, StoreUnavailable
 from broker.cluster.guard import MetadataFault, MetadataGuard, bootstrap
-from broker.cluster.image import ClusterImage, PartitionState, TopicMetadata
+from broker.cluster.image import ClusterImage
 from broker.cluster.local_copy import (
     read_cluster_id,
     read_image_copy,
     write_image_copy,
     write_meta_properties,
 )
+from kafkube_contract.image import PartitionState, TopicMetadata
+from kafkube_contract.registration import BrokerRegistration
 
 COPY_EVERY_S = 5.0  # the image copy in the log dir lags the applied image at most this long
 PRODUCER_ID_BLOCK = 1000

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 
-from broker.config.broker_config import ConfigError
+from kafkube_contract.config_keys import ConfigError
 
 ZONE_LABEL = "topology.kubernetes.io/zone"
 RACK_LABEL_ENV = "KAFKUBE_RACK_LABEL"
@@ -64,7 +64,7 @@ def zone_from_api(kubeconfig: str | None,
     def lookup(node_name: str) -> str | None:
         from kubernetes import client as k8s
 
-        from broker.cluster.kubernetes import REQUEST_TIMEOUT_S, api_client
+        from kafkube_contract.objects import REQUEST_TIMEOUT_S, api_client
 
         with api_client(kubeconfig) as api:
             node = k8s.CoreV1Api(api).read_node(node_name, _request_timeout=REQUEST_TIMEOUT_S)

@@ -14,14 +14,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from broker.cluster.backend import (
-    BrokerRegistration,
-    ControllerLease,
-    CoordinationBackend,
-    MetadataMissing,
-    StoredIdentity,
-)
+from broker.cluster.backend import CoordinationBackend, MetadataMissing
 from broker.cluster.image import ClusterImage
+from kafkube_contract.image import StoredIdentity
+from kafkube_contract.registration import BrokerRegistration, ControllerLease
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS cluster (

@@ -14,10 +14,10 @@ from kubernetes import watch
 from kubernetes.client.rest import ApiException
 
 from broker.cluster.contact import Contact
+from kafkube_contract.objects import REQUEST_TIMEOUT_S
 
 log = logging.getLogger(__name__)
 
-REQUEST_TIMEOUT_S = 10.0
 WATCH_TIMEOUT_S = 60
 
 

@@ -15,7 +15,7 @@ import enum
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from broker.config.keys import ConfigError
+from kafkube_contract.config_keys import ConfigError
 
 if TYPE_CHECKING:  # the checked configuration calls listener_plan on itself
     from broker.config.broker_config import BrokerConfig

@@ -14,16 +14,12 @@ from dataclasses import dataclass, replace
 
 from kio.schema.errors import ErrorCode
 
-from broker.cluster.image import DEFAULT_BROKER, ClusterImage
+from broker.cluster.image import ClusterImage
 from broker.cluster.metadata import topic_name_error
-from broker.config.broker_config import (
-    BROKER_KEYS,
-    TOPIC_KEYS,
-    ConfigError,
-    ConfigKey,
-    validate_dynamic_broker_configs,
-    validate_topic_configs,
-)
+from broker.config.broker_config import validate_dynamic_broker_configs, validate_topic_configs
+from kafkube_contract.broker_keys import BROKER_KEYS, TOPIC_KEYS
+from kafkube_contract.config_keys import ConfigError, ConfigKey
+from kafkube_contract.image import DEFAULT_BROKER
 
 # ConfigResource.Type ids.
 TOPIC_RESOURCE = 2

@@ -16,12 +16,18 @@ import logging
 import time
 from collections.abc import Callable
 
-from broker.cluster.image import ClusterImage, PartitionState
+from broker.cluster.image import ClusterImage
 from broker.cluster.metadata import ClusterMetadata, ConcurrentUpdate, MetadataUnavailable
 from broker.common.repeated_failure import RepeatedFailure
 from broker.config.broker_config import BrokerConfig
-from broker.controller.elections import fence_and_elect, map_partitions, step_reassignment
-from broker.controller.rebalance import elect_preferred, preferred_leader_moves
+from broker.controller.elections import (
+    elect_preferred,
+    fence_and_elect,
+    map_partitions,
+    step_reassignment,
+)
+from kafkube_contract.image import PartitionState
+from kafkube_contract.leadership import preferred_leader_moves
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Set
 from dataclasses import dataclass, field, replace
 
-from broker.cluster.image import NO_LEADER, ClusterImage, PartitionState
+from broker.cluster.image import ClusterImage
+from kafkube_contract.image import NO_LEADER, PartitionState
 
 
 def choose_leader(
@@ -169,3 +170,16 @@ def step_down(image: ClusterImage, node: int, live: Set[int],
         s, node, live, handover.successors.get((topic, index), frozenset()),
         s.leader in handover.leaders_heard,
     ))
+
+
+def elect_preferred(state: PartitionState) -> PartitionState:
+    """The partition led by its preferred replica, with the leader epoch bumped.
+
+    Raises ``ValueError`` when the preferred replica is not in the ISR (electing it would
+    lose acknowledged writes). Callers check ``state.leader == state.preferred_leader``
+    beforehand when they need ElectLeaders' ELECTION_NOT_NEEDED: this function always bumps.
+    """
+    preferred = state.preferred_leader
+    if preferred not in state.isr:
+        raise ValueError(f"preferred replica {preferred} is not in the ISR {list(state.isr)}")
+    return state.with_leader(preferred)

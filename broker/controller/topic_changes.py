@@ -22,10 +22,12 @@ from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
-from broker.cluster.image import ClusterImage, PartitionState, TopicMetadata
+from broker.cluster.image import ClusterImage
 from broker.cluster.metadata import topic_name_error
-from broker.config.broker_config import ConfigError, validate_topic_configs
+from broker.config.broker_config import validate_topic_configs
 from broker.controller.elections import cancel_reassignment, start_reassignment
+from kafkube_contract.config_keys import ConfigError
+from kafkube_contract.image import PartitionState, TopicMetadata
 
 # ReplicationControlManager.MAX_PARTITIONS_PER_BATCH: one request may not create more.
 MAX_PARTITIONS_PER_BATCH = 10_000

@@ -24,7 +24,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.cluster.backend import ClusterImageTooLarge
 from broker.cluster.metadata import ConcurrentUpdate
-from broker.config.broker_config import TOPIC_KEYS, BrokerConfig
+from broker.config.broker_config import BrokerConfig
 from broker.controller.placement import PlacementError
 from broker.controller.topic_changes import (
     DUPLICATE_NAME_MESSAGE,
@@ -49,6 +49,7 @@ from broker.handlers.metadata import live_brokers
 from broker.protocol.messages import build_response
 from broker.security.acl import CLUSTER_NAME, OPERATIONS_OMITTED, Operation, ResourceType
 from broker.server.replica_manager import InvalidPartitions, TopicExists
+from kafkube_contract.broker_keys import TOPIC_KEYS
 
 NO_THROTTLE = datetime.timedelta(0)
 

@@ -24,15 +24,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.cluster.image import DEFAULT_BROKER, ClusterImage, TopicMetadata
+from broker.cluster.image import ClusterImage
 from broker.cluster.metadata import ConcurrentUpdate, topic_name_error
-from broker.config.broker_config import (
-    BROKER_KEYS,
-    DYNAMIC_BROKER_KEYS,
-    TOPIC_KEYS,
-    BrokerConfig,
-    ConfigKey,
-)
+from broker.config.broker_config import BrokerConfig
 from broker.controller.config_changes import (
     BROKER_RESOURCE,
     RESOURCE_TYPE_NAMES,
@@ -48,6 +42,9 @@ from broker.handlers import handles
 from broker.handlers.context import DENIED_MESSAGES, BrokerServices, RequestContext
 from broker.protocol.messages import build_long_response, build_response
 from broker.security.acl import CLUSTER_NAME, Operation, ResourceType
+from kafkube_contract.broker_keys import BROKER_KEYS, DYNAMIC_BROKER_KEYS, TOPIC_KEYS
+from kafkube_contract.config_keys import ConfigKey
+from kafkube_contract.image import DEFAULT_BROKER, TopicMetadata
 
 NO_THROTTLE = datetime.timedelta(0)
 UNKNOWN_TOPIC_MESSAGE = "This server does not host this topic-partition."

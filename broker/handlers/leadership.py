@@ -18,7 +18,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker.cluster.image import NO_LEADER, ClusterImage, PartitionState
+from broker.cluster.image import ClusterImage
 from broker.cluster.metadata import ConcurrentUpdate
 from broker.controller.elections import choose_leader
 from broker.controller.topic_changes import (
@@ -31,6 +31,7 @@ from broker.handlers import handles
 from broker.handlers.context import RequestContext
 from broker.protocol.messages import build_response
 from broker.security.acl import Operation
+from kafkube_contract.image import NO_LEADER, PartitionState
 
 NO_THROTTLE = timedelta(0)
 PREFERRED, UNCLEAN = 0, 1

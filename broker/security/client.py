@@ -19,10 +19,11 @@ from kio.schema.errors import ErrorCode
 from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 
-from broker.config.broker_config import BrokerConfig, ConfigError
+from broker.config.broker_config import BrokerConfig
 from broker.config.listeners import ListenerPlan
 from broker.security import tls
 from broker.security.sasl import SASL_AUTHENTICATE, SASL_HANDSHAKE, listener_jaas, parse_jaas
+from kafkube_contract.config_keys import ConfigError
 
 Roundtrip = Callable[[int, int, Any], Awaitable[Any]]
 

@@ -24,8 +24,9 @@ from dataclasses import dataclass
 
 import scramp
 
-from broker.config.broker_config import BrokerConfig, ConfigError
+from broker.config.broker_config import BrokerConfig
 from broker.security.scram import MECHANISMS, ScramCredential
+from kafkube_contract.config_keys import ConfigError
 
 log = logging.getLogger(__name__)
 

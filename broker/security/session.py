@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from broker.config.broker_config import BrokerConfig, ConfigError
+from broker.config.broker_config import BrokerConfig
 from broker.config.listeners import Listener, SecurityProtocol
 from broker.security import tls
 from broker.security.sasl import (
@@ -26,6 +26,7 @@ from broker.security.sasl import (
     listener_jaas,
     parse_jaas,
 )
+from kafkube_contract.config_keys import ConfigError
 
 
 @dataclass

@@ -16,9 +16,10 @@ import asyncio
 import logging
 import time
 
-from broker.cluster.backend import BrokerRegistration, CoordinationBackend
+from broker.cluster.backend import CoordinationBackend
 from broker.cluster.metadata import ClusterMetadata
 from broker.controller.elections import Handover, step_down
+from kafkube_contract.registration import BrokerRegistration
 
 log = logging.getLogger(__name__)
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import logging
 
-from broker.cluster.image import DEFAULT_BROKER, ClusterImage
+from broker.cluster.image import ClusterImage
 from broker.cluster.metadata import ClusterMetadata
 from broker.config.broker_config import BrokerConfig
+from kafkube_contract.image import DEFAULT_BROKER
 
 log = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from broker.cluster.image import ClusterImage, TopicMetadata
+from broker.cluster.image import ClusterImage
 from broker.config.broker_config import BrokerConfig
 from broker.server.partition import Partition
 from broker.server.replica_dirs import (
@@ -47,6 +47,7 @@ from broker.server.replica_dirs import (
 from broker.storage.cleaner import CleanResult, CleanTarget, LogCleaner
 from broker.storage.log import Log, LogConfig
 from broker.storage.segment import LogSegment
+from kafkube_contract.image import TopicMetadata
 
 log = logging.getLogger(__name__)
 

@@ -20,11 +20,11 @@ from typing import NamedTuple
 
 from kio.schema.errors import ErrorCode
 
-from broker.cluster.image import NO_LEADER, PartitionState
 from broker.protocol.records import InvalidRecordError, validate_produce_payload
 from broker.protocol.validation import RecordRules, validate_records
 from broker.storage.log import Log, LogConfig, ReadResult
 from broker.storage.producer_state import VerificationGuard
+from kafkube_contract.image import NO_LEADER, PartitionState
 
 log = logging.getLogger(__name__)
 

@@ -23,13 +23,13 @@ from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v12.request import FetchRequest
 from kio.schema.offset_for_leader_epoch.v4.request import OffsetForLeaderEpochRequest
 
-from broker.cluster.backend import BrokerRegistration
 from broker.network.client import BrokerConnectionError, KafkaConnection
 from broker.protocol.messages import build
 from broker.protocol.records import InvalidRecordError
 from broker.security.client import ClientSecurity
 from broker.server.partition import Partition, now_ms
 from broker.server.throttle import Throttle
+from kafkube_contract.registration import BrokerRegistration
 
 log = logging.getLogger(__name__)
 

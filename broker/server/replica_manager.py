@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 
 from kio.schema.errors import ErrorCode
 
-from broker.cluster.image import NO_LEADER, ClusterImage, PartitionState, TopicMetadata
+from broker.cluster.image import ClusterImage
 from broker.cluster.metadata import ClusterMetadata, ConcurrentUpdate
 from broker.config.broker_config import BrokerConfig
 from broker.controller.elections import Handover
@@ -31,6 +31,7 @@ from broker.server.replica_dirs import TopicPartition
 from broker.server.replica_fetcher import FetcherConfig, ReplicaFetcher
 from broker.server.throttle import Throttle, lists_replica
 from broker.storage.log import LogConfig
+from kafkube_contract.image import NO_LEADER, PartitionState, TopicMetadata
 
 log = logging.getLogger(__name__)
 

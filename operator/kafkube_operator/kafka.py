@@ -40,7 +40,7 @@ from kafka.admin import (
 from kafka.errors import KafkaError
 from kafka.structs import TopicPartition
 
-from broker.cluster.image import CORDONED_LOG_DIRS
+from kafkube_contract.image import CORDONED_LOG_DIRS
 
 log = logging.getLogger(__name__)
 REQUEST_TIMEOUT_MS = 15_000

@@ -20,7 +20,7 @@ from kubernetes.client.rest import ApiException
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import NotFoundError
 
-from broker.cluster.kubernetes import REQUEST_TIMEOUT_S, api_client
+from kafkube_contract.objects import REQUEST_TIMEOUT_S, api_client
 
 FIELD_MANAGER = "kafkube-operator"
 log = logging.getLogger(__name__)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
-from broker.cluster.kubernetes import REQUEST_TIMEOUT_S, epoch_ms, micro_time
+from kafkube_contract.objects import REQUEST_TIMEOUT_S, epoch_ms, micro_time
 
 
 def lease_namespace(api: k8s.ApiClient, pod_namespace: str | None) -> str:

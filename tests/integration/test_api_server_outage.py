@@ -18,14 +18,9 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from kubernetes import client as k8s
 
-from broker.cluster.kubernetes import (
-    A_EPOCH,
-    CLUSTER_LABEL,
-    ROLE_LABEL,
-    KubernetesSettings,
-    api_client,
-)
+from broker.cluster.kubernetes import KubernetesSettings
 from kafkube.harness.waiting import wait_until
+from kafkube_contract.objects import A_EPOCH, CLUSTER_LABEL, ROLE_LABEL, api_client
 
 TOPIC = "through-the-outage"
 PARTITIONS = 6

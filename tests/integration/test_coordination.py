@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from broker.cluster.backend import BrokerRegistration, CoordinationBackend
-from broker.cluster.image import NO_LEADER, ClusterImage, PartitionState, TopicMetadata
+from broker.cluster.backend import CoordinationBackend
+from broker.cluster.image import ClusterImage
 from broker.cluster.sqlite import SqliteBackend
 from broker.controller.elections import (
     Handover,
@@ -22,6 +22,8 @@ from broker.controller.elections import (
     step_reassignment,
     without_broker,
 )
+from kafkube_contract.image import NO_LEADER, PartitionState, TopicMetadata
+from kafkube_contract.registration import BrokerRegistration
 from tests.support.in_process import new_cluster
 
 

@@ -20,17 +20,12 @@ from confluent_kafka import Consumer, Producer
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
-from broker.cluster.backend import BrokerRegistration
-from broker.cluster.image import PartitionState, TopicMetadata
-from broker.cluster.kubernetes import (
-    CLUSTER_LABEL,
-    ClusterImageTooLarge,
-    KubernetesBackend,
-    KubernetesSettings,
-    api_client,
-)
+from broker.cluster.kubernetes import ClusterImageTooLarge, KubernetesBackend, KubernetesSettings
 from broker.cluster.pod_liveness import PodRef
 from kafkube.harness.waiting import wait_until
+from kafkube_contract.image import PartitionState, TopicMetadata
+from kafkube_contract.objects import CLUSTER_LABEL, api_client
+from kafkube_contract.registration import BrokerRegistration
 from tests.support.in_process import new_cluster
 
 

@@ -14,9 +14,10 @@ from typing import Any
 
 from kubernetes import client as k8s
 
-from broker.cluster.backend import BrokerRegistration
-from broker.cluster.kubernetes import KubernetesBackend, KubernetesSettings, api_client, micro_time
+from broker.cluster.kubernetes import KubernetesBackend, KubernetesSettings
 from kafkube.harness.waiting import wait_until
+from kafkube_contract.objects import api_client, micro_time
+from kafkube_contract.registration import BrokerRegistration
 from tests.support.in_process import new_cluster
 
 TTL_MS = 1500

@@ -18,10 +18,10 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from broker.cluster.backend import BrokerRegistration
 from broker.cluster.image import ClusterImage
 from kafkube.harness.ports import free_port
 from kafkube.harness.waiting import wait_until
+from kafkube_contract.registration import BrokerRegistration
 from kafkube_operator.kafka import AdminClients, AdminSecurity, KafkaAdmin
 from kafkube_operator.model.broker_config import broker_properties
 from kafkube_operator.model.cluster import CONFIG_HASH, ClusterRef, config_hash, selector

@@ -10,7 +10,7 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes import utils
 
-from broker.cluster.kubernetes import api_client
+from kafkube_contract.objects import api_client
 from tests.support import REPO
 
 MANIFEST = REPO / "deploy" / "kafkube.yaml"

@@ -19,19 +19,17 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from kubernetes import client as k8s
 
-from broker.cluster.backend import BrokerRegistration, CoordinationBackend, StoredIdentity
+from broker.cluster.backend import CoordinationBackend
 from broker.cluster.guard import Verdict, judge
-from broker.cluster.image import ClusterImage, PartitionState, TopicMetadata
-from broker.cluster.kubernetes import (
-    A_CLUSTER_ID,
-    KubernetesBackend,
-    KubernetesSettings,
-    api_client,
-)
+from broker.cluster.image import ClusterImage
+from broker.cluster.kubernetes import KubernetesBackend, KubernetesSettings
 from broker.cluster.local_copy import IMAGE_COPY
 from broker.cluster.metadata import ClusterMetadata, MetadataUnavailable
 from broker.cluster.sqlite import SqliteBackend
 from kafkube.harness.waiting import wait_until
+from kafkube_contract.image import PartitionState, StoredIdentity, TopicMetadata
+from kafkube_contract.objects import A_CLUSTER_ID, api_client
+from kafkube_contract.registration import BrokerRegistration
 from tests.support.in_process import new_cluster
 
 

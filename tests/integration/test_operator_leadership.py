@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
-from broker.cluster.kubernetes import api_client, micro_time
+from kafkube_contract.objects import api_client, micro_time
 from kafkube_operator.leadership import Leadership, LeadershipLost, lease_namespace
 
 

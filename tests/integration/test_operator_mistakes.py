@@ -11,8 +11,8 @@ from typing import Any
 from confluent_kafka import Consumer, Producer
 from kubernetes import client as k8s
 
-from broker.cluster.kubernetes import A_CLUSTER_ID, A_IMAGE_VERSION
 from kafkube.harness.waiting import wait_until
+from kafkube_contract.objects import A_CLUSTER_ID, A_IMAGE_VERSION
 from tests.support.operator_api import condition, kafka_clusters, topic_resources
 from tests.support.operator_process import OperatorProcess
 

@@ -9,8 +9,8 @@ from typing import Any
 
 from kubernetes import client as k8s
 
-from broker.cluster.kubernetes import api_client
 from broker.cluster.pod_identity import ZONE_LABEL, pod_overrides, zone_from_api
+from kafkube_contract.objects import api_client
 from tests.unit.broker.test_pod_identity import POD_ENV
 
 

@@ -11,9 +11,10 @@ import urllib.request
 from confluent_kafka import Producer
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
-from broker.cluster.image import ClusterImage, PartitionState, TopicMetadata
+from broker.cluster.image import ClusterImage
 from broker.health import behind
 from kafkube.harness.waiting import wait_until
+from kafkube_contract.image import PartitionState, TopicMetadata
 
 
 def _ready(port: int, path: str = "/ready") -> tuple[int, str]:

@@ -13,9 +13,10 @@ import subprocess
 
 import pytest
 
-from broker.config.broker_config import BrokerConfig, ConfigError
+from broker.config.broker_config import BrokerConfig
 from kafkube.harness.process import BrokerProcess
 from kafkube.harness.waiting import wait_until
+from kafkube_contract.config_keys import ConfigError
 
 
 def accepted_buffers(broker: BrokerProcess, client: socket.socket) -> tuple[int, int] | None:

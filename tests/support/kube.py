@@ -35,7 +35,7 @@ def crd_api(control_plane: Any) -> Iterator[Any]:
     from kubernetes import client as k8s
     from kubernetes.client.rest import ApiException
 
-    from broker.cluster.kubernetes import api_client
+    from kafkube_contract.objects import api_client
 
     with api_client(str(control_plane.kubeconfig)) as client:
         ext = k8s.ApiextensionsV1Api(client)

@@ -15,8 +15,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from broker.config.broker_config import BROKER_KEYS, IGNORED_KAFKA_KEYS, ConfigError
-from broker.config.properties_file import render_properties
+from kafkube_contract.broker_keys import BROKER_KEYS, IGNORED_KAFKA_KEYS
+from kafkube_contract.config_keys import ConfigError
+from kafkube_contract.properties import render_properties
 from kafkube_operator.model.listeners import ListenerLayout, SecuritySpec, security_properties
 
 # Set per pod (--pod-identity, the downward API) or by the operator for the whole cluster.

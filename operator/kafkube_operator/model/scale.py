@@ -16,7 +16,8 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from broker.cluster.image import NO_LEADER, ClusterImage
+from broker.cluster.image import ClusterImage
+from kafkube_contract.image import NO_LEADER
 
 Partition = tuple[str, int]
 

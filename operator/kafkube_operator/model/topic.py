@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from broker.cluster.image import NO_LEADER, TopicMetadata
 from broker.controller.placement import PlacementError, assign_replicas
+from kafkube_contract.image import NO_LEADER, TopicMetadata
 from kafkube_operator.model.scale import THROTTLED_REPLICAS
 from kafkube_operator.model.status import TRUE, Condition
 

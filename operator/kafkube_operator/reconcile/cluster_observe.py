@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from broker.cluster.image import DEFAULT_BROKER, ClusterImage
+from broker.cluster.image import ClusterImage
 from broker.cluster.kubernetes import KubernetesBackend
+from kafkube_contract.image import DEFAULT_BROKER
 from kafkube_operator.kafka import AdminClients
 from kafkube_operator.kube import Kube
 from kafkube_operator.model.cluster import ClusterRef, selector

@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from broker.cluster.image import ClusterImage
-from broker.config.broker_config import BROKER_KEYS
-from broker.controller.rebalance import leader_imbalance, preferred_leader_moves
+from kafkube_contract.broker_keys import BROKER_KEYS
+from kafkube_contract.leadership import leader_imbalance, preferred_leader_moves
 from kafkube_operator.kafka import AdminClients, KafkaAdmin, KafkaRefused
 from kafkube_operator.model.cluster import ClusterRef
 from kafkube_operator.reconcile.views import (

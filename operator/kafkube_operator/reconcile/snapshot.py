@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from broker.cluster.backend import BrokerRegistration
 from broker.cluster.kubernetes import KubernetesBackend
-from broker.config.properties_file import parse_properties
+from kafkube_contract.properties import parse_properties
+from kafkube_contract.registration import BrokerRegistration
 from kafkube_operator.kube import Kube
 from kafkube_operator.model.cluster import ClusterRef, selector
 from kafkube_operator.reconcile.views import ClusterMemory, TrustedImage, trusted_image

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from kio.schema.errors import ErrorCode
 
-from broker.config.broker_config import TOPIC_KEYS
 from broker.handlers import REGISTRY, admin, offset_for_leader_epoch  # noqa: F401 (registers)
 from broker.handlers.context import BrokerServices
+from kafkube_contract.broker_keys import TOPIC_KEYS
 from tests.support.handlers import (
     CREATE_PARTITIONS,
     DELETE_TOPICS,

@@ -6,12 +6,9 @@ import logging
 
 import pytest
 
-from broker.config.broker_config import (
-    BrokerConfig,
-    ConfigError,
-    parse_properties,
-    validate_topic_configs,
-)
+from broker.config.broker_config import BrokerConfig, validate_topic_configs
+from kafkube_contract.config_keys import ConfigError
+from kafkube_contract.properties import parse_properties
 
 
 def test_defaults_are_kafkas():

@@ -15,13 +15,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.cluster.image import NO_LEADER, ClusterImage, PartitionState, TopicMetadata
+from broker.cluster.image import ClusterImage
+from broker.controller.elections import elect_preferred
 from broker.controller.placement import PlacementError, assign_replicas, rack_alternated_brokers
-from broker.controller.rebalance import (
-    elect_preferred,
-    leader_imbalance,
-    preferred_leader_moves,
-)
+from kafkube_contract.image import NO_LEADER, PartitionState, TopicMetadata
+from kafkube_contract.leadership import leader_imbalance, preferred_leader_moves
 
 # -- placement -------------------------------------------------------------------------------
 

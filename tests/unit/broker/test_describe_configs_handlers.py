@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from broker.config.broker_config import BROKER_KEYS, TOPIC_KEYS
 from broker.handlers import REGISTRY, admin, offset_for_leader_epoch  # noqa: F401 (registers)
 from broker.handlers.context import BrokerServices
+from kafkube_contract.broker_keys import BROKER_KEYS, TOPIC_KEYS
 from tests.support.handlers import (
     DESCRIBE_CLUSTER,
     DESCRIBE_CONFIGS,

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from broker.cluster.backend import BrokerRegistration
 from broker.config.broker_config import BrokerConfig
 from broker.network.client import KafkaConnection
+from kafkube_contract.registration import BrokerRegistration
 from tests.support.in_process import open_replicas
 
 LEADER, FOLLOWER = 0, 1

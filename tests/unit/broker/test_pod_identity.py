@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from broker.cluster.pod_identity import pod_overrides
-from broker.config.broker_config import ConfigError
+from kafkube_contract.config_keys import ConfigError
 
 POD_ENV = {"POD_NAME": "orders-kafka-2", "POD_NAMESPACE": "streams", "NODE_NAME": "node-b",
            "KAFKUBE_HEADLESS_SERVICE": "orders-kafka-brokers"}

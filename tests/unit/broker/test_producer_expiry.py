@@ -22,13 +22,14 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 import broker.handlers.configs  # noqa: F401 (registers)
-from broker.config.broker_config import ConfigError, validate_dynamic_broker_configs
+from broker.config.broker_config import validate_dynamic_broker_configs
 from broker.handlers.context import BrokerServices
 from broker.protocol.batch_codec import Record, encode_batch
 from broker.protocol.records import ATTR_TRANSACTIONAL, BatchHeader, split_batches
 from broker.storage.cleaner import clean_log
 from broker.storage.log import Log
 from broker.storage.producer_state import ProducerStateManager
+from kafkube_contract.config_keys import ConfigError
 from tests.support.handlers import create, make_services, new_topic
 from tests.support.txn_logs import compact_config, config, data_batch, marker, produce
 from tests.unit.broker.test_config_handlers import BROKER, SET, alter

@@ -13,7 +13,7 @@ from collections.abc import Callable, Collection
 import pytest
 from kio.schema.errors import ErrorCode
 
-from broker.cluster.image import ClusterImage, PartitionState, TopicMetadata
+from broker.cluster.image import ClusterImage
 from broker.controller.topic_changes import (
     DUPLICATE_NAME_MESSAGE,
     MAX_PARTITIONS_PER_BATCH,
@@ -44,6 +44,7 @@ from broker.controller.topic_changes import (
     validate_new_topic,
 )
 from broker.handlers.context import DENIED_MESSAGES
+from kafkube_contract.image import PartitionState, TopicMetadata
 
 DEFAULTS = TopicDefaults(partitions=3, replication_factor=1)
 LIVE = (1, 2, 3)

@@ -4,7 +4,8 @@ the broker's own config definitions."""
 
 from __future__ import annotations
 
-from broker.config.broker_config import BrokerConfig, parse_properties
+from broker.config.broker_config import BrokerConfig
+from kafkube_contract.properties import parse_properties
 from kafkube_operator.model.broker_config import broker_properties
 
 

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from broker.config.broker_config import BrokerConfig, parse_properties
+from broker.config.broker_config import BrokerConfig
+from kafkube_contract.properties import parse_properties
 from kafkube_operator.model.cluster import CONFIG_HASH, ClusterRef, desired_cluster
 from tests.support.golden import assert_golden
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from broker.cluster.image import ClusterImage, PartitionState, TopicMetadata
+from broker.cluster.image import ClusterImage
+from kafkube_contract.image import PartitionState, TopicMetadata
 from kafkube_operator.model.roll import PodState, next_restart, pod_state
 
 TOPIC_ID = "5f0c2e1a-8a8b-4c1e-9b5e-2b7e0c1d2a3b"

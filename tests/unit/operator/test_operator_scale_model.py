@@ -9,7 +9,8 @@ from collections import Counter
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker.cluster.image import ClusterImage, PartitionState, TopicMetadata
+from broker.cluster.image import ClusterImage
+from kafkube_contract.image import PartitionState, TopicMetadata
 from kafkube_operator.model.scale import (
     DRAINING,
     SCALING_UP,

@@ -23,9 +23,10 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519, rsa
 from cryptography.x509.oid import NameOID
 
-from broker.config.broker_config import BrokerConfig, parse_properties
+from broker.config.broker_config import BrokerConfig
 from broker.config.listeners import listener_plan
 from broker.security.tls import certificate_principal, parse_principal_rules
+from kafkube_contract.properties import parse_properties
 from kafkube_operator.model.certificates import (
     KeyPair,
     dns_names,

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker.cluster.image import PartitionState, TopicMetadata
+from kafkube_contract.image import PartitionState, TopicMetadata
 from kafkube_operator.model.topic import (
     TopicSpec,
     deleted_through_kafka,

@@ -13,20 +13,23 @@ left alone, as the ZooKeeper-era controller did. (KRaft's ``ReplicationControlMa
 balances leaders without the per-broker threshold; the threshold is kept here because it is
 the documented, configurable behaviour operators tune.)
 
-Written once, with no I/O, so both the broker's controller and the Kubernetes operator use it:
-they decide with these functions and write the result with a compare-and-set on the image.
+Written once, with no I/O, and kept in the contract, so the broker's controller and the
+Kubernetes operator (which runs the rebalance on Kubernetes, the brokers running with
+``auto.leader.rebalance.enable=false``) never disagree on what "imbalanced" means, whatever
+their versions. The election itself is the controller's write (``elect_preferred`` in
+broker/controller/elections.py); the operator asks for it through ElectLeaders.
 """
 
 from __future__ import annotations
 
 from collections.abc import Set
 
-from broker.cluster.image import ClusterImage, PartitionState
+from kafkube_contract.image import PartitionState, TopicsImage
 
-__all__ = ["elect_preferred", "leader_imbalance", "preferred_leader_moves"]
+__all__ = ["leader_imbalance", "preferred_leader_moves"]
 
 
-def _by_preferred(image: ClusterImage) -> dict[int, list[tuple[str, int, PartitionState]]]:
+def _by_preferred(image: TopicsImage) -> dict[int, list[tuple[str, int, PartitionState]]]:
     """Partitions grouped by preferred replica; partitions with no replicas are left out."""
     groups: dict[int, list[tuple[str, int, PartitionState]]] = {}
     for name, topic in image.topics.items():
@@ -40,7 +43,7 @@ def _off_preferred(partitions: list[tuple[str, int, PartitionState]], broker: in
     return sum(1 for _, _, state in partitions if state.leader != broker)
 
 
-def leader_imbalance(image: ClusterImage) -> dict[int, float]:
+def leader_imbalance(image: TopicsImage) -> dict[int, float]:
     """Per preferred-leader broker, the percentage of its preferred partitions it does not lead.
 
     Only brokers that are the preferred replica of at least one partition appear. A partition
@@ -53,7 +56,7 @@ def leader_imbalance(image: ClusterImage) -> dict[int, float]:
 
 
 def preferred_leader_moves(
-    image: ClusterImage, live: Set[int], imbalance_percentage: int
+    image: TopicsImage, live: Set[int], imbalance_percentage: int
 ) -> list[tuple[str, int]]:
     """The partitions ``(topic, index)`` to hand back to their preferred replica, sorted.
 
@@ -80,15 +83,3 @@ def preferred_leader_moves(
         )
     return sorted(moves)
 
-
-def elect_preferred(state: PartitionState) -> PartitionState:
-    """The partition led by its preferred replica, with the leader epoch bumped.
-
-    Raises ``ValueError`` when the preferred replica is not in the ISR (electing it would
-    lose acknowledged writes). Callers check ``state.leader == state.preferred_leader``
-    beforehand when they need ElectLeaders' ELECTION_NOT_NEEDED: this function always bumps.
-    """
-    preferred = state.preferred_leader
-    if preferred not in state.isr:
-        raise ValueError(f"preferred replica {preferred} is not in the ISR {list(state.isr)}")
-    return state.with_leader(preferred)

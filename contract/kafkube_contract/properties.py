@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from broker.config.keys import ConfigError
+from kafkube_contract.config_keys import ConfigError
 
 
 def parse_properties(text: str) -> dict[str, str]:

@@ -1,0 +1,237 @@
+"""The cluster image as both sides read it: its partition and topic values, the JSON codec of
+its topics, and the operator's read model.
+
+The brokers keep the cluster image (KRaft's metadata, as one value) in one JSON document;
+the broker's own ``ClusterImage`` (broker/cluster/image.py) also holds what only brokers
+read (ACLs, SCRAM credentials, deleted topics) and all the ways to change it. What is here
+is what a reader of another version must agree on: the names and meaning of the document's
+keys, and how a document of another contract revision is read.
+
+The document, format 1 (``IMAGE_FORMAT``)::
+
+    {"format": 1,
+     "topics": [{"name", "topic_id", "configs": {..},
+                 "assignments": [{"replicas", "isr", "leader", "leader_epoch",
+                                  "partition_epoch", "adding", "removing"}, ..]}, ..],
+     "broker_configs": {"<broker id>" | "": {key: value}},   # optional
+     "features": {name: level},                              # optional
+     "scram_credentials", "acls", "deleted_topics"}          # the brokers' own, optional
+
+Documents written before the contract carry no ``format`` key: they are format 1. A reader
+is tolerant (``read_image_doc``): keys it does not know are ignored at every level, and
+optional keys missing take their defaults, so a broker of a later revision of format 1 may
+add keys without breaking an older operator. A document whose format is newer than this
+reader knows is refused (``ImageFormatError``) rather than half understood.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Protocol
+
+#: The image document's format this code reads and writes. A change a reader of format 1
+#: could misread (a key whose meaning changes, a required key added) makes it 2.
+IMAGE_FORMAT = 1
+FORMAT_KEY = "format"
+
+NO_LEADER = -1
+DEFAULT_BROKER = ""  # the name of the cluster-wide dynamic broker configs, as in Kafka
+CORDONED_LOG_DIRS = "cordoned.log.dirs"
+
+
+class ImageFormatError(ValueError):
+    """An image document this reader cannot read: written in a newer format, or malformed."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoredIdentity:
+    """Which cluster's image the store holds, and its version: what a broker checks before it
+    trusts the image (broker/cluster/guard.py), and the operator before it acts on it."""
+
+    cluster_id: str
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionState:
+    """One partition's replica set and leadership, as Kafka's PartitionRegistration.
+
+    ``replicas[0]`` is the preferred leader. During a reassignment ``replicas`` is the union
+    of old and new, ``adding`` the new ones still catching up and ``removing`` the old ones
+    that leave once every added replica is in the ISR (KIP-455).
+    """
+
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    leader: int
+    leader_epoch: int = 0
+    partition_epoch: int = 0
+    adding: tuple[int, ...] = ()
+    removing: tuple[int, ...] = ()
+
+    @property
+    def preferred_leader(self) -> int:
+        return self.replicas[0] if self.replicas else NO_LEADER
+
+    @property
+    def target_replicas(self) -> tuple[int, ...]:
+        """Where the replicas will be once the reassignment (if any) completes."""
+        return tuple(r for r in self.replicas if r not in self.removing)
+
+    def with_leader(self, leader: int, isr: tuple[int, ...] | None = None) -> PartitionState:
+        """A leadership change: the leader epoch moves on, so stale leaders are fenced."""
+        return replace(
+            self, leader=leader, isr=self.isr if isr is None else isr,
+            leader_epoch=self.leader_epoch + 1, partition_epoch=self.partition_epoch + 1,
+        )
+
+    def with_isr(self, isr: tuple[int, ...]) -> PartitionState:
+        return replace(self, isr=isr, partition_epoch=self.partition_epoch + 1)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicMetadata:
+    name: str
+    topic_id: str
+    configs: dict[str, str] = field(default_factory=dict)
+    assignments: tuple[PartitionState, ...] = ()
+
+    @property
+    def partitions(self) -> int:
+        return len(self.assignments)
+
+    @property
+    def uuid(self) -> uuid.UUID:
+        return uuid.UUID(self.topic_id)
+
+    def with_partition(self, index: int, state: PartitionState) -> TopicMetadata:
+        states = list(self.assignments)
+        states[index] = state
+        return replace(self, assignments=tuple(states))
+
+
+# -- the codec ---------------------------------------------------------------------------------
+
+def image_format(doc: Mapping[str, Any]) -> int:
+    """The document's format (1 when it names none: every image written before the contract),
+    refused with ``ImageFormatError`` when newer than ``IMAGE_FORMAT``."""
+    found = doc.get(FORMAT_KEY, 1)
+    if not isinstance(found, int) or isinstance(found, bool) or found < 1:
+        raise ImageFormatError(f"the cluster image names format {found!r}: not a format")
+    if found > IMAGE_FORMAT:
+        raise ImageFormatError(
+            f"the cluster image is in format {found}, newer than format {IMAGE_FORMAT}, the "
+            f"newest this kafkube reads: it was written by newer brokers. Upgrade this "
+            "component to their version (or newer) before it reads the image.")
+    return found
+
+
+def topic_doc(topic: TopicMetadata) -> dict[str, Any]:
+    """One topic as the document holds it."""
+    doc = asdict(topic)
+    doc["assignments"] = [asdict(p) for p in topic.assignments]
+    return doc
+
+
+def _partition_of_doc(doc: Mapping[str, Any]) -> PartitionState:
+    return PartitionState(
+        tuple(doc["replicas"]), tuple(doc["isr"]), doc["leader"], doc.get("leader_epoch", 0),
+        doc.get("partition_epoch", 0), tuple(doc.get("adding", ())),
+        tuple(doc.get("removing", ())))
+
+
+def topic_of_doc(doc: Mapping[str, Any]) -> TopicMetadata:
+    """One topic of the document; keys it does not know are ignored."""
+    return TopicMetadata(doc["name"], doc["topic_id"], dict(doc.get("configs", {})),
+                         tuple(_partition_of_doc(p) for p in doc.get("assignments", ())))
+
+
+def topics_of_doc(doc: Mapping[str, Any]) -> dict[str, TopicMetadata]:
+    """The topics of a whole document, by name, after checking its format."""
+    image_format(doc)
+    try:
+        topics = [topic_of_doc(t) for t in doc.get("topics", ())]
+    except (KeyError, TypeError) as e:
+        raise ImageFormatError(f"the cluster image lacks a required key: {e}") from e
+    return {t.name: t for t in topics}
+
+
+def broker_configs_of_doc(doc: Mapping[str, Any]) -> dict[str, dict[str, str]]:
+    return {name: dict(configs) for name, configs in doc.get("broker_configs", {}).items()}
+
+
+def features_of_doc(doc: Mapping[str, Any]) -> dict[str, int]:
+    return dict(doc.get("features", {}))
+
+
+# -- what both sides read of an image -----------------------------------------------------------
+
+class ImageReads:
+    """The read-only questions both the broker's ``ClusterImage`` and the operator's
+    ``ImageView`` answer, written once so the two never disagree on them. A subclass has
+    ``topics``, ``broker_configs`` and ``features``."""
+
+    __slots__ = ()
+    topics: dict[str, TopicMetadata]
+    broker_configs: dict[str, dict[str, str]]
+    features: dict[str, int]
+
+    def partition(self, topic: str, index: int) -> PartitionState | None:
+        meta = self.topics.get(topic)
+        if meta is None or not 0 <= index < meta.partitions:
+            return None
+        return meta.assignments[index]
+
+    def feature(self, name: str) -> int:
+        """The finalized level of ``name`` (0 when never set)."""
+        return self.features.get(name, 0)
+
+    def cordoned(self) -> frozenset[int]:
+        """Brokers off-limits for new replicas (KIP-1066): their ``cordoned.log.dirs`` is
+        ``*``. A broker of kafkube keeps one placement for all its log dirs, so a list of
+        paths cordons only the paths named, which placement across brokers does not see."""
+        return frozenset(int(name) for name, configs in self.broker_configs.items()
+                         if name != DEFAULT_BROKER and name.isdigit()
+                         and configs.get(CORDONED_LOG_DIRS, "").strip() == "*")
+
+    def leaders(self) -> dict[int, int]:
+        """Partitions led per broker."""
+        counts: dict[int, int] = {}
+        for topic in self.topics.values():
+            for p in topic.assignments:
+                if p.leader != NO_LEADER:
+                    counts[p.leader] = counts.get(p.leader, 0) + 1
+        return counts
+
+
+class TopicsImage(Protocol):
+    """Any image with topics: the broker's ClusterImage or the operator's ImageView."""
+
+    @property
+    def topics(self) -> Mapping[str, TopicMetadata]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ImageView(ImageReads):
+    """The image as the operator reads it: topics, dynamic broker configs and finalized
+    features at a version. Not the brokers' credentials or ACLs: the operator has no use for
+    them, and what it does not read cannot tie it to their format."""
+
+    topics: dict[str, TopicMetadata] = field(default_factory=dict)
+    version: int = 0
+    broker_configs: dict[str, dict[str, str]] = field(default_factory=dict)
+    features: dict[str, int] = field(default_factory=dict)
+
+
+def read_image_doc(doc: Mapping[str, Any], version: int) -> ImageView:
+    """The tolerant reader: an ``ImageView`` of a document of format 1 or of an earlier
+    revision, whatever keys it has beyond those of ``ImageView``."""
+    return ImageView(topics_of_doc(doc), version, broker_configs_of_doc(doc),
+                     features_of_doc(doc))
+
+
+def read_image_json(text: str, version: int) -> ImageView:
+    return read_image_doc(json.loads(text) if text else {}, version)

@@ -1,0 +1,54 @@
+"""A broker registration and the controller's lease, as values: what a broker announces of
+itself when it joins (kept in its Lease, ``kafkube_contract.objects``), read by its peers and
+its clients' Metadata through the broker, and by the operator to reach the cluster."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerRegistration:
+    """A live broker. ``host``/``port`` is its inter-broker listener (what peers dial);
+    ``listeners`` every advertised listener as ``NAME://host:port,...`` (Kafka's
+    advertised.listeners), so clients get the addresses of the listener they came in on."""
+
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+    broker_epoch: int = -1
+    listeners: str = ""
+
+    def endpoint(self, listener: str) -> tuple[str, int] | None:
+        """The broker's address on ``listener``; a broker registered without listeners
+        (an older one) has its one address on every listener."""
+        if not self.listeners:
+            return self.host, self.port
+        for uri in self.listeners.split(","):
+            name, _, address = uri.partition("://")
+            if name == listener:
+                host, _, port = address.rpartition(":")
+                return host.strip("[]"), int(port)
+        return None
+
+    def on_listener(self, listener: str | None) -> BrokerRegistration | None:
+        """The broker as a peer on ``listener`` dials it: its address there, or None if it
+        does not advertise that listener. A broker looks its peers up by its own
+        ``inter.broker.listener.name``, as Kafka does, so during a roll that changes that
+        listener each broker reaches the others on the one it knows (``None``: the peer's own
+        inter-broker address)."""
+        if listener is None:
+            return self
+        address = self.endpoint(listener)
+        if address is None:
+            return None
+        return replace(self, host=address[0], port=address[1])
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerLease:
+    """Who holds the controller lease, and the controller epoch of that term."""
+
+    holder: int
+    epoch: int
