@@ -127,15 +127,17 @@ class KafkaAdmin:
             except KafkaError as e:
                 raise KafkaRefused(what, e) from None
 
-    def create_topic(self, name: str, replicas: Sequence[Sequence[int]],
+    def create_topic(self, name: str, partitions: int, replication_factor: int,
                      configs: Mapping[str, str]) -> None:
-        topic = NewTopic(name, replica_assignments={i: list(r) for i, r in enumerate(replicas)},
-                         topic_configs=dict(configs))
+        """CreateTopics with counts: the brokers' controller places the replicas."""
+        topic = NewTopic(name, num_partitions=partitions,
+                         replication_factor=replication_factor, topic_configs=dict(configs))
         self._call(f"creating topic {name}", self._client.create_topics, [topic],
                    timeout_ms=REQUEST_TIMEOUT_MS)
 
-    def add_partitions(self, name: str, total: int, replicas: Sequence[Sequence[int]]) -> None:
-        new = NewPartitions(total, new_assignments=[list(r) for r in replicas])
+    def add_partitions(self, name: str, total: int) -> None:
+        """CreatePartitions up to ``total``: the brokers' controller places the new ones."""
+        new = NewPartitions(total)
         self._call(f"adding partitions to {name}", self._client.create_partitions, {name: new},
                    timeout_ms=REQUEST_TIMEOUT_MS)
 

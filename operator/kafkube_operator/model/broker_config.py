@@ -4,10 +4,10 @@ The operator owns the keys that tie a broker to its pod and to the cluster (iden
 listeners, log dirs, coordination): a value the user gives for one of them would break the
 deployment, so it is left out and reported instead. ``auto.leader.rebalance.enable`` is the
 operator's to act on: the brokers get ``false`` and the operator rebalances as it says.
-Every other key of ``spec.config`` is judged by the broker's own config definitions
-(``broker.config.broker_config``), the same ones a broker starting with that file applies, so a
-key the broker does not know or a value it would refuse is reported here, with the broker's message,
-instead of crash-looping a pod.
+Every other key of ``spec.config`` is judged by the brokers' config key table
+(``kafkube_contract.broker_keys``), the one a broker starting with that file applies, so a
+key the broker does not know or a value it would refuse is reported here, with the broker's
+message, instead of crash-looping a pod.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from broker.cluster.image import ClusterImage
+from kafkube_contract.image import ImageView
 
 STUCK_REASONS = frozenset({"CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull",
                            "CreateContainerConfigError", "CreateContainerError",
@@ -70,7 +70,7 @@ class RollStep:
     pending: int
 
 
-def under_min_isr_without(broker: int, image: ClusterImage,
+def under_min_isr_without(broker: int, image: ImageView,
                           min_isr: Callable[[str], int]) -> str | None:
     """The first partition that restarting ``broker`` would take below its min ISR."""
     for name, topic in sorted(image.topics.items()):
@@ -83,13 +83,13 @@ def under_min_isr_without(broker: int, image: ClusterImage,
     return None
 
 
-def catching_up(broker: int, image: ClusterImage) -> int:
+def catching_up(broker: int, image: ImageView) -> int:
     """Partitions with a replica on ``broker`` that is not in their ISR yet."""
     return sum(1 for topic in image.topics.values() for state in topic.assignments
                if broker in state.replicas and broker not in state.isr)
 
 
-def next_restart(pods: Sequence[PodState], image: ClusterImage, min_isr: Callable[[str], int],
+def next_restart(pods: Sequence[PodState], image: ImageView, min_isr: Callable[[str], int],
                  controller: int | None, last_restarted: int | None = None) -> RollStep:
     """``last_restarted``: the broker this roll restarted last, which must be back in every
     ISR it belongs to first (partitions under-replicated for other reasons, a follower on a

@@ -16,8 +16,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from broker.cluster.image import ClusterImage
-from kafkube_contract.image import NO_LEADER
+from kafkube_contract.image import NO_LEADER, ImageView
 
 Partition = tuple[str, int]
 
@@ -45,7 +44,7 @@ class ScaleDecision:
     cordon: frozenset[int] = frozenset()
 
 
-def largest_replication_factor(image: ClusterImage) -> tuple[int, str | None]:
+def largest_replication_factor(image: ImageView) -> tuple[int, str | None]:
     rf, name = 0, None
     for topic_name, topic in sorted(image.topics.items()):
         for state in topic.assignments:
@@ -54,7 +53,7 @@ def largest_replication_factor(image: ClusterImage) -> tuple[int, str | None]:
     return rf, name
 
 
-def _load(image: ClusterImage) -> Counter[int]:
+def _load(image: ImageView) -> Counter[int]:
     return Counter(b for t in image.topics.values() for s in t.assignments
                    for b in s.target_replicas)
 
@@ -66,7 +65,7 @@ def _pick(candidates: list[int], used_racks: set[str | None], racks: Mapping[int
     return min(fresh or candidates, key=lambda b: (load[b], b))
 
 
-def drain_moves(image: ClusterImage, removed: set[int],
+def drain_moves(image: ImageView, removed: set[int],
                 racks: Mapping[int, str | None]) -> dict[Partition, tuple[int, ...]]:
     """Every partition with a replica on a ``removed`` broker, re-placed on the others
     (``racks``: the brokers that stay, id → rack)."""
@@ -91,7 +90,7 @@ def drain_moves(image: ClusterImage, removed: set[int],
     return moves
 
 
-def spread_moves(image: ClusterImage,
+def spread_moves(image: ImageView,
                  racks: Mapping[int, str | None]) -> dict[Partition, tuple[int, ...]]:
     """Moves that bring every broker of ``racks`` within one replica of the mean, topic by
     topic (so every topic gains the new brokers, as `kafka-reassign-partitions --generate`
@@ -128,7 +127,7 @@ def spread_moves(image: ClusterImage,
     return moves
 
 
-def min_isr_ceiling(image: ClusterImage) -> int | None:
+def min_isr_ceiling(image: ImageView) -> int | None:
     """The smallest replication factor among topics that follow the brokers' default
     min.insync.replicas (no value of their own): the highest default that still lets each of
     them take acks=all writes. A cluster grown from one broker has RF 1 topics, internal
@@ -138,7 +137,7 @@ def min_isr_ceiling(image: ClusterImage) -> int | None:
     return min(factors) if factors else None
 
 
-def held_back_topics(image: ClusterImage, wanted: int) -> list[str]:
+def held_back_topics(image: ImageView, wanted: int) -> list[str]:
     """Topics of users (not ``__`` internal ones, which the operator grows itself) whose
     replication factor keeps the default min ISR below ``wanted``."""
     return sorted(name for name, t in image.topics.items()
@@ -147,7 +146,7 @@ def held_back_topics(image: ClusterImage, wanted: int) -> list[str]:
                   and len(t.assignments[0].target_replicas) < wanted)
 
 
-def raise_internal_moves(image: ClusterImage, rf: int,
+def raise_internal_moves(image: ImageView, rf: int,
                          racks: Mapping[int, str | None]) -> dict[Partition, tuple[int, ...]]:
     """Internal topics (``__consumer_offsets``, ``__transaction_state``) created while the
     cluster was smaller get replicas added up to ``rf``, least loaded brokers first, one per
@@ -169,12 +168,12 @@ def raise_internal_moves(image: ClusterImage, rf: int,
     return moves
 
 
-def in_progress(image: ClusterImage) -> int:
+def in_progress(image: ImageView) -> int:
     """Partitions still under reassignment (KIP-455: replicas being added or removed)."""
     return sum(1 for t in image.topics.values() for s in t.assignments if s.adding or s.removing)
 
 
-def scale_decision(desired: int, current: int | None, image: ClusterImage,
+def scale_decision(desired: int, current: int | None, image: ImageView,
                    live: Mapping[int, str | None], phase: str | None) -> ScaleDecision:
     """``current``: the StatefulSet's replicas now (None before it exists); ``live``: the
     registered brokers, id → rack; ``phase``: the phase the previous pass left in the status
@@ -236,7 +235,7 @@ def scale_decision(desired: int, current: int | None, image: ClusterImage,
     return ScaleDecision(desired, {}, cordon=frozenset(removed))
 
 
-def throttled_replicas(image: ClusterImage,
+def throttled_replicas(image: ImageView,
                        moves: Mapping[Partition, tuple[int, ...]]) -> dict[str, dict[str, str]]:
     """Per moving topic, the throttled-replica lists Kafka's reassignment tool sets: the
     current replicas as leaders (they serve the copies), the new ones as followers (they

@@ -1,22 +1,22 @@
 """A Topic resource and the cluster image → what to do to the topic, and the Topic's status.
 
-Placement is the broker's own function (broker/controller/placement.py, Kafka's rack-aware
-round robin), seeded from the topic's name: the same spec over the same brokers gives the
-same layout however often the operator runs it, and a change of operator replica does not
-reshuffle anything. The plan is a value (create, add partitions, change configs, or refuse
-with a reason); reconcile/topic.py carries it out through the Kafka API.
+The plan is a value (create, add partitions, change configs, or refuse with a reason);
+reconcile/topic.py carries it out through the Kafka API. It names counts, never replicas: a
+topic is created with CreateTopics(partitions, replication factor) and grown with
+CreatePartitions(total), and the brokers' controller places the replicas, rack-aware and
+away from cordoned brokers, as it does for `kafka-topics` (Kafka's and Strimzi's topic
+operators do the same). So placement has one author, the brokers, whatever version the
+operator is.
 """
 
 from __future__ import annotations
 
 import hashlib
-import random
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from broker.controller.placement import PlacementError, assign_replicas
 from kafkube_contract.image import NO_LEADER, TopicMetadata
 from kafkube_operator.model.scale import THROTTLED_REPLICAS
 from kafkube_operator.model.status import TRUE, Condition
@@ -52,46 +52,33 @@ def _as_text(value: object) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def placement(topic: str, brokers: Mapping[int, str | None], partitions: int,
-              replication_factor: int, start_partition: int = 0) -> list[tuple[int, ...]]:
-    """Replica lists for new partitions, the same on every run for the same inputs."""
-    seed = int.from_bytes(hashlib.sha256(topic.encode()).digest()[:8], "big")
-    return assign_replicas(brokers, partitions, replication_factor, random.Random(seed),
-                           start_partition=start_partition)
-
-
 @dataclass(frozen=True)
 class TopicPlan:
     """What brings the topic to its spec. ``refused`` says why part of it cannot be done;
     whatever else can be done is still in the plan."""
 
-    create: list[tuple[int, ...]] | None = None  # replica lists of a new topic
-    add_partitions: list[tuple[int, ...]] = field(default_factory=list)
+    create: bool = False  # CreateTopics with the spec's partitions and replication factor
+    add_partitions: int = 0  # how many partitions CreatePartitions adds
     set_configs: dict[str, str] = field(default_factory=dict)
     delete_configs: list[str] = field(default_factory=list)
     refused: list[tuple[str, str]] = field(default_factory=list)  # (reason, message)
 
     @property
     def empty(self) -> bool:
-        return self.create is None and not self.add_partitions and not self.set_configs \
+        return not self.create and not self.add_partitions and not self.set_configs \
             and not self.delete_configs
 
 
-def topic_plan(spec: TopicSpec, current: TopicMetadata | None,
-               brokers: Mapping[int, str | None]) -> TopicPlan:
-    """The steps from ``current`` (None: the topic does not exist) to ``spec``, placed over
-    the live ``brokers`` (id → rack)."""
+def topic_plan(spec: TopicSpec, current: TopicMetadata | None, brokers: int) -> TopicPlan:
+    """The steps from ``current`` (None: the topic does not exist) to ``spec``; ``brokers``
+    is how many live brokers may take new replicas (not cordoned)."""
     if current is None:
-        if spec.replication_factor > len(brokers):
+        if spec.replication_factor > brokers:
             return TopicPlan(refused=[("ReplicationFactorTooLarge", (
                 f"replicationFactor {spec.replication_factor} is above the "
-                f"{len(brokers)} live broker(s) of cluster {spec.cluster}; the topic is "
+                f"{brokers} live broker(s) of cluster {spec.cluster}; the topic is "
                 "created once enough brokers are up"))])
-        try:
-            replicas = placement(spec.name, brokers, spec.partitions, spec.replication_factor)
-        except PlacementError as e:
-            return TopicPlan(refused=[("PlacementFailed", str(e))])
-        return TopicPlan(create=replicas)
+        return TopicPlan(create=True)
     refused: list[tuple[str, str]] = []
     current_rf = len(current.assignments[0].target_replicas) if current.assignments else 0
     if spec.replication_factor != current_rf:
@@ -99,14 +86,8 @@ def topic_plan(spec: TopicSpec, current: TopicMetadata | None,
             f"replicationFactor {spec.replication_factor} differs from the topic's "
             f"{current_rf}: changing it needs a partition reassignment, which this operator "
             "does not start for a Topic edit; the topic keeps its replicas")))
-    added: list[tuple[int, ...]] = []
-    if spec.partitions > current.partitions:
-        try:
-            added = placement(spec.name, brokers, spec.partitions - current.partitions,
-                              current_rf, start_partition=current.partitions)
-        except PlacementError as e:
-            refused.append(("PlacementFailed", str(e)))
-    elif spec.partitions < current.partitions:
+    added = max(0, spec.partitions - current.partitions)
+    if spec.partitions < current.partitions:
         refused.append(("PartitionsDecrease", (
             f"partitions {spec.partitions} is below the topic's {current.partitions}: "
             "Kafka only adds partitions")))

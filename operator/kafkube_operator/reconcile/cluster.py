@@ -10,7 +10,7 @@ import logging
 import time
 from collections.abc import Mapping
 
-from broker.cluster.kubernetes import KubernetesBackend
+from kafkube_operator.cluster_view import ClusterView
 from kafkube_operator.kafka import AdminClients
 from kafkube_operator.kube import Kube
 from kafkube_operator.model.cluster import ClusterRef, config_hash, selector
@@ -65,7 +65,7 @@ def needs_apply(resource: Mapping, snapshot: ClusterSnapshot, memory: ClusterMem
     return time.monotonic() - outcome.at >= FULL_APPLY_INTERVAL_S
 
 
-def problem_pass(kube: Kube, view: KubernetesBackend, resource: Mapping,
+def problem_pass(kube: Kube, view: ClusterView, resource: Mapping,
                  snapshot: ClusterSnapshot, events: Events) -> dict:
     """No scale, roll or Topic pass on an image that is missing, foreign or older: each could
     take data away. The objects are still applied: the brokers that put the image back must

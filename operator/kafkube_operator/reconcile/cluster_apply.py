@@ -14,7 +14,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from broker.cluster.kubernetes import KubernetesBackend
+from kafkube_operator.cluster_view import ClusterView
 from kafkube_operator.kafka import AdminClients, KafkaAdmin, KafkaRefused
 from kafkube_operator.kube import ApplyError, Kube
 from kafkube_operator.model.broker_config import broker_properties
@@ -54,7 +54,7 @@ class Applied:
     config_hash: str | None
 
 
-def apply_pass(kube: Kube, view: KubernetesBackend, admins: AdminClients, resource: Mapping,
+def apply_pass(kube: Kube, view: ClusterView, admins: AdminClients, resource: Mapping,
                snapshot: ClusterSnapshot, memory: ClusterMemory, events: Events
                ) -> ApplyOutcome:
     """Scale, certificates, objects, in that order: certificates before the pods that mount
@@ -237,7 +237,7 @@ def _storage_change(kube: Kube, desired: Mapping, live: Mapping, events: Events
     return None, None
 
 
-def scale(view: KubernetesBackend, snapshot: ClusterSnapshot, admins: AdminClients,
+def scale(view: ClusterView, snapshot: ClusterSnapshot, admins: AdminClients,
           resource: Mapping, memory: ClusterMemory, events: Events
           ) -> tuple[ScaleDecision, bool]:
     """The StatefulSet's size for this pass, and the partition moves a change of

@@ -7,9 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from broker.cluster.image import ClusterImage
-from broker.cluster.kubernetes import KubernetesBackend
-from kafkube_contract.image import DEFAULT_BROKER
+from kafkube_contract.image import DEFAULT_BROKER, ImageView
+from kafkube_operator.cluster_view import ClusterView
 from kafkube_operator.kafka import AdminClients
 from kafkube_operator.kube import Kube
 from kafkube_operator.model.cluster import ClusterRef, selector
@@ -27,7 +26,7 @@ from kafkube_operator.reconcile.snapshot import ClusterSnapshot
 from kafkube_operator.reconcile.views import ClusterMemory, Events, utc_now
 
 
-def observe(snapshot: ClusterSnapshot, image: ClusterImage
+def observe(snapshot: ClusterSnapshot, image: ImageView
             ) -> tuple[ObservedCluster, list[PodState]]:
     revision = ((snapshot.statefulset or {}).get("status") or {}).get("updateRevision")
     pods = [pod_state(p, revision) for p in snapshot.pods]
@@ -39,7 +38,7 @@ def observe(snapshot: ClusterSnapshot, image: ClusterImage
     return observed, pods
 
 
-def observe_pass(kube: Kube, view: KubernetesBackend, admins: AdminClients,
+def observe_pass(kube: Kube, view: ClusterView, admins: AdminClients,
                  resource: Mapping, snapshot: ClusterSnapshot, outcome: ApplyOutcome,
                  memory: ClusterMemory, events: Events) -> dict:
     """Roll, rebalance and the status, for a cluster whose image is trusted."""
@@ -87,13 +86,13 @@ def problem_status(resource: Mapping, snapshot: ClusterSnapshot, warning: SpecWa
                    ) -> dict:
     """The status while the image may not be acted on (missing, foreign, older): what the
     pods and leases say, and the problem."""
-    observed, _ = observe(snapshot, ClusterImage())
+    observed, _ = observe(snapshot, ImageView())
     status = _status(resource, snapshot.ref, observed, [warning],
                      resource["metadata"].get("generation", 0))
     return status | snapshot.trusted.status_fields()
 
 
-def roll(kube: Kube, image: ClusterImage, ref: ClusterRef, pods: list[PodState],
+def roll(kube: Kube, image: ImageView, ref: ClusterRef, pods: list[PodState],
          observed: ObservedCluster, default_min_isr: int, memory: ClusterMemory,
          events: Events) -> tuple[str | None, bool]:
     """One step of the rolling restart (model/roll.py); what it waits for, and whether the

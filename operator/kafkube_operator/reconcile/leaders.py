@@ -1,7 +1,8 @@
 """Leader rebalance, the operator's on Kubernetes: every
 ``leader.imbalance.check.interval.seconds`` (and at once after a rolling restart) the
-broker's own pure function picks the partitions to hand back to their preferred leaders when
-a broker's imbalance passes ``leader.imbalance.per.broker.percentage``, and the operator asks
+contract's pure function (kafkube_contract/leadership.py, the one the brokers' controller
+uses too) picks the partitions to hand back to their preferred leaders when a broker's
+imbalance passes ``leader.imbalance.per.broker.percentage``, and the operator asks
 the cluster for those preferred-leader elections (ElectLeaders), as `kafka-leader-election`
 would. The keys are read from the KafkaCluster's spec.config, with Kafka's defaults."""
 
@@ -11,17 +12,13 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from broker.cluster.image import ClusterImage
 from kafkube_contract.broker_keys import BROKER_KEYS
+from kafkube_contract.image import ImageView
 from kafkube_contract.leadership import leader_imbalance, preferred_leader_moves
+from kafkube_operator.cluster_view import ClusterView
 from kafkube_operator.kafka import AdminClients, KafkaAdmin, KafkaRefused
 from kafkube_operator.model.cluster import ClusterRef
-from kafkube_operator.reconcile.views import (
-    ClusterMemory,
-    Events,
-    KubernetesBackend,
-    cluster_admin,
-)
+from kafkube_operator.reconcile.views import ClusterMemory, Events, cluster_admin
 
 
 def _setting(config: Mapping, key: str) -> Any:
@@ -30,8 +27,8 @@ def _setting(config: Mapping, key: str) -> Any:
     return known.default if value is None else known.parse(str(value).lower())
 
 
-def rebalance_leaders(admins: AdminClients, view: KubernetesBackend, ref: ClusterRef,
-                      image: ClusterImage, live: set[int], spec: Mapping,
+def rebalance_leaders(admins: AdminClients, view: ClusterView, ref: ClusterRef,
+                      image: ImageView, live: set[int], spec: Mapping,
                       memory: ClusterMemory, events: Events, elect_now: bool = False) -> None:
     """Preferred-leader elections where the pass's image (``live``: the brokers holding a
     lease) shows a broker's imbalance past the threshold."""

@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from broker.cluster.kubernetes import KubernetesBackend
 from kafkube_contract.properties import parse_properties
 from kafkube_contract.registration import BrokerRegistration
+from kafkube_operator.cluster_view import ClusterView
 from kafkube_operator.kube import Kube
 from kafkube_operator.model.cluster import ClusterRef, selector
 from kafkube_operator.reconcile.views import ClusterMemory, TrustedImage, trusted_image
@@ -55,7 +55,7 @@ class ClusterSnapshot:
         return max(ordinals) + 1 if ordinals else None
 
 
-def read_snapshot(kube: Kube, view: KubernetesBackend, ref: ClusterRef, resource: Mapping,
+def read_snapshot(kube: Kube, view: ClusterView, ref: ClusterRef, resource: Mapping,
                   memory: ClusterMemory) -> ClusterSnapshot:
     """One read of everything a pass decides from."""
     trusted = trusted_image(view, resource.get("status"), memory)

@@ -7,8 +7,8 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 
-from broker.cluster.image import ClusterImage
-from broker.cluster.kubernetes import KubernetesBackend
+from kafkube_contract.image import ImageView
+from kafkube_operator.cluster_view import ClusterView
 from kafkube_operator.kafka import AdminClients, KafkaAdmin, KafkaRefused
 from kafkube_operator.kube import ApplyError, Kube
 from kafkube_operator.model.cluster import API_VERSION, ClusterRef
@@ -31,14 +31,20 @@ from kafkube_operator.reconcile.views import (
 
 log = logging.getLogger(__name__)
 # How long a change waits to show in the cluster image before the pass ends (the next pass
-# picks it up anyway; waiting avoids a second CreateTopics for a topic made a moment ago).
+# picks it up anyway; waiting avoids a second CreateTopics for a topic made a moment ago),
+# and how often it looks meanwhile: each look is a GET of the image, so at most ten.
 IMAGE_WAIT_S = 5.0
+IMAGE_POLL_S = 0.5
 
 
-def _wait_image(view: KubernetesBackend, done: Callable[[ClusterImage], bool]) -> None:
+def _wait_image(view: ClusterView, done: Callable[[ImageView], bool]) -> ImageView:
+    """The image once ``done`` holds for it, or the last one read after IMAGE_WAIT_S."""
     deadline = time.monotonic() + IMAGE_WAIT_S
-    while not done(view.read_image()) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    image = view.read_image()
+    while not done(image) and time.monotonic() < deadline:
+        time.sleep(IMAGE_POLL_S)
+        image = view.read_image()
+    return image
 
 
 def _cluster(kube: Kube, namespace: str, name: str) -> dict | None:
@@ -73,8 +79,7 @@ def reconcile_topic(kube: Kube, views: ClusterViews, admins: AdminClients, resou
                    if k in ("topicId", "partitions")}
         return status
     cordoned = trusted.image.cordoned()  # brokers being drained (KIP-1066)
-    brokers = {b.node_id: b.rack for b in view.live_brokers().values()
-               if b.node_id not in cordoned}
+    brokers = len([b for b in view.live_brokers() if b not in cordoned])
     current = trusted.image.topics.get(spec.name)
     if deleted_through_kafka(resource, current is not None):
         # Not created again: the cluster's pass would remove the resource a moment later.
@@ -86,13 +91,14 @@ def reconcile_topic(kube: Kube, views: ClusterViews, admins: AdminClients, resou
         admin: KafkaAdmin | None = None
         try:
             admin = cluster_admin(admins, ref, view)
-            if plan.create is not None:
-                admin.create_topic(spec.name, plan.create, spec.config)
+            if plan.create:
+                admin.create_topic(spec.name, spec.partitions, spec.replication_factor,
+                                   spec.config)
                 events.info("TopicCreated", f"created topic {spec.name}: {spec.partitions} "
                             f"partition(s), replication factor {spec.replication_factor}")
             if plan.add_partitions:
-                admin.add_partitions(spec.name, spec.partitions, plan.add_partitions)
-                events.info("PartitionsAdded", f"topic {spec.name}: {len(plan.add_partitions)} "
+                admin.add_partitions(spec.name, spec.partitions)
+                events.info("PartitionsAdded", f"topic {spec.name}: {plan.add_partitions} "
                             f"partition(s) added, {spec.partitions} in all")
             if plan.set_configs or plan.delete_configs:
                 admin.alter_topic_configs(spec.name, plan.set_configs, plan.delete_configs)
@@ -103,10 +109,10 @@ def reconcile_topic(kube: Kube, views: ClusterViews, admins: AdminClients, resou
             events.warning("KafkaRefused", str(e))
             if admin is not None:
                 admins.drop((ref.namespace, ref.name), admin)
+            current = view.read_image().topics.get(spec.name)
         else:
-            _wait_image(view, lambda image: topic_plan(
-                spec, image.topics.get(spec.name), brokers).empty)
-        current = view.read_image().topics.get(spec.name)
+            current = _wait_image(view, lambda image: topic_plan(
+                spec, image.topics.get(spec.name), brokers).empty).topics.get(spec.name)
     return topic_status(spec, current, generation, problems, previous, utc_now())
 
 
@@ -153,8 +159,7 @@ def delete_topic(kube: Kube, views: ClusterViews, admins: AdminClients, resource
             admins.drop((ref.namespace, ref.name), admin)
         return False
     events.info("TopicDeleted", f"deleted topic {spec.name}")
-    _wait_image(view, lambda image: spec.name not in image.topics)
-    return spec.name not in view.read_image().topics
+    return spec.name not in _wait_image(view, lambda image: spec.name not in image.topics).topics
 
 
 def mirror_cluster_topics(kube: Kube, views: ClusterViews, resource: Mapping,
@@ -168,7 +173,7 @@ def mirror_cluster_topics(kube: Kube, views: ClusterViews, resource: Mapping,
         mirror_topics(kube, ref, trusted.image, events)
 
 
-def mirror_topics(kube: Kube, ref: ClusterRef, image: ClusterImage, events: Events) -> None:
+def mirror_topics(kube: Kube, ref: ClusterRef, image: ImageView, events: Events) -> None:
     """Topics made through the Kafka API get a Topic resource; a resource the operator made
     that way goes when its topic was deleted through Kafka. Internal topics (``__``) are
     the brokers' own and are left out, as Strimzi does."""

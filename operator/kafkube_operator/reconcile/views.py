@@ -1,7 +1,7 @@
-"""What every reconcile step shares: where actions are reported, and the read-only view of
-each KafkaCluster's coordination objects (the brokers' Leases and the cluster image) through
-the broker's own Kubernetes backend, the same code and liveness rules the brokers use, so the
-operator never has a second opinion on which broker is alive or who leads a partition."""
+"""What every reconcile step shares: where actions are reported, the read-only view of each
+KafkaCluster's coordination objects (the brokers' Leases and the cluster image, read with the
+contract's readers: cluster_view.py), the operator's memory of each cluster, and the image a
+pass may act on."""
 
 from __future__ import annotations
 
@@ -12,9 +12,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from broker.cluster.backend import MetadataMissing
-from broker.cluster.image import ClusterImage
-from broker.cluster.kubernetes import KubernetesBackend, KubernetesSettings
+from kubernetes import client as k8s
+
+from kafkube_contract.image import ImageFormatError, ImageView
+from kafkube_contract.objects import api_client
+from kafkube_operator.cluster_view import ClusterView
 from kafkube_operator.kafka import AdminClients, KafkaAdmin
 from kafkube_operator.model.cluster import ClusterRef
 from kafkube_operator.model.listeners import PLAINTEXT_DEFAULT, REPLICATION
@@ -52,25 +54,27 @@ class ClusterMemory:
 
 @dataclass
 class ClusterViews:
-    """One read-only coordination backend per KafkaCluster, kept between reconciles: its
-    watches keep the brokers' leases and the image current without polling."""
+    """One read-only view per KafkaCluster (each keeps its last decoded image), on one API
+    client, and the operator's memory of each cluster, kept between reconciles."""
 
     kubeconfig: str | None
-    _views: dict[tuple[str, str], KubernetesBackend]
+    _views: dict[tuple[str, str], ClusterView]
     _memory: dict[tuple[str, str], ClusterMemory]
     _lock: threading.Lock
+    _client: k8s.ApiClient | None = None
 
     @classmethod
     def create(cls, kubeconfig: str | None) -> ClusterViews:
         return cls(kubeconfig, {}, {}, threading.Lock())
 
-    def of(self, ref: ClusterRef) -> KubernetesBackend:
+    def of(self, ref: ClusterRef) -> ClusterView:
         key = (ref.namespace, ref.name)
         with self._lock:
+            if self._client is None:
+                self._client = api_client(self.kubeconfig)
             view = self._views.get(key)
             if view is None:
-                view = self._views[key] = KubernetesBackend(
-                    KubernetesSettings(ref.namespace, ref.name, self.kubeconfig))
+                view = self._views[key] = ClusterView(self._client, ref.namespace, ref.name)
             return view
 
     def memory(self, ref: ClusterRef) -> ClusterMemory:
@@ -80,22 +84,20 @@ class ClusterViews:
     def forget(self, ref: ClusterRef) -> None:
         with self._lock:
             self._memory.pop((ref.namespace, ref.name), None)
-            view = self._views.pop((ref.namespace, ref.name), None)
-        if view is not None:
-            view.close()
+            self._views.pop((ref.namespace, ref.name), None)
 
     def close(self) -> None:
         with self._lock:
-            views, self._views = list(self._views.values()), {}
-        for view in views:
-            view.close()
+            client, self._client, self._views = self._client, None, {}
+        if client is not None:
+            client.close()
 
 
 @dataclass(frozen=True)
 class TrustedImage:
     """The cluster image the operator may act on, or the problem that forbids it."""
 
-    image: ClusterImage
+    image: ImageView
     cluster_id: str | None
     problem: SpecWarning | None = None
     version: int | None = None  # the highest version seen, for the status to record
@@ -104,19 +106,26 @@ class TrustedImage:
         return {"clusterId": self.cluster_id, "metadataVersion": self.version}
 
 
-def trusted_image(view: KubernetesBackend, cluster_status: Mapping | None,
+def trusted_image(view: ClusterView, cluster_status: Mapping | None,
                   memory: ClusterMemory) -> TrustedImage:
     """The image, unless it is missing where brokers ran, belongs to another cluster than
     the one the KafkaCluster's status recorded, or is older than the version it recorded;
     an empty one before the first broker made it. An older one is taken after
     WENT_BACK_GRACE_S: running brokers put back a newer one within a second, so none had it
-    (every broker was down, and their copies lag the store by a few seconds)."""
+    (every broker was down, and their copies lag the store by a few seconds). An image in a
+    format newer than this operator reads (brokers upgraded past it) is not acted on
+    either: the status says to upgrade the operator."""
     recorded = cluster_status or {}
     recorded_id, recorded_version = recorded.get("clusterId"), recorded.get("metadataVersion")
-    stored = view.stored_identity()
+    try:
+        found = view.stored_image()  # one read: the identity judged is the image's
+    except ImageFormatError as e:
+        return TrustedImage(ImageView(), recorded_id, SpecWarning(
+            "MetadataFormatUnknown", f"{view.where}: {e}"), recorded_version)
+    stored = found[0] if found is not None else None
     identity = (stored.cluster_id, stored.version) if stored is not None else None
-    problem = metadata_problem(identity, recorded_id, view.has_history(), view.where,
-                               recorded_version)
+    history = stored is not None or view.has_history()  # (judged only when missing)
+    problem = metadata_problem(identity, recorded_id, history, view.where, recorded_version)
     if problem is not None and problem.reason == "MetadataWentBack" and stored is not None:
         now = time.monotonic()
         # Counted from the first pass that saw it behind, while it stays behind the version
@@ -125,13 +134,10 @@ def trusted_image(view: KubernetesBackend, cluster_status: Mapping | None,
             memory.went_back_at = (recorded_version, now)
         elif now - memory.went_back_at[1] >= WENT_BACK_GRACE_S:
             problem = None
-    if problem is not None or stored is None:
-        return TrustedImage(ClusterImage(), recorded_id, problem, recorded_version)
-    try:
-        image = view.read_image()
-    except MetadataMissing:  # deleted since the look above
-        return trusted_image(view, cluster_status, memory)
-    return TrustedImage(image, stored.cluster_id, None, image.version)
+    if problem is not None or found is None:
+        return TrustedImage(ImageView(), recorded_id, problem, recorded_version)
+    image = found[1]
+    return TrustedImage(image, found[0].cluster_id, None, image.version)
 
 
 def utc_now() -> str:
@@ -139,7 +145,7 @@ def utc_now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def cluster_admin(admins: AdminClients, ref: ClusterRef, view: KubernetesBackend) -> KafkaAdmin:
+def cluster_admin(admins: AdminClients, ref: ClusterRef, view: ClusterView) -> KafkaAdmin:
     """The cluster's admin client, bootstrapped from its live brokers' advertised addresses
     on a listener every one of them has (model/listener_change.py: during a listener change
     brokers of two steps run side by side)."""

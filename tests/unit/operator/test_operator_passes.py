@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-from broker.cluster.image import ClusterImage
+from kafkube_contract.image import ImageView
 from kafkube_operator.model.cluster import ClusterRef, config_hash
 from kafkube_operator.model.listener_change import ListenerStep
 from kafkube_operator.model.listeners import ListenerLayout, SecuritySpec
@@ -30,7 +30,7 @@ def snapshot(replicas: int | None = 3, deployed: str = PROPERTIES,
         "metadata": {"name": REF.statefulset, **({"deletionTimestamp": "now"} if deleting
                                                  else {})},
         "spec": {"replicas": replicas}}
-    return ClusterSnapshot(REF, sts, (), deployed, TrustedImage(ClusterImage(), "id"), {}, 0)
+    return ClusterSnapshot(REF, sts, (), deployed, TrustedImage(ImageView(), "id"), {}, 0)
 
 
 def applied(**changes: object) -> ClusterMemory:

@@ -6,16 +6,15 @@ from __future__ import annotations
 
 import pytest
 
-from broker.cluster.image import ClusterImage
-from kafkube_contract.image import PartitionState, TopicMetadata
+from kafkube_contract.image import ImageView, PartitionState, TopicMetadata
 from kafkube_operator.model.roll import PodState, next_restart, pod_state
 
 TOPIC_ID = "5f0c2e1a-8a8b-4c1e-9b5e-2b7e0c1d2a3b"
 
 
-def image(*partitions: tuple[tuple[int, ...], tuple[int, ...]], topic: str = "t") -> ClusterImage:
+def image(*partitions: tuple[tuple[int, ...], tuple[int, ...]], topic: str = "t") -> ImageView:
     states = tuple(PartitionState(r, isr, isr[0] if isr else -1) for r, isr in partitions)
-    return ClusterImage({topic: TopicMetadata(topic, TOPIC_ID, {}, states)})
+    return ImageView({topic: TopicMetadata(topic, TOPIC_ID, {}, states)})
 
 
 def pods(outdated: set[int], ready: set[int] | None = None, stuck: set[int] = frozenset(),

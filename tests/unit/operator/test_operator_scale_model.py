@@ -5,12 +5,12 @@ a scale-down below a topic's replication factor refused with nothing moved."""
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker.cluster.image import ClusterImage
-from kafkube_contract.image import PartitionState, TopicMetadata
+from kafkube_contract.image import ImageView, PartitionState, TopicMetadata
 from kafkube_operator.model.scale import (
     DRAINING,
     SCALING_UP,
@@ -19,14 +19,14 @@ from kafkube_operator.model.scale import (
     spread_moves,
     throttled_replicas,
 )
-from kafkube_operator.model.topic import placement
+from tests.support.layouts import placement
 
 TOPIC_ID = "5f0c2e1a-8a8b-4c1e-9b5e-2b7e0c1d2a3b"
 
 
 def cluster_image(topics: dict[str, list[tuple[int, ...]]],
-                  adding: set[str] = frozenset()) -> ClusterImage:
-    return ClusterImage({name: TopicMetadata(name, TOPIC_ID, {}, tuple(
+                  adding: set[str] = frozenset()) -> ImageView:
+    return ImageView({name: TopicMetadata(name, TOPIC_ID, {}, tuple(
         PartitionState(r, r, r[0], adding=(r[-1],) if name in adding else ())
         for r in replicas)) for name, replicas in topics.items()})
 
@@ -35,19 +35,18 @@ def racks(n: int, zones: int = 3) -> dict[int, str]:
     return {b: "abc"[b % zones] for b in range(n)}
 
 
-def apply(image: ClusterImage, moves: dict) -> ClusterImage:
+def apply(image: ImageView, moves: dict) -> ImageView:
     topics = {name: [moves.get((name, i), s.replicas) for i, s in enumerate(t.assignments)]
               for name, t in image.topics.items()}
     return cluster_image(topics)
 
 
-def cordoned(image: ClusterImage, *brokers: int) -> ClusterImage:
-    for broker in brokers:
-        image = image.with_broker_configs(str(broker), {"cordoned.log.dirs": "*"})
-    return image
+def cordoned(image: ImageView, *brokers: int) -> ImageView:
+    return replace(image, broker_configs={**image.broker_configs, **{
+        str(broker): {"cordoned.log.dirs": "*"} for broker in brokers}})
 
 
-def load(image: ClusterImage) -> Counter[int]:
+def load(image: ImageView) -> Counter[int]:
     return Counter(b for t in image.topics.values() for s in t.assignments for b in s.replicas)
 
 
@@ -152,7 +151,7 @@ def test_replicas_left_on_removed_brokers_are_moved_after_the_shrink() -> None:
     assert stranded.phase == DRAINING and stranded.statefulset_replicas == 3
     assert set(stranded.moves) == {("late", 0), ("late", 1)}
     assert set(load(apply(image, stranded.moves))) == {0, 1, 2}
-    offline = ClusterImage({"gone": TopicMetadata("gone", TOPIC_ID, {}, (
+    offline = ImageView({"gone": TopicMetadata("gone", TOPIC_ID, {}, (
         PartitionState((4,), (4,), -1),))})
     assert scale_decision(3, 3, offline, racks(3), None).moves == {}
 

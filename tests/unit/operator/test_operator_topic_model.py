@@ -1,25 +1,21 @@
-"""Topic resource + cluster image → plan and status (kafkube_operator.model.topic): placement
-balanced and rack-aware by the broker's own function, stable under re-runs; plans that only
-add; refusals with Kafka's reasons; names for topics found in Kafka."""
+"""Topic resource + cluster image → plan and status (kafkube_operator.model.topic): plans in
+counts (the brokers place replicas) that only add; refusals with Kafka's reasons; names for
+topics found in Kafka."""
 
 from __future__ import annotations
 
-from collections import Counter
-
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
 from kafkube_contract.image import PartitionState, TopicMetadata
 from kafkube_operator.model.topic import (
     TopicSpec,
     deleted_through_kafka,
     mirrored_topic,
-    placement,
     resource_name,
     topic_plan,
     topic_status,
 )
+from tests.support.layouts import placement
 
 NOW = "2026-11-25T12:00:00Z"
 
@@ -35,50 +31,28 @@ def existing(replicas: list[tuple[int, ...]], configs: dict | None = None,
     return TopicMetadata("orders", "5f0c2e1a-8a8b-4c1e-9b5e-2b7e0c1d2a3b", configs or {}, states)
 
 
-@given(brokers=st.integers(1, 9), zones=st.integers(1, 4), partitions=st.integers(1, 60),
-       rf=st.integers(1, 4), name=st.text("abcxyz-._", min_size=1, max_size=12))
-def test_placement_is_balanced_rack_aware_and_stable(brokers: int, zones: int,
-                                                     partitions: int, rf: int,
-                                                     name: str) -> None:
-    rf = min(rf, brokers)
-    racks = {b: f"zone-{b % zones}" for b in range(brokers)}
-    layout = placement(name, racks, partitions, rf)
-    assert layout == placement(name, dict(racks), partitions, rf)  # same on every run
-    assert all(len(set(r)) == rf for r in layout)
-    # Leaders within one partition per broker (Kafka's striping).
-    leaders = Counter(r[0] for r in layout)
-    assert max(leaders.values()) - min(leaders.get(b, 0) for b in racks) <= 1
-    used_zones = min(zones, brokers)
-    if used_zones >= rf:
-        assert all(len({racks[b] for b in r}) == rf for r in layout)
-
-
-def test_a_new_topic_is_placed_over_the_live_brokers() -> None:
-    plan = topic_plan(spec(), None, {0: "a", 1: "b", 2: "c"})
-    assert plan.create is not None and len(plan.create) == 12
-    assert Counter(r[0] for r in plan.create) == {0: 4, 1: 4, 2: 4}
-    assert not plan.refused
+def test_a_new_topic_is_created_with_counts_and_the_brokers_place_it() -> None:
+    """CreateTopics(partitions, replication factor), as `kafka-topics --create` sends it: the
+    brokers' controller places the replicas, rack-aware and off cordoned brokers."""
+    plan = topic_plan(spec(), None, 3)
+    assert plan.create and not plan.add_partitions and not plan.refused
 
 
 def test_a_replication_factor_above_the_brokers_is_refused_and_nothing_is_created() -> None:
-    plan = topic_plan(spec(rf=3), None, {0: "a", 1: "b"})
+    plan = topic_plan(spec(rf=3), None, 2)
     assert plan.empty
     ((reason, message),) = plan.refused
     assert reason == "ReplicationFactorTooLarge"
     assert "replicationFactor 3 is above the 2 live broker(s) of cluster prod" in message
 
 
-def test_more_partitions_continue_the_stripe_and_configs_are_diffed() -> None:
+def test_more_partitions_are_a_count_to_add_and_configs_are_diffed() -> None:
     brokers = {0: "a", 1: "b", 2: "c"}
     current = existing(placement("orders", brokers, 6, 3),
                        {"retention.ms": "1000", "cleanup.policy": "compact"})
     plan = topic_plan(spec(12, 3, {"retention.ms": 2000, "segment.bytes": "1048576"}), current,
-                      brokers)
-    # The new partitions placed as Kafka adds them: striped from partition 6 on, every
-    # replica in another zone, leaders balanced.
-    assert plan.add_partitions == placement("orders", brokers, 6, 3, start_partition=6)
-    assert all(len(set(r)) == 3 for r in plan.add_partitions)
-    assert Counter(r[0] for r in plan.add_partitions) == {0: 2, 1: 2, 2: 2}
+                      len(brokers))
+    assert plan.add_partitions == 6 and not plan.create  # CreatePartitions(12)
     assert plan.set_configs == {"retention.ms": "2000", "segment.bytes": "1048576"}
     assert plan.delete_configs == ["cleanup.policy"]
     assert not plan.refused
@@ -86,7 +60,7 @@ def test_more_partitions_continue_the_stripe_and_configs_are_diffed() -> None:
     done = existing(placement("orders", brokers, 12, 3),
                     {"retention.ms": "2000", "segment.bytes": "1048576"})
     assert topic_plan(spec(12, 3, {"retention.ms": 2000, "segment.bytes": "1048576"}), done,
-                      brokers).empty
+                      len(brokers)).empty
 
 
 @pytest.mark.parametrize(("partitions", "rf", "reason"), [
@@ -94,7 +68,7 @@ def test_more_partitions_continue_the_stripe_and_configs_are_diffed() -> None:
 def test_what_kafka_cannot_do_to_a_topic_is_refused_with_why(partitions: int, rf: int,
                                                              reason: str) -> None:
     current = existing(placement("orders", {0: None, 1: None, 2: None}, 6, 3))
-    plan = topic_plan(spec(partitions, rf), current, {0: None, 1: None, 2: None})
+    plan = topic_plan(spec(partitions, rf), current, 3)
     assert [r for r, _ in plan.refused] == [reason]
     assert plan.empty
 
@@ -143,7 +117,7 @@ def test_a_mirrored_topic_keeps_what_kafka_has() -> None:
                                 "replicationFactor": 2, "config": {"retention.ms": "5"}}
     assert resource["metadata"]["annotations"] == {"kafkube.io/origin": "kafka"}
     # Its own spec, read back, plans nothing.
-    assert topic_plan(TopicSpec.of(resource), current, {0: None, 1: None}).empty
+    assert topic_plan(TopicSpec.of(resource), current, 2).empty
 
 
 def test_only_a_seen_mirror_goes_with_its_topic_and_a_users_topic_is_made_again() -> None:
@@ -157,7 +131,7 @@ def test_only_a_seen_mirror_goes_with_its_topic_and_a_users_topic_is_made_again(
     assert not deleted_through_kafka(terminating, exists=False)
     users = {**seen, "metadata": {"name": "orders", "namespace": "kafka"}}
     assert not deleted_through_kafka(users, exists=False)
-    assert topic_plan(TopicSpec.of(users), None, {0: None, 1: None}).create is not None
+    assert topic_plan(TopicSpec.of(users), None, 2).create
 
 
 def test_a_mirror_never_takes_a_name_another_topic_stands_for() -> None:
