@@ -1,6 +1,6 @@
 """One configuration key, as Kafka's ConfigDef defines one: its name, type, default, doc and
 validator, and how a value of it is parsed from text and rendered back.
-broker/config/broker_config.py declares the broker's and topics' keys with it; the validators
+kafkube_contract/broker_keys.py declares the broker's and topics' keys with it; the validators
 are Kafka's (atLeast, between, ValidString, ThrottledReplicaListValidator) with Kafka's
 messages."""
 
