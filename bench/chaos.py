@@ -59,8 +59,9 @@ NAME = "chaos"
 TOPIC = "chaos"
 PARTITIONS = 6
 # The producer's log is read once at the end (kubectl logs): the kubelet rotates a
-# container's log at 10 MiB and serves only the current file, so the rate is set for the
-# run's bound to stay under 120,000 lines (~72 B each with the runtime's prefix).
+# container's log at 10 MiB by default (100 MiB on our kind nodes: scripts/kind/config.sh)
+# and serves only the current file, so the rate is set for the run's bound to stay under
+# 120,000 lines (~72 B each with the runtime's prefix) on any cluster.
 LOG_LINES = 120_000
 MAX_RATE = 200.0
 QUIET_S = 20.0  # the producer alone, before the first fault: the floor of the gap figure

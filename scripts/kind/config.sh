@@ -22,10 +22,14 @@ kubeadmConfigPatches:
   # Kubernetes >= 1.35 refuses cgroup v1 hosts unless told otherwise; harmless on v2.
   # A crashed container restarts within a second, not after a back-off growing to 5 min:
   # the failover bench kills the same brokers twenty times.
+  # A container's log rotates at 100 MiB, not 10: `kubectl logs` serves only the newest
+  # file, and a test's client pod prints one line per record (~72 B with the runtime's
+  # prefix; the listener change's 420,000 records fill 30 MB).
   - |
     kind: KubeletConfiguration
     failCgroupV1: false
     crashLoopBackOff: {maxContainerRestartPeriod: 1s}
+    containerLogMaxSize: 100Mi
 nodes:
   - role: control-plane
   - role: worker

@@ -37,10 +37,18 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 
 def produce(args: argparse.Namespace) -> int:
+    idempotent = args.acks == "all"
     producer = Producer({
         "bootstrap.servers": args.bootstrap, "acks": args.acks, "linger.ms": 5,
-        "enable.idempotence": args.acks == "all", "message.timeout.ms": 60_000,
+        "enable.idempotence": idempotent, "message.timeout.ms": 60_000,
         "retries": 1_000_000, "retry.backoff.ms": 100,
+        # One request in flight for the idempotent producer: with several, a leader change
+        # between two of them (the first refused NOT_LEADER_OR_FOLLOWER, the next refused
+        # OUT_OF_ORDER_SEQUENCE_NUMBER by the new leader, which lacks the first) makes
+        # librdkafka bump its epoch and resend messages that may have been written, which
+        # duplicates them against Apache Kafka too (confluentinc/librdkafka#4953). With one,
+        # a duplicate can only be the broker's: the checker counts them.
+        "max.in.flight.requests.per.connection": 1 if idempotent else 5,
         **dict(kv.split("=", 1) for kv in args.config),
     })
     acked = failed = 0

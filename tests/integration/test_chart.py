@@ -108,6 +108,10 @@ def test_the_operator_holds_every_permission_it_uses_and_grants() -> None:
                 for verb in rule["verbs"]:
                     assert allowed(group, resource, verb), (group, resource, verb)
     assert allowed("", "nodes", "get")  # to bind kafkube-broker-nodes to the brokers
+    # storage.size grown: each claim's request is patched (reconcile/cluster_apply.py), then
+    # claims of removed brokers are deleted (scale down).
+    for verb in ("list", "patch", "delete"):
+        assert allowed("", "persistentvolumeclaims", verb), verb
 
 
 @pytest.fixture(scope="module")
