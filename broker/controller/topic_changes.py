@@ -340,7 +340,10 @@ def check_new_partitions(
             f"Attempted to add {additional} additional partition(s), but only "
             f"{len(request.assignments)} assignment(s) were specified.",
         )
-    replication_factor = len(meta.assignments[0].replicas) if meta.assignments else None
+    # The first partition's target replicas: mid-reassignment its ``replicas`` also holds
+    # those leaving (KIP-455).
+    replication_factor = (len(meta.assignments[0].target_replicas) if meta.assignments
+                          else None)
     live = registered()
     for broker_ids in request.assignments:
         check_manual_replicas(live, broker_ids, replication_factor)

@@ -315,7 +315,9 @@ class ReplicaManager:
                 raise InvalidPartitions(topic.partitions, total)
             layout = assignments
             if layout is None:
-                rf = len(topic.assignments[0].replicas) if topic.assignments else 1
+                # The replicas it will keep: during a reassignment ``replicas`` also holds
+                # those leaving (KIP-455), as Kafka takes the target replicas' count.
+                rf = len(topic.assignments[0].target_replicas) if topic.assignments else 1
                 layout = assign_replicas(self.placement_brokers(image), total - topic.partitions,
                                          rf, random.Random(), start_partition=topic.partitions)
             added = tuple(PartitionState(tuple(r), tuple(r), r[0]) for r in layout)

@@ -76,3 +76,30 @@ def test_rolled_segments_are_synced_off_the_loop_before_the_recovery_point_passe
     checkpoint = Path(config.log_dirs[0]) / RECOVERY_CHECKPOINT
     assert read_offset_checkpoint(checkpoint)[("rolled", 0)] == active_base
     asyncio.run(replicas.shutdown())
+
+
+def test_partitions_added_mid_reassignment_keep_the_topic_s_replication_factor(
+        tmp_path: Path) -> None:
+    # Broker 0, the only one registered, takes over partition 0 from broker 1: mid-move its
+    # replicas are (0, 1) but the topic's replication factor is 1 (KIP-455's target).
+    import dataclasses
+
+    from kafkube_contract.image import PartitionState
+    config = BrokerConfig.from_dict({"log.dirs": str(tmp_path / "logs"), "node.id": "0"})
+    store, replicas = open_replicas(config)
+
+    async def scenario() -> list[tuple[int, ...]]:
+        await replicas.create_topic("moving", 1, {}, 1, [(1,)])
+
+        def reassign(image):  # type: ignore[no-untyped-def]
+            topic = image.topics["moving"]
+            moving = PartitionState((0, 1), (1,), 1, adding=(0,), removing=(1,))
+            return image.with_topic(dataclasses.replace(topic, assignments=(moving,)))
+
+        await store.update(reassign)
+        await replicas.create_partitions("moving", 3)
+        return [p.replicas for p in store.image.topics["moving"].assignments[1:]]
+
+    added = asyncio.run(scenario())
+    assert added == [(0,), (0,)]
+    asyncio.run(replicas.shutdown())

@@ -348,3 +348,15 @@ def test_apply_reassignments_without_a_change_writes_nothing() -> None:
     image = image_of(topic("t"))
     change = apply_reassignments(image, [Reassignment("t", 0, None)], LIVE)
     assert change.image is None
+
+
+def test_new_partitions_take_the_replication_factor_a_reassignment_moves_to() -> None:
+    # Partition 0 moves from (1, 2) to (3, 4): replicas is the union of old and new
+    # mid-move (KIP-455), and the topic's replication factor is still 2.
+    moving = PartitionState((3, 4, 1, 2), (1, 2), 1, adding=(3, 4), removing=(1, 2))
+    topics = {"t": TopicMetadata("t", str(uuid.uuid4()), {}, (moving,))}
+    check_new_partitions(topics, lambda: (1, 2, 3, 4), PartitionsRequest("t", 2, ((3, 4),)))
+    code, message = refused(lambda: check_new_partitions(
+        topics, lambda: (1, 2, 3, 4), PartitionsRequest("t", 2, ((1, 2, 3, 4),))))
+    assert code == ErrorCode.invalid_replica_assignment
+    assert "which have 2 replica(s)" in message
