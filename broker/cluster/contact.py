@@ -52,29 +52,6 @@ class Outage:
     back_at_ms: int | None = None  # None while it lasts
 
 
-class RenewalClock:
-    """When this reader saw each lease renewed, on its own clock, as client-go's leader
-    election keeps ``observedTime``: a lease expires a lease duration after its holder's last
-    renewal was *seen*, never by comparing the holder's ``renewTime`` with the reader's
-    clock, so a holder whose clock runs ahead (or behind) is judged as one whose clock is
-    right. A lease first seen is as if just renewed: a reader that starts waits one duration
-    before it calls any holder gone."""
-
-    def __init__(self, clock: Callable[[], int] = now_ms) -> None:
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._seen: dict[str, tuple[str, int]] = {}
-
-    def seen(self, name: str, record: str, at_ms: int | None = None) -> int:
-        """When ``record`` (a renewal's resourceVersion) of lease ``name`` was first seen;
-        ``at_ms`` for a renewal of our own: when its request was sent."""
-        with self._lock:
-            known = self._seen.get(name)
-            if known is None or known[0] != record or (at_ms is not None and at_ms < known[1]):
-                known = self._seen[name] = (record, self._clock() if at_ms is None else at_ms)
-            return known[1]
-
-
 class Contact:
     def __init__(self, clock: Callable[[], int] = now_ms) -> None:
         self._clock = clock

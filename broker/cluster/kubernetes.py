@@ -37,12 +37,13 @@ from broker.cluster.backend import (
     MetadataMissing,
     StoreUnavailable,
 )
-from broker.cluster.contact import Contact, RenewalClock, now_ms
+from broker.cluster.contact import Contact, now_ms
 from broker.cluster.image import ClusterImage
 from broker.cluster.k8s_counters import Counters
 from broker.cluster.pod_liveness import PodRef, process_ended
 from broker.cluster.watch_cache import WatchCache, unreachable
 from kafkube_contract.image import StoredIdentity
+from kafkube_contract.leases import RenewalClock
 from kafkube_contract.objects import (
     A_CLUSTER_ID,
     A_CONTAINER,
@@ -112,7 +113,9 @@ class KubernetesBackend(CoordinationBackend):
         self._listeners: list[Callable[[], None]] = [on_change] if on_change else []
         self._contact = Contact()
         selector = f"{CLUSTER_LABEL}={self.cluster}"
-        self._renewals = RenewalClock()
+        # Leases are judged by when their renewals were seen here (kafkube_contract/leases.py),
+        # on the wall clock that times our own renewals' requests.
+        self._renewals = RenewalClock(now_ms)
         self._leases = WatchCache(
             "leases", k8s.V1Lease,
             lambda **kw: self._leases_api.list_namespaced_lease(self.namespace, **kw),
@@ -159,8 +162,7 @@ class KubernetesBackend(CoordinationBackend):
 
     def _expiry_ms(self, lease: Any) -> int:
         """A lease duration after its last renewal was seen, on this reader's clock."""
-        seen = self._renewals.seen(lease.metadata.name, lease.metadata.resource_version)
-        return seen + self._duration_ms(lease)
+        return self._renewals.expiry_ms(lease)
 
     def _ended(self, lease: Any) -> str | None:
         """Why the broker process holding this lease is known to be gone, by its pod

@@ -12,6 +12,8 @@ imbalance both apply. Those are this package:
   from its Lease);
 * ``image``: the image document's values (partitions, topics), its codec and format, and
   the operator's read model of it (``ImageView``);
+* ``leases``: when a reader takes a Lease for lapsed (``RenewalClock``: by when it saw the
+  renewal, on its own clock, never by the holder's ``renewTime``);
 * ``registration``: a broker registration (``BrokerRegistration``);
 * ``config_keys``, ``broker_keys`` and ``properties``: the configuration keys the brokers
   accept, with Kafka's names, types and defaults, and the ``server.properties`` syntax;

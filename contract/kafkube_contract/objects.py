@@ -21,8 +21,9 @@ A Lease's duration is kept in milliseconds in an annotation (``A_TTL_MS``), as
 rounded up for kubectl and readers that do not know the annotation.
 
 Only the brokers write these objects. The readers here take the ``kubernetes`` client's
-objects (``V1Lease``, ``V1ConfigMap``) and judge nothing: whether a lease is live is each
-reader's own rule (the brokers fence more strictly than the operator needs to).
+objects (``V1Lease``, ``V1ConfigMap``) and judge nothing: when a lease lapses is timed by
+kafkube_contract/leases.py, and what a lapsed lease means is each reader's own rule (the
+brokers fence more strictly than the operator needs to).
 """
 
 from __future__ import annotations
@@ -137,9 +138,9 @@ def lease_duration_ms(lease: Any) -> int:
 
 
 def renewed_until_ms(lease: Any) -> int:
-    """When the lease lapses as its holder wrote it: ``renewTime`` plus its duration (wall
-    clock, the holder's; readers that must not trust another machine's clock time the
-    renewal themselves, as the brokers do)."""
+    """When the lease lapses as its holder wrote it: ``renewTime`` plus its duration, on the
+    holder's clock. For display only: a reader judges liveness by when it saw the renewal,
+    on its own clock (``kafkube_contract.leases.RenewalClock``)."""
     return epoch_ms(lease.spec.renew_time) + lease_duration_ms(lease)
 
 

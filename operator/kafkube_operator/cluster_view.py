@@ -7,17 +7,22 @@ Every question is one request (a GET or a LIST): a pass over a cluster reads its
 once (reconcile/snapshot.py), so that costs a handful of requests per tick, and there is no
 cache whose staleness could be judged wrong.
 
-**Liveness.** For the operator a broker is live while its Lease is renewed: ``renewTime``
-plus the lease's duration is after now, as Kubernetes leader election judges a lease. The
-brokers judge each other more strictly (broker/cluster/kubernetes.py: a renewal timed on the
-reader's own clock, a holder whose pod shows its process gone fenced at once, the
-controller lease tied to its holder's registration), because a broker that took a dead peer
-for live would wait on it, or one that took a live one for dead would elect over it and
-fork a partition's history. The operator needs none of that: it decides nothing the brokers
-rely on. Whom it bootstraps from, whether a Topic's replication factor fits, which brokers a
-status lists, and whether a roll or a rebalance may go on (checked again against pods' and
-ISRs' state) are all retried on the next pass when wrong, and every change it makes goes
-through the Kafka API, where the controller applies its own fencing.
+**Liveness.** For the operator a broker is live while its Lease is renewed: a lease duration
+has not passed since this view first saw the lease's latest renewal (its resourceVersion),
+on the operator's own monotonic clock (kafkube_contract/leases.py), as client-go's leader
+election judges a lease by when it observed the renewal, never by the holder's
+``renewTime`` (an operator whose clock ran a few seconds ahead of the brokers' would take
+every broker for dead). A view that starts takes every lease as just renewed, for one
+duration. The brokers judge each other more strictly (broker/cluster/kubernetes.py: the
+same renewal clock, but also a holder whose pod shows its process gone fenced at once, the
+controller lease tied to its holder's registration, and an API server outage forgiven),
+because a broker that took a dead peer for live would wait on it, or one that took a live
+one for dead would elect over it and fork a partition's history. The operator needs none of
+that: it decides nothing the brokers rely on. Whom it bootstraps from, whether a Topic's
+replication factor fits, which brokers a status lists, and whether a roll or a rebalance may
+go on (checked again against pods' and ISRs' state) are all retried on the next pass when
+wrong, and every change it makes goes through the Kafka API, where the controller applies
+its own fencing.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
 from kafkube_contract.image import ImageView, StoredIdentity, read_image_doc
+from kafkube_contract.leases import RenewalClock
 from kafkube_contract.objects import (
     CLUSTER_LABEL,
     REQUEST_TIMEOUT_S,
@@ -40,7 +46,6 @@ from kafkube_contract.objects import (
     image_document,
     metadata_name,
     registration_of,
-    renewed_until_ms,
     stored_identity,
 )
 from kafkube_contract.registration import BrokerRegistration, ControllerLease
@@ -52,21 +57,22 @@ class MetadataMissing(Exception):
     """The cluster's metadata ConfigMap is not there (never made, or deleted)."""
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
+def _monotonic_ms() -> int:
+    return int(time.monotonic() * 1000)
 
 
 class ClusterView:
     """What the brokers of one cluster published: the image, who is live, who controls."""
 
     def __init__(self, client: k8s.ApiClient, namespace: str, cluster: str,
-                 now_ms: Callable[[], int] = _now_ms) -> None:
+                 now_ms: Callable[[], int] = _monotonic_ms) -> None:
         self.namespace = namespace
         self.cluster = cluster
         self.where = f"ConfigMap {namespace}/{metadata_name(cluster)}"
         self._core = k8s.CoreV1Api(client)
         self._leases = k8s.CoordinationV1Api(client)
-        self._now_ms = now_ms
+        # When this view first saw each lease's latest renewal, on its own clock.
+        self._renewals = RenewalClock(now_ms)
         # The last image decoded, by the ConfigMap's resourceVersion: a tick whose image did
         # not change does not decompress and parse it again.
         self._decoded: tuple[str, ImageView] | None = None
@@ -84,9 +90,6 @@ class ClusterView:
         return self._leases.list_namespaced_lease(
             self.namespace, label_selector=f"{CLUSTER_LABEL}={self.cluster},{ROLE_LABEL}=broker",
             _request_timeout=REQUEST_TIMEOUT_S).items
-
-    def _renewed(self, lease: Any) -> bool:
-        return lease.spec.renew_time is not None and renewed_until_ms(lease) > self._now_ms()
 
     def stored_identity(self) -> StoredIdentity | None:
         """The stored image's cluster id and version; None when there is no image."""
@@ -121,7 +124,7 @@ class ClusterView:
     def live_brokers(self) -> dict[int, BrokerRegistration]:
         """The brokers whose Lease is renewed, by id."""
         return {(r := registration_of(lease)).node_id: r
-                for lease in self._broker_leases() if self._renewed(lease)}
+                for lease in self._broker_leases() if self._renewals.renewed(lease)}
 
     def controller(self) -> ControllerLease | None:
         """The holder of the controller Lease while it is renewed."""
@@ -133,4 +136,4 @@ class ClusterView:
             if e.status == NOT_FOUND:
                 return None
             raise
-        return controller_of(lease) if self._renewed(lease) else None
+        return controller_of(lease) if self._renewals.renewed(lease) else None

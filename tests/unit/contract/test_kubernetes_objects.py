@@ -89,3 +89,20 @@ def test_the_metadata_configmap_reads_as_its_identity_and_image() -> None:
 def test_micro_time_keeps_six_fractional_digits_on_a_whole_second() -> None:
     assert micro_time(1_700_000_000_000).isoformat().endswith(".000000+00:00")
     assert epoch_ms(micro_time(1_700_000_000_123)) == 1_700_000_000_123
+
+
+def test_a_lease_lapses_a_duration_after_its_renewal_was_seen_on_the_reader_s_clock() -> None:
+    from kafkube_contract.leases import RenewalClock
+
+    now = [1_000]
+    renewals = RenewalClock(lambda: now[0])
+    lease = golden("lease-broker.json", "V1Lease")  # renewTime 2026: says nothing here
+    assert renewals.renewed(lease) and renewals.expiry_ms(lease) == 1_000 + 9000
+    now[0] = 10_000
+    assert not renewals.renewed(lease)
+    lease.metadata.resource_version = "renewed"  # every write moves it
+    assert renewals.renewed(lease) and renewals.expiry_ms(lease) == 10_000 + 9000
+    # A renewal of the reader's own holds from when its request was sent.
+    assert renewals.seen(lease.metadata.name, "own", at_ms=9_500) == 9_500
+    lease.spec.renew_time = None
+    assert not renewals.renewed(lease)
