@@ -13,7 +13,9 @@ demo: setup-demo
 	.venv/bin/python scripts/demo.py
 
 # Every tier: tests/unit, tests/integration, then tests/e2e (tests/conftest.py orders them).
-test: setup
+# The e2e tier's kind node image is built in the background meanwhile (scripts/setup.sh).
+test:
+	KAFKUBE_KIND_BUILD=background bash scripts/setup.sh
 	.venv/bin/ruff check .
 	.venv/bin/pytest -q -p no:cacheprovider
 

@@ -9,6 +9,7 @@ run inside that namespace too (`run_in_netns`). Pointed at an existing cluster i
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import subprocess
 from collections.abc import Iterator
@@ -16,12 +17,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kafkube.harness.checkout import REPO
+from kafkube.harness.waiting import wait_until
 
 KIND_SH = REPO / "scripts" / "kind.sh"
 IMAGE_SH = REPO / "scripts" / "image.sh"
 # Long enough for a warm `up` (~2 min) and, with an empty cache, the whole build.
 UP_TIMEOUT = 3600.0
 DOWN_TIMEOUT = 600.0
+# A cold build of the node image takes ~10 min on 2 cores, longer at the lowest priority
+# beside the integration tier.
+BUILD_TIMEOUT = 3000.0
 
 
 class KubectlError(RuntimeError):
@@ -110,6 +115,33 @@ def build_images() -> None:
     run_script([str(IMAGE_SH), "spark"], timeout=1800)
 
 
+def build_lock() -> Path:
+    """The lock a kind build holds while it runs: scripts/setup.sh takes it for the build it
+    starts in the background (`make test`: the node image is built while the unit and
+    integration tiers run)."""
+    return cache_dir() / "kind" / "build.lock"
+
+
+def kind_built() -> None:
+    """kind and its node image built: once a background build (if any) lets go of the lock,
+    `scripts/kind.sh build` checks its stamps (a second when that build is done) or builds
+    what is missing, failing with the build's own error."""
+    lock = build_lock()
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a") as held:
+
+        def taken() -> bool:
+            try:
+                fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False
+            return True
+
+        wait_until(taken, BUILD_TIMEOUT, "the background kind build (log: "
+                   f"{cache_dir() / 'logs' / 'setup' / 'kind.log'})", 5.0)
+        run_script([str(KIND_SH), "build"], timeout=BUILD_TIMEOUT)
+
+
 def kind_up(name: str) -> Cluster:
     """`scripts/kind.sh up NAME`: a fresh 4-node cluster in its own network namespace."""
     out = run_script([str(KIND_SH), "up", name], timeout=UP_TIMEOUT)
@@ -129,6 +161,7 @@ def own_kind_cluster(name: str) -> Iterator[Cluster]:
     """The images built from this tree, then a fresh kind cluster NAME, torn down however
     the user of it ends (and when bringing it up fails half-way)."""
     build_images()
+    kind_built()
     try:
         cluster = kind_up(name)
     except BaseException:
