@@ -18,6 +18,7 @@ from broker.security.scram import ScramCredential
 from kafkube_contract.image import (
     FORMAT_KEY,
     IMAGE_FORMAT,
+    IMAGE_KEYS,
     ImageReads,
     PartitionState,
     TopicMetadata,
@@ -25,6 +26,7 @@ from kafkube_contract.image import (
     features_of_doc,
     topic_doc,
     topics_of_doc,
+    unknown_keys,
 )
 
 # Ids of deleted topics kept in the image (~22 bytes each compressed, in every write): a
@@ -56,6 +58,9 @@ class ClusterImage(ImageReads):
     acls: tuple[AclBinding, ...] = ()
     deleted_topics: tuple[str, ...] = ()
     features: dict[str, int] = field(default_factory=dict)
+    # Top-level keys this code does not know, written back as read (kafkube_contract rule
+    # 4): a newer broker's additions outlive an older controller's writes.
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicMetadata | None:
         for topic in self.topics.values():
@@ -130,7 +135,7 @@ class ClusterImage(ImageReads):
             doc["deleted_topics"] = list(self.deleted_topics)
         if self.features:
             doc["features"] = self.features
-        return json.dumps(doc, separators=(",", ":"))
+        return json.dumps({**doc, **self.extra}, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str, version: int) -> ClusterImage:
@@ -139,10 +144,12 @@ class ClusterImage(ImageReads):
     @classmethod
     def from_doc(cls, doc: dict[str, Any], version: int) -> ClusterImage:
         """The image of a document of format 1 (``kafkube_contract.image``: with or without
-        its ``format`` key, keys it does not know ignored); a newer format is refused."""
+        its ``format`` key, keys it does not know kept aside to be written back); a newer
+        format is refused."""
         topics = topics_of_doc(doc)
         scram = {user: {m: ScramCredential.from_doc(c) for m, c in mechanisms.items()}
                  for user, mechanisms in doc.get("scram_credentials", {}).items()}
         acls = tuple(AclBinding.from_doc(a) for a in doc.get("acls", ()))
         return cls(topics, version, broker_configs_of_doc(doc), scram, acls,
-                   tuple(doc.get("deleted_topics", ())), features_of_doc(doc))
+                   tuple(doc.get("deleted_topics", ())), features_of_doc(doc),
+                   unknown_keys(doc, IMAGE_KEYS))

@@ -30,6 +30,14 @@ The rules, for contract version ``CONTRACT_VERSION``:
    ``format``, ``kafkube_contract.image.IMAGE_FORMAT``) is refused with a message saying
    so, never half understood. A change that rule 1 does not allow is a new format, and a
    new contract version.
+4. A writer keeps what it does not know: a broker that reads the image and writes it back
+   carries the keys it does not know, at the top, in topics and in partitions, as it read
+   them (``extra``), so an older controller during a rolling upgrade does not wipe a newer
+   broker's additions. It carries them blind, though: a key whose meaning is tied to
+   others (an ELR tied to the ISR, say) would be stale once an older writer changed those.
+   Such a key is written only once a finalized feature level (the image's ``features``, as
+   Kafka's ``metadata.version``) says every broker knows it; a broker does not raise that
+   level until every registered broker supports it.
 
 The package imports the standard library and the ``kubernetes`` client only: not the
 broker, the operator, the command line, kopf or kafka-python

@@ -20,8 +20,12 @@ The document, format 1 (``IMAGE_FORMAT``)::
 Documents written before the contract carry no ``format`` key: they are format 1. A reader
 is tolerant (``read_image_doc``): keys it does not know are ignored at every level, and
 optional keys missing take their defaults, so a broker of a later revision of format 1 may
-add keys without breaking an older operator. A document whose format is newer than this
-reader knows is refused (``ImageFormatError``) rather than half understood.
+add keys without breaking an older operator. The values keep those keys aside (``extra``:
+not part of their equality, kept by ``dataclasses.replace``) and the broker writes them back
+as read, so an older controller does not drop a newer broker's additions (rule 4 of
+``kafkube_contract``: a key tied to others' meaning waits for a feature level that says
+every broker knows it). A document whose format is newer than this reader knows is refused
+(``ImageFormatError``) rather than half understood.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Protocol
 
 #: The image document's format this code reads and writes. A change a reader of format 1
@@ -40,6 +44,15 @@ FORMAT_KEY = "format"
 NO_LEADER = -1
 DEFAULT_BROKER = ""  # the name of the cluster-wide dynamic broker configs, as in Kafka
 CORDONED_LOG_DIRS = "cordoned.log.dirs"
+
+
+# The keys of format 1 at each level of the document. A reader keeps any other key it meets
+# and writes it back as read (``kafkube_contract`` rule 4).
+IMAGE_KEYS = frozenset({FORMAT_KEY, "topics", "broker_configs", "features",
+                        "scram_credentials", "acls", "deleted_topics"})
+TOPIC_KEYS = frozenset({"name", "topic_id", "configs", "assignments"})
+PARTITION_KEYS = frozenset({"replicas", "isr", "leader", "leader_epoch", "partition_epoch",
+                            "adding", "removing"})
 
 
 class ImageFormatError(ValueError):
@@ -71,6 +84,9 @@ class PartitionState:
     partition_epoch: int = 0
     adding: tuple[int, ...] = ()
     removing: tuple[int, ...] = ()
+    # Keys of the partition's document this code does not know, written back as read
+    # (``kafkube_contract`` rule 4); not part of the value.
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def preferred_leader(self) -> int:
@@ -98,6 +114,8 @@ class TopicMetadata:
     topic_id: str
     configs: dict[str, str] = field(default_factory=dict)
     assignments: tuple[PartitionState, ...] = ()
+    # Keys of the topic's document this code does not know, written back as read.
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def partitions(self) -> int:
@@ -129,24 +147,42 @@ def image_format(doc: Mapping[str, Any]) -> int:
     return found
 
 
+def _known(value: Any) -> dict[str, Any]:
+    """A dataclass value's document keys, without the keys it carries unknown."""
+    doc = {f.name: getattr(value, f.name) for f in fields(value) if f.name != "extra"}
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in doc.items()}
+
+
+def partition_doc(partition: PartitionState) -> dict[str, Any]:
+    return {**_known(partition), **partition.extra}
+
+
 def topic_doc(topic: TopicMetadata) -> dict[str, Any]:
-    """One topic as the document holds it."""
-    doc = asdict(topic)
-    doc["assignments"] = [asdict(p) for p in topic.assignments]
-    return doc
+    """One topic as the document holds it, with the keys it was read with that this code
+    does not know."""
+    doc = _known(topic)
+    doc["configs"] = dict(topic.configs)
+    doc["assignments"] = [partition_doc(p) for p in topic.assignments]
+    return {**doc, **topic.extra}
+
+
+def unknown_keys(doc: Mapping[str, Any], known: frozenset[str]) -> dict[str, Any]:
+    """The keys of ``doc`` a reader of this revision does not know, to write back as read."""
+    return {k: v for k, v in doc.items() if k not in known}
 
 
 def _partition_of_doc(doc: Mapping[str, Any]) -> PartitionState:
     return PartitionState(
         tuple(doc["replicas"]), tuple(doc["isr"]), doc["leader"], doc.get("leader_epoch", 0),
         doc.get("partition_epoch", 0), tuple(doc.get("adding", ())),
-        tuple(doc.get("removing", ())))
+        tuple(doc.get("removing", ())), unknown_keys(doc, PARTITION_KEYS))
 
 
 def topic_of_doc(doc: Mapping[str, Any]) -> TopicMetadata:
-    """One topic of the document; keys it does not know are ignored."""
+    """One topic of the document; the keys it does not know are kept aside (``extra``)."""
     return TopicMetadata(doc["name"], doc["topic_id"], dict(doc.get("configs", {})),
-                         tuple(_partition_of_doc(p) for p in doc.get("assignments", ())))
+                         tuple(_partition_of_doc(p) for p in doc.get("assignments", ())),
+                         unknown_keys(doc, TOPIC_KEYS))
 
 
 def topics_of_doc(doc: Mapping[str, Any]) -> dict[str, TopicMetadata]:

@@ -10,6 +10,7 @@ format this reader does not know."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -74,6 +75,24 @@ def test_a_later_revision_of_format_1_reads_the_same() -> None:
     later = document("image-format-1-later.json")
     same_reading(read_image_json(later, 42), read_image_json(before, 42))
     assert ClusterImage.from_json(later, 42) == ClusterImage.from_json(before, 42)
+
+
+def test_the_broker_writes_a_later_revision_back_with_every_key_it_does_not_know() -> None:
+    """During a rolling upgrade an older controller writes the image a newer broker wrote:
+    the keys it does not know (top, topic, partition) outlive its writes."""
+    later = document("image-format-1-later.json")
+    image = ClusterImage.from_json(later, 42)
+    assert json.loads(image.to_json()) == json.loads(later)
+    # ... and a change made by the older code keeps them too.
+    orders = image.topics["orders"]
+    moved = image.with_partition("orders", 0, orders.assignments[0].with_leader(1))
+    grown = moved.with_topic(replace(moved.topics["orders"], configs={}))
+    written = json.loads(grown.to_json())
+    assert {"writer", "producer_id_blocks", "quotas"} <= written.keys()
+    assert written["topics"][0]["created_ms"] == 1767225600000
+    assert written["topics"][0]["tiered"] == {"remote.storage.enable": False}
+    assert written["topics"][0]["assignments"][0]["elr"] == [0]
+    assert written["topics"][0]["assignments"][0]["leader"] == 1
 
 
 def test_missing_optional_keys_take_their_defaults() -> None:
