@@ -15,7 +15,12 @@ guard, which every read and write of the image goes through:
   version only where the store holds an older one, so the newest copy wins;
 * only a broker with no data creates the image of a new cluster, and only where no broker of
   that name ran before (``CoordinationBackend.has_history``): anything else waits for the
-  image to come back, saying why every ``REPORT_EVERY_S``.
+  image to come back, saying why every ``REPORT_EVERY_S``;
+* an image that cannot be read (``ImageUnreadable``: damaged, empty, without its topics, a
+  version that is not a number) is never read as an empty one, nor applied, nor overwritten:
+  readers keep the last good image, writes are refused, a starting broker waits, and the log
+  says every ``REPORT_EVERY_S`` to delete the object, after which the brokers put theirs
+  back as for a missing one.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from collections.abc import Callable
 from broker.cluster.backend import CoordinationBackend, MetadataMissing, new_cluster_id
 from broker.cluster.features import NEW_CLUSTER
 from broker.cluster.image import ClusterImage
-from kafkube_contract.image import StoredIdentity
+from kafkube_contract.image import ImageUnreadable, StoredIdentity
 from kafkube_contract.registration import BrokerRegistration, ControllerLease
 
 log = logging.getLogger(__name__)
@@ -49,6 +54,7 @@ class Verdict(enum.Enum):
     MISSING = "missing"  # rebuilt from our copy
     BEHIND = "behind"  # of our cluster but older than our copy: rebuilt from it
     FOREIGN = "foreign"  # of another cluster: never applied, never overwritten
+    UNREADABLE = "unreadable"  # damaged: never applied, never overwritten
 
 
 def judge(stored: StoredIdentity | None, cluster_id: str, version: int) -> Verdict:
@@ -73,6 +79,14 @@ def explain(verdict: Verdict, stored: StoredIdentity | None, cluster_id: str,
                 f"it (the brokers put theirs back) or restore the one of cluster {cluster_id}")
     return (f"the cluster metadata ({store}) went back to version {stored.version}; this "
             f"broker applied version {version} and puts it back")
+
+
+def unreadable(store: str, why: str, cluster_id: str | None, version: int) -> str:
+    held = (f"; this broker holds cluster {cluster_id} at version {version}"
+            if cluster_id and version >= 0 else "")
+    return (f"the cluster metadata ({store}) cannot be read{': ' + why if why else ''}. It is "
+            f"not applied nor overwritten{held}: delete it, and the brokers put back the "
+            "newest image they hold")
 
 
 class _Reporter:
@@ -103,7 +117,12 @@ def bootstrap(store: CoordinationBackend, local_id: str | None, copy: ClusterIma
     report = _Reporter()
     behind_since: float | None = None
     while True:
-        stored = store.stored_identity()
+        try:
+            stored = store.stored_identity()
+        except ImageUnreadable as e:
+            report.fault(unreadable(where, str(e), local_id, copy.version if copy else -1))
+            wait(BOOTSTRAP_POLL_S)
+            continue
         # A copy on disk may be older than what running brokers hold in memory: while any
         # runs, they put the image back (MetadataGuard.repair), and this broker waits.
         others = bool(store.live_brokers())
@@ -143,6 +162,11 @@ def bootstrap(store: CoordinationBackend, local_id: str | None, copy: ClusterIma
                 image = store.read_image()
             except MetadataMissing:
                 continue
+            except ImageUnreadable as e:
+                report.fault(unreadable(where, str(e), local_id,
+                                        copy.version if copy else -1))
+                wait(BOOTSTRAP_POLL_S)
+                continue
             report.cleared()
             return stored.cluster_id, image
         wait(BOOTSTRAP_POLL_S)
@@ -163,6 +187,9 @@ class MetadataGuard(CoordinationBackend):
         self._lock = threading.Lock()
         self._fault: tuple[Verdict, str] | None = None
         self._report = _Reporter()
+        # The stored version whose image could not be read, and why: not applied, and no
+        # write goes on top of it, until the store holds another.
+        self._unreadable: tuple[int, str] | None = None
 
     # -- the guarded image ------------------------------------------------------------------
 
@@ -179,18 +206,30 @@ class MetadataGuard(CoordinationBackend):
 
     def _judge(self) -> StoredIdentity | None:
         """The stored identity if it can be trusted; else None, with the fault noted."""
-        stored = self.store.stored_identity()
         version = self._good.version
+        try:
+            stored = self.store.stored_identity()
+        except ImageUnreadable as e:
+            return self._faulted(Verdict.UNREADABLE, unreadable(
+                self._where, str(e), self._cluster_id, version))
         verdict = judge(stored, self._cluster_id, version)
+        bad = self._unreadable
+        if bad is not None and (stored is None or stored.version != bad[0]):
+            bad = self._unreadable = None  # another image since: judged afresh
+        if verdict is Verdict.TRUSTED and bad is not None:
+            return self._faulted(Verdict.UNREADABLE, unreadable(
+                self._where, bad[1], self._cluster_id, version))
         if verdict is Verdict.TRUSTED:
             if self._fault is not None:
                 self._fault = None
                 self._report.cleared()
             return stored
-        message = explain(verdict, stored, self._cluster_id, version, self._where)
+        return self._faulted(verdict, explain(verdict, stored, self._cluster_id, version,
+                                              self._where))
+
+    def _faulted(self, verdict: Verdict, message: str) -> None:
         self._fault = (verdict, message)
         self._report.fault(message)
-        return None
 
     def stored_identity(self) -> StoredIdentity | None:
         return self.store.stored_identity()
@@ -208,6 +247,11 @@ class MetadataGuard(CoordinationBackend):
             try:
                 image = self.store.read_image()
             except MetadataMissing:
+                return self._good
+            except ImageUnreadable as e:
+                self._unreadable = (stored.version, str(e))
+                self._faulted(Verdict.UNREADABLE, unreadable(
+                    self._where, str(e), self._cluster_id, self._good.version))
                 return self._good
             with self._lock:
                 if image.version > self._good.version:

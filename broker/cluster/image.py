@@ -20,10 +20,12 @@ from kafkube_contract.image import (
     IMAGE_FORMAT,
     IMAGE_KEYS,
     ImageReads,
+    ImageUnreadable,
     PartitionState,
     TopicMetadata,
     broker_configs_of_doc,
     features_of_doc,
+    parse_image_json,
     topic_doc,
     topics_of_doc,
     unknown_keys,
@@ -139,17 +141,21 @@ class ClusterImage(ImageReads):
 
     @classmethod
     def from_json(cls, text: str, version: int) -> ClusterImage:
-        return cls.from_doc(json.loads(text) if text else {}, version)
+        return cls.from_doc(parse_image_json(text), version)
 
     @classmethod
     def from_doc(cls, doc: dict[str, Any], version: int) -> ClusterImage:
         """The image of a document of format 1 (``kafkube_contract.image``: with or without
         its ``format`` key, keys it does not know kept aside to be written back); a newer
         format is refused."""
-        topics = topics_of_doc(doc)
-        scram = {user: {m: ScramCredential.from_doc(c) for m, c in mechanisms.items()}
-                 for user, mechanisms in doc.get("scram_credentials", {}).items()}
-        acls = tuple(AclBinding.from_doc(a) for a in doc.get("acls", ()))
+        topics = topics_of_doc(doc)  # ImageUnreadable for a document no broker wrote
+        try:
+            scram = {user: {m: ScramCredential.from_doc(c) for m, c in mechanisms.items()}
+                     for user, mechanisms in doc.get("scram_credentials", {}).items()}
+            acls = tuple(AclBinding.from_doc(a) for a in doc.get("acls", ()))
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise ImageUnreadable(f"the cluster image's credentials or ACLs are malformed: "
+                                  f"{e!r}") from e
         return cls(topics, version, broker_configs_of_doc(doc), scram, acls,
                    tuple(doc.get("deleted_topics", ())), features_of_doc(doc),
                    unknown_keys(doc, IMAGE_KEYS))

@@ -10,9 +10,10 @@ keys, and how a document of another contract revision is read.
 The document, format 1 (``IMAGE_FORMAT``)::
 
     {"format": 1,
-     "topics": [{"name", "topic_id", "configs": {..},
+     "topics": [{"name", "topic_id", "configs": {..},          # required, if empty
                  "assignments": [{"replicas", "isr", "leader", "leader_epoch",
-                                  "partition_epoch", "adding", "removing"}, ..]}, ..],
+                                  "partition_epoch",            # these five required
+                                  "adding", "removing"}, ..]}, ..],
      "broker_configs": {"<broker id>" | "": {key: value}},   # optional
      "features": {name: level},                              # optional
      "scram_credentials", "acls", "deleted_topics"}          # the brokers' own, optional
@@ -25,7 +26,10 @@ not part of their equality, kept by ``dataclasses.replace``) and the broker writ
 as read, so an older controller does not drop a newer broker's additions (rule 4 of
 ``kafkube_contract``: a key tied to others' meaning waits for a feature level that says
 every broker knows it). A document whose format is newer than this reader knows is refused
-(``ImageFormatError``) rather than half understood.
+(``ImageFormatError``) rather than half understood, and so is one that is no image a
+broker writes (``ImageUnreadable``): empty, not an object, without ``topics``, a partition
+without its replicas, ISR, leader or epochs. Never is such a document read as an empty
+image: a reader acting on that would take every topic for gone.
 """
 
 from __future__ import annotations
@@ -57,6 +61,13 @@ PARTITION_KEYS = frozenset({"replicas", "isr", "leader", "leader_epoch", "partit
 
 class ImageFormatError(ValueError):
     """An image document this reader cannot read: written in a newer format, or malformed."""
+
+
+class ImageUnreadable(ImageFormatError):
+    """An image document that is not one a broker writes: damaged (its base64, gzip or JSON),
+    not an object, without its ``topics``, lacking a required key, or with a version
+    annotation that is not a number. Never read as an empty image: acting on that would
+    delete every topic's resources."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +147,8 @@ class TopicMetadata:
 def image_format(doc: Mapping[str, Any]) -> int:
     """The document's format (1 when it names none: every image written before the contract),
     refused with ``ImageFormatError`` when newer than ``IMAGE_FORMAT``."""
+    if not isinstance(doc, Mapping):
+        raise ImageUnreadable(f"the cluster image is a JSON {type(doc).__name__}, not an object")
     found = doc.get(FORMAT_KEY, 1)
     if not isinstance(found, int) or isinstance(found, bool) or found < 1:
         raise ImageFormatError(f"the cluster image names format {found!r}: not a format")
@@ -173,8 +186,9 @@ def unknown_keys(doc: Mapping[str, Any], known: frozenset[str]) -> dict[str, Any
 
 def _partition_of_doc(doc: Mapping[str, Any]) -> PartitionState:
     return PartitionState(
-        tuple(doc["replicas"]), tuple(doc["isr"]), doc["leader"], doc.get("leader_epoch", 0),
-        doc.get("partition_epoch", 0), tuple(doc.get("adding", ())),
+        # The epochs are required: one read as 0 would unfence a stale leader.
+        tuple(doc["replicas"]), tuple(doc["isr"]), doc["leader"], doc["leader_epoch"],
+        doc["partition_epoch"], tuple(doc.get("adding", ())),
         tuple(doc.get("removing", ())), unknown_keys(doc, PARTITION_KEYS))
 
 
@@ -186,12 +200,18 @@ def topic_of_doc(doc: Mapping[str, Any]) -> TopicMetadata:
 
 
 def topics_of_doc(doc: Mapping[str, Any]) -> dict[str, TopicMetadata]:
-    """The topics of a whole document, by name, after checking its format."""
+    """The topics of a whole document, by name, after checking its format. A document
+    without ``topics`` (brokers always write it, if empty) is refused, never read as none."""
     image_format(doc)
+    if not isinstance(doc.get("topics"), list):
+        raise ImageUnreadable("the cluster image has no list of topics (\"topics\"): it is "
+                              "not one a broker wrote")
     try:
-        topics = [topic_of_doc(t) for t in doc.get("topics", ())]
-    except (KeyError, TypeError) as e:
-        raise ImageFormatError(f"the cluster image lacks a required key: {e}") from e
+        topics = [topic_of_doc(t) for t in doc["topics"]]
+    except KeyError as e:
+        raise ImageUnreadable(f"the cluster image lacks a required key: {e}") from e
+    except (TypeError, ValueError, AttributeError) as e:
+        raise ImageUnreadable(f"the cluster image is malformed: {e}") from e
     return {t.name: t for t in topics}
 
 
@@ -270,4 +290,15 @@ def read_image_doc(doc: Mapping[str, Any], version: int) -> ImageView:
 
 
 def read_image_json(text: str, version: int) -> ImageView:
-    return read_image_doc(json.loads(text) if text else {}, version)
+    return read_image_doc(parse_image_json(text), version)
+
+
+def parse_image_json(text: str) -> Any:
+    """The image document of ``text``, not yet read; ``ImageUnreadable`` when it is empty or
+    not JSON."""
+    if not text.strip():
+        raise ImageUnreadable("the cluster image is empty")
+    try:
+        return json.loads(text)
+    except ValueError as e:
+        raise ImageUnreadable(f"the cluster image is not JSON: {e}") from e

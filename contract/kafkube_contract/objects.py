@@ -29,14 +29,15 @@ brokers fence more strictly than the operator needs to).
 from __future__ import annotations
 
 import base64
+import binascii
 import datetime as dt
 import gzip
-import json
+import zlib
 from typing import Any
 
 from kubernetes import client as k8s
 
-from kafkube_contract.image import StoredIdentity
+from kafkube_contract.image import ImageUnreadable, StoredIdentity, parse_image_json
 from kafkube_contract.registration import BrokerRegistration, ControllerLease
 
 GROUP = "kafkube.io"
@@ -118,17 +119,36 @@ def role_of(obj: Any) -> str | None:
 
 
 def stored_identity(config_map: Any) -> StoredIdentity:
-    """The cluster id and image version the metadata ConfigMap's annotations record."""
-    return StoredIdentity(annotation(config_map, A_CLUSTER_ID, ""),
-                          int(annotation(config_map, A_IMAGE_VERSION)))
+    """The cluster id and image version the metadata ConfigMap's annotations record;
+    ``ImageUnreadable`` when the version is not a number."""
+    version = annotation(config_map, A_IMAGE_VERSION)
+    try:
+        return StoredIdentity(annotation(config_map, A_CLUSTER_ID, ""), int(version))
+    except ValueError as e:
+        raise ImageUnreadable(
+            f"the cluster image's version ({A_IMAGE_VERSION}) is {version!r}, not a number"
+        ) from e
 
 
-def image_document(binary_data: dict[str, str]) -> dict[str, Any]:
+def image_document(binary_data: dict[str, str] | None) -> Any:
     """The image document from the metadata ConfigMap's ``binaryData`` (base64 of gzip'd
     JSON), not yet read: ``kafkube_contract.image.read_image_doc`` or the broker's
-    ``ClusterImage.from_doc`` read it."""
-    text = gzip.decompress(base64.b64decode(binary_data[IMAGE_KEY])).decode()
-    return json.loads(text) if text else {}
+    ``ClusterImage.from_doc`` read it. ``ImageUnreadable``, saying what is wrong, when the
+    key is missing or its bytes are not base64 of gzip'd UTF-8 JSON, or empty."""
+    encoded = (binary_data or {}).get(IMAGE_KEY)
+    if encoded is None:
+        raise ImageUnreadable(f"the ConfigMap has no binaryData {IMAGE_KEY!r}")
+    try:
+        raw = base64.b64decode(encoded, validate=True)
+    except (binascii.Error, ValueError) as e:
+        raise ImageUnreadable(f"binaryData {IMAGE_KEY!r} is not base64: {e}") from e
+    try:
+        text = gzip.decompress(raw).decode()
+    except (OSError, EOFError, zlib.error) as e:
+        raise ImageUnreadable(f"binaryData {IMAGE_KEY!r} is not gzip'd: {e}") from e
+    except UnicodeDecodeError as e:
+        raise ImageUnreadable(f"binaryData {IMAGE_KEY!r} is not UTF-8 text: {e}") from e
+    return parse_image_json(text)
 
 
 def lease_duration_ms(lease: Any) -> int:

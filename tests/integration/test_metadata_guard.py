@@ -7,6 +7,8 @@ real API server doing what a user did on kind (issue 27): ``kubectl delete confi
 from __future__ import annotations
 
 import asyncio
+import base64
+import gzip
 import logging
 import sqlite3
 import time
@@ -28,7 +30,7 @@ from broker.cluster.metadata import ClusterMetadata, MetadataUnavailable
 from broker.cluster.sqlite import SqliteBackend
 from kafkube.harness.waiting import wait_until
 from kafkube_contract.image import PartitionState, StoredIdentity, TopicMetadata
-from kafkube_contract.objects import A_CLUSTER_ID, api_client
+from kafkube_contract.objects import A_CLUSTER_ID, A_IMAGE_VERSION, IMAGE_KEY, api_client
 from kafkube_contract.registration import BrokerRegistration
 from tests.support.in_process import new_cluster
 
@@ -85,6 +87,24 @@ class Store:
         current = self.saved()
         saved.metadata.resource_version = current.metadata.resource_version
         self.core.replace_namespaced_config_map(saved.metadata.name, "default", saved)
+
+    def garble(self, text: str, version: str | None = None) -> StoredIdentity:
+        """What a hand edit or a broken tool leaves: an image no broker wrote (``text``) one
+        version on (or a version annotation that is not a number); the identity it bears."""
+        if self.kind == "sqlite":
+            with sqlite3.connect(self.path) as db:
+                db.execute("UPDATE cluster SET image = ?, version = version + 1", (text,))
+                cluster_id, stored = db.execute("SELECT cluster_id, version FROM cluster"
+                                                ).fetchone()
+            return StoredIdentity(cluster_id, stored)
+        current = self.saved()
+        annotations = current.metadata.annotations
+        stored = int(annotations[A_IMAGE_VERSION]) + 1
+        annotations[A_IMAGE_VERSION] = version if version is not None else str(stored)
+        current.binary_data = {IMAGE_KEY: base64.b64encode(gzip.compress(text.encode()))
+                               .decode()}
+        self.core.replace_namespaced_config_map(current.metadata.name, "default", current)
+        return StoredIdentity(annotations[A_CLUSTER_ID], stored)
 
     def replace_with_another_cluster(self) -> None:
         """What restoring the wrong backup, or another broker making a new cluster, leaves."""
@@ -172,6 +192,61 @@ def test_an_image_of_another_cluster_is_refused_and_changes_stop(store: Store,
     broker.refresh()
     assert asyncio.run(broker.repair())
     assert broker.backend.stored_identity() == StoredIdentity(broker.cluster_id, image.version)
+
+
+@pytest.mark.parametrize("text", ["", "{}", '{"format": 1, "features": {}}', "{garbled"])
+def test_an_unreadable_image_is_never_applied_nor_overwritten(store: Store, tmp_path: Path,
+                                                              text: str, caplog) -> None:
+    """An image no broker wrote (empty, without topics, not JSON) is not an empty image: the
+    broker keeps serving its last good one, changes nothing, and says to delete it; a broker
+    starting on it waits, saying so; deleted, it is put back as a missing one is."""
+    broker = ClusterMetadata(store.open(), [tmp_path / "b0"], 0)
+    image = add_topic(broker, "orders")
+    garbled = store.garble(text)
+    seen(broker.backend, garbled)
+    with caplog.at_level(logging.ERROR):
+        broker.refresh()
+    assert broker.image.version == image.version and "orders" in broker.image.topics
+    assert "cannot be read" in (broker.backend.fault or "")
+    assert "delete it" in caplog.text
+    with pytest.raises(MetadataUnavailable, match="cannot be read"):
+        add_topic(broker, "payments")
+    assert not asyncio.run(broker.repair())  # not overwritten: it may be a newer one damaged
+    assert broker.backend.stored_identity() == garbled
+    waits: list[float] = []
+
+    def wait(seconds: float) -> None:
+        waits.append(seconds)
+        if len(waits) == 2:
+            raise TimeoutError("still waiting")
+
+    caplog.clear()
+    with caplog.at_level(logging.ERROR), pytest.raises(TimeoutError):
+        ClusterMetadata(store.open(), [tmp_path / "b1"], 1, wait=wait)
+    assert "cannot be read" in caplog.text
+    store.delete()  # what the message says to do
+    seen(broker.backend, None)
+    broker.refresh()
+    assert asyncio.run(broker.repair())
+    assert broker.backend.stored_identity() == StoredIdentity(broker.cluster_id, image.version)
+    add_topic(broker, "payments")  # writes go on
+    assert broker.backend.fault is None
+
+
+def test_a_version_that_is_not_a_number_is_unreadable(control_plane: Any,
+                                                      tmp_path: Path) -> None:
+    store = Store("kubernetes", tmp_path, control_plane)
+    try:
+        broker = ClusterMetadata(store.open(), [tmp_path / "b0"], 0)
+        image = add_topic(broker, "orders")
+        store.garble('{"format": 1, "topics": []}', version="forty-two")
+        wait_until(lambda: "cannot be read" in (broker.backend.fault or "")
+                   or (broker.refresh() and False), 10, "the unreadable image judged")
+        assert broker.image.version == image.version and "orders" in broker.image.topics
+        with pytest.raises(MetadataUnavailable, match="not a number"):
+            add_topic(broker, "payments")
+    finally:
+        store.close()
 
 
 def test_a_broker_with_data_starts_from_its_copy_when_the_image_is_gone(store: Store,

@@ -14,7 +14,7 @@ from typing import Protocol
 
 from kubernetes import client as k8s
 
-from kafkube_contract.image import ImageFormatError, ImageView
+from kafkube_contract.image import ImageFormatError, ImageUnreadable, ImageView
 from kafkube_contract.objects import api_client
 from kafkube_operator.cluster_view import ClusterView
 from kafkube_operator.kafka import AdminClients, KafkaAdmin
@@ -114,14 +114,19 @@ def trusted_image(view: ClusterView, cluster_status: Mapping | None,
     WENT_BACK_GRACE_S: running brokers put back a newer one within a second, so none had it
     (every broker was down, and their copies lag the store by a few seconds). An image in a
     format newer than this operator reads (brokers upgraded past it) is not acted on
-    either: the status says to upgrade the operator."""
+    either: the status says to upgrade the operator; nor is one that cannot be read
+    (damaged, empty, without its topics, a version that is not a number)."""
     recorded = cluster_status or {}
     recorded_id, recorded_version = recorded.get("clusterId"), recorded.get("metadataVersion")
     try:
         found = view.stored_image()  # one read: the identity judged is the image's
     except ImageFormatError as e:
+        # Damaged, or no document a broker writes (ImageUnreadable), or of a newer format:
+        # never acted on, least of all as an empty image (every Topic mirrored would go).
+        reason = ("MetadataUnreadable" if isinstance(e, ImageUnreadable)
+                  else "MetadataFormatUnknown")
         return TrustedImage(ImageView(), recorded_id, SpecWarning(
-            "MetadataFormatUnknown", f"{view.where}: {e}"), recorded_version)
+            reason, f"{view.where}: {e}"), recorded_version)
     stored = found[0] if found is not None else None
     identity = (stored.cluster_id, stored.version) if stored is not None else None
     history = stored is not None or view.has_history()  # (judged only when missing)

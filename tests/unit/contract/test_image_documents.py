@@ -19,6 +19,7 @@ from broker.cluster.image import ClusterImage
 from kafkube_contract.image import (
     IMAGE_FORMAT,
     ImageFormatError,
+    ImageUnreadable,
     ImageView,
     PartitionState,
     read_image_doc,
@@ -98,11 +99,22 @@ def test_the_broker_writes_a_later_revision_back_with_every_key_it_does_not_know
 def test_missing_optional_keys_take_their_defaults() -> None:
     view = read_image_doc({"topics": [{"name": "t", "topic_id": "0a9b8c7d-6e5f-4a3b-8c2d-"
                                        "1e0f9a8b7c6d", "assignments": [
-                                           {"replicas": [1], "isr": [1], "leader": 1}]}]}, 3)
+                                           {"replicas": [1], "isr": [1], "leader": 1,
+                                            "leader_epoch": 4, "partition_epoch": 6}]}]}, 3)
     assert view.topics["t"].configs == {}
-    assert view.topics["t"].assignments == (PartitionState((1,), (1,), 1),)
+    assert view.topics["t"].assignments == (PartitionState((1,), (1,), 1, 4, 6),)
     assert (view.broker_configs, view.features) == ({}, {})
-    assert read_image_json("", 0) == ImageView()
+    assert read_image_json('{"topics": []}', 0) == ImageView()
+
+
+@pytest.mark.parametrize("text", [
+    "", "  ", "{}", "[]", '"topics"', '{"format": 1}', '{"topics": {}}', '{"topics": [1]}',
+    '{"topics": [{"name": "t", "topic_id": "x", "assignments": [{"replicas": [1], '
+    '"isr": [1], "leader": 1, "leader_epoch": 3}]}]}', "{not json"])
+def test_a_document_no_broker_wrote_is_unreadable_never_an_empty_image(text: str) -> None:
+    for read in (read_image_json, ClusterImage.from_json):
+        with pytest.raises(ImageUnreadable):
+            read(text, 1)
 
 
 def test_a_newer_format_is_refused_with_a_message_that_says_why() -> None:

@@ -4,20 +4,28 @@ the brokers' ``renewTime``) and what it makes of the metadata ConfigMap it reads
 
 from __future__ import annotations
 
+import base64
+import gzip
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+import pytest
 from kubernetes import client as k8s
 
+from kafkube_contract.image import ImageUnreadable, ImageView
 from kafkube_contract.objects import (
     A_EPOCH,
     A_HOST,
     A_PORT,
     A_TTL_MS,
+    IMAGE_KEY,
     broker_lease_name,
     micro_time,
 )
 from kafkube_operator.cluster_view import ClusterView
+from kafkube_operator.reconcile.views import ClusterMemory, trusted_image
 
 CLUSTER, NAMESPACE = "events", "kafka"
 DURATION_MS = 9000
@@ -102,3 +110,86 @@ def test_the_controller_is_judged_by_its_renewals_seen() -> None:
     clock.ms += DURATION_MS
     assert view.controller() is None
 
+
+
+# -- the metadata ConfigMap, garbled --------------------------------------------------------
+
+GOLDEN = Path(__file__).parents[1] / "contract" / "golden"
+
+
+def golden_config_map() -> k8s.V1ConfigMap:
+    api = k8s.ApiClient()
+    try:
+        return api.deserialize((GOLDEN / "metadata-configmap.json").read_text(), "V1ConfigMap",
+                               "application/json")
+    finally:
+        api.close()
+
+
+def gzip64(text: str) -> str:
+    return base64.b64encode(gzip.compress(text.encode())).decode()
+
+
+def garbled(change: Callable[[k8s.V1ConfigMap], None]) -> k8s.V1ConfigMap:
+    config_map = golden_config_map()
+    config_map.metadata.resource_version = "77"
+    change(config_map)
+    return config_map
+
+
+def set_image(text: str) -> Callable[[k8s.V1ConfigMap], None]:
+    return lambda cm: cm.binary_data.__setitem__(IMAGE_KEY, gzip64(text))
+
+
+GARBLED = {
+    "bad base64": lambda cm: cm.binary_data.__setitem__(IMAGE_KEY, "not base64!"),
+    "not gzip": lambda cm: cm.binary_data.__setitem__(
+        IMAGE_KEY, base64.b64encode(b"plain").decode()),
+    "not JSON": set_image("{\"topics\": ["),
+    "not UTF-8": lambda cm: cm.binary_data.__setitem__(
+        IMAGE_KEY, base64.b64encode(gzip.compress(b"\xff\xfe")).decode()),
+    "no image key": lambda cm: cm.binary_data.clear(),
+    "no binaryData": lambda cm: setattr(cm, "binary_data", None),
+    "version not a number": lambda cm: cm.metadata.annotations.__setitem__(
+        "kafkube.io/image-version", "forty-two"),
+    "a list": set_image("[1, 2]"),
+    "empty": set_image(""),
+    "an empty object": set_image("{}"),
+    "no topics": set_image('{"format": 1, "features": {"metadata.version": 21}}'),
+    "a partition without its epochs": set_image(
+        '{"topics": [{"name": "t", "topic_id": "0a9b8c7d-6e5f-4a3b-8c2d-1e0f9a8b7c6d", '
+        '"assignments": [{"replicas": [1], "isr": [1], "leader": 1}]}]}'),
+}
+
+
+@dataclass
+class FakeCore:
+    config_map: k8s.V1ConfigMap | None
+
+    def read_namespaced_config_map(self, name: str, namespace: str, **_: Any) -> Any:
+        return self.config_map
+
+
+@pytest.mark.parametrize("damage", sorted(GARBLED))
+def test_a_garbled_metadata_configmap_is_a_warning_and_acted_on_as_nothing(damage: str) -> None:
+    view = view_of(FakeLeases(), FakeClock())
+    view._core = FakeCore(garbled(GARBLED[damage]))  # type: ignore[assignment]
+    with pytest.raises(ImageUnreadable):
+        view.stored_image()
+    trusted = trusted_image(view, {"clusterId": "q1Sh-9_ISia_zwGINzRvyQ",
+                                   "metadataVersion": 42}, ClusterMemory())
+    assert trusted.problem is not None and trusted.problem.reason == "MetadataUnreadable"
+    assert trusted.problem.message.startswith(f"{view.where}: ")
+    assert trusted.image == ImageView()
+    assert trusted.status_fields() == {"clusterId": "q1Sh-9_ISia_zwGINzRvyQ",
+                                       "metadataVersion": 42}
+
+
+def test_the_golden_configmap_is_trusted_and_an_empty_topic_list_is_an_image() -> None:
+    view = view_of(FakeLeases(), FakeClock())
+    view._core = FakeCore(golden_config_map())  # type: ignore[assignment]
+    trusted = trusted_image(view, None, ClusterMemory())
+    assert trusted.problem is None and "orders" in trusted.image.topics
+    view._core = FakeCore(garbled(set_image('{"format": 1, "topics": []}')))  # type: ignore[assignment]
+    trusted = trusted_image(view, None, ClusterMemory())
+    assert trusted.problem is None and trusted.image.topics == {}
