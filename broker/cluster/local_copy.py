@@ -17,6 +17,7 @@ from pathlib import Path
 
 from broker.cluster.image import ClusterImage
 from kafkube_contract.config_keys import ConfigError
+from kafkube_contract.image import ImageFormatError, ImageUnreadable
 from kafkube_contract.properties import parse_properties
 
 log = logging.getLogger(__name__)
@@ -54,7 +55,10 @@ def write_meta_properties(log_dirs: list[Path], cluster_id: str, node_id: int) -
 
 def read_image_copy(log_dirs: list[Path], cluster_id: str | None) -> ClusterImage | None:
     """The newest image kept in these log dirs for ``cluster_id``; a copy that cannot be read
-    is reported and passed over (the store, or another broker's copy, is still there)."""
+    is reported and passed over (the store, or another broker's copy, is still there). A
+    copy in a newer format than this broker reads (kept by a newer kafkube, before a
+    downgrade) stops the broker with ``ImageFormatError``: passed over, it would hide that
+    the store may hold an image older than the broker's data (the guard's BEHIND check)."""
     best: ClusterImage | None = None
     for d in log_dirs:
         path = d / IMAGE_COPY
@@ -67,6 +71,13 @@ def read_image_copy(log_dirs: list[Path], cluster_id: str | None) -> ClusterImag
                           doc["cluster_id"], cluster_id)
                 continue
             image = ClusterImage.from_doc(doc["image"], int(doc["version"]))
+        except ImageUnreadable as e:
+            log.error("%s cannot be read (%s): not used", path, e)
+            continue
+        except ImageFormatError as e:
+            raise ImageFormatError(
+                f"{path}, this broker's copy of the cluster image: {e} (was this broker "
+                "downgraded? Run the kafkube version that wrote it, or newer)") from e
         except (OSError, ValueError, KeyError, TypeError) as e:
             log.error("%s cannot be read (%s): not used", path, e)
             continue

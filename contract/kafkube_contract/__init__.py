@@ -29,7 +29,10 @@ The rules, for contract version ``CONTRACT_VERSION``:
 3. A document that says it is in a format newer than the reader knows (the image's
    ``format``, ``kafkube_contract.image.IMAGE_FORMAT``) is refused with a message saying
    so, never half understood. A change that rule 1 does not allow is a new format, and a
-   new contract version.
+   new contract version. Brokers from before the contract (commit 4cc1e25 and older) do
+   not know the ``format`` key and would read a format 2 image as format 1: format 2 must
+   not be written while any such broker runs. A broker whose own copy of the image (in its
+   log dir) is of a newer format, after a downgrade, does not start.
 4. A writer keeps what it does not know: a broker that reads the image and writes it back
    carries the keys it does not know, at the top, in topics and in partitions, as it read
    them (``extra``), so an older controller during a rolling upgrade does not wipe a newer
