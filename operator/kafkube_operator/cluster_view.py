@@ -103,10 +103,13 @@ class ClusterView:
             return None
         identity = stored_identity(found)
         revision = found.metadata.resource_version
-        if self._decoded is None or self._decoded[0] != revision:
-            image = read_image_doc(image_document(found.binary_data or {}), identity.version)
-            self._decoded = (revision, image)
-        return identity, self._decoded[1]
+        # One local: kopf runs passes on several threads, and another may set _decoded to
+        # another revision's image between our write and our read.
+        decoded = self._decoded
+        if decoded is None or decoded[0] != revision:
+            decoded = self._decoded = (
+                revision, read_image_doc(image_document(found.binary_data), identity.version))
+        return identity, decoded[1]
 
     def read_image(self) -> ImageView:
         """The image now; ``MetadataMissing`` when the ConfigMap is gone."""

@@ -193,3 +193,26 @@ def test_the_golden_configmap_is_trusted_and_an_empty_topic_list_is_an_image() -
     view._core = FakeCore(garbled(set_image('{"format": 1, "topics": []}')))  # type: ignore[assignment]
     trusted = trusted_image(view, None, ClusterMemory())
     assert trusted.problem is None and trusted.image.topics == {}
+
+
+class RacedView(ClusterView):
+    """A view whose cached image another pass (thread) replaces the moment it is set."""
+
+    other: tuple[str, ImageView] = ("other-revision", ImageView(version=1))
+
+    @property
+    def _decoded(self) -> tuple[str, ImageView] | None:  # type: ignore[override]
+        return getattr(self, "_cached", None)
+
+    @_decoded.setter
+    def _decoded(self, value: tuple[str, ImageView] | None) -> None:
+        self._cached = value if value is None else self.other
+
+
+def test_the_identity_read_is_paired_with_its_own_image_whatever_other_passes_cache() -> None:
+    view = RacedView(k8s.ApiClient(), NAMESPACE, CLUSTER, now_ms=FakeClock())
+    view._core = FakeCore(golden_config_map())  # type: ignore[assignment]
+    found = view.stored_image()
+    assert found is not None
+    identity, image = found
+    assert identity.version == 42 and "orders" in image.topics
