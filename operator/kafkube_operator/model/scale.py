@@ -13,7 +13,7 @@ same moves on every run, so an operator restarting half-way resumes the same pla
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from kafkube_contract.image import NO_LEADER, ImageView
@@ -174,10 +174,13 @@ def in_progress(image: ImageView) -> int:
 
 
 def scale_decision(desired: int, current: int | None, image: ImageView,
-                   live: Mapping[int, str | None], phase: str | None) -> ScaleDecision:
+                   live: Mapping[int, str | None], phase: str | None,
+                   pods: Collection[int] = ()) -> ScaleDecision:
     """``current``: the StatefulSet's replicas now (None before it exists); ``live``: the
     registered brokers, id → rack; ``phase``: the phase the previous pass left in the status
-    (a scale-up spreads replicas after the StatefulSet already has its new size)."""
+    (a scale-up spreads replicas after the StatefulSet already has its new size); ``pods``:
+    the ids of the broker pods that exist (a broker whose Lease looks lapsed may still
+    run)."""
     if current is None:
         return ScaleDecision(desired, {})
     moving = in_progress(image)
@@ -226,12 +229,15 @@ def scale_decision(desired: int, current: int | None, image: ImageView,
         return ScaleDecision(current, {} if moving else moves, DRAINING, waiting=(
             f"draining brokers {sorted(removed)}: {len(moves)} partition(s) still on them"),
             cordon=frozenset(removed))
-    live_removed = removed & set(live)
-    if not live_removed <= image.cordoned():
+    # Every removed broker that may still run: live, or with a pod whatever its Lease says
+    # (one judged dead may be placing replicas).
+    running_removed = removed & (set(live) | set(pods))
+    if not running_removed <= image.cordoned():
         # Shrink only once the cordon shows in the image: a topic created before it could
         # still have been placed on them, and the next pass would see it.
         return ScaleDecision(current, {}, DRAINING, cordon=frozenset(removed),
-                             waiting=f"cordoning brokers {sorted(live_removed)} before they go")
+                             waiting=f"cordoning brokers {sorted(running_removed)} before "
+                             "they go")
     return ScaleDecision(desired, {}, cordon=frozenset(removed))
 
 

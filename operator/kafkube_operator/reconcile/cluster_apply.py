@@ -251,7 +251,8 @@ def scale(view: ClusterView, snapshot: ClusterSnapshot, admins: AdminClients,
         ((resource.get("status") or {}).get("scaling") or {}).get("phase")
     live = {b.node_id: b.rack for b in snapshot.live.values()}
     spec = resource.get("spec") or {}
-    decision = scale_decision(int(spec.get("replicas", 3)), current, image, live, phase)
+    pods = snapshot.broker_pods()
+    decision = scale_decision(int(spec.get("replicas", 3)), current, image, live, phase, pods)
     memory.scaling_phase = decision.phase
     if decision.refused and decision.refused != memory.last_refusal:
         events.warning("ScaleDownRefused", decision.refused)
@@ -260,10 +261,11 @@ def scale(view: ClusterView, snapshot: ClusterSnapshot, admins: AdminClients,
     admin: KafkaAdmin | None = None
     asked = False
     # Before any move: a topic created while the drain runs must not land on the brokers it
-    # empties (KIP-1066); lifted once they are kept. Only live brokers take a broker config
-    # (clients send it to that broker): a gone one keeps its entry until it comes back.
+    # empties (KIP-1066); lifted once they are kept. A broker config goes to that broker, so
+    # only brokers that may run take one: live, or with a pod (one judged dead may still
+    # run, and the shrink waits for its cordon); a gone one keeps its entry until it is back.
     cordoned = image.cordoned()
-    cordon = (decision.cordon - cordoned) & set(live)
+    cordon = (decision.cordon - cordoned) & (set(live) | pods)
     uncordon = (cordoned - decision.cordon) & set(live)
     try:
         if cordon or uncordon:

@@ -41,6 +41,12 @@ class ClusterSnapshot:
         return self.statefulset is None or \
             bool(self.statefulset["metadata"].get("deletionTimestamp"))
 
+    def broker_pods(self) -> frozenset[int]:
+        """The ordinals (broker ids) of the broker pods that exist, running, starting or
+        terminating: a broker that may still run, whatever its Lease says."""
+        return frozenset(int(p["metadata"]["name"].rsplit("-", 1)[1]) for p in self.pods
+                         if p["metadata"]["name"].rsplit("-", 1)[-1].isdigit())
+
     def running_brokers(self) -> int | None:
         """How many brokers the cluster runs: the StatefulSet's size, or, while it is being
         recreated, one past the highest broker pod's ordinal, so a drain under way is never
@@ -48,8 +54,7 @@ class ClusterSnapshot:
         sts = self.statefulset
         if sts is not None and not sts["metadata"].get("deletionTimestamp"):
             return int(sts["spec"]["replicas"])
-        ordinals = [int(p["metadata"]["name"].rsplit("-", 1)[1]) for p in self.pods
-                    if p["metadata"]["name"].rsplit("-", 1)[-1].isdigit()]
+        ordinals = sorted(self.broker_pods())
         if sts is not None:  # terminating: its size still holds until it is gone
             ordinals.append(int(sts["spec"]["replicas"]) - 1)
         return max(ordinals) + 1 if ordinals else None

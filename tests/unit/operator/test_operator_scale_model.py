@@ -141,6 +141,20 @@ def test_brokers_being_drained_are_cordoned_until_they_are_gone() -> None:
     assert after.cordon == frozenset() and after.moves == {}
 
 
+def test_the_shrink_waits_for_the_cordon_of_every_removed_broker_with_a_pod() -> None:
+    """A removed broker whose Lease looks lapsed may still run and place replicas: while its
+    pod exists the shrink waits for its cordon too; one with no pod left is not waited on."""
+    image = cluster_image({"t": placement("t", racks(5), 10, 3)})
+    drained = apply(image, scale_decision(3, 5, image, racks(5), None).moves)
+    half = cordoned(drained, 3)  # broker 4, judged dead, could not be cordoned yet
+    judged_dead = {b: r for b, r in racks(5).items() if b != 4}
+    waiting = scale_decision(3, 5, half, judged_dead, DRAINING, pods=range(5))
+    assert (waiting.statefulset_replicas, waiting.cordon) == (5, {3, 4})
+    assert "cordoning brokers [3, 4]" in waiting.waiting
+    gone = scale_decision(3, 5, half, judged_dead, DRAINING, pods=range(4))
+    assert gone.statefulset_replicas == 3
+
+
 def test_replicas_left_on_removed_brokers_are_moved_after_the_shrink() -> None:
     """A topic created between the operator's last look and the StatefulSet's shrink (or a
     `kubectl scale statefulset`) leaves replicas on ids that no longer run: the next pass
