@@ -241,6 +241,18 @@ def scale_decision(desired: int, current: int | None, image: ImageView,
     return ScaleDecision(desired, {}, cordon=frozenset(removed))
 
 
+def cordon_changes(wanted: frozenset[int], cordoned: frozenset[int], live: Collection[int],
+                   pods: Collection[int]) -> tuple[frozenset[int], frozenset[int]]:
+    """The brokers to cordon and to uncordon now, given the ones a decision wants cordoned
+    and the ones the image shows cordoned. A cordon is a broker config, so it goes only to a
+    broker that may run: live, or with a pod (one judged dead may still run and place
+    replicas, and the shrink waits for its cordon). An uncordon goes only to a live broker;
+    a gone one keeps its entry until it is back."""
+    cordon = (wanted - cordoned) & (set(live) | set(pods))
+    uncordon = (cordoned - wanted) & set(live)
+    return frozenset(cordon), frozenset(uncordon)
+
+
 def throttled_replicas(image: ImageView,
                        moves: Mapping[Partition, tuple[int, ...]]) -> dict[str, dict[str, str]]:
     """Per moving topic, the throttled-replica lists Kafka's reassignment tool sets: the

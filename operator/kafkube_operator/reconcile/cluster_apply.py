@@ -29,6 +29,7 @@ from kafkube_operator.model.roll import pod_state
 from kafkube_operator.model.scale import (
     THROTTLED_REPLICAS,
     ScaleDecision,
+    cordon_changes,
     held_back_topics,
     min_isr_ceiling,
     scale_decision,
@@ -261,12 +262,8 @@ def scale(view: ClusterView, snapshot: ClusterSnapshot, admins: AdminClients,
     admin: KafkaAdmin | None = None
     asked = False
     # Before any move: a topic created while the drain runs must not land on the brokers it
-    # empties (KIP-1066); lifted once they are kept. A broker config goes to that broker, so
-    # only brokers that may run take one: live, or with a pod (one judged dead may still
-    # run, and the shrink waits for its cordon); a gone one keeps its entry until it is back.
-    cordoned = image.cordoned()
-    cordon = (decision.cordon - cordoned) & (set(live) | pods)
-    uncordon = (cordoned - decision.cordon) & set(live)
+    # empties (KIP-1066); lifted once they are kept.
+    cordon, uncordon = cordon_changes(decision.cordon, image.cordoned(), live, pods)
     try:
         if cordon or uncordon:
             admin = cluster_admin(admins, ref, view)

@@ -7,8 +7,8 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 
-from kafkube_contract.image import ImageView
-from kafkube_operator.cluster_view import ClusterView
+from kafkube_contract.image import ImageFormatError, ImageView
+from kafkube_operator.cluster_view import ClusterView, MetadataMissing
 from kafkube_operator.kafka import AdminClients, KafkaAdmin, KafkaRefused
 from kafkube_operator.kube import ApplyError, Kube
 from kafkube_operator.model.cluster import API_VERSION, ClusterRef
@@ -37,14 +37,26 @@ IMAGE_WAIT_S = 5.0
 IMAGE_POLL_S = 0.5
 
 
-def _wait_image(view: ClusterView, done: Callable[[ImageView], bool]) -> ImageView:
-    """The image once ``done`` holds for it, or the last one read after IMAGE_WAIT_S."""
+def _wait_image(view: ClusterView, done: Callable[[ImageView], bool],
+                last: ImageView) -> ImageView:
+    """The image once ``done`` holds for it, or the last one read after IMAGE_WAIT_S.
+
+    ``last`` is the image the pass trusted. The ConfigMap can be damaged, deleted or
+    replaced by a newer format while the pass waits (a user's edit, a broker upgraded): the
+    wait then ends with the last image it could read, and the next pass's trust check turns
+    what happened into a Warning; an exception here would only make kopf retry the pass."""
     deadline = time.monotonic() + IMAGE_WAIT_S
-    image = view.read_image()
-    while not done(image) and time.monotonic() < deadline:
+    image = last
+    while True:
+        try:
+            image = view.read_image()
+        except (ImageFormatError, MetadataMissing) as e:
+            log.warning("%s: the cluster image became unreadable during a topic pass: %s",
+                        view.where, e)
+            return image
+        if done(image) or time.monotonic() >= deadline:
+            return image
         time.sleep(IMAGE_POLL_S)
-        image = view.read_image()
-    return image
 
 
 def _cluster(kube: Kube, namespace: str, name: str) -> dict | None:
@@ -109,10 +121,12 @@ def reconcile_topic(kube: Kube, views: ClusterViews, admins: AdminClients, resou
             events.warning("KafkaRefused", str(e))
             if admin is not None:
                 admins.drop((ref.namespace, ref.name), admin)
-            current = view.read_image().topics.get(spec.name)
+            current = _wait_image(view, lambda image: True, trusted.image).topics.get(
+                spec.name)
         else:
             current = _wait_image(view, lambda image: topic_plan(
-                spec, image.topics.get(spec.name), brokers).empty).topics.get(spec.name)
+                spec, image.topics.get(spec.name), brokers).empty,
+                trusted.image).topics.get(spec.name)
     return topic_status(spec, current, generation, problems, previous, utc_now())
 
 
@@ -159,7 +173,8 @@ def delete_topic(kube: Kube, views: ClusterViews, admins: AdminClients, resource
             admins.drop((ref.namespace, ref.name), admin)
         return False
     events.info("TopicDeleted", f"deleted topic {spec.name}")
-    return spec.name not in _wait_image(view, lambda image: spec.name not in image.topics).topics
+    return spec.name not in _wait_image(view, lambda image: spec.name not in image.topics,
+                                        trusted.image).topics
 
 
 def mirror_cluster_topics(kube: Kube, views: ClusterViews, resource: Mapping,

@@ -25,6 +25,7 @@ from kafkube_contract.objects import (
     micro_time,
 )
 from kafkube_operator.cluster_view import ClusterView
+from kafkube_operator.reconcile.topic import _wait_image
 from kafkube_operator.reconcile.views import ClusterMemory, trusted_image
 
 CLUSTER, NAMESPACE = "events", "kafka"
@@ -216,3 +217,33 @@ def test_the_identity_read_is_paired_with_its_own_image_whatever_other_passes_ca
     assert found is not None
     identity, image = found
     assert identity.version == 42 and "orders" in image.topics
+
+
+@dataclass
+class ChangingCore:
+    """The metadata ConfigMap as successive reads find it."""
+
+    reads: list[k8s.V1ConfigMap | None]
+    served: int = 0
+
+    def read_namespaced_config_map(self, name: str, namespace: str, **_: Any) -> Any:
+        found = self.reads[min(self.served, len(self.reads) - 1)]
+        self.served += 1
+        return found
+
+
+@pytest.mark.parametrize("then", ["garbled", "deleted"])
+def test_a_topic_pass_waiting_on_an_image_that_turns_unreadable_ends_with_the_last_read(
+        then: str) -> None:
+    """The topic pass waits for its change to show in the image (reconcile/topic.py); an
+    image garbled or deleted meanwhile ends the wait with the image read before, where an
+    exception made kopf retry the whole pass (CreateTopics and all)."""
+    view = view_of(FakeLeases(), FakeClock())
+    view._core = FakeCore(None)  # type: ignore[assignment]
+    trusted = trusted_image(view, None, ClusterMemory())  # nothing stored yet: empty
+    assert trusted.problem is None and trusted.image.topics == {}
+    broken = garbled(GARBLED["not JSON"]) if then == "garbled" else None
+    view._core = ChangingCore([golden_config_map(), broken])  # type: ignore[assignment]
+    waited = _wait_image(view, lambda image: "payments" in image.topics, trusted.image)
+    assert "orders" in waited.topics  # the golden image, read before the damage
+    assert view._core.served == 2  # type: ignore[attr-defined]

@@ -14,6 +14,7 @@ from kafkube_contract.image import ImageView, PartitionState, TopicMetadata
 from kafkube_operator.model.scale import (
     DRAINING,
     SCALING_UP,
+    cordon_changes,
     drain_moves,
     scale_decision,
     spread_moves,
@@ -153,6 +154,24 @@ def test_the_shrink_waits_for_the_cordon_of_every_removed_broker_with_a_pod() ->
     assert "cordoning brokers [3, 4]" in waiting.waiting
     gone = scale_decision(3, 5, half, judged_dead, DRAINING, pods=range(4))
     assert gone.statefulset_replicas == 3
+
+
+def test_a_broker_judged_dead_with_a_pod_is_cordoned_and_a_gone_one_is_not() -> None:
+    """What the apply pass asks the cluster for (reconcile/cluster_apply.py): the cordon
+    goes to every wanted broker that may run, live or with a pod whatever its Lease says,
+    so the shrink that waits for it is not stuck; none goes to a broker with neither (it
+    could not take it), and an uncordon only to a live broker."""
+    wanted = frozenset({3, 4})
+    live_0_to_3 = {0, 1, 2, 3}  # broker 4's Lease lapsed; its pod still exists
+    cordon, uncordon = cordon_changes(wanted, frozenset(), live_0_to_3, pods={0, 1, 2, 3, 4})
+    assert (cordon, uncordon) == ({3, 4}, frozenset())
+    cordon, _ = cordon_changes(wanted, frozenset(), live_0_to_3, pods={0, 1, 2, 3})
+    assert cordon == {3}  # broker 4 gone altogether
+    cordon, _ = cordon_changes(wanted, frozenset({3}), live_0_to_3, pods={0, 1, 2, 3, 4})
+    assert cordon == {4}  # only what the image does not show yet
+    # The drain over: the cordons lifted on live brokers; a gone one keeps its entry.
+    cordon, uncordon = cordon_changes(frozenset(), frozenset({3, 4}), {0, 1, 2, 3}, pods=())
+    assert (cordon, uncordon) == (frozenset(), {3})
 
 
 def test_replicas_left_on_removed_brokers_are_moved_after_the_shrink() -> None:
