@@ -12,12 +12,13 @@ setup-demo:
 demo: setup-demo
 	.venv/bin/python scripts/demo.py
 
-# Every tier: tests/unit, tests/integration, then tests/e2e (tests/conftest.py orders them).
-# The e2e tier's kind node image is built in the background meanwhile (scripts/setup.sh).
+# Every tier: tests/unit and tests/integration in one pytest run, tests/e2e in another beside
+# it (scripts/run_tests.py says why); the e2e tier's kind node image is built in the background
+# from the start of the set-up (scripts/setup.sh). KAFKUBE_TIERS=serial: one run, in order.
 test:
 	KAFKUBE_KIND_BUILD=background bash scripts/setup.sh
 	.venv/bin/ruff check .
-	.venv/bin/pytest -q -p no:cacheprovider
+	.venv/bin/python scripts/run_tests.py
 
 # One tier alone. The unit tier (tests/unit) starts no process and no server: it needs only
 # the virtualenv, and takes seconds.

@@ -23,6 +23,15 @@ missing=()
 for c in "${components[@]}"; do [ -x "$BIN/$c" ] || missing+=("$c"); done
 if ((${#missing[@]} == 0)); then echo "$BIN"; exit 0; fi
 command -v go >/dev/null || { echo "kubernetes.sh: Go is needed to build ${missing[*]}" >&2; exit 1; }
+# Two callers at once (the set-up's kube-apiserver step and the kind node image's build beside
+# it, scripts/setup.sh) share the module and the binaries' paths: they take turns, and the
+# second builds only what the first left missing.
+mkdir -p "$ROOT"
+exec 8>>"$ROOT/build.lock"
+flock 8
+missing=()
+for c in "${components[@]}"; do [ -x "$BIN/$c" ] || missing+=("$c"); done
+if ((${#missing[@]} == 0)); then echo "$BIN"; exit 0; fi
 
 staging="${K8S_VERSION/v1./v0.}"  # v1.35.4 -> v0.35.4, the staging modules' tag
 mkdir -p "$MODULE" "$BIN"

@@ -13,7 +13,7 @@ import pytest
 from kafkube.harness.kind.deployment import BOOTSTRAP, BROKERS, Brokers, deploy, undeploy
 from kafkube.harness.kind.history import read_drain, read_produce
 from kafkube.harness.kind.platform import Cluster, KubectlError
-from kafkube.harness.kind.streams import acked, checked, stream, unwritable
+from kafkube.harness.kind.streams import acked, checked, end_stream, stream, unwritable
 from kafkube.harness.queue_checker import History
 from kafkube.harness.waiting import wait_until
 
@@ -53,6 +53,7 @@ def test_the_controller_pod_killed_during_an_acks_all_stream(brokers: Brokers) -
     brokers.kubectl("delete", "pod", f"kafkube-{victim}", "--grace-period=0", "--force")
     new = brokers.controller_other_than(victim)
     took_over = time.monotonic() - killed
+    end_stream(brokers, pod, 6)
     produced = read_produce(brokers.finish(pod, 300), history)
     drained = read_drain(brokers.run("drain", BOOTSTRAP, "e2e-failover", timeout=600), history)
     summary = checked(history, produced, drained)
@@ -85,6 +86,7 @@ def test_a_crashed_broker_is_fenced_by_its_pod_before_its_lease_expires(
         lambda: next((x for x in brokers.kubectl("logs", f"kafkube-{controller}").splitlines()
                       if fenced in x), None),
         60, f"the controller to fence broker {victim} on its pod's evidence", 1.0)
+    end_stream(brokers, pod, 6)
     produced = read_produce(brokers.finish(pod, 300), history)
     drained = read_drain(brokers.run("drain", BOOTSTRAP, "e2e-crash", timeout=600), history)
     summary = checked(history, produced, drained)

@@ -17,7 +17,7 @@ from kafkube.harness.kind.deployment import Brokers
 from kafkube.harness.kind.history import read_drain, read_produce
 from kafkube.harness.kind.operated import example_cluster, namespace_of
 from kafkube.harness.kind.platform import Cluster, KubectlError
-from kafkube.harness.kind.streams import checked, stream
+from kafkube.harness.kind.streams import checked, end_stream, stream
 from kafkube.harness.queue_checker import History
 from kafkube.harness.waiting import wait_until
 
@@ -109,6 +109,7 @@ def test_mistakes_in_a_row_lose_no_acknowledged_record(brokers: Brokers) -> None
     for node in (first, second):
         operator.kubectl("uncordon", node)
     brokers.wait_whole()
+    end_stream(brokers, pod, 6)
 
     produced = read_produce(brokers.finish(pod, 400), history)
     drained = read_drain(brokers.run("drain", brokers.bootstrap, TOPIC, timeout=600), history)
@@ -177,6 +178,7 @@ def test_mistakes_in_a_row_lose_no_acknowledged_record(brokers: Brokers) -> None
 
     wait_until(changed, 900, "the listener change rolled out", 2.0)
     assert seen == ["step 1 of 3", "step 2 of 3"], seen
+    end_stream(brokers, pod, 6)
     produced = read_produce(brokers.finish(pod, 600), history)
     drained = read_drain(brokers.run("drain", brokers.bootstrap, LISTENERS_TOPIC,
                                      timeout=600), history)

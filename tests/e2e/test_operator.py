@@ -17,7 +17,7 @@ from kafkube.harness.kind.deployment import Brokers
 from kafkube.harness.kind.history import read_drain, read_produce
 from kafkube.harness.kind.operated import OPERATOR_NAMESPACE, example_cluster, namespace_of
 from kafkube.harness.kind.platform import Cluster, KubectlError
-from kafkube.harness.kind.streams import checked, stream, unwritable
+from kafkube.harness.kind.streams import checked, end_stream, stream, unwritable
 from kafkube.harness.queue_checker import History
 from kafkube.harness.waiting import wait_until
 
@@ -163,6 +163,7 @@ def test_a_broker_pod_deleted_with_grace_0_during_a_stream_loses_nothing(
     my_cluster.kubectl("delete", "pod", f"my-cluster-{victim}", "--grace-period=0", "--force")
 
     new = my_cluster.controller_other_than(victim)
+    end_stream(my_cluster, pod, 6)
     produced = read_produce(my_cluster.finish(pod, 300), history)
     drained = read_drain(my_cluster.run("drain", my_cluster.bootstrap, "e2e-delete",
                                         timeout=600), history)
@@ -267,6 +268,7 @@ def test_a_config_change_rolls_the_brokers_one_at_a_time_with_the_controller_las
                 if e.startswith("RollingRestart restarted pod")]
     assert sorted(restarts) == ["my-cluster-0", "my-cluster-1", "my-cluster-2"], restarts
     assert restarts[-1] == f"my-cluster-{controller}", (restarts, controller)
+    end_stream(my_cluster, pod, 6)
     produced = read_produce(my_cluster.finish(pod, 400), history)
     drained = read_drain(my_cluster.run("drain", my_cluster.bootstrap, "e2e-roll",
                                         timeout=600), history)
@@ -331,6 +333,7 @@ def test_kubectl_scale_adds_brokers_that_take_replicas_and_drains_them_back(
         assert len(made) == 3 and all(
             sorted(replicas) == sorted(isr) and set(replicas) <= {0, 1, 2}
             and len(replicas) == 3 for _, replicas, isr in made.values()), (name, made)
+    end_stream(my_cluster, pod, 6)
     produced = read_produce(my_cluster.finish(pod, 400), history)
     drained = read_drain(my_cluster.run("drain", my_cluster.bootstrap, "e2e-scale",
                                         timeout=600), history)

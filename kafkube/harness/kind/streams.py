@@ -3,8 +3,11 @@ the scenarios of the reference deployment and of the operator."""
 
 from __future__ import annotations
 
+import time
+
 from kafkube.harness.kind.deployment import Brokers
 from kafkube.harness.kind.history import Produced
+from kafkube.harness.kind.platform import KubectlError
 from kafkube.harness.queue_checker import History
 from kafkube.harness.waiting import wait_until
 
@@ -31,6 +34,40 @@ def stream(brokers: Brokers, topic: str, count: int, seconds: int, first: int) -
     wait_until(lambda: acked(brokers, pod) >= first, 120,
                f"{first:,} acknowledged records before the fault", 1.0)
     return pod
+
+
+def partitions_acked_since(brokers: Brokers, pod: str, since_ms: int) -> set[int]:
+    """The partitions a producer pod has had a record acknowledged on at or after
+    ``since_ms`` (unix ms; the kind nodes share the host's clock)."""
+    found = set()
+    for line in brokers.logs(pod):
+        if line.startswith("A "):
+            _, _, partition, _, at = line.split()
+            if int(at) >= since_ms:
+                found.add(int(partition))
+    return found
+
+
+def end_stream(brokers: Brokers, pod: str, partitions: int, timeout: float = 120) -> None:
+    """End a stream once the fault is over: as soon as every one of the topic's
+    ``partitions`` has had a record acknowledged after this call, the producer is asked to
+    stop (SIGTERM: workload.py stops sending, flushes and prints its totals). A stream
+    sized for the slowest fault would otherwise run on for minutes after a quick one; its
+    ``--count`` and ``--seconds`` stay the bound if the cluster never takes writes again."""
+    since_ms = int(time.time() * 1000)
+
+    def over() -> bool:
+        return brokers.phase(pod) in ("Succeeded", "Failed") or len(
+            partitions_acked_since(brokers, pod, since_ms)) >= partitions
+
+    wait_until(over, timeout, f"every one of {partitions} partitions written to after the "
+               "fault", 1.0)
+    try:
+        brokers.kubectl("exec", pod, "--", "python3", "-c",
+                        "import os, signal; os.kill(1, signal.SIGTERM)", timeout=60)
+    except KubectlError:
+        if brokers.phase(pod) not in ("Succeeded", "Failed"):  # not merely done already
+            raise
 
 
 def unwritable(produced: Produced, led: list[int]) -> str:
