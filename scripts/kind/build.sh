@@ -23,22 +23,27 @@ if ((${#need_apt[@]})); then
 fi
 
 # go_module DIR REQUIRE...: a module of our own in DIR requiring REQUIRE (path@version), with
-# the sources from scripts/kind/go/<name> if any; tidied once.
+# the sources from scripts/kind/go/<name> if any; made again when those or REQUIRE change.
 go_module() {
   local dir=$1; shift
+  local src="$REPO/scripts/kind/go/$(basename "$dir")" stamp
+  stamp=$( { echo "$@"; if [ -d "$src" ]; then cat "$src"/*.go; fi; } | sha1sum | cut -c1-12)
+  [ -f "$dir/go.sum" ] && [ "$(cat "$dir/.stamp" 2>/dev/null)" = "$stamp" ] && return 0
+  rm -rf "$dir"
   mkdir -p "$dir"
-  [ -f "$dir/go.sum" ] && return 0
   printf 'module kafkube.local/%s\n\ngo 1.24\n' "$(basename "$dir")" > "$dir/go.mod"
-  local src="$REPO/scripts/kind/go/$(basename "$dir")"
   [ -d "$src" ] && cp "$src"/*.go "$dir/"
   (cd "$dir" && for req in "$@"; do go get "$req"; done && go mod tidy) \
     >"$LOGS/$(basename "$dir")-mod.log" 2>&1 || { tail -n 30 "$LOGS/$(basename "$dir")-mod.log" >&2; return 1; }
+  echo "$stamp" > "$dir/.stamp"
 }
 
-# go_binary NAME PACKAGE [MODULE_DIR]: a static binary in $KBIN, built once.
+# go_binary NAME PACKAGE [MODULE_DIR]: a static binary in $KBIN, built once (again when its
+# module was made again).
 go_binary() {
-  local name=$1 pkg=$2 dir=${3:-}
-  [ -x "$KBIN/$name" ] && return 0
+  local name=$1 pkg=$2 dir=${3:-} want=""
+  [ -n "$dir" ] && want=$(cat "$dir/.stamp")
+  [ -x "$KBIN/$name" ] && [ "$(cat "$KBIN/$name.stamp" 2>/dev/null)" = "$want" ] && return 0
   local start=$SECONDS
   if [ -n "$dir" ]; then
     (cd "$dir" && CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$KBIN/$name.tmp" "$pkg") \
@@ -49,6 +54,7 @@ go_binary() {
     mv "$KBIN/.gobin/$(basename "${pkg%@*}")" "$KBIN/$name.tmp"
   fi
   mv "$KBIN/$name.tmp" "$KBIN/$name"
+  echo "$want" > "$KBIN/$name.stamp"
   echo "kind.sh: built $name in $((SECONDS - start))s" >&2
 }
 
@@ -58,7 +64,7 @@ go_binary pause kafkube.local/pause "$KCACHE/src/pause"
 go_module "$KCACHE/src/etcd" "go.etcd.io/etcd/server/v3@$ETCD_VERSION"
 go_binary etcd kafkube.local/etcd "$KCACHE/src/etcd"
 go_module "$KCACHE/src/coredns" "github.com/coredns/coredns@$COREDNS_VERSION"
-go_binary coredns github.com/coredns/coredns "$KCACHE/src/coredns"
+go_binary coredns kafkube.local/coredns "$KCACHE/src/coredns"
 go_module "$KCACHE/src/local-path-provisioner" "github.com/rancher/local-path-provisioner@$LPP_VERSION"
 go_binary local-path-provisioner github.com/rancher/local-path-provisioner \
   "$KCACHE/src/local-path-provisioner"
