@@ -12,9 +12,10 @@ setup-demo:
 demo: setup-demo
 	.venv/bin/python scripts/demo.py
 
-# Every tier: tests/unit and tests/integration in one pytest run, tests/e2e in another beside
-# it (scripts/run_tests.py says why); the e2e tier's kind node image is built in the background
-# from the start of the set-up (scripts/setup.sh). KAFKUBE_TIERS=serial: one run, in order.
+# Every tier: tests/unit, tests/integration, then tests/e2e (tests/conftest.py orders them);
+# the e2e tier's kind node image is built in the background meanwhile (scripts/setup.sh).
+# KAFKUBE_TIERS=parallel: the e2e tier in a run of its own beside the others
+# (scripts/run_tests.py says why that is not the default).
 test:
 	KAFKUBE_KIND_BUILD=background bash scripts/setup.sh
 	.venv/bin/ruff check .
