@@ -160,6 +160,8 @@ def test_an_api_server_outage_moves_nothing(brokers: Brokers, kind_cluster: Clus
     wait_until(lambda: all(lease_renewed_after(lease, back + 2 * session_s)
                          for name, lease in brokers.leases().items() if "-broker-" in name),
              120, "every broker lease renewed two sessions after the API server returned", 1.0)
+    for pod in pods.values():
+        end_stream(brokers, pod, 6)
     lapsed_from = (stopped + session_s) * 1000
     for acks, pod in pods.items():
         produced = read_produce(brokers.finish(pod, 300), histories[acks])
