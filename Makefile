@@ -14,12 +14,10 @@ demo: setup-demo
 
 # Every tier: tests/unit, tests/integration, then tests/e2e (tests/conftest.py orders them);
 # the e2e tier's kind node image is built in the background meanwhile (scripts/setup.sh).
-# KAFKUBE_TIERS=parallel: the e2e tier in a run of its own beside the others
-# (scripts/run_tests.py says why that is not the default).
 test:
 	KAFKUBE_KIND_BUILD=background bash scripts/setup.sh
 	.venv/bin/ruff check .
-	.venv/bin/python scripts/run_tests.py
+	.venv/bin/pytest -q -p no:cacheprovider
 
 # One tier alone. The unit tier (tests/unit) starts no process and no server: it needs only
 # the virtualenv, and takes seconds.

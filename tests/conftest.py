@@ -6,7 +6,7 @@ clusters.py), the integration tier's kube-apiserver (kube.py), Kafka's own comma
 And the order of a run over several tiers: the unit tier first (seconds, and the first to
 say what a change broke), then the integration tier, then tests/e2e, whose kind cluster is
 brought up in its first test and torn down after its last, so it never loads the machine
-while the other tiers run (scripts/run_tests.py says what running them side by side did)."""
+while the other tiers run (docs/platform.md says what running them side by side did)."""
 
 from __future__ import annotations
 

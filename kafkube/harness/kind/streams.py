@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 from kafkube.harness.kind.deployment import Brokers
-from kafkube.harness.kind.history import Produced
+from kafkube.harness.kind.history import Produced, read_produce
 from kafkube.harness.kind.platform import KubectlError
 from kafkube.harness.queue_checker import History
 from kafkube.harness.waiting import wait_until
@@ -37,15 +37,10 @@ def stream(brokers: Brokers, topic: str, count: int, seconds: int, first: int) -
 
 
 def partitions_acked_since(brokers: Brokers, pod: str, since_ms: int) -> set[int]:
-    """The partitions a producer pod has had a record acknowledged on at or after
+    """The partitions a running producer pod has had a record acknowledged on at or after
     ``since_ms`` (unix ms; the kind nodes share the host's clock)."""
-    found = set()
-    for line in brokers.logs(pod):
-        if line.startswith("A "):
-            _, _, partition, _, at = line.split()
-            if int(at) >= since_ms:
-                found.add(int(partition))
-    return found
+    produced = read_produce(brokers.logs(pod), History())  # a throwaway history
+    return {p for p, times in produced.ack_times.items() if times and max(times) >= since_ms}
 
 
 def end_stream(brokers: Brokers, pod: str, partitions: int, timeout: float = 120) -> None:

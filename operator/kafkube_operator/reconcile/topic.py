@@ -37,26 +37,31 @@ IMAGE_WAIT_S = 5.0
 IMAGE_POLL_S = 0.5
 
 
+def _read_image(view: ClusterView, last: ImageView) -> tuple[ImageView, bool]:
+    """The image now, and True; or ``last`` and False when it cannot be read.
+
+    ``last`` is an image the pass read before. The ConfigMap can be damaged, deleted or
+    replaced by a newer format meanwhile (a user's edit, a broker upgraded): the pass then
+    ends with what it read, and the next pass's trust check turns what happened into a
+    Warning; an exception here would only make kopf retry the pass (CreateTopics and all)."""
+    try:
+        return view.read_image(), True
+    except (ImageFormatError, MetadataMissing) as e:
+        log.warning("%s: the cluster image became unreadable during a topic pass: %s",
+                    view.where, e)
+        return last, False
+
+
 def _wait_image(view: ClusterView, done: Callable[[ImageView], bool],
                 last: ImageView) -> ImageView:
-    """The image once ``done`` holds for it, or the last one read after IMAGE_WAIT_S.
-
-    ``last`` is the image the pass trusted. The ConfigMap can be damaged, deleted or
-    replaced by a newer format while the pass waits (a user's edit, a broker upgraded): the
-    wait then ends with the last image it could read, and the next pass's trust check turns
-    what happened into a Warning; an exception here would only make kopf retry the pass."""
+    """The image once ``done`` holds for it, or the last one read after IMAGE_WAIT_S (or
+    when it turns unreadable)."""
     deadline = time.monotonic() + IMAGE_WAIT_S
-    image = last
-    while True:
-        try:
-            image = view.read_image()
-        except (ImageFormatError, MetadataMissing) as e:
-            log.warning("%s: the cluster image became unreadable during a topic pass: %s",
-                        view.where, e)
-            return image
-        if done(image) or time.monotonic() >= deadline:
-            return image
+    image, readable = _read_image(view, last)
+    while readable and not done(image) and time.monotonic() < deadline:
         time.sleep(IMAGE_POLL_S)
+        image, readable = _read_image(view, image)
+    return image
 
 
 def _cluster(kube: Kube, namespace: str, name: str) -> dict | None:
@@ -121,8 +126,7 @@ def reconcile_topic(kube: Kube, views: ClusterViews, admins: AdminClients, resou
             events.warning("KafkaRefused", str(e))
             if admin is not None:
                 admins.drop((ref.namespace, ref.name), admin)
-            current = _wait_image(view, lambda image: True, trusted.image).topics.get(
-                spec.name)
+            current = _read_image(view, trusted.image)[0].topics.get(spec.name)
         else:
             current = _wait_image(view, lambda image: topic_plan(
                 spec, image.topics.get(spec.name), brokers).empty,
