@@ -9,7 +9,7 @@ from kafkube.harness.kind.deployment import Brokers
 from kafkube.harness.kind.history import Produced, read_produce
 from kafkube.harness.kind.platform import KubectlError
 from kafkube.harness.queue_checker import History
-from kafkube.harness.waiting import wait_until
+from kafkube.harness.waiting import WaitTimedOut, wait_until
 
 
 def checked(history: History, produced: Produced, drained: int, idempotent: bool = True) -> str:
@@ -43,7 +43,8 @@ def partitions_acked_since(brokers: Brokers, pod: str, since_ms: int) -> set[int
     return {p for p, times in produced.ack_times.items() if times and max(times) >= since_ms}
 
 
-def end_stream(brokers: Brokers, pod: str, partitions: int, timeout: float = 120) -> None:
+def end_stream(brokers: Brokers, pod: str, partitions: int, timeout: float = 120,
+               finish_timeout: float = 60) -> None:
     """End a stream once the fault is over: as soon as every one of the topic's
     ``partitions`` has had a record acknowledged after this call, the producer is asked to
     stop (SIGTERM: workload.py stops sending, flushes and prints its totals). A stream
@@ -60,9 +61,15 @@ def end_stream(brokers: Brokers, pod: str, partitions: int, timeout: float = 120
     try:
         brokers.kubectl("exec", pod, "--", "python3", "-c",
                         "import os, signal; os.kill(1, signal.SIGTERM)", timeout=60)
-    except KubectlError:
-        if brokers.phase(pod) not in ("Succeeded", "Failed"):  # not merely done already
-            raise
+    except KubectlError as refused:
+        # The producer may have reached its --count meanwhile: its container is gone ("container
+        # not found") before the kubelet reports the pod's phase, so give the phase time to
+        # follow before judging the exec's failure a real one.
+        try:
+            wait_until(lambda: brokers.phase(pod) in ("Succeeded", "Failed"), finish_timeout,
+                       f"producer pod {pod} finished after an exec into it failed", 1.0)
+        except WaitTimedOut:
+            raise refused from None
 
 
 def unwritable(produced: Produced, led: list[int]) -> str:
