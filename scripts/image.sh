@@ -9,7 +9,8 @@
 #   bash scripts/image.sh spark      # the Spark image (spark/Dockerfile); prints its archive
 #
 # Elsewhere `docker build -t kafkube:dev .` (after `pip wheel -w build/wheels .`) builds the
-# same image from python:3.11-slim. The base and the archive are cached under ~/.cache/kafkube.
+# same image from python:3.11-slim. The base and the archives are cached under ~/.cache/kafkube,
+# the archives with a stamp of their inputs: built again only when one changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CACHE="${KAFKUBE_CACHE:-$HOME/.cache/kafkube}"
@@ -53,11 +54,32 @@ ensure_base() {
   "${PODMAN[@]}" save -o "$archive" "$image" >/dev/null
 }
 
+# stamp_of NAMES PATH…: a hash of the images' NAMES and of what they are built from (this
+# script, the Dockerfiles, the sources of their wheels). Archives written with the stamp they were built from are not built
+# again while it holds: `make test` builds them in the background before the e2e tier asks.
+stamp_of() {
+  local names=$1
+  shift
+  { echo "$names"; find "$@" -type f ! -path '*/__pycache__/*' ! -name '*.pyc' ! -name '*.so' \
+    ! -path '*.egg-info/*' -print0 | sort -z | xargs -0 sha1sum; } | sha1sum | cut -c1-16
+}
+# is_current STAMP_FILE STAMP ARCHIVE…
+is_current() {
+  local file=$1 stamp=$2 archive
+  shift 2
+  [ -f "$file" ] && [ "$(cat "$file")" = "$stamp" ] || return 1
+  for archive in "$@"; do [ -f "$archive" ] || return 1; done
+}
+
 if [ "${1:-}" = spark ]; then
   # The Spark image (spark/Dockerfile): its base has a JRE too; pyspark, pyarrow and the
   # Kafka connector's jars come from the host's caches.
   SPARK_BASE=localhost/kafkube-spark-base:bookworm
   SPARK_IMAGE="${KAFKUBE_SPARK_IMAGE:-localhost/kafkube-spark:dev}"
+  archive="$IMAGES/kafkube-spark.oci.tar"
+  stamp=$(stamp_of "$SPARK_IMAGE" scripts/image.sh spark pyproject.toml)
+  if is_current "$archive.stamp" "$stamp" "$archive"; then echo "$archive"; exit 0; fi
+  rm -f "$archive.stamp"
   ensure_base "$SPARK_BASE" "$IMAGES/kafkube-spark-base-bookworm.tar" \
     python3,python3-venv,openjdk-17-jre-headless,procps
   rm -rf build/spark-wheels build/spark-jars
@@ -70,32 +92,41 @@ print(" ".join(re.findall(r"\"((?:pyspark|pyarrow)[^\"]*)\"", spark)))')
   cp "$(bash spark/setup.sh)"/*.jar build/spark-jars/
   buildah bud -q --isolation chroot --network host --runtime runc \
     --build-arg BASE="$SPARK_BASE" -f spark/Dockerfile -t "$SPARK_IMAGE" . >/dev/null
-  archive="$IMAGES/kafkube-spark.oci.tar"
   rm -f "$archive"
   buildah push -q "$SPARK_IMAGE" "oci-archive:$archive:$SPARK_IMAGE" >/dev/null
+  echo "$stamp" > "$archive.stamp"
   echo "$archive"
   exit 0
 fi
 
+archive="$IMAGES/kafkube.oci.tar"
+OPERATOR="${KAFKUBE_OPERATOR_IMAGE:-localhost/kafkube-operator:dev}"
+WORKLOAD="${KAFKUBE_WORKLOAD_IMAGE:-localhost/kafkube-workload:dev}"
+stamp=$(stamp_of "$IMAGE $OPERATOR $WORKLOAD" scripts/image.sh Dockerfile operator/Dockerfile \
+  pyproject.toml broker operator contract kafkube \
+  spark tests/e2e/workload.Dockerfile tests/e2e/workload.py)
+if is_current "$archive.stamp" "$stamp" "$archive" "$IMAGES/kafkube-operator.oci.tar" \
+    "$IMAGES/kafkube-workload.oci.tar"; then
+  echo "$archive"
+  exit 0
+fi
+rm -f "$archive.stamp"
 ensure_base "$BASE" "$IMAGES/kafkube-base-bookworm.tar" python3,python3-venv
 
 rm -rf build/wheels
 PIP_CACHE_DIR="$CACHE/pip" .venv/bin/pip wheel -q -w build/wheels '.[operator]' >/dev/null
 buildah bud -q --isolation chroot --network host --runtime runc \
   --build-arg BASE="$BASE" -t "$IMAGE" . >/dev/null
-archive="$IMAGES/kafkube.oci.tar"
 rm -f "$archive"
 buildah push -q "$IMAGE" "oci-archive:$archive:$IMAGE" >/dev/null
 
 # The operator's image: the broker image plus the operator's extra (operator/Dockerfile).
-OPERATOR="${KAFKUBE_OPERATOR_IMAGE:-localhost/kafkube-operator:dev}"
 buildah bud -q --isolation chroot --network host --runtime runc --build-arg BASE="$IMAGE" \
   -f operator/Dockerfile -t "$OPERATOR" . >/dev/null
 rm -f "$IMAGES/kafkube-operator.oci.tar"
 buildah push -q "$OPERATOR" "oci-archive:$IMAGES/kafkube-operator.oci.tar:$OPERATOR" >/dev/null
 
 # The e2e suite's client pods (tests/e2e/workload.py): the same image plus confluent-kafka.
-WORKLOAD="${KAFKUBE_WORKLOAD_IMAGE:-localhost/kafkube-workload:dev}"
 rm -rf build/e2e-wheels
 client=$(sed -n 's/.*"\(confluent-kafka==[^"]*\)".*/\1/p' pyproject.toml)
 PIP_CACHE_DIR="$CACHE/pip" .venv/bin/pip wheel -q --no-deps -w build/e2e-wheels "$client" >/dev/null
@@ -103,4 +134,5 @@ buildah bud -q --isolation chroot --network host --runtime runc --build-arg BASE
   -f tests/e2e/workload.Dockerfile -t "$WORKLOAD" . >/dev/null
 rm -f "$IMAGES/kafkube-workload.oci.tar"
 buildah push -q "$WORKLOAD" "oci-archive:$IMAGES/kafkube-workload.oci.tar:$WORKLOAD" >/dev/null
+echo "$stamp" > "$archive.stamp"
 echo "$archive"

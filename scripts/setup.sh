@@ -94,32 +94,33 @@ lane_go() {
   step helm bash scripts/helm.sh
   step third-party-crds bash scripts/third_party_crds.sh
   step franz-go bash tests/clients/franz-go/setup.sh
-  if [ "${KAFKUBE_KIND_BUILD:-}" = background ]; then kind_in_background; else
-    step kind bash scripts/kind.sh build
-  fi
+  [ "${KAFKUBE_KIND_BUILD:-}" = background ] || step kind bash scripts/kind.sh build
 }
-# `make test`: the e2e tier's kind node image (~10 min cold, most of it compiling) is built at
-# the lowest CPU priority while the unit and integration tiers run; it holds a lock the e2e
-# tier waits for before it checks the build (kafkube/harness/kind/platform.py: kind_built).
-# The lock is taken here, before the build is forked, so no later reader can miss it. Started
-# from the start of the set-up instead, beside the kube-apiserver build, it made the set-up
-# 105 s longer (692 s against 587 s cold) and the e2e tier, last, gains nothing from it.
+# `make test`: the e2e tier's kind node image (~10 min cold, most of it compiling) and the
+# images of this tree (scripts/image.sh, ~2 min) are built at the lowest CPU priority while
+# the unit and integration tiers run; the job holds a lock the e2e tier waits for before it
+# checks the build and the images (kafkube/harness/kind/platform.py: kind_built). The lock is
+# taken here, before the job is forked, so no later reader can miss it. It starts once the
+# lanes are done (the images need the virtualenv; the Go lane, the longest cold, is done by
+# then anyway): started beside the kube-apiserver build instead, it made the set-up 105 s
+# longer (692 s against 587 s cold), and the e2e tier, last, gains nothing from it.
 kind_in_background() {
   mkdir -p "$CACHE/kind"
   exec 9>>"$CACHE/kind/build.lock"
   flock 9
   (
     start=$SECONDS
-    # The lock is this subshell's (fd 9), not the build's: a daemon the build leaves running
+    # The lock is this subshell's (fd 9), not the builds': a daemon they leave running
     # must not keep holding it.
-    if nice -n 19 bash scripts/kind.sh build 9>&-; then
-      echo "setup: kind $((SECONDS - start)) s (background)"
+    if nice -n 19 bash scripts/kind.sh build 9>&- && nice -n 19 bash scripts/image.sh 9>&- \
+        && nice -n 19 bash scripts/image.sh spark 9>&-; then
+      echo "setup: kind and images $((SECONDS - start)) s (background)"
     else
-      echo "setup: kind FAILED after $((SECONDS - start)) s (background)"
+      echo "setup: kind or images FAILED after $((SECONDS - start)) s (background)"
     fi
   ) >"$LOGS/kind.log" 2>&1 </dev/null &
   exec 9>&-
-  echo "setup: kind building in the background (log: $LOGS/kind.log)" >&2
+  echo "setup: kind and images building in the background (log: $LOGS/kind.log)" >&2
 }
 
 started=$SECONDS
@@ -133,3 +134,4 @@ for lane in "${lanes[@]}"; do
 done
 ((failed == 0)) || { echo "setup: failed (logs under $LOGS)" >&2; exit 1; }
 echo "setup ($part): ready in $((SECONDS - started)) s" >&2
+if [ "$part" = all ] && [ "${KAFKUBE_KIND_BUILD:-}" = background ]; then kind_in_background; fi

@@ -440,6 +440,9 @@ def test_sessions_expire_unless_clients_authenticate_again(cluster_factory, pki)
         assert time.monotonic() - started >= lifetime_ms / 1000
     # librdkafka re-authenticates on the same connection and goes on: none of its
     # connections is closed for an ended session.
+    # The broker logs the expiry as it closes; our reader of its output may be a moment behind.
+    wait_until(lambda: sum("session expired" in line for line in broker.output) >= 1, 10,
+               "the broker's log of the ended session", interval=0.1)
     expired_before = sum("session expired" in line for line in broker.output)
     assert expired_before == 1
     conf = _librdkafka(pki, "SCRAM")

@@ -110,7 +110,7 @@ def parse_up_output(stdout: str) -> dict[str, str]:
 
 def build_images() -> None:
     """The broker, workload and Spark images from the working tree, so the suite tests this
-    code."""
+    code (scripts/image.sh builds only those whose inputs changed since their archive)."""
     run_script([str(IMAGE_SH)], timeout=1800)
     run_script([str(IMAGE_SH), "spark"], timeout=1800)
 
@@ -159,9 +159,11 @@ def kind_down(name: str) -> None:
 @contextlib.contextmanager
 def own_kind_cluster(name: str) -> Iterator[Cluster]:
     """The images built from this tree, then a fresh kind cluster NAME, torn down however
-    the user of it ends (and when bringing it up fails half-way)."""
-    build_images()
+    the user of it ends (and when bringing it up fails half-way). The background build of
+    `make test` is waited for first: it builds the images too (their stamps then say they
+    are current)."""
     kind_built()
+    build_images()
     try:
         cluster = kind_up(name)
     except BaseException:
