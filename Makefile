@@ -25,8 +25,8 @@ test:
 	status=0; \
 	.venv/bin/pytest -q -p no:cacheprovider -n $(WORKERS) tests/unit tests/integration \
 	  || status=$$?; \
-	.venv/bin/pytest -q -p no:cacheprovider tests/e2e || [ $$status -ne 0 ] || status=$$?; \
-	exit $$status
+	e2e=0; .venv/bin/pytest -q -p no:cacheprovider tests/e2e || e2e=$$?; \
+	[ $$status -ne 0 ] || status=$$e2e; exit $$status
 
 # One tier alone. The unit tier (tests/unit) starts no process and no server: it needs only
 # the virtualenv, and takes seconds.
