@@ -70,6 +70,7 @@ from bench.profile import PySpy, summarise
 from bench.run_info import ROOT, commit, load_average, machine
 from bench.systems import PARTITIONS, SYSTEMS, Meter, Running, create_topic, running
 from kafkube.harness import kafka_jars
+from kafkube.harness.checkout import cache_dir
 from kafkube.harness.process_group import kill_group
 
 BROKERS, RF = 3, 3  # bench compare's workload 2: acks=all, RF 3, minISR 2, 3 brokers
@@ -234,7 +235,7 @@ def ensure_java_txn(timeout: float = 900.0) -> Path:
                           text=True, timeout=timeout)
     if done.returncode != 0:
         raise RuntimeError(f"{JAVA_TXN_DIR / 'setup.sh'} failed:\n{done.stderr[-4000:]}")
-    cache = Path(os.environ.get("KAFKUBE_CACHE") or Path.home() / ".cache" / "kafkube")
+    cache = cache_dir()
     classes = cache / "java-txn-classes"
     if not (classes / "TxnCheck.class").is_file():
         raise RuntimeError(f"no TxnCheck.class in {classes} after setup.sh")

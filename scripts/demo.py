@@ -25,6 +25,7 @@ from pathlib import Path
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from kafkube.dev import bootstrap_servers, start_cluster, stop_cluster
+from kafkube.harness.checkout import cache_dir
 from kafkube_spark.events import Total, expected_totals, orders, produce
 
 TOPIC, RESULTS = "orders", "order-totals"
@@ -88,7 +89,7 @@ def main() -> int:
     parser.add_argument("--brokers", type=int, default=3)
     parser.add_argument("--events", type=int, default=30_000)
     parser.add_argument("--data-dir", type=Path,
-                        default=Path.home() / ".cache" / "kafkube" / "demo-data")
+                        default=cache_dir() / "demo-data")
     parser.add_argument("--once", action="store_true", help="exit after the pipeline")
     args = parser.parse_args()
     shutil.rmtree(args.data_dir, ignore_errors=True)  # each demo run starts from empty logs

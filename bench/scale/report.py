@@ -90,7 +90,7 @@ def publish_run(name: str, result: dict[str, Any], headline: list[str],
     """A fault run's figures: the summary printed, the whole result as JSON under the
     cache's bench/ (``<name>-<time>-<seed>.json``), and with ``docs`` its block there
     ("## The last long run"). ``align``: the markdown table's, l or r per column."""
-    from kafkube.harness.kind.platform import cache_dir
+    from kafkube.harness.checkout import cache_dir
 
     right = tuple(i for i, a in enumerate(align) if a == "r")
     print("\n" + "\n".join(headline) + "\n\n" + plain(rows, right=right, rule=True))

@@ -7,9 +7,16 @@ the scripts they run: installed without one, they say so instead of failing obsc
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def cache_dir() -> Path:
+    """Where scripts/setup.sh and the other scripts keep what they download and build
+    (``$KAFKUBE_CACHE``, by default ~/.cache/kafkube), and the demo its data."""
+    return Path(os.environ.get("KAFKUBE_CACHE") or Path.home() / ".cache" / "kafkube")
 
 
 def repo_file(*parts: str) -> Path:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import subprocess
 import time
@@ -33,6 +32,7 @@ from typing import IO, Any
 
 import pytest
 
+from kafkube.harness.checkout import cache_dir
 from kafkube.harness.metadata import Cluster
 from kafkube.harness.queue_checker import History
 from kafkube.harness.waiting import wait_until
@@ -76,7 +76,7 @@ PRODUCE_TIMEOUT_S = 90
 def franzcheck() -> Path:
     """The built program; fails the test if it is missing or older than its sources."""
     hint = "build it with scripts/setup.sh (or: bash tests/clients/franz-go/setup.sh)"
-    cache = Path(os.environ.get("KAFKUBE_CACHE") or Path.home() / ".cache" / "kafkube")
+    cache = cache_dir()
     out = cache / "franz-go"
     binary = out / "franzcheck"
     if not binary.is_file():

@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from kafkube.harness.checkout import cache_dir
 from tests.support import CLIENTS_DIR
 
 pytestmark = pytest.mark.java
@@ -39,7 +40,7 @@ ZERO_UUID = "AAAAAAAAAAAAAAAAAAAAAA"
 
 def java_build_dirs() -> tuple[Path, Path]:
     """(classes dir, jar dir) as written by tests/clients/java/setup.sh."""
-    cache = Path(os.environ.get("KAFKUBE_CACHE") or Path.home() / ".cache" / "kafkube")
+    cache = cache_dir()
     return cache / "java-classes", cache / "java-lib"
 
 

@@ -33,6 +33,7 @@ from typing import IO, Any
 
 import pytest
 
+from kafkube.harness.checkout import cache_dir
 from tests.support import CLIENTS_DIR
 
 JAVA_TXN_DIR = CLIENTS_DIR / "java-txn"
@@ -53,7 +54,7 @@ _WORD_SPLIT = re.compile(r"[ \t\n\x0b\f\r]+")
 
 def txn_build_dirs() -> tuple[Path, Path]:
     """(classes dir, jar dir) as written by tests/clients/java-txn/setup.sh."""
-    cache = Path(os.environ.get("KAFKUBE_CACHE") or Path.home() / ".cache" / "kafkube")
+    cache = cache_dir()
     return cache / "java-txn-classes", cache / "java-txn-lib"
 
 

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kafkube.harness.checkout import REPO
+from kafkube.harness.checkout import REPO, cache_dir
 from kafkube.harness.waiting import wait_until
 
 KIND_SH = REPO / "scripts" / "kind.sh"
@@ -83,11 +83,6 @@ class Cluster:
         """kubectl apply of a YAML manifest given as text."""
         ns = ["-n", namespace] if namespace else []
         return self.kubectl(*ns, "apply", "-f", "-", input=manifest, timeout=timeout)
-
-
-def cache_dir() -> Path:
-    """Where scripts/kind.sh and scripts/kubernetes.sh keep their builds."""
-    return Path(os.environ.get("KAFKUBE_CACHE", Path.home() / ".cache" / "kafkube"))
 
 
 def existing_cluster() -> Cluster | None:
