@@ -6,7 +6,7 @@
 #   - the Kubeflow Spark Operator's SparkApplication (spark/k8s).
 set -euo pipefail
 PROMETHEUS_OPERATOR_VERSION=v0.85.0
-SPARK_OPERATOR_VERSION=v2.4.0
+SPARK_OPERATOR_VERSION=v2.5.2
 CACHE="${KAFKUBE_CACHE:-$HOME/.cache/kafkube}"
 export GOMODCACHE="$CACHE/go/mod" GOTOOLCHAIN=local GOFLAGS=-mod=mod
 OUT="$CACHE/third-party-crds/prometheus-$PROMETHEUS_OPERATOR_VERSION-spark-$SPARK_OPERATOR_VERSION"
