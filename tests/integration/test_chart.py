@@ -183,8 +183,8 @@ def test_the_spark_manifests_are_accepted_by_the_api_server(kube: Kube) -> None:
     docs = [d for p in sorted((REPO / "spark" / "k8s").glob("*.yaml"))
             for d in yaml.safe_load_all(p.read_text()) if d]
     assert sorted(dry_run_all(kube, docs, namespace)) == sorted([
-        "ServiceAccount", "Role", "RoleBinding", "SparkApplication", "PersistentVolumeClaim",
-        "SparkApplication", "Topic"])
+        "ServiceAccount", "Role", "RoleBinding", "Role", "RoleBinding", "SparkApplication",
+        "PersistentVolumeClaim", "SparkApplication", "Topic"])
     app = next(d for d in docs if d["kind"] == "SparkApplication")
     wrong = {**app, "spec": {**app["spec"], "driver": {**app["spec"]["driver"], "cores": "x"}}}
     with pytest.raises(ApplyError, match="cores"):
