@@ -55,8 +55,9 @@ ensure_base() {
 }
 
 # stamp_of NAMES PATH…: a hash of the images' NAMES and of what they are built from (this
-# script, the Dockerfiles, the sources of their wheels). Archives written with the stamp they were built from are not built
-# again while it holds: `make test` builds them in the background before the e2e tier asks.
+# script, the Dockerfiles, the sources of their wheels). An archive is written with the stamp
+# it was built from and not built again while that holds: `make test` builds them in the
+# background before the e2e tier asks for them.
 stamp_of() {
   local names=$1
   shift
