@@ -15,9 +15,9 @@ demo: setup-demo
 # Every tier: tests/unit and tests/integration on $(WORKERS) pytest-xdist workers (most of
 # their time is spent waiting on broker processes, JVMs and the API server: 3 workers on 2
 # cores took 21 min where one took 40; docs/platform.md), then tests/e2e alone: its 4-node kind
-# cluster loads the machine by itself. The e2e tier's kind node image is built in the
-# background meanwhile (scripts/setup.sh). The e2e tier runs even when the first run failed,
-# so one CI run reports every failure; the exit status is the first failure's.
+# cluster loads the machine by itself. Its kind node image and this tree's images are built
+# in the background meanwhile (scripts/setup.sh). The e2e tier runs even when the first run
+# failed, so one CI run reports every failure; the exit status is the first failure's.
 WORKERS ?= 3
 test:
 	KAFKUBE_KIND_BUILD=background bash scripts/setup.sh
