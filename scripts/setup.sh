@@ -81,6 +81,8 @@ lane_maven() {
   # Java test clients.
   step spark-jars bash spark/setup.sh
   [ "$part" = all ] || return 0
+  # s3a for the Spark image (the e2e suite's streaming job checkpoints to S3).
+  step spark-s3-jars bash spark/setup.sh s3
   step kafka-jars bash bench/setup_kafka.sh
   step java-client bash tests/clients/java/setup.sh
   step java-txn-client bash tests/clients/java-txn/setup.sh
@@ -97,7 +99,8 @@ lane_go() {
   [ "${KAFKUBE_KIND_BUILD:-}" = background ] || step kind bash scripts/kind.sh build
 }
 # `make test`: the e2e tier's kind node image (~10 min cold, most of it compiling) and the
-# images of this tree (scripts/image.sh, ~2 min) are built at the lowest CPU priority while
+# images of this tree (scripts/image.sh, ~2 min; with the Spark image, the Spark Operator's
+# and SeaweedFS's binaries, ~2 and ~7 min cold) are built at the lowest CPU priority while
 # the unit and integration tiers run; the job holds a lock the e2e tier waits for before it
 # checks the build and the images (kafkube/harness/kind/platform.py: kind_built). The lock is
 # taken here, before the job is forked, so no later reader can miss it. It starts once the

@@ -1,8 +1,10 @@
 #!/bin/bash
 # The Spark image's entrypoint. Spark on Kubernetes starts the driver pod's container with
 # `driver <spark-submit arguments>` and each executor pod's with `executor`, passing the
-# executor's settings as SPARK_* variables (Spark's documented pod contract); any other
-# command runs as given (e.g. `python -m kafkube_spark.batch ...` in local mode).
+# executor's settings as SPARK_* variables (Spark's documented pod contract). The Spark
+# Operator's chart starts its pods with `controller start ...` or `webhook start ...` (it sets
+# only the arguments): those run the operator's binary. Any other command runs as given (e.g.
+# `python -m kafkube_spark.batch ...` in local mode).
 set -euo pipefail
 
 case "${1:-}" in
@@ -28,6 +30,9 @@ case "${1:-}" in
       --driver-url "$SPARK_DRIVER_URL" --executor-id "$SPARK_EXECUTOR_ID" \
       --cores "$SPARK_EXECUTOR_CORES" --app-id "$SPARK_APPLICATION_ID" \
       --hostname "$SPARK_EXECUTOR_POD_IP" --resourceProfileId "${SPARK_RESOURCE_PROFILE_ID:-0}"
+    ;;
+  controller|webhook|version)
+    exec /usr/bin/spark-operator "$@"
     ;;
   *)
     exec "$@"

@@ -23,8 +23,12 @@ TOTALS_COLUMNS = ("window_start", "category", "orders", "revenue_cents")
 
 def kafka_options(bootstrap_servers: str, topic: str) -> dict[str, str]:
     """The source's options every job sets. ``failOnDataLoss`` stays Spark's default (true):
-    offsets that vanish under a running job (retention, a truncated log) stop it loudly."""
-    return {"kafka.bootstrap.servers": bootstrap_servers, "subscribe": topic}
+    offsets that vanish under a running job (retention, a truncated log) stop it loudly.
+    ``read_committed``: orders of a transaction its producer aborted never count, and those
+    of an open one count once it commits (the source reads up to the last stable offset);
+    for a topic without transactions it changes nothing."""
+    return {"kafka.bootstrap.servers": bootstrap_servers, "subscribe": topic,
+            "kafka.isolation.level": "read_committed"}
 
 
 def parse_orders(records: DataFrame) -> DataFrame:

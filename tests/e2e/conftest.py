@@ -8,8 +8,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from kafkube.harness.kind.deployment import NAMESPACE, WORKLOAD_IMAGE
-from kafkube.harness.kind.operated import installed_operator, namespace_of
+from kafkube.harness.checkout import REPO
+from kafkube.harness.kind.deployment import NAMESPACE, WORKLOAD_IMAGE, Brokers
+from kafkube.harness.kind.operated import example_cluster, installed_operator, namespace_of
 from kafkube.harness.kind.platform import (
     KIND_SH,
     Cluster,
@@ -100,3 +101,18 @@ def operator(kind_cluster: Cluster) -> Iterator[Cluster]:
     """The operator's chart installed for the module's scenarios, uninstalled after them."""
     with installed_operator(kind_cluster) as cluster:
         yield cluster
+
+
+@pytest.fixture(scope="module")
+def pipeline_cluster(operator: Cluster) -> Iterator[Brokers]:
+    """my-cluster with the Spark pipeline's Topics and the driver's RBAC, applied with kubectl
+    from the files a user would apply, in a namespace of the module's own."""
+    with namespace_of(operator) as namespace:
+        operator.apply(example_cluster("my-cluster"), namespace=namespace)
+        operator.kubectl("-n", namespace, "wait", "kafkacluster/my-cluster",
+                         "--for=condition=Ready", "--timeout=420s", timeout=450)
+        for manifest in ("examples/topic.yaml", "spark/k8s/topics.yaml", "spark/k8s/rbac.yaml"):
+            operator.apply((REPO / manifest).read_text(), namespace=namespace)
+        operator.kubectl("-n", namespace, "wait", "topic/orders", "topic/order-totals",
+                         "--for=condition=Ready", "--timeout=120s", timeout=150)
+        yield Brokers(operator, namespace, "my-cluster")

@@ -7,35 +7,17 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pyspark
-import pytest
 import yaml
 
 from kafkube.harness.kind.deployment import Brokers
-from kafkube.harness.kind.operated import example_cluster, namespace_of
 from kafkube.harness.kind.platform import Cluster
 from kafkube_spark.events import Total, expected_totals, orders, recent_start
 
 REPO = Path(__file__).resolve().parents[2]
 EVENTS = 5000
-
-
-@pytest.fixture(scope="module")
-def pipeline_cluster(operator: Cluster) -> Iterator[Brokers]:
-    """my-cluster with the pipeline's Topics and the driver's RBAC, applied with kubectl from
-    the files a user would apply."""
-    with namespace_of(operator) as namespace:
-        operator.apply(example_cluster("my-cluster"), namespace=namespace)
-        operator.kubectl("-n", namespace, "wait", "kafkacluster/my-cluster",
-                         "--for=condition=Ready", "--timeout=420s", timeout=450)
-        for manifest in ("examples/topic.yaml", "spark/k8s/topics.yaml", "spark/k8s/rbac.yaml"):
-            operator.apply((REPO / manifest).read_text(), namespace=namespace)
-        operator.kubectl("-n", namespace, "wait", "topic/orders", "topic/order-totals",
-                         "--for=condition=Ready", "--timeout=120s", timeout=150)
-        yield Brokers(operator, namespace, "my-cluster")
 
 
 def api_server(cluster: Cluster) -> str:

@@ -20,6 +20,9 @@ side (kafkube/harness/queue_checker.py) to judge:
         D <records>                             high watermark of each partition
     orders BOOTSTRAP TOPIC --count N --start-ms T   the Spark pipeline's sample orders
         O <delivered>                           (kafkube_spark.events, seed 7)
+    orders ... --first I --last J --transaction-size K --abort-every A
+        T <committed> <aborted>                 orders I..J-1 of the N, in transactions of K
+                                                orders (by order id), each A-th one aborted
 
 Values are ``v-<i>``. Bounded by count and time, so a broken cluster ends the pod, not the
 test's patience.
@@ -158,8 +161,59 @@ def describe(args: argparse.Namespace) -> int:
 def sample_orders(args: argparse.Namespace) -> int:
     from kafkube_spark.events import orders, produce
 
+    if args.transaction_size:
+        return transactional_orders(args)
     delivered = produce(args.bootstrap, args.topic, orders(args.count, start_ms=args.start_ms))
     print(f"O {len(delivered)}", flush=True)
+    return 0
+
+
+def aborted(order_id: int, transaction_size: int, abort_every: int) -> bool:
+    """Whether the transaction an order is sent in is aborted: the test counts on the same
+    rule to know which orders the pipeline must not see."""
+    return abort_every > 0 and (order_id // transaction_size) % abort_every == abort_every - 1
+
+
+def transactional_orders(args: argparse.Namespace) -> int:
+    """Orders first..last-1 of the sequence, in transactions cut by order id; the aborted ones
+    are sent, flushed (in the log, past the last stable offset) and then aborted."""
+    from kafkube_spark.events import orders
+
+    producer = Producer({"bootstrap.servers": args.bootstrap, "acks": "all", "linger.ms": 20,
+                         "transactional.id": f"orders-{args.first}-{args.last}",
+                         "transaction.timeout.ms": 60_000, "message.timeout.ms": 60_000})
+    producer.init_transactions(60)
+    committed = aborted_count = 0
+    batch: list = []
+    size, every = args.transaction_size, args.abort_every
+
+    def end(batch: list) -> None:
+        nonlocal committed, aborted_count
+        producer.begin_transaction()
+        for order in batch:
+            producer.produce(args.topic, key=order.key(), value=order.value(),
+                             timestamp=order.ts)
+            producer.poll(0)
+        producer.flush(60)
+        if aborted(batch[0].order_id, size, every):
+            producer.abort_transaction(60)
+            aborted_count += 1
+        else:
+            producer.commit_transaction(60)
+            committed += 1
+
+    for order in orders(args.count, start_ms=args.start_ms):
+        if order.order_id < args.first:
+            continue
+        if order.order_id >= args.last:
+            break
+        if batch and order.order_id // size != batch[0].order_id // size:
+            end(batch)
+            batch = []
+        batch.append(order)
+    if batch:
+        end(batch)
+    print(f"T {committed} {aborted_count}", flush=True)
     return 0
 
 
@@ -196,7 +250,15 @@ def main(argv: list[str]) -> int:
     o.add_argument("topic")
     o.add_argument("--count", type=int, default=5000)
     o.add_argument("--start-ms", type=int, required=True)
+    o.add_argument("--first", type=int, default=0, help="the first order id to send")
+    o.add_argument("--last", type=int, default=None, help="the order id to stop before")
+    o.add_argument("--transaction-size", type=int, default=0,
+                   help="orders per transaction (0: no transactions)")
+    o.add_argument("--abort-every", type=int, default=0,
+                   help="abort each N-th transaction (0: none)")
     args = parser.parse_args(argv)
+    if args.mode == "orders" and args.last is None:
+        args.last = args.count
     modes = {"produce": produce, "drain": drain, "create-topic": create_topic,
              "describe": describe, "orders": sample_orders}
     return modes[args.mode](args)

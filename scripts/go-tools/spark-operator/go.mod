@@ -1,4 +1,4 @@
-// The Kubeflow Spark Operator, built here (scripts/spark_operator.sh): its own go.mod pins
+// The Kubeflow Spark Operator, built here (scripts/go_tool.sh spark-operator): its own go.mod pins
 // every k8s.io module below the versions it requires with a replace block, which `go install
 // module@version` refuses, so this module requires it and repeats those replaces.
 module kafkube.local/spark-operator
