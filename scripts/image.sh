@@ -78,42 +78,47 @@ if [ "${1:-}" = spark ]; then
   # connector's and s3a's jars and the Spark Operator's binary come from the host's caches.
   SPARK_BASE=localhost/kafkube-spark-base:bookworm
   SPARK_IMAGE="${KAFKUBE_SPARK_IMAGE:-localhost/kafkube-spark:dev}"
-  S3_IMAGE="${KAFKUBE_S3_IMAGE:-localhost/kafkube-s3:dev}"
   archive="$IMAGES/kafkube-spark.oci.tar"
-  stamp=$(stamp_of "$SPARK_IMAGE $S3_IMAGE" scripts/image.sh spark pyproject.toml \
-    scripts/go_tool.sh scripts/go-tools)
-  if is_current "$archive.stamp" "$stamp" "$archive" "$IMAGES/kafkube-s3.oci.tar"; then
-    echo "$archive"
-    exit 0
-  fi
-  rm -f "$archive.stamp"
-  ensure_base "$SPARK_BASE" "$IMAGES/kafkube-spark-base-bookworm.tar" \
-    python3,python3-venv,openjdk-17-jre-headless,procps
-  rm -rf build/spark-wheels build/spark-jars build/spark-bin
-  pins=$(python3 -c 'import re, sys; text = open("pyproject.toml").read()
+  stamp=$(stamp_of "$SPARK_IMAGE" scripts/image.sh spark/Dockerfile spark/entrypoint.sh \
+    spark/kafkube_spark spark/pom.xml spark/s3.pom.xml spark/setup.sh spark/trim_aws_bundle.py \
+    pyproject.toml scripts/go_tool.sh scripts/go-tools/spark-operator)
+  if ! is_current "$archive.stamp" "$stamp" "$archive"; then
+    rm -f "$archive.stamp"
+    ensure_base "$SPARK_BASE" "$IMAGES/kafkube-spark-base-bookworm.tar" \
+      python3,python3-venv,openjdk-17-jre-headless,procps
+    rm -rf build/spark-wheels build/spark-jars build/spark-bin
+    pins=$(python3 -c 'import re, sys; text = open("pyproject.toml").read()
 spark = re.search(r"^spark = \[(.*?)\]", text, re.S | re.M).group(1)
 print(" ".join(re.findall(r"\"((?:pyspark|pyarrow)[^\"]*)\"", spark)))')
-  # shellcheck disable=SC2086  # the pins are words
-  PIP_CACHE_DIR="$CACHE/pip" .venv/bin/pip wheel -q -w build/spark-wheels $pins >/dev/null
-  mkdir -p build/spark-jars
-  cp "$(bash spark/setup.sh)"/*.jar "$(bash spark/setup.sh s3)"/*.jar build/spark-jars/
-  mkdir -p build/spark-bin
-  cp "$(bash scripts/go_tool.sh spark-operator)" build/spark-bin/
-  buildah bud -q --isolation chroot --network host --runtime runc \
-    --build-arg BASE="$SPARK_BASE" -f spark/Dockerfile -t "$SPARK_IMAGE" . >/dev/null
-  rm -f "$archive"
-  buildah push -q "$SPARK_IMAGE" "oci-archive:$archive:$SPARK_IMAGE" >/dev/null
+    # shellcheck disable=SC2086  # the pins are words
+    PIP_CACHE_DIR="$CACHE/pip" .venv/bin/pip wheel -q -w build/spark-wheels $pins >/dev/null
+    mkdir -p build/spark-jars build/spark-bin
+    cp "$(bash spark/setup.sh)"/*.jar "$(bash spark/setup.sh s3)"/*.jar build/spark-jars/
+    cp "$(bash scripts/go_tool.sh spark-operator)" build/spark-bin/
+    buildah bud -q --isolation chroot --network host --runtime runc \
+      --build-arg BASE="$SPARK_BASE" -f spark/Dockerfile -t "$SPARK_IMAGE" . >/dev/null
+    rm -f "$archive"
+    buildah push -q "$SPARK_IMAGE" "oci-archive:$archive:$SPARK_IMAGE" >/dev/null
+    echo "$stamp" > "$archive.stamp"
+  fi
 
   # The object store the e2e suite runs the streaming job against (spark/object-store.Dockerfile):
   # SeaweedFS's binary on the broker image's Debian base.
-  ensure_base "$BASE" "$IMAGES/kafkube-base-bookworm.tar" python3,python3-venv
-  rm -rf build/s3-bin && mkdir -p build/s3-bin
-  cp "$(bash scripts/go_tool.sh weed)" build/s3-bin/
-  buildah bud -q --isolation chroot --network host --runtime runc --build-arg BASE="$BASE" \
-    -f spark/object-store.Dockerfile -t "$S3_IMAGE" . >/dev/null
-  rm -f "$IMAGES/kafkube-s3.oci.tar"
-  buildah push -q "$S3_IMAGE" "oci-archive:$IMAGES/kafkube-s3.oci.tar:$S3_IMAGE" >/dev/null
-  echo "$stamp" > "$archive.stamp"
+  S3_IMAGE="${KAFKUBE_S3_IMAGE:-localhost/kafkube-s3:dev}"
+  s3_archive="$IMAGES/kafkube-s3.oci.tar"
+  stamp=$(stamp_of "$S3_IMAGE" scripts/image.sh spark/object-store.Dockerfile \
+    scripts/go_tool.sh scripts/go-tools/weed)
+  if ! is_current "$s3_archive.stamp" "$stamp" "$s3_archive"; then
+    rm -f "$s3_archive.stamp"
+    ensure_base "$BASE" "$IMAGES/kafkube-base-bookworm.tar" python3,python3-venv
+    rm -rf build/s3-bin && mkdir -p build/s3-bin
+    cp "$(bash scripts/go_tool.sh weed)" build/s3-bin/
+    buildah bud -q --isolation chroot --network host --runtime runc --build-arg BASE="$BASE" \
+      -f spark/object-store.Dockerfile -t "$S3_IMAGE" . >/dev/null
+    rm -f "$s3_archive"
+    buildah push -q "$S3_IMAGE" "oci-archive:$s3_archive:$S3_IMAGE" >/dev/null
+    echo "$stamp" > "$s3_archive.stamp"
+  fi
   echo "$archive"
   exit 0
 fi
@@ -123,7 +128,7 @@ OPERATOR="${KAFKUBE_OPERATOR_IMAGE:-localhost/kafkube-operator:dev}"
 WORKLOAD="${KAFKUBE_WORKLOAD_IMAGE:-localhost/kafkube-workload:dev}"
 stamp=$(stamp_of "$IMAGE $OPERATOR $WORKLOAD" scripts/image.sh Dockerfile operator/Dockerfile \
   pyproject.toml broker operator contract kafkube \
-  spark tests/e2e/workload.Dockerfile tests/e2e/workload.py)
+  spark/kafkube_spark tests/e2e/workload.Dockerfile tests/e2e/workload.py)
 if is_current "$archive.stamp" "$stamp" "$archive" "$IMAGES/kafkube-operator.oci.tar" \
     "$IMAGES/kafkube-workload.oci.tar"; then
   echo "$archive"

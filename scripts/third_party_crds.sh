@@ -7,8 +7,7 @@
 set -euo pipefail
 PROMETHEUS_OPERATOR_VERSION=v0.85.0
 # The Spark Operator of the version the e2e cluster runs (scripts/go-tools/spark-operator).
-SPARK_OPERATOR_VERSION=$(sed -n 's#^require github.com/kubeflow/spark-operator/v2 \(v[^ ]*\)$#\1#p' \
-  "$(dirname "$0")/go-tools/spark-operator/go.mod")
+SPARK_OPERATOR_VERSION=$(bash "$(dirname "$0")/go_tool.sh" spark-operator --version)
 CACHE="${KAFKUBE_CACHE:-$HOME/.cache/kafkube}"
 export GOMODCACHE="$CACHE/go/mod" GOTOOLCHAIN=local GOFLAGS=-mod=mod
 OUT="$CACHE/third-party-crds/prometheus-$PROMETHEUS_OPERATOR_VERSION-spark-$SPARK_OPERATOR_VERSION"

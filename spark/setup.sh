@@ -15,6 +15,7 @@ ensure_jdk_and_maven
 
 if [ "${1:-}" = s3 ]; then
   version="$(sed -n 's:.*<hadoop.version>\(.*\)</hadoop.version>.*:\1:p' "$here/s3.pom.xml")"
+  [ -n "$version" ] || { echo "spark/setup.sh: no <hadoop.version> in $here/s3.pom.xml" >&2; exit 1; }
   JARS="$CACHE/spark-s3-jars-$version"
   fetch_jars "spark s3 jars" "$here/s3.pom.xml" "$JARS" "$CACHE/m2" "hadoop-aws-$version.jar" \
     'bundle-*.jar' 'analyticsaccelerator-s3-*.jar'

@@ -43,9 +43,13 @@ def trim(bundle: Path) -> Path:
     return target
 
 
+USAGE = "usage: python spark/trim_aws_bundle.py JAR_DIR"
+
+
 def main(argv: list[str]) -> int:
+    """Trims every bundle-*.jar in the folder argv[1]; 2 (a usage error) without one."""
     if len(argv) != 2:
-        print(__doc__.strip().splitlines()[-3], file=sys.stderr)
+        print(USAGE, file=sys.stderr)
         return 2
     for bundle in sorted(Path(argv[1]).glob("bundle-*.jar")):
         print(f"trim_aws_bundle: {bundle.name} -> {trim(bundle).name}", file=sys.stderr)

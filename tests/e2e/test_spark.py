@@ -14,7 +14,8 @@ import yaml
 
 from kafkube.harness.kind.deployment import Brokers
 from kafkube.harness.kind.platform import Cluster
-from kafkube_spark.events import Total, expected_totals, orders, recent_start
+from kafkube.harness.kind.spark import result_history
+from kafkube_spark.events import expected_totals, orders, recent_start
 
 REPO = Path(__file__).resolve().parents[2]
 EVENTS = 5000
@@ -61,9 +62,4 @@ def test_spark_submit_runs_the_batch_job_in_pods_and_its_totals_are_exact(
 
     want = expected_totals(orders(EVENTS, start_ms=start))
     assert f"batch: {len(want)} window totals written to order-totals" in log
-    written = {}
-    for line in brokers.run("drain", brokers.bootstrap, "order-totals"):
-        if line.startswith("R "):
-            value = json.loads(line.split(" ", 3)[3])
-            written[(value["window_start"], value["category"])] = Total(**value)
-    assert sorted(written.values()) == want
+    assert sorted(values[-1] for values in result_history(brokers).values()) == want

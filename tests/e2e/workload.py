@@ -177,25 +177,28 @@ def aborted(order_id: int, transaction_size: int, abort_every: int) -> bool:
 def transactional_orders(args: argparse.Namespace) -> int:
     """Orders first..last-1 of the sequence, in transactions cut by order id; the aborted ones
     are sent, flushed (in the log, past the last stable offset) and then aborted."""
-    from kafkube_spark.events import orders
+    from kafkube_spark.events import Order, orders
 
     producer = Producer({"bootstrap.servers": args.bootstrap, "acks": "all", "linger.ms": 20,
                          "transactional.id": f"orders-{args.first}-{args.last}",
                          "transaction.timeout.ms": 60_000, "message.timeout.ms": 60_000})
     producer.init_transactions(60)
     committed = aborted_count = 0
-    batch: list = []
+    batch: list[Order] = []
     size, every = args.transaction_size, args.abort_every
 
-    def end(batch: list) -> None:
+    def end(transaction: list[Order]) -> None:
         nonlocal committed, aborted_count
         producer.begin_transaction()
-        for order in batch:
+        for order in transaction:
             producer.produce(args.topic, key=order.key(), value=order.value(),
                              timestamp=order.ts)
             producer.poll(0)
-        producer.flush(60)
-        if aborted(batch[0].order_id, size, every):
+        # In the log before the abort: a reader must skip them, not just never see them.
+        left = producer.flush(60)
+        if left:
+            raise RuntimeError(f"{left} records of a transaction not delivered in 60 s")
+        if aborted(transaction[0].order_id, size, every):
             producer.abort_transaction(60)
             aborted_count += 1
         else:

@@ -185,8 +185,8 @@ def test_the_spark_manifests_are_accepted_by_the_api_server(kube: Kube) -> None:
             if not p.name.endswith(".values.yaml")
             for d in yaml.safe_load_all(p.read_text()) if d]
     assert sorted(dry_run_all(kube, docs, namespace)) == sorted([
-        "Secret", "Service", "StatefulSet", "ServiceAccount", "Role", "RoleBinding", "Role",
-        "RoleBinding", "SparkApplication", "SparkApplication", "Topic"])
+        "Secret", "Service", "StatefulSet", "NetworkPolicy", "ServiceAccount", "Role",
+        "RoleBinding", "Role", "RoleBinding", "SparkApplication", "SparkApplication", "Topic"])
     app = next(d for d in docs if d["kind"] == "SparkApplication")
     wrong = {**app, "spec": {**app["spec"], "driver": {**app["spec"]["driver"], "cores": "x"}}}
     with pytest.raises(ApplyError, match="cores"):

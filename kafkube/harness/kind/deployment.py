@@ -35,18 +35,23 @@ class Brokers:
     # -- client pods -----------------------------------------------------------------------
 
     def start(self, *args: str) -> str:
+        """A client pod running tests/e2e/workload.py with ARGS; its name."""
+        # Without a request the pod is BestEffort, the lowest CPU weight there is: on 2 busy
+        # cores the failover probe then stalled for up to 20 s between two sends, which the
+        # bench took for unavailability.
+        return self.start_pod({"image": WORKLOAD_IMAGE, "args": list(args),
+                               "resources": {"requests": {"cpu": "250m", "memory": "128Mi"}}})
+
+    def start_pod(self, container: dict) -> str:
+        """A client pod of one container (image, command or args, env, resources: the rest
+        is filled in), run once; its name, for `finish`."""
         name = f"client-{uuid.uuid4().hex[:8]}"
         pod = {
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "labels": {"kafkube.io/e2e": "client"}},
             "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 120,
-                     "containers": [{
-                "name": "client", "image": WORKLOAD_IMAGE, "imagePullPolicy": "IfNotPresent",
-                "args": list(args),
-                # Without a request the pod is BestEffort, the lowest CPU weight there is: on 2
-                # busy cores the failover probe then stalled for up to 20 s between two
-                # sends, which the bench took for unavailability.
-                "resources": {"requests": {"cpu": "250m", "memory": "128Mi"}}}]},
+                     "containers": [{"name": "client", "imagePullPolicy": "IfNotPresent",
+                                     **container}]},
         }
         self.cluster.apply(json.dumps(pod), namespace=self.namespace)
         return name

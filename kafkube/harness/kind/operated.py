@@ -9,6 +9,7 @@ import json
 import subprocess
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import yaml
 
@@ -25,31 +26,39 @@ def helm_binary() -> str:
 
 
 @contextlib.contextmanager
-def installed_operator(cluster: Cluster) -> Iterator[Cluster]:
-    """The chart installed, with a short operator lease (the failover scenario waits on it);
-    what it did printed and the chart uninstalled afterwards."""
+def helm_release(cluster: Cluster, release: str, chart: Path, namespace: str, *options: str,
+                 show: tuple[str, ...] = ("pods",)) -> Iterator[None]:
+    """`helm install RELEASE CHART` into NAMESPACE (made for it) as a user installs a chart,
+    waited for; afterwards the SHOW kinds there and each pod's log printed, the release
+    uninstalled and the namespace deleted, waited for too: a namespace still terminating
+    refuses the next install's objects (helm's release Secret first)."""
     helm = helm_binary()
     cluster.run_in_netns(
-        [helm, "install", "kafkube-operator", str(REPO / "charts" / "kafkube-operator"),
-         "--namespace", OPERATOR_NAMESPACE, "--create-namespace", "--wait", "--timeout", "300s",
-         "--set", "leaseDurationSeconds=10"], timeout=360)
+        [helm, "install", release, str(chart), "--namespace", namespace, "--create-namespace",
+         "--wait", "--timeout", "300s", *options], timeout=360)
     try:
-        yield cluster
+        yield
     finally:
-        for what in ("pods", "leases"):
+        for what in show:
             with contextlib.suppress(KubectlError):
-                print(cluster.kubectl("-n", OPERATOR_NAMESPACE, "get", what, "-o", "wide"))
+                print(cluster.kubectl("-n", namespace, "get", what, "-o", "wide"))
         with contextlib.suppress(KubectlError):
-            for pod in cluster.kubectl(
-                    "-n", OPERATOR_NAMESPACE, "get", "pods", "-o", "name").split():
-                print(f"--- {pod}\n" + cluster.kubectl(
-                    "-n", OPERATOR_NAMESPACE, "logs", pod, "--tail=60"))
-        cluster.run_in_netns([helm, "uninstall", "kafkube-operator", "--namespace",
-                              OPERATOR_NAMESPACE, "--wait"], timeout=180, check=False)
-        # Gone before the next module installs the chart again: a namespace still being
-        # terminated refuses new objects (helm's release Secret first).
-        cluster.kubectl("delete", "namespace", OPERATOR_NAMESPACE, "--ignore-not-found",
+            for pod in cluster.kubectl("-n", namespace, "get", "pods", "-o", "name").split():
+                print(f"--- {pod}\n" + cluster.kubectl("-n", namespace, "logs", pod,
+                                                      "--tail=60"))
+        cluster.run_in_netns([helm, "uninstall", release, "--namespace", namespace, "--wait"],
+                             timeout=180, check=False)
+        cluster.kubectl("delete", "namespace", namespace, "--ignore-not-found",
                         "--timeout=180s", timeout=190)
+
+
+@contextlib.contextmanager
+def installed_operator(cluster: Cluster) -> Iterator[Cluster]:
+    """The chart installed, with a short operator lease (the failover scenario waits on it)."""
+    with helm_release(cluster, "kafkube-operator", REPO / "charts" / "kafkube-operator",
+                      OPERATOR_NAMESPACE, "--set", "leaseDurationSeconds=10",
+                      show=("pods", "leases")):
+        yield cluster
 
 
 @contextlib.contextmanager

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import subprocess
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,45 +16,34 @@ from pathlib import Path
 import yaml
 
 from kafkube.harness.checkout import REPO
-from kafkube.harness.kind.operated import helm_binary
-from kafkube.harness.kind.platform import Cluster, KubectlError
-from kafkube.harness.waiting import wait_until
+from kafkube.harness.kind.deployment import Brokers
+from kafkube.harness.kind.operated import helm_release
+from kafkube.harness.kind.platform import Cluster
+from kafkube_spark.events import Total
 
 SPARK_K8S = REPO / "spark" / "k8s"
-OPERATOR_NAMESPACE = "spark-operator"  # spark/k8s/rbac.yaml binds its controller's account
-SPARK_IMAGE = "localhost/kafkube-spark:dev"
+# spark/k8s/rbac.yaml binds the Spark Operator's controller account in this namespace.
+SPARK_OPERATOR_NAMESPACE = "spark-operator"
 
 
 def spark_operator_chart() -> Path:
     """The chart in the Spark Operator's Go module, the version scripts/go_tool.sh builds."""
     out = subprocess.run(["bash", str(REPO / "scripts" / "go_tool.sh"), "spark-operator",
-                          "--source"], capture_output=True, text=True, timeout=300, check=True)
+                          "--source"], capture_output=True, text=True, timeout=300)
+    if out.returncode != 0 or not out.stdout.strip():
+        raise RuntimeError(f"scripts/go_tool.sh spark-operator --source: {out.stderr}")
     return Path(out.stdout.strip()) / "charts" / "spark-operator-chart"
 
 
 @contextlib.contextmanager
 def installed_spark_operator(cluster: Cluster, job_namespace: str) -> Iterator[None]:
-    """`helm install` of the Spark Operator's chart with spark/k8s/spark-operator.values.yaml,
-    watching JOB_NAMESPACE; its pod's log printed and the release removed afterwards."""
-    helm = helm_binary()
-    cluster.run_in_netns(
-        [helm, "install", "spark-operator", str(spark_operator_chart()), "--namespace",
-         OPERATOR_NAMESPACE, "--create-namespace", "-f",
-         str(SPARK_K8S / "spark-operator.values.yaml"),
-         "--set", f"spark.jobNamespaces={{{job_namespace}}}", "--wait", "--timeout", "300s"],
-        timeout=360)
-    try:
+    """The Spark Operator's chart with spark/k8s/spark-operator.values.yaml, watching
+    JOB_NAMESPACE (docs/spark.md's command)."""
+    with helm_release(cluster, "spark-operator", spark_operator_chart(),
+                      SPARK_OPERATOR_NAMESPACE, "-f",
+                      str(SPARK_K8S / "spark-operator.values.yaml"),
+                      "--set", f"spark.jobNamespaces={{{job_namespace}}}"):
         yield
-    finally:
-        with contextlib.suppress(KubectlError):
-            for pod in cluster.kubectl("-n", OPERATOR_NAMESPACE, "get", "pods", "-o",
-                                       "name").split():
-                print(f"--- {pod}\n" + cluster.kubectl("-n", OPERATOR_NAMESPACE, "logs", pod,
-                                                      "--tail=80"))
-        cluster.run_in_netns([helm, "uninstall", "spark-operator", "--namespace",
-                              OPERATOR_NAMESPACE, "--wait"], timeout=180, check=False)
-        cluster.kubectl("delete", "namespace", OPERATOR_NAMESPACE, "--ignore-not-found",
-                        "--wait=false")
 
 
 def manifest_document(path: Path, kind: str, name: str) -> dict:
@@ -72,6 +61,7 @@ def application(cluster: Cluster, namespace: str, name: str) -> dict:
 
 
 def application_state(cluster: Cluster, namespace: str, name: str) -> str:
+    """The state `kubectl get sparkapplications` shows (RUNNING, FAILING, PENDING_RERUN…)."""
     status = application(cluster, namespace, name).get("status", {})
     return status.get("applicationState", {}).get("state", "")
 
@@ -108,6 +98,17 @@ def running_pods(cluster: Cluster, namespace: str, selector: str) -> list[str]:
                   and not p["metadata"].get("deletionTimestamp"))
 
 
+def latest_batch(cluster: Cluster, namespace: str, driver: str) -> int:
+    """The highest micro-batch id the driver has started tasks for (its log: Spark's
+    "[batchId = N] Starting task"), -1 before the first."""
+    log = cluster.kubectl("-n", namespace, "logs", driver, timeout=120)
+    started = [int(m.group(1)) for m in _STARTING_TASK.finditer(log)]
+    return max(started, default=-1)
+
+
+_STARTING_TASK = re.compile(r"\[batchId = (\d+)\] Starting task")
+
+
 def s3_spark_conf(app: dict) -> dict[str, str]:
     """The s3a settings of a SparkApplication's sparkConf (endpoint, path style…), for
     another Spark program to read what the application wrote."""
@@ -115,38 +116,40 @@ def s3_spark_conf(app: dict) -> dict[str, str]:
             if k.startswith("spark.hadoop.fs.s3a.")}
 
 
-def read_parquet_totals(cluster: Cluster, namespace: str, conf: dict[str, str], output: str,
-                        timeout: float = 600) -> list[dict]:
-    """The rows of a Parquet folder on the object store, read through Spark (which counts
+def read_parquet_totals(brokers: Brokers, app: dict, output: str,
+                        timeout: float = 600) -> list[Total]:
+    """The totals in a Parquet folder on the object store, read through Spark (which counts
     only the files a streaming sink's _spark_metadata log commits) by kafkube_spark.report in
-    a pod of the Spark image, with the credentials of the Secret s3-credentials."""
-    name = f"report-{uuid.uuid4().hex[:8]}"
-    submit_args = " ".join(f"--conf {k}={v}" for k, v in conf.items())
-    script = ("python -m kafkube_spark.report --output \"$OUTPUT\" --json /tmp/rows.json >&2"
-              " && echo \"ROWS $(cat /tmp/rows.json)\"")
+    a client pod of APP's image, with APP's s3a settings and the credentials of the Secret
+    s3-credentials."""
+    submit_args = " ".join(f"--conf {k}={v}" for k, v in s3_spark_conf(app).items())
     secret = {"name": "s3-credentials"}
-    pod = {
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "labels": {"kafkube.io/e2e": "client"}},
-        "spec": {"restartPolicy": "Never", "containers": [{
-            "name": "report", "image": SPARK_IMAGE, "imagePullPolicy": "IfNotPresent",
-            "command": ["bash", "-c", script],
-            "env": [{"name": "OUTPUT", "value": output},
-                    {"name": "PYSPARK_SUBMIT_ARGS", "value": f"{submit_args} pyspark-shell"},
-                    {"name": "AWS_ACCESS_KEY_ID", "valueFrom": {"secretKeyRef": {
-                        **secret, "key": "access-key"}}},
-                    {"name": "AWS_SECRET_ACCESS_KEY", "valueFrom": {"secretKeyRef": {
-                        **secret, "key": "secret-key"}}}],
-            "resources": {"requests": {"cpu": "250m", "memory": "768Mi"}}}]},
-    }
-    cluster.apply(json.dumps(pod), namespace=namespace)
-    phase = wait_until(
-        lambda: (p := cluster.kubectl("-n", namespace, "get", "pod", name, "-o",
-                                      "jsonpath={.status.phase}")) in ("Succeeded", "Failed")
-        and p, timeout, f"the report pod {name}", 2.0)
-    log = cluster.kubectl("-n", namespace, "logs", name, timeout=120)
-    assert phase == "Succeeded", f"report pod {name} {phase}:\n{log[-4000:]}"
-    cluster.kubectl("-n", namespace, "delete", "pod", name, "--wait=false")
-    rows = [line for line in log.splitlines() if line.startswith("ROWS ")]
-    assert len(rows) == 1, log[-4000:]
-    return json.loads(rows[0][len("ROWS "):])
+    pod = brokers.start_pod({
+        "image": app["spec"]["image"],
+        "command": ["bash", "-c", "python -m kafkube_spark.report --output \"$OUTPUT\" "
+                    "--json /tmp/rows.json >&2 && echo \"ROWS $(cat /tmp/rows.json)\""],
+        "env": [{"name": "OUTPUT", "value": output},
+                {"name": "PYSPARK_SUBMIT_ARGS", "value": f"{submit_args} pyspark-shell"},
+                {"name": "AWS_ACCESS_KEY_ID",
+                 "valueFrom": {"secretKeyRef": {**secret, "key": "access-key"}}},
+                {"name": "AWS_SECRET_ACCESS_KEY",
+                 "valueFrom": {"secretKeyRef": {**secret, "key": "secret-key"}}}],
+        "resources": {"requests": {"cpu": "250m", "memory": "768Mi"}}})
+    lines = brokers.finish(pod, timeout)
+    rows = [line for line in lines if line.startswith("ROWS ")]
+    assert len(rows) == 1, "\n".join(lines[-40:])
+    return sorted(Total(**r) for r in json.loads(rows[0][len("ROWS "):]))
+
+
+def result_history(brokers: Brokers, topic: str = "order-totals") -> dict[tuple[int, str],
+                                                                          list[Total]]:
+    """The result topic read to its end by a client pod: every total written, per key
+    (window start, category), in offset order. Spark's Kafka sink is at-least-once, so a key
+    may be written more than once, but always with the same total; the last is what
+    compaction keeps."""
+    history: dict[tuple[int, str], list[Total]] = {}
+    for line in brokers.run("drain", brokers.bootstrap, topic):
+        if line.startswith("R "):
+            total = Total(**json.loads(line.split(" ", 3)[3]))
+            history.setdefault((total.window_start, total.category), []).append(total)
+    return history
