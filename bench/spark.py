@@ -23,8 +23,10 @@ import statistics
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from bench.profile import PySpy, summarise
 from bench.systems import SYSTEMS, Running, create_topic, running
 from kafkube.harness import kafka_jars
 
@@ -83,9 +85,14 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--runs", type=int, default=3, help="timed runs per system (3)")
     parser.add_argument("--kafka-heap", default="1G", help="Kafka's -Xmx/-Xms (1G)")
     parser.add_argument("--keep", action="store_true", help="keep the clusters' data dirs")
+    parser.add_argument("--profile", type=Path, default=None, metavar="DIR",
+                        help="sample the kafkube broker with py-spy during its timed reads "
+                             "of the source alone; raw profiles and a summary in DIR")
     args = parser.parse_args(argv)
     if args.records < 1 or args.runs < 1 or args.partitions < 1:
         parser.error("--records, --runs and --partitions must be at least 1")
+    if args.profile:
+        args.profile.mkdir(parents=True, exist_ok=True)
 
     from kafkube_spark.session import spark_session
 
@@ -114,7 +121,10 @@ def main(argv: list[str]) -> int:
         for i in range(args.runs):
             for kind in ("read", "job"):
                 for system, env in envs.items():
-                    seconds, n, _ = timed_read(spark, env.bootstrap, kind)
+                    profiled = args.profile and system == "kafkube" and kind == "read"
+                    with PySpy(env.pids()[0], args.profile / f"spark-read-{i + 1}.raw") \
+                            if profiled else contextlib.nullcontext():
+                        seconds, n, _ = timed_read(spark, env.bootstrap, kind)
                     if n != args.records:
                         raise SystemExit(f"{system} {kind}: {n} records of {args.records}")
                     runs.append(Run(system, kind, seconds, n, value_bytes[system]))
@@ -122,6 +132,9 @@ def main(argv: list[str]) -> int:
                         f"{n / seconds:>10,.0f} records/s")
     print()
     print(report(runs, args, " ".join(["python -m bench spark", *argv])))
+    if args.profile:
+        for raw in sorted(args.profile.glob("spark-read-*.raw")):
+            print(f"\n{raw.name}:\n{summarise(raw)}")
     return 0
 
 
