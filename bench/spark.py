@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.profile import PySpy, summarise
-from bench.systems import SYSTEMS, Running, create_topic, running
+from bench.summary import PATH, Figure, record
+from bench.systems import SYSTEMS, Meter, Running, create_topic, running
 from kafkube.harness import kafka_jars
 
 TOPIC = "orders"
@@ -40,6 +41,7 @@ class Run:
     seconds: float
     records: int
     value_bytes: int
+    broker_cpu_s: float  # the broker's CPU seconds over the read
 
     @property
     def records_per_s(self) -> float:
@@ -85,6 +87,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--runs", type=int, default=3, help="timed runs per system (3)")
     parser.add_argument("--kafka-heap", default="1G", help="Kafka's -Xmx/-Xms (1G)")
     parser.add_argument("--keep", action="store_true", help="keep the clusters' data dirs")
+    parser.add_argument("--record", action="store_true",
+                        help="write the figures into docs/performance.json")
     parser.add_argument("--profile", type=Path, default=None, metavar="DIR",
                         help="sample the kafkube broker with py-spy during its timed reads "
                              "of the source alone; raw profiles and a summary in DIR")
@@ -122,26 +126,56 @@ def main(argv: list[str]) -> int:
             for kind in ("read", "job"):
                 for system, env in envs.items():
                     profiled = args.profile and system == "kafkube" and kind == "read"
+                    meter = Meter(env)
                     with PySpy(env.pids()[0], args.profile / f"spark-read-{i + 1}.raw") \
                             if profiled else contextlib.nullcontext():
                         seconds, n, _ = timed_read(spark, env.bootstrap, kind)
+                    cpu = meter.done({})["broker_cpu_s"]
                     if n != args.records:
                         raise SystemExit(f"{system} {kind}: {n} records of {args.records}")
-                    runs.append(Run(system, kind, seconds, n, value_bytes[system]))
+                    runs.append(Run(system, kind, seconds, n, value_bytes[system], cpu))
                     log(f"run {i + 1} {kind:<4} {system:<7} {seconds:6.2f}s "
-                        f"{n / seconds:>10,.0f} records/s")
+                        f"{n / seconds:>10,.0f} records/s, broker {cpu:.2f} CPU-s")
+    command = " ".join(["python -m bench spark", *argv])
     print()
-    print(report(runs, args, " ".join(["python -m bench spark", *argv])))
+    print(report(runs, args, command))
+    if args.record:
+        record(figures(runs, command))
+        print(f"\nrecorded in {PATH}")
     if args.profile:
         for raw in sorted(args.profile.glob("spark-read-*.raw")):
             print(f"\n{raw.name}:\n{summarise(raw)}")
     return 0
 
 
+def median_of(runs: list[Run], system: str, kind: str, value) -> float:
+    return statistics.median(value(r) for r in runs if r.system == system and r.kind == kind)
+
+
+def figures(runs: list[Run], command: str) -> list[Figure]:
+    """The summary's Spark figures: the source alone and the batch plan in records/s, and
+    the broker's CPU per GB of values the source read."""
+    def pair(kind: str, value) -> tuple[float, float]:
+        return (median_of(runs, "kafkube", kind, value), median_of(runs, "kafka", kind, value))
+
+    def rate(r: Run) -> float:
+        return round(r.records_per_s)
+
+    def cpu_per_gb(r: Run) -> float:
+        return round(r.broker_cpu_s / (r.value_bytes / 1e9), 2)
+
+    return [Figure("Spark's Kafka source alone", "records/s", *pair("read", rate), True,
+                   command),
+            Figure("Spark batch job's plan", "records/s", *pair("job", rate), True, command),
+            Figure("Spark's Kafka source alone, broker CPU per GB", "CPU-s/GB",
+                   *pair("read", cpu_per_gb), False, command)]
+
+
 def report(runs: list[Run], args: argparse.Namespace, command: str) -> str:
     lines = [f"`{command}`: {args.records} orders, {args.partitions} partitions, 1 broker, "
              f"Spark local[2], median of {args.runs} (min-max)", "",
-             "| read | system | records/s | MB/s | kafkube / Kafka |", "|---|---|---|---|---|"]
+             "| read | system | records/s | MB/s | broker CPU-s/GB | kafkube / Kafka |",
+             "|---|---|---|---|---|---|"]
     for kind in ("read", "job"):
         medians = {}
         for system in SYSTEMS:
@@ -151,8 +185,10 @@ def report(runs: list[Run], args: argparse.Namespace, command: str) -> str:
             mbs = statistics.median(r.mb_per_s for r in mine)
             ratio = f"{medians['kafkube'] / medians['kafka']:.2f}" \
                 if system == "kafkube" else ""
+            cpu = statistics.median(r.broker_cpu_s / (r.value_bytes / 1e9) for r in mine)
             lines.append(f"| {kind} | {system} | {medians[system]:,.0f} "
-                         f"({min(rates):,.0f}-{max(rates):,.0f}) | {mbs:.1f} | {ratio} |")
+                         f"({min(rates):,.0f}-{max(rates):,.0f}) | {mbs:.1f} | {cpu:.2f} "
+                         f"| {ratio} |")
     return "\n".join(lines)
 
 
