@@ -229,6 +229,7 @@ class Connection:
             auth_deadline.cancel()
             self.pool.release(self._reserved)
             self._reserved = 0
+            self.transport.close()
             self.sock.close()
             self.metrics.connections.dec()
 

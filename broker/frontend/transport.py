@@ -18,16 +18,59 @@ RECV_SIZE = 256 << 10
 
 
 class PlainTransport:
+    """Reads try the socket first and wait only when it has nothing. The socket stays
+    registered with the loop between waits: `loop.sock_recv` registered and unregistered it
+    for every read, two or three epoll_ctl calls a request (strace: 6 of 11 system calls of
+    a small request's round trip). A wake-up with nobody waiting unregisters it, so a
+    connection that stops reading (memory pool full) does not make the loop spin."""
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self.loop = asyncio.get_running_loop()
+        self._fd = sock.fileno()
+        self._waiter: asyncio.Future[None] | None = None
+        self._watching = False
 
     async def recv(self, size: int) -> bytes:
-        return await self.loop.sock_recv(self.sock, size)
+        while True:
+            try:
+                return self.sock.recv(size)
+            except (BlockingIOError, InterruptedError):
+                await self._readable()
 
     async def recv_into(self, buffer: memoryview) -> int:
-        return await self.loop.sock_recv_into(self.sock, buffer)
+        while True:
+            try:
+                return self.sock.recv_into(buffer)
+            except (BlockingIOError, InterruptedError):
+                await self._readable()
+
+    async def _readable(self) -> None:
+        waiter = self.loop.create_future()
+        self._waiter = waiter
+        if not self._watching:
+            self.loop.add_reader(self._fd, self._on_readable)
+            self._watching = True
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+
+    def _on_readable(self) -> None:
+        waiter = self._waiter
+        if waiter is None or waiter.done():
+            self._unwatch()
+        else:
+            waiter.set_result(None)
+
+    def _unwatch(self) -> None:
+        if self._watching:
+            self._watching = False
+            self.loop.remove_reader(self._fd)
+
+    def close(self) -> None:
+        """Before the socket closes: its descriptor number may be reused at once."""
+        self._unwatch()
 
     def try_send(self, data: bytes | memoryview) -> bytes | memoryview | None:
         """Send what the socket takes now; the rest (None: nothing) is for ``sendall``."""
@@ -80,6 +123,9 @@ class TlsTransport:
                     await self._flush()
                 raise
         await self._flush()
+
+    def close(self) -> None:
+        """Nothing registered with the loop beyond a read or write in progress."""
 
     def peer_certificate(self) -> bytes | None:
         return self.tls.getpeercert(binary_form=True)
