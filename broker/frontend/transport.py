@@ -32,18 +32,30 @@ class PlainTransport:
         self._watching = False
 
     async def recv(self, size: int) -> bytes:
+        waited = False
         while True:
             try:
-                return self.sock.recv(size)
+                data = self.sock.recv(size)
             except (BlockingIOError, InterruptedError):
                 await self._readable()
+                waited = True
+                continue
+            if not waited:  # every read yields to the loop once, as sock_recv did: a
+                await asyncio.sleep(0)  # client that never pauses starves no Lease renewal
+            return data
 
     async def recv_into(self, buffer: memoryview) -> int:
+        waited = False
         while True:
             try:
-                return self.sock.recv_into(buffer)
+                count = self.sock.recv_into(buffer)
             except (BlockingIOError, InterruptedError):
                 await self._readable()
+                waited = True
+                continue
+            if not waited:
+                await asyncio.sleep(0)
+            return count
 
     async def _readable(self) -> None:
         waiter = self.loop.create_future()
