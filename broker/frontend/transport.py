@@ -13,6 +13,10 @@ import asyncio
 import contextlib
 import socket
 import ssl
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 RECV_SIZE = 256 << 10
 
@@ -32,30 +36,23 @@ class PlainTransport:
         self._watching = False
 
     async def recv(self, size: int) -> bytes:
+        return await self._read(self.sock.recv, size)
+
+    async def recv_into(self, buffer: memoryview) -> int:
+        return await self._read(self.sock.recv_into, buffer)
+
+    async def _read(self, call: Callable[[Any], T], arg: Any) -> T:
         waited = False
         while True:
             try:
-                data = self.sock.recv(size)
+                result = call(arg)
             except (BlockingIOError, InterruptedError):
                 await self._readable()
                 waited = True
                 continue
             if not waited:  # every read yields to the loop once, as sock_recv did: a
                 await asyncio.sleep(0)  # client that never pauses starves no Lease renewal
-            return data
-
-    async def recv_into(self, buffer: memoryview) -> int:
-        waited = False
-        while True:
-            try:
-                count = self.sock.recv_into(buffer)
-            except (BlockingIOError, InterruptedError):
-                await self._readable()
-                waited = True
-                continue
-            if not waited:
-                await asyncio.sleep(0)
-            return count
+            return result
 
     async def _readable(self) -> None:
         waiter = self.loop.create_future()

@@ -12,6 +12,15 @@ import uvloop
 from broker.frontend.transport import PlainTransport
 
 
+async def waiting(transport: PlainTransport) -> None:
+    """Until a read is parked on the loop (bounded: 1000 loop turns)."""
+    for _ in range(1000):
+        if transport._waiter is not None:
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("the read never waited")
+
+
 async def _scenario() -> dict[str, object]:
     loop = asyncio.get_running_loop()
     server, client = socket.socketpair()
@@ -33,7 +42,7 @@ async def _scenario() -> dict[str, object]:
     seen["registered_before_waiting"] = transport._watching
 
     reading = loop.create_task(transport.recv(100))
-    await asyncio.sleep(0.05)
+    await waiting(transport)
     client.sendall(b"later")
     seen["waited"] = await asyncio.wait_for(reading, 5)
     seen["registered_between_reads"] = transport._watching
@@ -50,7 +59,7 @@ async def _scenario() -> dict[str, object]:
     # A read cancelled mid-wait (the connection closing), then close(): nothing is left
     # registered for a descriptor number the next socket may get.
     reading = loop.create_task(transport.recv(100))
-    await asyncio.sleep(0.05)
+    await waiting(transport)
     reading.cancel()
     await asyncio.gather(reading, return_exceptions=True)
     transport.close()
