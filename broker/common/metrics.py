@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -18,6 +18,13 @@ from prometheus_client.registry import Collector
 _LATENCY_BUCKETS = (
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 )
+
+
+class HoldsBytes(Protocol):
+    """A request memory pool, as the metrics see it."""
+
+    @property
+    def reserved(self) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,8 +189,15 @@ class BrokerMetrics:
             "Request bytes reserved by connections (queued.max.request.bytes bounds them)",
             registry=r,
         )
+        self._memory_pools: list[HoldsBytes] = []
+        self.memory_pool_used.set_function(
+            lambda: sum(pool.reserved for pool in self._memory_pools))
         self._topics: dict[str, TopicCounters] = {}
         self._request_meters: dict[tuple[str, int], tuple[Any, Any]] = {}
+
+    def track_memory_pool(self, pool: HoldsBytes) -> None:
+        """Count ``pool``'s reserved bytes in the memory pool gauge (read when scraped)."""
+        self._memory_pools.append(pool)
 
     def request_meters(self, api: str, version: int) -> tuple[Any, Any]:
         """(request counter, latency histogram) children of one API version, looked up once:

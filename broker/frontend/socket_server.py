@@ -99,8 +99,8 @@ class KafkaServer:
         self._accept_task: asyncio.Task[None] | None = None
         self._connections: set[asyncio.Task[None]] = set()
         config = services.config
-        self.pool = MemoryPool(config["queued.max.request.bytes"],
-                               services.metrics.memory_pool_used.set)
+        self.pool = MemoryPool(config["queued.max.request.bytes"])
+        services.metrics.track_memory_pool(self.pool)
         self.max_connections = config["max.connections"]
         self.max_per_ip = config["max.connections.per.ip"]
         self._per_ip: Counter[str] = Counter()

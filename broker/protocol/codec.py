@@ -25,7 +25,7 @@ from kio.schema.index import api_key_map
 from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
 from kio.serial import entity_reader, entity_writer
 
-from broker.protocol import fetch, produce
+from broker.protocol import fetch, list_offsets, produce
 from broker.protocol.bounds import LengthError, check_lengths
 from broker.protocol.primitives import ProtocolError, skip_tagged_fields
 
@@ -219,11 +219,13 @@ def _null_array(entity: Any) -> str | None:
     return None
 
 
-# The two requests sent most often have their own decoders (``broker.protocol.produce`` and
-# ``.fetch``), which build plain objects and keep records as views into the frame.
+# The requests sent most often have their own decoders (``broker.protocol.produce``,
+# ``.fetch`` and ``.list_offsets``), which build plain objects and keep records as views
+# into the frame.
 _HAND_DECODERS: dict[int, tuple[range, Callable[[bytes | bytearray, int, int], Any]]] = {
     produce.API_KEY: (produce.VERSIONS, produce.decode_produce_request),
     fetch.API_KEY: (fetch.VERSIONS, fetch.decode_fetch_request),
+    list_offsets.API_KEY: (list_offsets.VERSIONS, list_offsets.decode_list_offsets_request),
 }
 
 

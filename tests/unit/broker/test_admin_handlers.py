@@ -8,6 +8,7 @@ encoded and decoded again, to prove the handler built a message of the right ver
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,8 @@ from tests.support.handlers import (
     only,
     request,
 )
+
+TIMEOUT = timedelta(seconds=30)
 
 
 @pytest.fixture
@@ -183,7 +186,7 @@ def test_delete_topics_v1_by_name(services: BrokerServices) -> None:
     create(services, 7, new_topic("gone", 2), new_topic("kept"))
     services.metrics.topic("gone").bytes_in.inc(10)
     response = call(services, request(DELETE_TOPICS, 1, {
-        "topic_names": ["gone", "missing"], "timeout": 30000}))
+        "topic_names": ["gone", "missing"], "timeout": TIMEOUT}))
     codes = {r.name: r.error_code for r in response.responses}
     assert codes == {"gone": ErrorCode.none, "missing": ErrorCode.unknown_topic_or_partition}
     assert set(services.store.topics) == {"kept"}
@@ -196,7 +199,7 @@ def test_delete_topics_v6_by_name_and_id(services: BrokerServices) -> None:
     by_id = services.store.topics["by-id"].uuid
     both = services.store.topics["both"].uuid
     stranger = uuid.uuid4()
-    response = call(services, request(DELETE_TOPICS, 6, {"timeout": 30000, "topics": [
+    response = call(services, request(DELETE_TOPICS, 6, {"timeout": TIMEOUT, "topics": [
         {"name": "by-name", "topic_id": None},
         {"name": None, "topic_id": by_id},
         {"name": None, "topic_id": stranger},
@@ -223,7 +226,7 @@ def test_delete_topics_v6_by_name_and_id(services: BrokerServices) -> None:
 def test_delete_topics_v6_duplicates(services: BrokerServices) -> None:
     create(services, 7, new_topic("t1"), new_topic("t2"))
     t2 = services.store.topics["t2"].uuid
-    response = call(services, request(DELETE_TOPICS, 6, {"timeout": 30000, "topics": [
+    response = call(services, request(DELETE_TOPICS, 6, {"timeout": TIMEOUT, "topics": [
         {"name": "t1", "topic_id": None},
         {"name": "t1", "topic_id": None},
         {"name": None, "topic_id": t2},
@@ -247,9 +250,9 @@ def test_delete_topics_disabled(tmp_path: Path, version: int, code: ErrorCode) -
     services = make_services(tmp_path, **{"delete.topic.enable": "false"})
     create(services, 7, new_topic("stays"))
     if version >= 6:
-        body = {"timeout": 1000, "topics": [{"name": "stays", "topic_id": None}]}
+        body = {"timeout": timedelta(seconds=1), "topics": [{"name": "stays", "topic_id": None}]}
     else:
-        body = {"timeout": 1000, "topic_names": ["stays"]}
+        body = {"timeout": timedelta(seconds=1), "topic_names": ["stays"]}
     result = only(call(services, request(DELETE_TOPICS, version, body)).responses)
     assert result.error_code == code
     if version >= 5:
@@ -262,7 +265,7 @@ def test_delete_topics_disabled(tmp_path: Path, version: int, code: ErrorCode) -
 
 def grow(services: BrokerServices, version: int, *topics: dict, validate_only: bool = False):
     return call(services, request(CREATE_PARTITIONS, version, {
-        "topics": list(topics), "timeout": 30000, "validate_only": validate_only}))
+        "topics": list(topics), "timeout": TIMEOUT, "validate_only": validate_only}))
 
 
 @pytest.mark.parametrize("version", [0, 3])
