@@ -17,7 +17,16 @@ import struct
 from dataclasses import dataclass
 
 from broker.protocol.bounds import MAX_ENTRIES
-from broker.protocol.primitives import I16, I32, Buffer, ProtocolError, Reader, write_uvarint
+from broker.protocol.primitives import (
+    I8,
+    I16,
+    I32,
+    Buffer,
+    ProtocolError,
+    read_uvarint,
+    skip_tagged_fields,
+    write_uvarint,
+)
 
 API_KEY = 2
 FLEXIBLE_FROM = 6
@@ -50,39 +59,98 @@ _REQUESTED = {version: struct.Struct(">i" + "i" * (version >= 4) + "q") for vers
 
 
 def decode_list_offsets_request(frame: Buffer, pos: int, version: int) -> ListOffsetsRequest:
-    """The body of a ListOffsets request starting at ``pos`` (after the request header)."""
-    r = Reader("ListOffsetsRequest", frame, pos, version >= FLEXIBLE_FROM)
+    """The body of a ListOffsets request starting at ``pos`` (after the request header).
+
+    Read with plain unpacks rather than ``primitives.Reader``: the request is a few dozen
+    bytes, and the reader's method per field was half of its decoding time."""
+    try:
+        return _decode(memoryview(frame), pos, version)
+    except (IndexError, struct.error) as e:
+        raise ProtocolError(f"truncated ListOffsetsRequest: {e}") from None
+
+
+def _decode(buf: memoryview, pos: int, version: int) -> ListOffsetsRequest:
+    flexible = version >= FLEXIBLE_FROM
     layout = _REQUESTED[version]
-    replica_id = r.i32()
-    isolation_level = r.i8() if version >= 2 else 0
+    end = len(buf)
+    (replica_id,) = I32.unpack_from(buf, pos)
+    pos += 4
+    isolation_level = 0
+    if version >= 2:
+        (isolation_level,) = I8.unpack_from(buf, pos)
+        pos += 1
     topics = []
     budget = MAX_ENTRIES  # as bounds.check_lengths refuses for the requests kio decodes
-    for _ in range(_count(r, "topics", 1)):
-        name = r.string("topics.name")
-        count = _count(r, "topics.partitions", layout.size)
+    count, pos = _length(buf, pos, flexible, "topics", 1)
+    for _ in range(count):
+        if flexible:
+            size, pos = _uvarint(buf, pos)
+            size -= 1
+        else:
+            (size,) = I16.unpack_from(buf, pos)
+            pos += 2
+        if size < 0:
+            raise ProtocolError("ListOffsetsRequest: topics.name may not be null")
+        if pos + size > end:
+            raise ProtocolError("truncated ListOffsetsRequest: topics.name")
+        try:
+            name = str(buf[pos : pos + size], "utf-8")
+        except UnicodeDecodeError as e:
+            raise ProtocolError("ListOffsetsRequest: topics.name is not UTF-8") from e
+        pos += size
+        count, pos = _length(buf, pos, flexible, "topics.partitions", layout.size)
         budget -= count
         if budget < 0:
             raise ProtocolError(f"ListOffsetsRequest names more than {MAX_ENTRIES} partitions")
         partitions = []
         for _ in range(count):
-            fields = r.fixed(layout)
+            fields = layout.unpack_from(buf, pos)
+            pos += layout.size
             partitions.append(ListOffsetsPartition(fields[0], fields[1], fields[2])
                               if version >= 4 else ListOffsetsPartition(fields[0], -1, fields[1]))
-            r.tagged_fields()
-        r.tagged_fields()
+            if flexible:
+                pos = _skip_tags(buf, pos)
+        if flexible:
+            pos = _skip_tags(buf, pos)
         topics.append(ListOffsetsTopic(name, partitions))
-    timeout_ms = r.i32() if version >= 10 else 0
-    r.tagged_fields()
+    timeout_ms = 0
+    if version >= 10:
+        (timeout_ms,) = I32.unpack_from(buf, pos)
+        pos += 4
+    if flexible:
+        _skip_tags(buf, pos)
     return ListOffsetsRequest(replica_id, isolation_level, topics, timeout_ms)
 
 
-def _count(r: Reader, field: str, min_size: int) -> int:
-    """An array's length, refused when its elements could not fit in the bytes left."""
-    n = r.array_length(field)
-    if n * min_size > len(r.buf) - r.pos:
+def _uvarint(buf: memoryview, pos: int) -> tuple[int, int]:
+    first = buf[pos]
+    if first < 0x80:  # almost always: counts and lengths below 128
+        return first, pos + 1
+    return read_uvarint(buf, pos)
+
+
+def _skip_tags(buf: memoryview, pos: int) -> int:
+    if buf[pos] == 0:  # no tagged fields: the usual case
+        return pos + 1
+    return skip_tagged_fields(buf, pos)
+
+
+def _length(buf: memoryview, pos: int, flexible: bool, field: str,
+            min_size: int) -> tuple[int, int]:
+    """An array's length, refused when null or when its elements could not fit in the
+    bytes left."""
+    if flexible:
+        n, pos = _uvarint(buf, pos)
+        n -= 1
+    else:
+        (n,) = I32.unpack_from(buf, pos)
+        pos += 4
+    if n < 0:
+        raise ProtocolError(f"ListOffsetsRequest: {field} may not be null")
+    if n * min_size > len(buf) - pos:
         raise ProtocolError(f"truncated ListOffsetsRequest: {field} declares {n} elements, "
-                            f"{len(r.buf) - r.pos} bytes remain")
-    return n
+                            f"{len(buf) - pos} bytes remain")
+    return n, pos
 
 
 @dataclass(slots=True)

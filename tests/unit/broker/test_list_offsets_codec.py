@@ -73,7 +73,7 @@ def test_null_and_oversized_arrays_are_refused(version: int) -> None:
         decode_request(head + fixed + one + name + null)
     # A count of two billion partitions in a 30-byte frame: refused before any is read.
     huge = b"\xff\xff\xff\xff\x07" if flexible else struct.pack(">i", 2**31 - 1)
-    with pytest.raises(ProtocolError, match="declares 2147483646|declares 2147483647"):
+    with pytest.raises(ProtocolError, match=r"declares 214748364[67] elements"):
         decode_request(head + fixed + one + name + huge)
 
 
