@@ -40,6 +40,7 @@ from broker.handlers import REGISTRY
 from broker.handlers.api_versions import unsupported_version_response
 from broker.handlers.append_order import AppendOrder
 from broker.handlers.context import BrokerServices, RequestContext
+from broker.handlers.head_of_line import HeadOfLine
 from broker.protocol.codec import (
     API_VERSIONS_KEY,
     FrameReader,
@@ -190,6 +191,7 @@ class Connection:
             else PlainTransport(sock))
         self.session: Session | None = None
         self.append_order = AppendOrder()  # produce requests append in arrival order
+        self.head_of_line = HeadOfLine()  # fetches waiting, answered when a request follows
         self.frames = FrameReader(services.config["socket.request.max.bytes"])
         self.pool = pool
         self._reserved = 0  # pool bytes held for the frame being read
@@ -381,8 +383,9 @@ class Connection:
                 f"Unexpected Kafka request of type {type(request.body).__name__} during SASL "
                 f"authentication on listener {session.listener.name}"))
             return False, None
+        self.head_of_line.request_arrived()  # a fetch waiting before it answers now
         ctx = RequestContext(self.services, request.header, self.client_host, self.local_host,
-                             session, self.append_order)
+                             session, self.append_order, self.head_of_line)
         try:
             step = eager.start(self._handle(spec.handler, ctx, request, started, large))
         except Exception as e:  # a handler bug: the writer logs it and closes, in order

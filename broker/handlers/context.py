@@ -17,6 +17,7 @@ from broker.controller.controller import Controller
 from broker.coordinator.group_coordinator import GroupCoordinator
 from broker.coordinator.transaction_coordinator import TransactionCoordinator
 from broker.handlers.append_order import AppendOrder
+from broker.handlers.head_of_line import HeadOfLine
 from broker.protocol.codec import RequestHeader, api_name
 from broker.security.acl import CLUSTER_NAME, Authorizer, Operation, ResourceType
 from broker.security.session import Session, plaintext_session
@@ -90,6 +91,8 @@ class RequestContext:
     session: Session = field(default_factory=lambda: plaintext_session(""))
     # The connection's produce order; one per connection (the front end keeps it).
     append_order: AppendOrder = field(default_factory=AppendOrder)
+    # The connection's waiting fetches, woken by a request behind them (the front end's).
+    head_of_line: HeadOfLine = field(default_factory=HeadOfLine)
 
     @property
     def version(self) -> int:

@@ -15,6 +15,7 @@ it has replicated, which moves the high watermark and may return it to the ISR.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass, field
 
@@ -22,6 +23,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.handlers import handles
 from broker.handlers.context import RequestContext
+from broker.handlers.head_of_line import BEHIND
 from broker.protocol.fetch import (
     EncodedResponse,
     FetchPartition,
@@ -176,7 +178,7 @@ async def handle_fetch(ctx: RequestContext, request: FetchRequest) -> EncodedRes
     follower = request.replica_id if request.replica_id >= 0 else None
     max_bytes = min(request.max_bytes, ctx.services.config["fetch.max.bytes"])
     deadline = time.monotonic() + request.max_wait_ms / 1000
-    first = True
+    first, behind = True, False
     denied = _denied(ctx, follower, wanted) if ctx.services.authorizer.enabled else set()
     while True:
         found = _read_all(ctx, follower, wanted, max_bytes, first,
@@ -184,9 +186,16 @@ async def handle_fetch(ctx: RequestContext, request: FetchRequest) -> EncodedRes
                           denied=denied)
         first = False
         remaining = deadline - time.monotonic()
-        if found.total >= request.min_bytes or remaining <= 0 or not found.watched:
+        if found.total >= request.min_bytes or remaining <= 0 or not found.watched or behind:
             break
-        await ctx.services.replicas.wait_for_data(found.watched, remaining)
+        # Waiting for data, or for the client to send another request (head_of_line.py).
+        waited: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+        ctx.head_of_line.park(waited)
+        try:
+            await ctx.services.replicas.wait_for_data(found.watched, remaining, waited)
+        finally:
+            ctx.head_of_line.unpark(waited)
+        behind = waited.result() is BEHIND
     results = found.results
     if session is not None:
         reported = []

@@ -16,6 +16,7 @@ import random
 import time
 import uuid
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -491,10 +492,14 @@ class ReplicaManager:
 
     # -- fetch waiting -------------------------------------------------------------------
 
-    async def wait_for_data(self, partitions: Iterable[Partition], timeout: float) -> None:
-        """Return when any of ``partitions`` gets new committed data, or after ``timeout``."""
+    async def wait_for_data(self, partitions: Iterable[Partition], timeout: float,
+                            fut: asyncio.Future[Any] | None = None) -> None:
+        """Return when any of ``partitions`` gets new committed data, or after ``timeout``,
+        or when someone else resolves ``fut`` (the caller's, if it has other reasons to
+        stop waiting: one future for all of them)."""
+        if fut is None:
+            fut = asyncio.get_running_loop().create_future()
         loop = asyncio.get_running_loop()
-        fut: asyncio.Future[None] = loop.create_future()
         watched = list(partitions)
         for partition in watched:
             partition.add_waiter(fut)
@@ -517,7 +522,7 @@ class ReplicaManager:
             offset, lambda: self.metadata.brokers.keys(), timeout)
 
 
-def _resolve(fut: asyncio.Future[None]) -> None:
+def _resolve(fut: asyncio.Future[Any]) -> None:
     if not fut.done():
         fut.set_result(None)
 
