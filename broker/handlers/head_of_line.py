@@ -14,8 +14,11 @@ offsets (ListOffsets) on the same connection and waits behind it. That was 2 s o
 connection has a request behind it: the client is evidently waiting for that request, and
 the fetch's own data would come no sooner. A fetch that found data does not wait at all, and
 a client that sends nothing behind its fetches (a tailing consumer, a follower) sees Kafka's
-behaviour unchanged. At worst a client that interleaves other requests with a long fetch
-sends one more fetch per request, which it would send anyway once data came.
+behaviour unchanged. A fetch behind a fetch does not count: a client keeping two in flight
+would otherwise turn long polls into a busy loop (none of librdkafka, the Java client,
+franz-go does; each keeps one fetch per broker). At worst a client that interleaves other
+requests with a long fetch sends one more fetch per request, which it would send anyway
+once data came.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ BEHIND = "a request arrived behind"  # the result of a parked fetch's future whe
 
 class HeadOfLine:
     """One connection's waiting fetches; the front end calls ``request_arrived`` for each
-    request it reads, and wakes them."""
+    request other than a fetch that it reads, and wakes them."""
 
     __slots__ = ("_parked",)
 

@@ -39,6 +39,14 @@ def test_a_fetch_at_the_end_of_the_log_waits_its_max_wait_when_alone(broker) -> 
         (partition,) = fetched.responses[0].partitions
         assert partition.error_code == ErrorCode.none and not partition.records
 
+        # A fetch behind a fetch does not end the first one's wait: both wait theirs.
+        started = time.monotonic()
+        first = client.send(waiting_fetch("alone", 0, 1.5))
+        second = client.send(waiting_fetch("alone", 0, 1.5))
+        client.receive(FETCH, 12, first)
+        assert time.monotonic() - started >= 1.4
+        client.receive(FETCH, 12, second)
+
 
 def test_a_waiting_fetch_is_answered_when_a_request_follows_it(broker) -> None:
     with WireClient.connect(broker.bootstrap) as client:
