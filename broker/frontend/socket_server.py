@@ -79,7 +79,6 @@ DIRECT_RECV_BYTES = 64 << 10  # frames missing more than this are received in pl
 # answered on a worker thread: a request naming 100,000 groups takes seconds of kio's time.
 LARGE_FRAME = 256 << 10
 PRODUCE_KEY = b"\x00\x00"
-FETCH = 1
 # Frames answered on the loop whatever their size: Produce (its records stay bytes), and
 # SASL's, whose handling changes the connection's state right after (sasl.py).
 SASL_KEYS = (SASL_HANDSHAKE, SASL_AUTHENTICATE)
@@ -384,8 +383,8 @@ class Connection:
                 f"Unexpected Kafka request of type {type(request.body).__name__} during SASL "
                 f"authentication on listener {session.listener.name}"))
             return False, None
-        if request.header.api_key != FETCH:  # a fetch waiting before it answers now
-            self.head_of_line.request_arrived()
+        # A fetch waiting before it answers now (broker/handlers/head_of_line.py).
+        self.head_of_line.request_arrived(request.header.api_key, request.body)
         ctx = RequestContext(self.services, request.header, self.client_host, self.local_host,
                              session, self.append_order, self.head_of_line)
         try:

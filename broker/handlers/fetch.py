@@ -23,7 +23,6 @@ from kio.schema.errors import ErrorCode
 
 from broker.handlers import handles
 from broker.handlers.context import RequestContext
-from broker.handlers.head_of_line import BEHIND
 from broker.protocol.fetch import (
     EncodedResponse,
     FetchPartition,
@@ -178,7 +177,7 @@ async def handle_fetch(ctx: RequestContext, request: FetchRequest) -> EncodedRes
     follower = request.replica_id if request.replica_id >= 0 else None
     max_bytes = min(request.max_bytes, ctx.services.config["fetch.max.bytes"])
     deadline = time.monotonic() + request.max_wait_ms / 1000
-    first, behind = True, False
+    first, arrivals = True, ctx.head_of_line.arrivals
     denied = _denied(ctx, follower, wanted) if ctx.services.authorizer.enabled else set()
     while True:
         found = _read_all(ctx, follower, wanted, max_bytes, first,
@@ -186,16 +185,16 @@ async def handle_fetch(ctx: RequestContext, request: FetchRequest) -> EncodedRes
                           denied=denied)
         first = False
         remaining = deadline - time.monotonic()
+        behind = ctx.head_of_line.arrivals != arrivals  # a request came after this one
         if found.total >= request.min_bytes or remaining <= 0 or not found.watched or behind:
             break
         # Waiting for data, or for the client to send another request (head_of_line.py).
-        waited: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+        waited: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         ctx.head_of_line.park(waited)
         try:
             await ctx.services.replicas.wait_for_data(found.watched, remaining, waited)
         finally:
             ctx.head_of_line.unpark(waited)
-        behind = waited.result() is BEHIND
     results = found.results
     if session is not None:
         reported = []

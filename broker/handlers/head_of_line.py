@@ -24,31 +24,40 @@ once data came.
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
-BEHIND = "a request arrived behind"  # the result of a parked fetch's future when woken so
+FETCH, PRODUCE = 1, 0
 
 
 class HeadOfLine:
-    """One connection's waiting fetches; the front end calls ``request_arrived`` for each
-    request other than a fetch that it reads, and wakes them."""
+    """One connection's waiting fetches. The front end calls ``request_arrived`` for each
+    request it reads; a fetch notes ``arrivals`` when it starts, and a change means a
+    request came behind it (whether it was parked then or busy re-reading)."""
 
-    __slots__ = ("_parked",)
+    __slots__ = ("_parked", "arrivals")
 
     def __init__(self) -> None:
-        self._parked: list[asyncio.Future[object]] = []
+        self._parked: list[asyncio.Future[Any]] = []
+        self.arrivals = 0
 
-    def park(self, fut: asyncio.Future[object]) -> None:
-        """``fut`` (the fetch's wait) is resolved with ``BEHIND`` by the next request."""
+    def park(self, fut: asyncio.Future[Any]) -> None:
+        """``fut`` (the fetch's wait) is resolved by the next request that counts."""
         self._parked.append(fut)
 
-    def unpark(self, fut: asyncio.Future[object]) -> None:
+    def unpark(self, fut: asyncio.Future[Any]) -> None:
         if fut in self._parked:
             self._parked.remove(fut)
 
-    def request_arrived(self) -> None:
+    def request_arrived(self, api_key: int, body: Any) -> None:
+        """A request read from the connection. A fetch does not count (two fetches in
+        flight would turn long polls into a busy loop), nor a Produce with acks=0, which
+        gets no answer and so waits on nothing."""
+        if api_key == FETCH or (api_key == PRODUCE and getattr(body, "acks", -1) == 0):
+            return
+        self.arrivals += 1
         if not self._parked:
             return
         parked, self._parked = self._parked, []
         for fut in parked:
             if not fut.done():
-                fut.set_result(BEHIND)
+                fut.set_result(None)

@@ -82,6 +82,10 @@ def _decode(buf: memoryview, pos: int, version: int) -> ListOffsetsRequest:
     topics = []
     budget = MAX_ENTRIES  # as bounds.check_lengths refuses for the requests kio decodes
     count, pos = _length(buf, pos, flexible, "topics", 1)
+    budget -= count
+    if budget < 0:
+        raise ProtocolError(f"ListOffsetsRequest names more than {MAX_ENTRIES} topics "
+                            f"and partitions")
     for _ in range(count):
         if flexible:
             size, pos = _uvarint(buf, pos)
@@ -101,7 +105,8 @@ def _decode(buf: memoryview, pos: int, version: int) -> ListOffsetsRequest:
         count, pos = _length(buf, pos, flexible, "topics.partitions", layout.size)
         budget -= count
         if budget < 0:
-            raise ProtocolError(f"ListOffsetsRequest names more than {MAX_ENTRIES} partitions")
+            raise ProtocolError(f"ListOffsetsRequest names more than {MAX_ENTRIES} topics "
+                                f"and partitions")
         partitions = []
         for _ in range(count):
             fields = layout.unpack_from(buf, pos)

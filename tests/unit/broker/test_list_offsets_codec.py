@@ -83,7 +83,17 @@ def test_more_partitions_than_the_entry_limit_are_refused() -> None:
     frame = (struct.pack(">hhih", 2, 4, 1, -1) + struct.pack(">ib", -1, 0)
              + struct.pack(">i", 1) + struct.pack(">h", 1) + b"t"
              + struct.pack(">i", count) + partitions)
-    with pytest.raises(ProtocolError, match=f"more than {MAX_ENTRIES} partitions"):
+    with pytest.raises(ProtocolError, match=f"more than {MAX_ENTRIES} topics and partitions"):
+        decode_request(frame)
+
+
+def test_more_topics_than_the_entry_limit_are_refused() -> None:
+    """Empty topics cost 4 bytes each in v6: 200,001 of them fit in a 1 MB frame."""
+    count = MAX_ENTRIES + 1
+    topic = b"\x02t" + b"\x01" + b"\x00"  # name "t", no partitions, no tagged fields
+    frame = (struct.pack(">hhih", 2, 6, 1, -1) + b"\x00" + struct.pack(">ib", -1, 0)
+             + b"\xc2\x9a\x0c" + topic * count + b"\x00")  # uvarint(count + 1)
+    with pytest.raises(ProtocolError, match=f"more than {MAX_ENTRIES} topics and partitions"):
         decode_request(frame)
 
 
