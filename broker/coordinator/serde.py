@@ -5,6 +5,7 @@ Shared by ``__consumer_offsets`` and ``__transaction_state``."""
 from __future__ import annotations
 
 import struct
+import uuid
 
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
@@ -59,6 +60,22 @@ class Writer:
         self.uvarint(len(raw) + 1)
         self.buf += raw
         return self
+
+    def compact_nullable_string(self, v: str | None) -> Writer:
+        return self.uvarint(0) if v is None else self.compact_string(v)
+
+    def compact_bytes(self, v: bytes) -> Writer:
+        self.uvarint(len(v) + 1)
+        self.buf += v
+        return self
+
+    def uuid(self, v: uuid.UUID) -> Writer:
+        self.buf += v.bytes
+        return self
+
+    def compact_length(self, n: int | None) -> Writer:
+        """A compact array's length (None: a null array)."""
+        return self.uvarint(0 if n is None else n + 1)
 
     def tagged(self, fields: dict[int, bytes]) -> Writer:
         """Tagged fields, by tag, each already encoded."""
@@ -124,6 +141,21 @@ class Reader:
         v = bytes(self.data[self.pos : self.pos + n]).decode()
         self.pos += n
         return v
+
+    def compact_bytes(self) -> bytes:
+        n = self.uvarint() - 1
+        v = bytes(self.data[self.pos : self.pos + max(n, 0)])
+        self.pos += max(n, 0)
+        return v
+
+    def uuid(self) -> uuid.UUID:
+        v = uuid.UUID(bytes=bytes(self.data[self.pos : self.pos + 16]))
+        self.pos += 16
+        return v
+
+    def compact_length(self) -> int | None:
+        n = self.uvarint() - 1
+        return None if n < 0 else n
 
     def tagged(self) -> dict[int, bytes]:
         fields = {}

@@ -1,0 +1,89 @@
+"""KIP-848 consumer groups' records in __consumer_offsets, read by Kafka 4.4's own codec
+(tests/support/java/GroupRecordCodec.java: GroupCoordinatorRecordSerde and the generated JSON
+converters): Kafka reads every field we write, and writes the same record to the same bytes."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+from broker.coordinator.consumer_group import (
+    ClassicProtocols,
+    ConsumerMember,
+    MemberState,
+    assignment,
+)
+from broker.coordinator.consumer_records import (
+    CURRENT_ASSIGNMENT,
+    GROUP_METADATA,
+    MEMBER_METADATA,
+    REGULAR_EXPRESSION,
+    TARGET_MEMBER,
+    TARGET_METADATA,
+    ConsumerKey,
+    encode_current_assignment,
+    encode_group_metadata,
+    encode_key,
+    encode_member_metadata,
+    encode_regular_expression,
+    encode_target_member,
+    encode_target_metadata,
+)
+
+CODEC = Path(__file__).resolve().parents[1] / "support" / "java" / "GroupRecordCodec.java"
+TOPIC = uuid.UUID("12345678-1234-5678-1234-567812345678")
+TOPIC_JSON = "EjRWeBI0VngSNFZ4EjRWeA"  # Kafka prints a topic id in URL-safe base64
+
+MEMBER = ConsumerMember(
+    "m-1", "i-1", "rack-a", "client", "/127.0.0.1", ("orders", "clicks"), None, 30000,
+    "uniform", ClassicProtocols(45000, (("range", b"\x00\x01"),)), 3, 2,
+    MemberState.UNREVOKED_PARTITIONS, assignment([(TOPIC, 0), (TOPIC, 2)]),
+    assignment([(TOPIC, 1)]))
+PLAIN = ConsumerMember("m-2", client_id="c2", client_host="/127.0.0.2",
+                       subscribed_topic_regex="ord.*", rebalance_timeout_ms=5000)
+
+RECORDS = [
+    (ConsumerKey(GROUP_METADATA, "g"), encode_group_metadata(7, 123456789),
+     {"groupId": "g"}, {"epoch": 7, "metadataHash": 123456789}),
+    (ConsumerKey(MEMBER_METADATA, "g", "m-1"), encode_member_metadata(MEMBER),
+     {"groupId": "g", "memberId": "m-1"},
+     {"instanceId": "i-1", "rackId": "rack-a", "clientId": "client", "clientHost": "/127.0.0.1",
+      "subscribedTopicNames": ["orders", "clicks"], "subscribedTopicRegex": None,
+      "rebalanceTimeoutMs": 30000, "serverAssignor": "uniform",
+      "classicMemberMetadata": {"sessionTimeoutMs": 45000, "supportedProtocols": [
+          {"name": "range", "metadata": "AAE="}]}}),
+    (ConsumerKey(MEMBER_METADATA, "g", "m-2"), encode_member_metadata(PLAIN),
+     {"groupId": "g", "memberId": "m-2"},
+     {"instanceId": None, "rackId": None, "clientId": "c2", "clientHost": "/127.0.0.2",
+      "subscribedTopicNames": [], "subscribedTopicRegex": "ord.*", "rebalanceTimeoutMs": 5000,
+      "serverAssignor": None}),  # a null tagged field is not written, nor printed
+    (ConsumerKey(TARGET_METADATA, "g"), encode_target_metadata(7, 1_700_000_000_000),
+     {"groupId": "g"}, {"assignmentEpoch": 7, "assignmentTimestamp": 1_700_000_000_000}),
+    (ConsumerKey(TARGET_MEMBER, "g", "m-1"), encode_target_member(MEMBER.assigned),
+     {"groupId": "g", "memberId": "m-1"},
+     {"topicPartitions": [{"topicId": TOPIC_JSON, "partitions": [0, 2]}]}),
+    (ConsumerKey(CURRENT_ASSIGNMENT, "g", "m-1"), encode_current_assignment(MEMBER),
+     {"groupId": "g", "memberId": "m-1"},
+     {"memberEpoch": 3, "previousMemberEpoch": 2, "state": 1,
+      "assignedPartitions": [{"topicId": TOPIC_JSON, "partitions": [0, 2]}],
+      "partitionsPendingRevocation": [{"topicId": TOPIC_JSON, "partitions": [1]}]}),
+    (ConsumerKey(REGULAR_EXPRESSION, "g", "ord.*"),
+     encode_regular_expression(("orders",), 42, 1_700_000_000_000),
+     {"groupId": "g", "regularExpression": "ord.*"},
+     {"topics": ["orders"], "version": 42, "timestamp": 1_700_000_000_000}),
+    (ConsumerKey(CURRENT_ASSIGNMENT, "g", "m-1"), None,  # a tombstone
+     {"groupId": "g", "memberId": "m-1"}, None),
+]
+
+
+def test_kafka_reads_and_writes_our_consumer_group_records(kafka_tools) -> None:
+    lines = "".join(f"{encode_key(key).hex()} {value.hex() if value is not None else '-'}\n"
+                    for key, value, _, _ in RECORDS)
+    result = kafka_tools.run(str(CODEC), stdin=lines)
+    decoded = [json.loads(line) for line in result.stdout.splitlines()]
+    assert len(decoded) == len(RECORDS), result.describe()
+    for (key, value, key_json, value_json), kafka in zip(RECORDS, decoded, strict=True):
+        assert (kafka["key"], kafka["value"]) == (key_json, value_json), key
+        assert kafka["keyHex"] == encode_key(key).hex()
+        assert kafka.get("valueHex") == (value.hex() if value is not None else None), key
