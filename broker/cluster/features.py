@@ -11,11 +11,16 @@ verification (kafkube writes the same records for both); 2 is KIP-890 part 2, wh
 EndTxn bumps the producer epoch and Produce and TxnOffsetCommit add their partition to the
 transaction themselves. A new cluster starts at 2, as a new Kafka 4.x cluster does; a
 cluster whose image predates features reads as 0, as Kafka's does after a software upgrade.
+
+group.version: 1 turns on the consumer group protocol of KIP-848 (ConsumerGroupHeartbeat and
+ConsumerGroupDescribe); a new cluster starts at 1, as a new Kafka 4.x cluster does, and a
+cluster made before it turns it on with ``kafka-features.sh upgrade --feature group.version=1``.
 """
 
 from __future__ import annotations
 
 TRANSACTION_VERSION = "transaction.version"
+GROUP_VERSION = "group.version"
 # name -> (lowest, highest) level this broker can run at
-SUPPORTED: dict[str, tuple[int, int]] = {TRANSACTION_VERSION: (0, 2)}
-NEW_CLUSTER: dict[str, int] = {TRANSACTION_VERSION: 2}
+SUPPORTED: dict[str, tuple[int, int]] = {TRANSACTION_VERSION: (0, 2), GROUP_VERSION: (0, 1)}
+NEW_CLUSTER: dict[str, int] = {TRANSACTION_VERSION: 2, GROUP_VERSION: 1}

@@ -11,6 +11,7 @@ GroupMetadataManager, OffsetMetadataManager); each part depends only on those be
     offset_commits   OffsetCommit, TxnOffsetCommit and its markers, OffsetFetch
     group_cleanup    DeleteGroups, OffsetDelete, a deleted topic's offsets, retention
     group_loader     loading and unloading a partition on leadership change
+    consumer_membership  ConsumerGroupHeartbeat: KIP-848 consumer groups
 
 This class composes them and keeps the API the handlers call; it adds only the lifecycle
 (start, tick, stop) and the read-only views (describe, list, lag).
@@ -29,6 +30,12 @@ from kio.schema.errors import ErrorCode
 from broker.config.broker_config import BrokerConfig
 from broker.coordinator import offsets_topic as ot
 from broker.coordinator.classic_membership import ClassicMembership, JoinResult
+from broker.coordinator.consumer_group import ConsumerGroup
+from broker.coordinator.consumer_membership import (
+    ConsumerMembership,
+    Heartbeat,
+    HeartbeatResult,
+)
 from broker.coordinator.group import Group
 from broker.coordinator.group_cleanup import GroupCleanup
 from broker.coordinator.group_loader import GroupLoader
@@ -61,6 +68,8 @@ class GroupCoordinator:
         self.commits = OffsetCommits(self.store, self.writer)
         self.cleanup = GroupCleanup(config, self.store, self.writer)
         self.loader = GroupLoader(self.store, self.commits)
+        self.consumers = ConsumerMembership(config, self.store, self.writer,
+                                            lambda: replicas.metadata.topics)
         self._tick_task: asyncio.Task[None] | None = None
 
     # The store's state, read by the handlers, the metrics and the tests.
@@ -126,6 +135,7 @@ class GroupCoordinator:
         expire old offsets when retention is due."""
         now = time.monotonic() if now is None else now
         self.membership.expire(now)
+        self.consumers.expire(now)
         self.cleanup.maybe_expire(now)
 
     async def ensure_offsets_topic(self) -> None:
@@ -161,6 +171,14 @@ class GroupCoordinator:
         self, group_id: str, members: Iterable[tuple[str, str | None]]
     ) -> tuple[ErrorCode, list[tuple[str, str | None, ErrorCode]]]:
         return self.membership.leave_group(group_id, members)
+
+    def consumer_heartbeat(self, hb: Heartbeat, client_id: str, client_host: str, now: float,
+                           version: int) -> HeartbeatResult:
+        return self.consumers.heartbeat(hb, client_id, client_host, now, version)
+
+    @property
+    def default_assignor(self) -> str:
+        return self.consumers.assignors[0]
 
     # -- offsets -------------------------------------------------------------------------
 
@@ -211,6 +229,9 @@ class GroupCoordinator:
 
     def describe(self, group_id: str) -> Group | None:
         return self.store.groups.get(group_id)
+
+    def describe_consumer_group(self, group_id: str) -> ConsumerGroup | None:
+        return self.store.consumer_groups.get(group_id)
 
     def list_groups(self) -> list[Group]:
         """Every group, and as an Empty group of no protocol type each group known only by

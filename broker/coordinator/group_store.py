@@ -16,6 +16,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.cluster.internal_topics import partition_for
 from broker.coordinator import offsets_topic as ot
+from broker.coordinator.consumer_group import ConsumerGroup
 from broker.coordinator.group import Group, GroupState, Member
 
 OffsetMap = dict[tuple[str, int], ot.OffsetValue]
@@ -61,7 +62,9 @@ class GroupStore:
     """The coordinator's state, for the groups of the offsets partitions led here."""
 
     partitions: int  # of __consumer_offsets (offsets.topic.num.partitions)
-    groups: dict[str, Group] = field(default_factory=dict)
+    groups: dict[str, Group] = field(default_factory=dict)  # classic groups
+    # KIP-848 consumer groups; a group id is in one of the two maps at most.
+    consumer_groups: dict[str, ConsumerGroup] = field(default_factory=dict)
     offsets: dict[str, OffsetMap] = field(default_factory=dict)
     # Offsets committed inside a transaction, by producer id, then group: they take
     # effect when the transaction's COMMIT marker reaches the group's partition.

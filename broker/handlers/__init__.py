@@ -48,6 +48,7 @@ def load_all() -> dict[int, ApiSpec]:
         api_versions,
         client_quotas,
         configs,
+        consumer_groups,
         delete_records,
         features,
         fetch,

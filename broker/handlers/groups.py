@@ -35,18 +35,18 @@ KEY_TYPE_TRANSACTION = 1
 NO_TIMEOUT = timedelta(0)
 
 
-def _coordinator(ctx: RequestContext) -> GroupCoordinator:
+def coordinator_of(ctx: RequestContext) -> GroupCoordinator:
     return ctx.services.groups
 
 
-def _not_ours(ctx: RequestContext, group_id: str | None) -> bool:
+def not_ours(ctx: RequestContext, group_id: str | None) -> bool:
     """Another broker coordinates this group. An invalid group id (empty, too long) is
     nobody's: the coordinator refuses it with INVALID_GROUP_ID, as Kafka checks it first."""
     return (bool(group_id) and len(group_id.encode()) <= MAX_NAME_BYTES
-            and not _coordinator(ctx).owns(group_id))
+            and not coordinator_of(ctx).owns(group_id))
 
 
-def _may(ctx: RequestContext, operation: Operation, group_id: str) -> bool:
+def may(ctx: RequestContext, operation: Operation, group_id: str) -> bool:
     return ctx.authorize(operation, ResourceType.GROUP, group_id)
 
 
@@ -82,7 +82,7 @@ async def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
                     "host": "", "port": -1, "error_message": f"the {what} is {problem}"}
         services = ctx.services
         if key_type == KEY_TYPE_GROUP:
-            coordinator = _coordinator(ctx)
+            coordinator = coordinator_of(ctx)
             await coordinator.ensure_offsets_topic()
             state = services.store.partition(ot.TOPIC,
                                              partition_for(key, coordinator.partitions))
@@ -113,13 +113,13 @@ async def handle_find_coordinator(ctx: RequestContext, request: Any) -> Any:
 
 @handles(11, 0, 9)
 async def handle_join_group(ctx: RequestContext, request: Any) -> Any:
-    if not _may(ctx, Operation.READ, request.group_id):
+    if not may(ctx, Operation.READ, request.group_id):
         return build_response(request, {
             "throttle_time": NO_TIMEOUT, "error_code": ErrorCode.group_authorization_failed,
             "generation_id": -1, "protocol_name": None if ctx.version >= 7 else "",
             "leader": "", "member_id": "", "members": [],
         })
-    if _not_ours(ctx, request.group_id):
+    if not_ours(ctx, request.group_id):
         return build_response(request, {
             "throttle_time": NO_TIMEOUT, "error_code": ErrorCode.not_coordinator,
             "generation_id": -1, "protocol_name": "", "leader": "", "member_id": "",
@@ -127,7 +127,7 @@ async def handle_join_group(ctx: RequestContext, request: Any) -> Any:
         })
     session_ms = _ms(request.session_timeout)
     rebalance_ms = _ms(getattr(request, "rebalance_timeout", request.session_timeout))
-    result = await _coordinator(ctx).join_group(
+    result = await coordinator_of(ctx).join_group(
         request.group_id, request.member_id, getattr(request, "group_instance_id", None),
         ctx.header.client_id or "", ctx.client_host, session_ms, rebalance_ms,
         request.protocol_type, [(p.name, p.metadata) for p in request.protocols],
@@ -152,15 +152,15 @@ async def handle_join_group(ctx: RequestContext, request: Any) -> Any:
 
 @handles(14, 0, 5)
 async def handle_sync_group(ctx: RequestContext, request: Any) -> Any:
-    if not _may(ctx, Operation.READ, request.group_id):
+    if not may(ctx, Operation.READ, request.group_id):
         return build_response(request, {"throttle_time": NO_TIMEOUT,
                                         "error_code": ErrorCode.group_authorization_failed,
                                         "assignment": b""})
-    if _not_ours(ctx, request.group_id):
+    if not_ours(ctx, request.group_id):
         return build_response(request, {"throttle_time": NO_TIMEOUT,
                                         "error_code": ErrorCode.not_coordinator,
                                         "assignment": b""})
-    error, assignment, group = await _coordinator(ctx).sync_group(
+    error, assignment, group = await coordinator_of(ctx).sync_group(
         request.group_id, request.generation_id, request.member_id,
         getattr(request, "group_instance_id", None), getattr(request, "protocol_type", None),
         getattr(request, "protocol_name", None),
@@ -175,13 +175,13 @@ async def handle_sync_group(ctx: RequestContext, request: Any) -> Any:
 
 @handles(12, 0, 4)
 async def handle_heartbeat(ctx: RequestContext, request: Any) -> Any:
-    if not _may(ctx, Operation.READ, request.group_id):
+    if not may(ctx, Operation.READ, request.group_id):
         return build_response(request, {"throttle_time": NO_TIMEOUT,
                                         "error_code": ErrorCode.group_authorization_failed})
-    if _not_ours(ctx, request.group_id):
+    if not_ours(ctx, request.group_id):
         return build_response(request, {"throttle_time": NO_TIMEOUT,
                                         "error_code": ErrorCode.not_coordinator})
-    error = _coordinator(ctx).heartbeat(
+    error = coordinator_of(ctx).heartbeat(
         request.group_id, request.generation_id, request.member_id,
         getattr(request, "group_instance_id", None),
     )
@@ -190,11 +190,11 @@ async def handle_heartbeat(ctx: RequestContext, request: Any) -> Any:
 
 @handles(13, 0, 5)
 async def handle_leave_group(ctx: RequestContext, request: Any) -> Any:
-    if not _may(ctx, Operation.READ, request.group_id):
+    if not may(ctx, Operation.READ, request.group_id):
         return build_response(request, {"throttle_time": NO_TIMEOUT,
                                         "error_code": ErrorCode.group_authorization_failed,
                                         "members": []})
-    if _not_ours(ctx, request.group_id):
+    if not_ours(ctx, request.group_id):
         return build_response(request, {"throttle_time": NO_TIMEOUT,
                                         "error_code": ErrorCode.not_coordinator, "members": []})
     members = getattr(request, "members", None)
@@ -202,7 +202,7 @@ async def handle_leave_group(ctx: RequestContext, request: Any) -> Any:
         [(m.member_id, m.group_instance_id) for m in members]
         if members is not None else [(request.member_id, None)]
     )
-    error, results = _coordinator(ctx).leave_group(request.group_id, identities)
+    error, results = coordinator_of(ctx).leave_group(request.group_id, identities)
     if members is None and results:
         error = results[0][2]  # v0-2: one member, its error is the response's
     return build_response(request, {
@@ -221,7 +221,7 @@ async def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
     max_metadata = services.config["offset.metadata.max.bytes"]
     offsets: dict[tuple[str, int], OffsetValue] = {}
     errors: dict[tuple[str, int], ErrorCode] = {}
-    group_allowed = _may(ctx, Operation.READ, request.group_id)
+    group_allowed = may(ctx, Operation.READ, request.group_id)
     readable = ctx.authorized_names(Operation.READ, ResourceType.TOPIC,
                                 (t.name for t in request.topics)) if group_allowed else set()
     for topic in request.topics:
@@ -241,11 +241,11 @@ async def handle_offset_commit(ctx: RequestContext, request: Any) -> Any:
                 offsets[tp] = OffsetValue(p.committed_offset, epoch, metadata, now)
     if offsets:
         # Old clients commit for the empty group id without asking for a coordinator.
-        await _coordinator(ctx).ensure_offsets_topic()
-    if offsets and _not_ours(ctx, request.group_id):
+        await coordinator_of(ctx).ensure_offsets_topic()
+    if offsets and not_ours(ctx, request.group_id):
         errors.update({tp: ErrorCode.not_coordinator for tp in offsets})
     elif offsets:
-        coordinator = _coordinator(ctx)
+        coordinator = coordinator_of(ctx)
         error = coordinator.commit_offsets(
             request.group_id, request.generation_id_or_member_epoch, request.member_id,
             getattr(request, "group_instance_id", None), offsets,
@@ -277,7 +277,7 @@ def _fetch_group(
     Offsets are shown only of topics the principal may describe: a named topic it may not
     is answered TOPIC_AUTHORIZATION_FAILED (after the others, as Kafka lists it); with all
     topics asked for, such topics are left out."""
-    coordinator = _coordinator(ctx)
+    coordinator = coordinator_of(ctx)
     if topics is None:
         found = coordinator.fetch_offsets(group_id, None)
         describable = ctx.authorized_names(Operation.DESCRIBE, ResourceType.TOPIC,
@@ -317,10 +317,10 @@ def _fetch_group(
 def _fetch_group_answer(ctx: RequestContext, group_id: str, topics: Any,
                         require_stable: bool) -> dict[str, Any]:
     """One group's OffsetFetch answer: DESCRIBE on the group first, then its coordinator."""
-    if not _may(ctx, Operation.DESCRIBE, group_id):
+    if not may(ctx, Operation.DESCRIBE, group_id):
         return {"group_id": group_id, "topics": [],
                 "error_code": ErrorCode.group_authorization_failed}
-    if _not_ours(ctx, group_id):
+    if not_ours(ctx, group_id):
         return {"group_id": group_id, "topics": [], "error_code": ErrorCode.not_coordinator}
     return {"group_id": group_id, "topics": _fetch_group(ctx, group_id, topics, require_stable),
             "error_code": ErrorCode.none}
@@ -354,9 +354,9 @@ def _describe_group(ctx: RequestContext, group_id: str, with_operations: bool
                     ) -> dict[str, Any]:
     """One group described: DESCRIBE on it first; with ``with_operations`` (v3+), a group
     described without error carries the operations the principal may perform on it."""
-    if not _may(ctx, Operation.DESCRIBE, group_id):
+    if not may(ctx, Operation.DESCRIBE, group_id):
         return _group_error(group_id, ErrorCode.group_authorization_failed)
-    if _not_ours(ctx, group_id):
+    if not_ours(ctx, group_id):
         return _group_error(group_id, ErrorCode.not_coordinator)
     described = _group_description(ctx, group_id)
     if with_operations:
@@ -366,7 +366,7 @@ def _describe_group(ctx: RequestContext, group_id: str, with_operations: bool
 
 
 def _group_description(ctx: RequestContext, group_id: str) -> dict[str, Any]:
-    group = _coordinator(ctx).describe(group_id)
+    group = coordinator_of(ctx).describe(group_id)
     if group is None:
         return {
             "error_code": ErrorCode.none, "group_id": group_id, "group_state": "Dead",
@@ -421,7 +421,7 @@ async def handle_list_groups(ctx: RequestContext, request: Any) -> Any:
     groups = [
         {"group_id": g.group_id, "protocol_type": g.protocol_type or "",
          "group_state": g.state.value, "group_type": GROUP_TYPE}
-        for g in _coordinator(ctx).list_groups()
+        for g in coordinator_of(ctx).list_groups()
         if listed and (not states or g.state.value.lower() in states)
         and (everything or ctx.authorize(Operation.DESCRIBE, ResourceType.GROUP, g.group_id,
                                          log_denied=False))
@@ -436,10 +436,10 @@ async def handle_delete_groups(ctx: RequestContext, request: Any) -> Any:
     """DELETE on each group, else GROUP_AUTHORIZATION_FAILED for it; the others deleted."""
     names = list(dict.fromkeys(request.groups_names))
     deletable = ctx.authorized_names(Operation.DELETE, ResourceType.GROUP, names)
-    ours = [g for g in names if g in deletable and not _not_ours(ctx, g)]
-    results = _coordinator(ctx).delete_groups(ours)
+    ours = [g for g in names if g in deletable and not not_ours(ctx, g)]
+    results = coordinator_of(ctx).delete_groups(ours)
     results.update({g: ErrorCode.not_coordinator for g in names
-                    if g in deletable and _not_ours(ctx, g)})
+                    if g in deletable and not_ours(ctx, g)})
     results.update({g: ErrorCode.group_authorization_failed for g in names
                     if g not in deletable})
     return build_response(request, {
@@ -452,17 +452,17 @@ async def handle_delete_groups(ctx: RequestContext, request: Any) -> Any:
 async def handle_offset_delete(ctx: RequestContext, request: Any) -> Any:
     """DELETE on the group, else the whole request is refused; then READ (not DELETE, as
     in Kafka) on each topic, whose partitions are refused without it."""
-    if not _may(ctx, Operation.DELETE, request.group_id):
+    if not may(ctx, Operation.DELETE, request.group_id):
         return build_response(request, {"error_code": ErrorCode.group_authorization_failed,
                                         "throttle_time": NO_TIMEOUT, "topics": []})
     readable = ctx.authorized_names(Operation.READ, ResourceType.TOPIC,
                                 (t.name for t in request.topics))
     partitions = [(t.name, p.partition_index) for t in request.topics if t.name in readable
                   for p in t.partitions]
-    if _not_ours(ctx, request.group_id):
+    if not_ours(ctx, request.group_id):
         error, results = ErrorCode.not_coordinator, {}
     else:
-        error, results = _coordinator(ctx).delete_offsets(request.group_id, partitions)
+        error, results = coordinator_of(ctx).delete_offsets(request.group_id, partitions)
     results.update({(t.name, p.partition_index): ErrorCode.topic_authorization_failed
                     for t in request.topics if t.name not in readable for p in t.partitions})
     return build_response(request, {

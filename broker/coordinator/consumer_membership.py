@@ -1,0 +1,393 @@
+"""ConsumerGroupHeartbeat (KIP-848): members join, heartbeat and leave consumer groups, and the
+coordinator computes the target assignment and each member's next step.
+
+One heartbeat does, in order (Kafka's GroupMetadataManager.consumerGroupHeartbeat): check the
+request; find or create the group and the member (epoch 0 joins, -1 leaves, -2 leaves for now
+keeping a static member's place); fence a stale member epoch; take the member's new
+subscription; bump the group epoch if the subscription, the membership or the subscribed
+topics' partitions changed; compute a new target assignment if the group epoch moved past
+it; move the member towards its target (``reconciliation``); store what changed in
+``__consumer_offsets`` (``consumer_records``) as one batch, and only then change the group in
+memory. Members that stop heartbeating for ``group.consumer.session.timeout.ms``, or keep
+partitions they were told to revoke past their rebalance timeout, are removed by ``expire``.
+
+Nothing here waits: a heartbeat answers at once with what the member may do now, and the
+member asks again in ``group.consumer.heartbeat.interval.ms``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import re
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from kio.schema.errors import ErrorCode
+
+from broker.config.broker_config import BrokerConfig
+from broker.coordinator import consumer_records as cr
+from broker.coordinator.assignors import GroupSpec, assign
+from broker.coordinator.consumer_group import (
+    Assignment,
+    ConsumerGroup,
+    ConsumerMember,
+    MemberState,
+)
+from broker.coordinator.group import GroupState
+from broker.coordinator.group_store import CoordinatorError, GroupStore, check_length
+from broker.coordinator.offsets_writer import Entry, OffsetsTopicWriter
+from broker.coordinator.reconciliation import fenced, reconcile
+from kafkube_contract.image import TopicMetadata
+
+JOIN, LEAVE, STATIC_LEAVE = 0, -1, -2
+Topics = Callable[[], Mapping[str, TopicMetadata]]
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """A ConsumerGroupHeartbeat request, version-independent. None: unchanged since the
+    member's last heartbeat (or, for ``owned``, not said)."""
+
+    group_id: str
+    member_id: str
+    member_epoch: int
+    instance_id: str | None = None
+    rack_id: str | None = None
+    rebalance_timeout_ms: int = -1
+    subscribed_topic_names: tuple[str, ...] | None = None
+    subscribed_topic_regex: str | None = None
+    server_assignor: str | None = None
+    owned: Assignment | None = None
+
+    @property
+    def is_full(self) -> bool:
+        """A join, or a heartbeat restating everything (the client does after an error):
+        it gets the member's whole assignment back."""
+        return self.member_epoch == JOIN or (
+            self.rebalance_timeout_ms != -1 and self.owned is not None
+            and (self.subscribed_topic_names is not None
+                 or self.subscribed_topic_regex is not None))
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatResult:
+    error: ErrorCode = ErrorCode.none
+    message: str | None = None
+    member_id: str | None = None
+    member_epoch: int = 0
+    heartbeat_interval_ms: int = 0
+    assignment: Assignment | None = None  # None: unchanged
+
+
+def refuse(code: ErrorCode, message: str) -> CoordinatorError:
+    return CoordinatorError(code, message)
+
+
+class ConsumerMembership:
+    def __init__(self, config: BrokerConfig, store: GroupStore, writer: OffsetsTopicWriter,
+                 topics: Topics) -> None:
+        self.config = config
+        self.store = store
+        self.writer = writer
+        self.topics = topics
+        self.sessions: dict[tuple[str, str], float] = {}  # (group, member) -> deadline
+        self.revocations: dict[tuple[str, str], float] = {}
+
+    @property
+    def assignors(self) -> list[str]:
+        return self.config["group.consumer.assignors"]
+
+    # -- the heartbeat -----------------------------------------------------------------------
+
+    def heartbeat(self, hb: Heartbeat, client_id: str, client_host: str, now: float,
+                  version: int = 1) -> HeartbeatResult:
+        try:
+            self._validate(hb, version)
+            return self._heartbeat(hb, client_id, client_host, now)
+        except CoordinatorError as e:
+            return HeartbeatResult(e.code, str(e))
+
+    def _validate(self, hb: Heartbeat, version: int) -> None:
+        invalid = ErrorCode.invalid_request
+        if not hb.group_id:
+            raise refuse(invalid, "GroupId can't be empty.")
+        check_length(hb.group_id, "group id", invalid)
+        if hb.instance_id == "":
+            raise refuse(invalid, "InstanceId can't be empty.")
+        if hb.rack_id == "":
+            raise refuse(invalid, "RackId can't be empty.")
+        for name in (hb.member_id, hb.instance_id, hb.rack_id, hb.server_assignor,
+                     hb.subscribed_topic_regex, *(hb.subscribed_topic_names or ())):
+            check_length(name, "name", invalid)  # they are stored with an int16 length
+        if hb.member_epoch > 0 or hb.member_epoch == LEAVE:
+            if not hb.member_id:
+                raise refuse(invalid, "MemberId can't be empty.")
+        elif hb.member_epoch == JOIN:
+            if not hb.member_id and version >= 1:  # KIP-1082: the client makes its id
+                raise refuse(invalid, "MemberId can't be empty.")
+            if hb.rebalance_timeout_ms == -1:
+                raise refuse(invalid, "RebalanceTimeoutMs must be provided in first request.")
+            if hb.owned is None or hb.owned:
+                raise refuse(invalid, "TopicPartitions must be empty when (re-)joining.")
+            if hb.subscribed_topic_names is None and hb.subscribed_topic_regex is None:
+                raise refuse(invalid, "Either SubscribedTopicNames or SubscribedTopicRegex "
+                                      "must be non-null when (re-)joining.")
+        elif hb.member_epoch == STATIC_LEAVE:
+            if not hb.member_id:
+                raise refuse(invalid, "MemberId can't be empty.")
+            if hb.instance_id is None:
+                raise refuse(invalid, "InstanceId can't be null.")
+        else:
+            raise refuse(invalid, "MemberEpoch is invalid.")
+        if hb.server_assignor is not None and hb.server_assignor not in self.assignors:
+            raise refuse(ErrorCode.unsupported_assignor,
+                         f"ServerAssignor {hb.server_assignor} is not supported. Supported "
+                         f"assignors: {', '.join(self.assignors)}.")
+        if hb.subscribed_topic_regex:
+            try:
+                re.compile(hb.subscribed_topic_regex)
+            except re.error as e:
+                raise refuse(ErrorCode.invalid_regular_expression,
+                             f"SubscribedTopicRegex `{hb.subscribed_topic_regex}` is not a "
+                             f"valid regular expression: {e}.") from None
+
+    def _heartbeat(self, hb: Heartbeat, client_id: str, client_host: str,
+                   now: float) -> HeartbeatResult:
+        current = self._group(hb.group_id, create=hb.member_epoch == JOIN)
+        group = _copy(current)  # changed here, kept only once stored
+        entries: list[Entry] = []
+        if hb.member_epoch in (LEAVE, STATIC_LEAVE):
+            return self._leave(group, hb, entries)
+        member = self._member(group, hb, client_id, client_host, entries)
+        before = group.members.get(member.member_id)
+        subscription_changed = before is None or _subscription(member) != _subscription(before)
+        if before is None or _stored_facts(member) != _stored_facts(before):
+            entries.append(_member_metadata(group.group_id, member))
+        group.put(member)
+        topics = self.topics()
+        metadata_hash = _metadata_hash(group, topics)
+        if subscription_changed or metadata_hash != group.metadata_hash:
+            group.group_epoch += 1
+            group.metadata_hash = metadata_hash
+            entries.append((cr.encode_key(cr.ConsumerKey(cr.GROUP_METADATA, group.group_id)),
+                            cr.encode_group_metadata(group.group_epoch, metadata_hash)))
+        if group.group_epoch > group.target_epoch:
+            entries.extend(self._new_target(group, topics, now))
+        updated = reconcile(member, group.target_epoch, group.target.get(member.member_id, {}),
+                            group.owner, hb.owned)
+        if updated != member or member.member_id not in current.members:
+            entries.append((cr.encode_key(cr.ConsumerKey(cr.CURRENT_ASSIGNMENT, group.group_id,
+                                                         member.member_id)),
+                            cr.encode_current_assignment(updated)))
+        group.put(updated)
+        self._store(group, entries)
+        key = (group.group_id, updated.member_id)
+        self.sessions[key] = now + self.config["group.consumer.session.timeout.ms"] / 1000
+        if updated.state is MemberState.UNREVOKED_PARTITIONS:
+            self.revocations.setdefault(key, now + updated.rebalance_timeout_ms / 1000)
+        else:
+            self.revocations.pop(key, None)
+        previous = current.members.get(updated.member_id)
+        changed = previous is None or previous.assigned != updated.assigned
+        return HeartbeatResult(
+            member_id=updated.member_id, member_epoch=updated.member_epoch,
+            heartbeat_interval_ms=self.config["group.consumer.heartbeat.interval.ms"],
+            assignment=updated.assigned if hb.is_full or changed else None)
+
+    def _group(self, group_id: str, create: bool) -> ConsumerGroup:
+        classic = self.store.groups.get(group_id)
+        if classic is not None and not classic.is_(GroupState.DEAD) and classic.members:
+            raise refuse(ErrorCode.group_id_not_found,
+                         f"Group {group_id} is not a consumer group.")
+        group = self.store.consumer_groups.get(group_id)
+        if group is not None:
+            return group
+        if not create:
+            raise refuse(ErrorCode.group_id_not_found, f"Consumer group {group_id} not found.")
+        return ConsumerGroup(group_id)
+
+    def _member(self, group: ConsumerGroup, hb: Heartbeat, client_id: str, client_host: str,
+                entries: list[Entry]) -> ConsumerMember:
+        member_id = hb.member_id or str(uuid.uuid4())  # v0 joins may leave it to us
+        member = group.members.get(member_id)
+        if hb.member_epoch == JOIN:
+            if hb.instance_id is not None:
+                member = self._static_join(group, hb, member_id, entries) or member
+            if member is None:
+                if len(group.members) >= self.config["group.consumer.max.size"]:
+                    raise refuse(ErrorCode.group_max_size_reached,
+                                 f"The consumer group has reached its maximum capacity of "
+                                 f"{self.config['group.consumer.max.size']} members.")
+                member = ConsumerMember(member_id)
+        else:
+            if member is None:
+                raise refuse(ErrorCode.unknown_member_id,
+                             f"Member {member_id} is not a member of group {group.group_id}.")
+            why = fenced(member, hb.member_epoch, hb.owned)
+            if why is not None:
+                raise refuse(ErrorCode.fenced_member_epoch, why)
+        return dataclasses.replace(
+            member, client_id=client_id, client_host=client_host,
+            instance_id=hb.instance_id if hb.instance_id is not None else member.instance_id,
+            rack_id=hb.rack_id if hb.rack_id is not None else member.rack_id,
+            subscribed_topic_names=hb.subscribed_topic_names
+            if hb.subscribed_topic_names is not None else member.subscribed_topic_names,
+            subscribed_topic_regex=(hb.subscribed_topic_regex or None)
+            if hb.subscribed_topic_regex is not None else member.subscribed_topic_regex,
+            rebalance_timeout_ms=hb.rebalance_timeout_ms
+            if hb.rebalance_timeout_ms != -1 else member.rebalance_timeout_ms,
+            server_assignor=hb.server_assignor
+            if hb.server_assignor is not None else member.server_assignor)
+
+    def _static_join(self, group: ConsumerGroup, hb: Heartbeat, member_id: str,
+                     entries: list[Entry]) -> ConsumerMember | None:
+        """A static member's new incarnation takes over the old one's place and partitions,
+        without a rebalance; refused while the old one has not left (epoch -2)."""
+        old_id = group.static_members.get(hb.instance_id or "")
+        if old_id is None or old_id == member_id:
+            return None
+        old = group.members[old_id]
+        if old.member_epoch != STATIC_LEAVE:
+            raise refuse(ErrorCode.unreleased_instance_id,
+                         f"Static member {member_id} with instance id {hb.instance_id} cannot "
+                         f"join the group because the instance id is owned by {old_id} member.")
+        group.remove(old_id)
+        entries.extend(_member_tombstones(group.group_id, old_id))
+        self._forget(group.group_id, old_id)
+        target = group.target.get(old_id)
+        if target is not None:
+            group.target[member_id] = target
+            entries.append(_target_member(group.group_id, member_id, target))
+        return dataclasses.replace(old, member_id=member_id,
+                                   member_epoch=old.previous_member_epoch)
+
+    def _leave(self, group: ConsumerGroup, hb: Heartbeat, entries: list[Entry]
+               ) -> HeartbeatResult:
+        member = group.members.get(hb.member_id)
+        if member is None:
+            raise refuse(ErrorCode.unknown_member_id,
+                         f"Member {hb.member_id} is not a member of group {group.group_id}.")
+        if hb.member_epoch == STATIC_LEAVE and member.instance_id is not None:
+            # Gone for now: its partitions wait for it (until its session times out).
+            left = dataclasses.replace(member, member_epoch=STATIC_LEAVE,
+                                       previous_member_epoch=member.member_epoch)
+            group.put(left)
+            entries.append((cr.encode_key(cr.ConsumerKey(cr.CURRENT_ASSIGNMENT, group.group_id,
+                                                         member.member_id)),
+                            cr.encode_current_assignment(left)))
+        else:
+            self._remove(group, member.member_id, entries)
+        self._store(group, entries)
+        if hb.member_epoch == LEAVE:
+            self._forget(group.group_id, member.member_id)
+        return HeartbeatResult(member_id=member.member_id, member_epoch=hb.member_epoch,
+                               heartbeat_interval_ms=0)
+
+    def _remove(self, group: ConsumerGroup, member_id: str, entries: list[Entry]) -> None:
+        group.remove(member_id)
+        group.group_epoch += 1
+        entries.extend(_member_tombstones(group.group_id, member_id))
+        entries.append((cr.encode_key(cr.ConsumerKey(cr.GROUP_METADATA, group.group_id)),
+                        cr.encode_group_metadata(group.group_epoch, group.metadata_hash)))
+
+    def _new_target(self, group: ConsumerGroup, topics: Mapping[str, TopicMetadata],
+                    now: float) -> list[Entry]:
+        by_name = {name: t for name, t in topics.items()}
+        subscriptions = {m.member_id: frozenset(by_name[name].uuid for name in
+                                                _subscribed(m, by_name) if name in by_name)
+                         for m in group.members.values()}
+        partitions = {t.uuid: t.partitions for t in by_name.values()}
+        assignor = group.preferred_assignor(self.assignors[0])
+        target = assign(assignor, GroupSpec(subscriptions, partitions, dict(group.target)))
+        entries = [_target_member(group.group_id, m, a) for m, a in target.items()
+                   if group.target.get(m) != a]
+        group.target = target
+        group.target_epoch = group.group_epoch
+        entries.append((cr.encode_key(cr.ConsumerKey(cr.TARGET_METADATA, group.group_id)),
+                        cr.encode_target_metadata(group.target_epoch)))
+        return entries
+
+    def _store(self, group: ConsumerGroup, entries: list[Entry]) -> None:
+        error = self.writer.write(group.group_id, entries)
+        if error != ErrorCode.none:
+            raise refuse(error, f"the group could not be stored: {error.name}")
+        if group.members or group.group_id in self.store.consumer_groups:
+            self.store.consumer_groups[group.group_id] = group
+            self.store.groups.pop(group.group_id, None)  # an empty classic group is replaced
+
+    def _forget(self, group_id: str, member_id: str) -> None:
+        self.sessions.pop((group_id, member_id), None)
+        self.revocations.pop((group_id, member_id), None)
+
+    # -- timers ------------------------------------------------------------------------------
+
+    def expire(self, now: float) -> None:
+        """Remove members whose session ran out, or who kept partitions to revoke past
+        their rebalance timeout (Kafka fences them: they must rejoin)."""
+        due = {key for key, deadline in self.sessions.items() if deadline <= now}
+        due |= {key for key, deadline in self.revocations.items() if deadline <= now}
+        for group_id, member_id in sorted(due):
+            current = self.store.consumer_groups.get(group_id)
+            if current is None or member_id not in current.members:
+                self._forget(group_id, member_id)
+                continue
+            group, entries = _copy(current), []
+            self._remove(group, member_id, entries)
+            try:
+                self._store(group, entries)
+            except CoordinatorError:
+                continue  # not the coordinator any more, or not writable now: next tick
+            self._forget(group_id, member_id)
+
+
+def _copy(group: ConsumerGroup) -> ConsumerGroup:
+    """A copy a heartbeat can change freely: members are immutable, the maps are not."""
+    return dataclasses.replace(group, members=dict(group.members),
+                               static_members=dict(group.static_members),
+                               target=dict(group.target), owners=dict(group.owners))
+
+
+def _subscription(m: ConsumerMember) -> tuple:
+    """What the target assignment depends on: a change bumps the group epoch."""
+    return m.subscribed_topic_names, m.subscribed_topic_regex, m.server_assignor, m.rack_id
+
+
+def _stored_facts(m: ConsumerMember) -> tuple:
+    """What ConsumerGroupMemberMetadata holds: a change is written."""
+    return (*_subscription(m), m.instance_id, m.client_id, m.client_host,
+            m.rebalance_timeout_ms, m.classic)
+
+
+def _subscribed(m: ConsumerMember, topics: Mapping[str, TopicMetadata]) -> set[str]:
+    names = set(m.subscribed_topic_names)
+    if m.subscribed_topic_regex:
+        pattern = re.compile(m.subscribed_topic_regex)
+        names |= {t for t in topics if pattern.fullmatch(t)}
+    return names
+
+
+def _metadata_hash(group: ConsumerGroup, topics: Mapping[str, TopicMetadata]) -> int:
+    """A hash of what the assignment depends on besides the members: each subscribed topic's
+    name, id and partition count (KIP-1101's idea; not Kafka's exact function)."""
+    names = sorted({n for m in group.members.values() for n in _subscribed(m, topics)
+                    if n in topics})
+    text = ";".join(f"{n}:{topics[n].topic_id}:{topics[n].partitions}" for n in names)
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big",
+                          signed=True) if names else 0
+
+
+def _member_metadata(group_id: str, member: ConsumerMember) -> Entry:
+    return (cr.encode_key(cr.ConsumerKey(cr.MEMBER_METADATA, group_id, member.member_id)),
+            cr.encode_member_metadata(member))
+
+
+def _target_member(group_id: str, member_id: str, target: Assignment) -> Entry:
+    return (cr.encode_key(cr.ConsumerKey(cr.TARGET_MEMBER, group_id, member_id)),
+            cr.encode_target_member(target))
+
+
+def _member_tombstones(group_id: str, member_id: str) -> list[Entry]:
+    return [(cr.encode_key(cr.ConsumerKey(kind, group_id, member_id)), None)
+            for kind in (cr.CURRENT_ASSIGNMENT, cr.TARGET_MEMBER, cr.MEMBER_METADATA)]

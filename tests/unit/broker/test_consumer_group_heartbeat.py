@@ -1,0 +1,179 @@
+"""ConsumerGroupHeartbeat and ConsumerGroupDescribe (KIP-848) through their handlers, against a
+real coordinator and replica manager on a temp dir: joining, the revoke-then-assign hand-over
+between two members, leaving, session expiry, and the bad input Kafka refuses (with nothing
+written to __consumer_offsets)."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from broker.coordinator.consumer_membership import Heartbeat
+from broker.handlers import consumer_groups  # noqa: F401 (registers)
+from broker.handlers.context import BrokerServices
+from tests.support.group_calls import finish_now
+from tests.support.handlers import call, create, make_services, new_topic, request
+
+HEARTBEAT, DESCRIBE = 68, 69
+GROUP = "g"
+
+
+@pytest.fixture
+def services(tmp_path: Path) -> BrokerServices:
+    services = make_services(tmp_path, **{"offsets.topic.num.partitions": "3"})
+    create(services, 7, new_topic("orders", 4))
+    finish_now(services.groups.ensure_offsets_topic())
+    services.groups.load()  # it leads every offsets partition: it coordinates every group
+    return services
+
+
+def topic_id(services: BrokerServices) -> Any:
+    return services.store.topics["orders"].uuid
+
+
+def beat(services: BrokerServices, member: str, epoch: int, *, owned: list[int] | None = None,
+         join: bool = False, version: int = 1, **fields: Any) -> Any:
+    values: dict[str, Any] = {"group_id": GROUP, "member_id": member, "member_epoch": epoch,
+                              "rebalance_timeout": timedelta(milliseconds=-1),
+                              "topic_partitions": None}
+    if join:
+        values.update(rebalance_timeout=timedelta(seconds=30), subscribed_topic_names=["orders"],
+                      topic_partitions=[])
+    if owned is not None:
+        values["topic_partitions"] = [{"topic_id": topic_id(services), "partitions": owned}]
+    values.update(fields)
+    return call(services, request(HEARTBEAT, version, values))
+
+
+def partitions(response: Any) -> list[int] | None:
+    if response.assignment is None:
+        return None
+    return sorted(p for tp in response.assignment.topic_partitions for p in tp.partitions)
+
+
+def offsets_end(services: BrokerServices) -> int:
+    partition = services.replicas.get("__consumer_offsets",
+                                      services.groups.partition_of(GROUP))
+    return partition.log.log_end_offset
+
+
+def describe(services: BrokerServices) -> Any:
+    (group,) = call(services, request(DESCRIBE, 1, {
+        "group_ids": [GROUP], "include_authorized_operations": False})).groups
+    return group
+
+
+def test_a_member_joins_and_gets_every_partition(services: BrokerServices) -> None:
+    joined = beat(services, "a", 0, join=True)
+    assert (joined.error_code, joined.member_id, joined.member_epoch) == (ErrorCode.none, "a", 1)
+    assert joined.heartbeat_interval == timedelta(seconds=5)
+    assert partitions(joined) == [0, 1, 2, 3]
+    again = beat(services, "a", 1)
+    assert (again.member_epoch, again.assignment) == (1, None)  # nothing changed: none sent
+    group = describe(services)
+    assert (group.group_state, group.group_epoch, group.assignment_epoch) == ("Stable", 1, 1)
+    assert group.assignor_name == "uniform"
+    (member,) = group.members
+    assert (member.member_id, member.member_epoch, member.subscribed_topic_names) == (
+        "a", 1, ("orders",))
+    assert [p for tp in member.assignment.topic_partitions for p in tp.partitions] == [0, 1, 2, 3]
+
+
+def test_a_second_member_gets_partitions_only_once_the_first_revoked_them(
+        services: BrokerServices) -> None:
+    beat(services, "a", 0, join=True)
+    b = beat(services, "b", 0, join=True)
+    assert (b.member_epoch, partitions(b)) == (2, [])  # a still holds them: nothing yet
+    assert describe(services).group_state == "Reconciling"
+
+    a = beat(services, "a", 1, owned=[0, 1, 2, 3])
+    assert (a.member_epoch, len(partitions(a))) == (1, 2)  # keep two, give two up
+    kept = partitions(a)
+    assert partitions(beat(services, "b", 2)) is None  # still held
+
+    a = beat(services, "a", 1, owned=kept)  # revoked
+    assert (a.member_epoch, partitions(a)) == (2, None)
+    b = beat(services, "b", 2, owned=[])
+    assert sorted(partitions(b) + kept) == [0, 1, 2, 3]
+    assert describe(services).group_state == "Stable"
+
+
+def test_leaving_hands_the_partitions_to_the_others(services: BrokerServices) -> None:
+    beat(services, "a", 0, join=True)
+    beat(services, "b", 0, join=True)
+    a = beat(services, "a", 1, owned=[0, 1, 2, 3])
+    beat(services, "a", 1, owned=partitions(a))
+    left = beat(services, "a", -1)
+    assert (left.error_code, left.member_epoch) == (ErrorCode.none, -1)
+    b = beat(services, "b", 2, owned=[])
+    assert (b.member_epoch, partitions(b)) == (3, [0, 1, 2, 3])
+    assert [m.member_id for m in describe(services).members] == ["b"]
+
+
+def test_a_silent_member_is_removed_after_its_session(services: BrokerServices) -> None:
+    started = time.monotonic()
+    beat(services, "a", 0, join=True)
+    beat(services, "b", 0, join=True)
+    services.groups.tick(now=started + 44)
+    assert len(describe(services).members) == 2
+    # b heartbeats 40 s on (the coordinator is driven at that moment); a stays silent.
+    alive = services.groups.consumer_heartbeat(Heartbeat(GROUP, "b", 2), "c", "/h",
+                                               started + 40, 1)
+    assert alive.error == ErrorCode.none
+    services.groups.tick(now=started + 46)
+    assert [m.member_id for m in describe(services).members] == ["b"]
+    gone = beat(services, "a", 1)
+    assert gone.error_code == ErrorCode.unknown_member_id
+
+
+@pytest.mark.parametrize("fields,error,message", [
+    ({"server_assignor": "sticky"}, ErrorCode.unsupported_assignor,
+     "ServerAssignor sticky is not supported. Supported assignors: uniform, range."),
+    ({"subscribed_topic_regex": "orders[", "subscribed_topic_names": None},
+     ErrorCode.invalid_regular_expression, "SubscribedTopicRegex `orders[` is not a valid"),
+    ({"rebalance_timeout": timedelta(milliseconds=-1)}, ErrorCode.invalid_request,
+     "RebalanceTimeoutMs must be provided in first request."),
+    ({"subscribed_topic_names": None}, ErrorCode.invalid_request,
+     "Either SubscribedTopicNames or SubscribedTopicRegex must be non-null"),
+    ({"member_id": ""}, ErrorCode.invalid_request, "MemberId can't be empty."),
+    ({"instance_id": ""}, ErrorCode.invalid_request, "InstanceId can't be empty."),
+    ({"member_epoch": -3}, ErrorCode.invalid_request, "MemberEpoch is invalid."),
+    ({"subscribed_topic_names": ["x" * 40000]}, ErrorCode.invalid_request, "longer than"),
+], ids=["assignor", "regex", "rebalance-timeout", "subscription", "member-id", "instance-id",
+        "epoch", "oversized"])
+def test_bad_joins_are_refused_and_store_nothing(services: BrokerServices, fields: dict,
+                                                 error: ErrorCode, message: str) -> None:
+    before = offsets_end(services)
+    member = fields.pop("member_id", "a")
+    epoch = fields.pop("member_epoch", 0)
+    response = beat(services, member, epoch, join=True, **fields)
+    assert response.error_code == error
+    assert message in response.error_message
+    assert offsets_end(services) == before
+    assert services.groups.describe_consumer_group(GROUP) is None
+
+
+def test_stale_epochs_and_strangers_are_fenced(services: BrokerServices) -> None:
+    beat(services, "a", 0, join=True)
+    before = offsets_end(services)
+    ahead = beat(services, "a", 5)
+    assert ahead.error_code == ErrorCode.fenced_member_epoch
+    assert "greater member epoch (5)" in ahead.error_message
+    assert beat(services, "stranger", 1).error_code == ErrorCode.unknown_member_id
+    assert beat(services, "stranger", -1).error_code == ErrorCode.unknown_member_id
+    other = call(services, request(HEARTBEAT, 1, {
+        "group_id": "nobody", "member_id": "a", "member_epoch": 1,
+        "rebalance_timeout": timedelta(milliseconds=-1), "topic_partitions": None}))
+    assert other.error_code == ErrorCode.group_id_not_found
+    assert offsets_end(services) == before
+
+
+def test_describing_an_unknown_group(services: BrokerServices) -> None:
+    group = describe(services)
+    assert (group.error_code, group.error_message) == (
+        ErrorCode.group_id_not_found, "Group g not found.")
