@@ -323,6 +323,22 @@ class ConsumerMembership:
 
     # -- timers ------------------------------------------------------------------------------
 
+    def resume(self, group: ConsumerGroup, now: float) -> None:
+        """A group loaded by a new coordinator: every member has a session to heartbeat in,
+        and one revoking partitions its rebalance timeout."""
+        session = self.config["group.consumer.session.timeout.ms"] / 1000
+        for member in group.members.values():
+            self.sessions[(group.group_id, member.member_id)] = now + session
+            if member.state is MemberState.UNREVOKED_PARTITIONS:
+                self.revocations[(group.group_id, member.member_id)] = \
+                    now + member.rebalance_timeout_ms / 1000
+
+    def drop(self, group_id: str) -> None:
+        """The group moved to another coordinator: its timers are not ours any more."""
+        for timers in (self.sessions, self.revocations):
+            for key in [k for k in timers if k[0] == group_id]:
+                del timers[key]
+
     def expire(self, now: float) -> None:
         """Remove members whose session ran out, or who kept partitions to revoke past
         their rebalance timeout (Kafka fences them: they must rejoin)."""

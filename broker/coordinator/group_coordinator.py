@@ -67,9 +67,9 @@ class GroupCoordinator:
         self.membership = ClassicMembership(config, self.store, self.writer)
         self.commits = OffsetCommits(self.store, self.writer)
         self.cleanup = GroupCleanup(config, self.store, self.writer)
-        self.loader = GroupLoader(self.store, self.commits)
         self.consumers = ConsumerMembership(config, self.store, self.writer,
                                             lambda: replicas.metadata.topics)
+        self.loader = GroupLoader(self.store, self.commits, self.consumers)
         self._tick_task: asyncio.Task[None] | None = None
 
     # The store's state, read by the handlers, the metrics and the tests.

@@ -15,7 +15,10 @@ import time
 
 from kio.schema.errors import ErrorCode
 
+from broker.coordinator import consumer_records as cr
+from broker.coordinator import consumer_replay
 from broker.coordinator import offsets_topic as ot
+from broker.coordinator.consumer_membership import ConsumerMembership
 from broker.coordinator.group import Group, GroupState, Member
 from broker.coordinator.group_store import GroupStore, fail_waits
 from broker.coordinator.offset_commits import OffsetCommits
@@ -39,9 +42,11 @@ def is_commit_marker(batch: bytes) -> bool | None:
 class GroupLoader:
     """Loads a partition's groups and offsets into the store, or unloads them."""
 
-    def __init__(self, store: GroupStore, commits: OffsetCommits) -> None:
+    def __init__(self, store: GroupStore, commits: OffsetCommits,
+                 consumers: ConsumerMembership) -> None:
         self.store = store
         self.commits = commits  # transactional offsets, completed by the markers replayed
+        self.consumers = consumers  # KIP-848 groups' session timers
 
     def on_leadership(self, partition: Partition, leader: bool) -> None:
         """Load a partition's groups on becoming its leader, drop them on losing it, as
@@ -59,6 +64,9 @@ class GroupLoader:
         for group_id in [g for g in store.groups if store.partition_of(g) == index]:
             for member in store.groups.pop(group_id).members.values():
                 fail_waits(member, ErrorCode.not_coordinator)
+        for group_id in [g for g in store.consumer_groups if store.partition_of(g) == index]:
+            del store.consumer_groups[group_id]
+            self.consumers.drop(group_id)
         for group_id in [g for g in store.offsets if store.partition_of(g) == index]:
             del store.offsets[group_id]
         for by_group in store.pending_txn_offsets.values():
@@ -79,9 +87,12 @@ class GroupLoader:
             group.state = GroupState.STABLE
             for member in group.members.values():
                 member.heartbeat_deadline = now + member.session_timeout_ms / 1000
+        for consumer_group in consumer_replay.settle(store, partition.index):
+            self.consumers.resume(consumer_group, now)
         store.owned.add(partition.index)
         log.info("coordinating %s-%d: %d groups known", ot.TOPIC, partition.index,
-                 sum(1 for g in store.groups if store.partition_of(g) == partition.index))
+                 sum(1 for g in (*store.groups, *store.consumer_groups)
+                     if store.partition_of(g) == partition.index))
 
     def _replay_batch(self, index: int, header: BatchHeader, raw: bytes) -> None:
         if header.is_control:
@@ -105,6 +116,11 @@ class GroupLoader:
         if record.key is None:
             return
         key = ot.decode_key(record.key)
+        if key is None:
+            consumer_key = cr.decode_key(record.key)
+            if consumer_key is not None:
+                consumer_replay.replay(self.store, consumer_key, record.value)
+            return
         if isinstance(key, ot.OffsetKey):
             offsets = self.store.offsets.setdefault(key.group, {})
             if record.value is None:

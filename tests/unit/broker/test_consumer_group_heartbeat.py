@@ -177,3 +177,26 @@ def test_describing_an_unknown_group(services: BrokerServices) -> None:
     group = describe(services)
     assert (group.error_code, group.error_message) == (
         ErrorCode.group_id_not_found, "Group g not found.")
+
+
+def test_a_new_coordinator_resumes_the_group_from_its_records(services: BrokerServices) -> None:
+    """Mid hand-over (a revoking, b waiting), the offsets partition is unloaded and loaded
+    again from its log, as on a coordinator failover; the hand-over then completes."""
+    beat(services, "a", 0, join=True, instance_id="host-a")
+    beat(services, "b", 0, join=True)
+    kept = partitions(beat(services, "a", 1, owned=[0, 1, 2, 3]))
+    before = describe(services)
+    offsets = services.replicas.get("__consumer_offsets", services.groups.partition_of(GROUP))
+    services.groups.on_leadership(offsets, False)
+    assert services.groups.describe_consumer_group(GROUP) is None
+    services.groups.on_leadership(offsets, True)
+    assert describe(services) == before  # epochs, states, members, both assignments
+    group = services.groups.describe_consumer_group(GROUP)
+    assert group.static_members == {"host-a": "a"}
+    assert {tp[1] for tp, owner in group.owners.items() if owner == "a"} == {0, 1, 2, 3}
+
+    a = beat(services, "a", 1, owned=kept)
+    assert a.member_epoch == 2
+    b = beat(services, "b", 2, owned=[])
+    assert sorted(partitions(b) + kept) == [0, 1, 2, 3]
+    assert describe(services).group_state == "Stable"
