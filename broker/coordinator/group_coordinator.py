@@ -233,6 +233,9 @@ class GroupCoordinator:
     def describe_consumer_group(self, group_id: str) -> ConsumerGroup | None:
         return self.store.consumer_groups.get(group_id)
 
+    def list_consumer_groups(self) -> list[ConsumerGroup]:
+        return list(self.store.consumer_groups.values())
+
     def list_groups(self) -> list[Group]:
         """Every group, and as an Empty group of no protocol type each group known only by
         its offsets (simple commits, which after a reload left no GroupMetadata record)."""

@@ -15,6 +15,7 @@ import time
 from kio.schema.errors import ErrorCode
 
 from broker.coordinator import offsets_topic as ot
+from broker.coordinator.consumer_group import ConsumerGroup
 from broker.coordinator.group import Group, GroupState
 from broker.coordinator.group_store import (
     CoordinatorError,
@@ -46,6 +47,12 @@ class OffsetCommits:
             check_length(group_id, "group id", ErrorCode.invalid_group_id)
         except CoordinatorError as e:
             return e.code
+        consumer_group = self.store.consumer_groups.get(group_id)
+        if consumer_group is not None:
+            refused = consumer_commit_error(consumer_group, generation, member_id)
+            if refused is not None:
+                return refused
+            return self._store(group_id, offsets)
         groups = self.store.groups
         group = groups.get(group_id)
         if generation < 0 and not member_id:
@@ -64,6 +71,9 @@ class OffsetCommits:
             if group.is_(GroupState.COMPLETING_REBALANCE):
                 return ErrorCode.rebalance_in_progress
             member.heartbeat_deadline = time.monotonic() + member.session_timeout_ms / 1000
+        return self._store(group_id, offsets)
+
+    def _store(self, group_id: str, offsets: OffsetMap) -> ErrorCode:
         error = self.writer.write(group_id, offset_entries(group_id, offsets))
         if error == ErrorCode.none:
             self.store.offsets.setdefault(group_id, {}).update(offsets)
@@ -81,9 +91,17 @@ class OffsetCommits:
             validate_group_id(group_id)
         except CoordinatorError as e:
             return e.code
+        consumer_group = self.store.consumer_groups.get(group_id)
+        if consumer_group is not None:
+            refused = consumer_commit_error(consumer_group, generation, member_id,
+                                            transactional=True)
+            if refused is not None:
+                return refused
         groups = self.store.groups
         group = groups.get(group_id)
-        if group is None:
+        if consumer_group is not None:
+            pass  # checked above: a KIP-848 group has no classic generation to compare
+        elif group is None:
             if generation >= 0 or member_id:
                 return ErrorCode.illegal_generation if generation >= 0 else (
                     ErrorCode.unknown_member_id)
@@ -134,3 +152,21 @@ class OffsetCommits:
         if partitions is None:
             return dict(committed)
         return {tp: committed.get(tp) for tp in partitions}
+
+
+def consumer_commit_error(group: ConsumerGroup, epoch: int, member_id: str,
+                          transactional: bool = False) -> ErrorCode | None:
+    """Why a KIP-848 group refuses a commit (Kafka's ConsumerGroup.validateOffsetCommit), or
+    None. Only a member at its current epoch may commit: one behind may already have been
+    told to give a partition up (Kafka 4.3+ lets it commit partitions it held at that
+    epoch; kafkube asks it to retry with its new epoch, which the clients do)."""
+    if epoch < 0 and not group.members:
+        return None  # a commit of a consumer outside the (empty) group
+    if transactional and epoch < 0 and not member_id:
+        return None
+    member = group.members.get(member_id)
+    if member is None:
+        return ErrorCode.unknown_member_id
+    if epoch != member.member_epoch:
+        return ErrorCode.stale_member_epoch
+    return None

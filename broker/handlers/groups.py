@@ -407,6 +407,7 @@ async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
 # Every group kafkube coordinates is a classic one (JoinGroup/SyncGroup); KIP-848's
 # "consumer" groups (ConsumerGroupHeartbeat) are not served, so never listed.
 GROUP_TYPE = "classic"
+CONSUMER_GROUP_TYPE = "consumer"  # KIP-848
 
 
 @handles(16, 0, 5)
@@ -416,14 +417,18 @@ async def handle_list_groups(ctx: RequestContext, request: Any) -> Any:
     may describe, the rest left out without an error (and unlogged, as Kafka filters)."""
     states = {s.lower() for s in getattr(request, "states_filter", ()) or ()}
     types = {t.lower() for t in getattr(request, "types_filter", ()) or ()}
-    listed = types == set() or GROUP_TYPE in types
     everything = ctx.authorize_cluster(Operation.DESCRIBE, log_denied=False)
+    coordinator = coordinator_of(ctx)
+    listed = [(g.group_id, g.protocol_type or "", g.state.value, GROUP_TYPE)
+              for g in coordinator.list_groups()]
+    listed += [(g.group_id, "consumer", g.state.value, CONSUMER_GROUP_TYPE)
+               for g in coordinator.list_consumer_groups()]
     groups = [
-        {"group_id": g.group_id, "protocol_type": g.protocol_type or "",
-         "group_state": g.state.value, "group_type": GROUP_TYPE}
-        for g in coordinator_of(ctx).list_groups()
-        if listed and (not states or g.state.value.lower() in states)
-        and (everything or ctx.authorize(Operation.DESCRIBE, ResourceType.GROUP, g.group_id,
+        {"group_id": group_id, "protocol_type": protocol_type, "group_state": state,
+         "group_type": group_type}
+        for group_id, protocol_type, state, group_type in listed
+        if (not types or group_type in types) and (not states or state.lower() in states)
+        and (everything or ctx.authorize(Operation.DESCRIBE, ResourceType.GROUP, group_id,
                                          log_denied=False))
     ]
     return build_response(request, {

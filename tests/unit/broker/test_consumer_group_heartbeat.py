@@ -200,3 +200,36 @@ def test_a_new_coordinator_resumes_the_group_from_its_records(services: BrokerSe
     b = beat(services, "b", 2, owned=[])
     assert sorted(partitions(b) + kept) == [0, 1, 2, 3]
     assert describe(services).group_state == "Stable"
+
+
+def commit(services: BrokerServices, member: str, epoch: int, offset: int = 7) -> ErrorCode:
+    response = call(services, request(8, 9, {
+        "group_id": GROUP, "generation_id_or_member_epoch": epoch, "member_id": member,
+        "group_instance_id": None, "retention_time": timedelta(milliseconds=-1),
+        "topics": [{"name": "orders", "partitions": [
+            {"partition_index": 0, "committed_offset": offset, "committed_leader_epoch": -1,
+             "committed_metadata": None}]}]}))
+    return response.topics[0].partitions[0].error_code
+
+
+def test_only_a_member_at_its_epoch_commits(services: BrokerServices) -> None:
+    beat(services, "a", 0, join=True)
+    assert commit(services, "a", 1) == ErrorCode.none
+    beat(services, "b", 0, join=True)  # the group epoch moves on; a is still at 1
+    assert commit(services, "a", 1) == ErrorCode.none
+    assert commit(services, "a", 2) == ErrorCode.stale_member_epoch
+    assert commit(services, "b", 1) == ErrorCode.stale_member_epoch
+    assert commit(services, "nobody", 1) == ErrorCode.unknown_member_id
+    assert commit(services, "", -1) == ErrorCode.unknown_member_id  # a group with members
+    assert services.groups.fetch_offsets(GROUP, [("orders", 0)])[("orders", 0)].offset == 7
+    assert GROUP not in services.groups.groups  # no classic group made on the way
+
+
+def test_list_groups_shows_consumer_groups_with_their_type(services: BrokerServices) -> None:
+    beat(services, "a", 0, join=True)
+    listed = call(services, request(16, 5, {"states_filter": [], "types_filter": []})).groups
+    assert [(g.group_id, g.protocol_type, g.group_state, g.group_type) for g in listed] == [
+        (GROUP, "consumer", "Stable", "consumer")]
+    classic_only = call(services, request(16, 5, {"states_filter": [],
+                                                  "types_filter": ["Classic"]})).groups
+    assert classic_only == ()
