@@ -16,6 +16,8 @@ import time
 from kio.schema.errors import ErrorCode
 
 from broker.config.broker_config import BrokerConfig
+from broker.coordinator import consumer_records as cr
+from broker.coordinator.consumer_group import ConsumerGroup
 from broker.coordinator.group import GroupState
 from broker.coordinator.group_store import GroupStore
 from broker.coordinator.offsets_writer import (
@@ -39,6 +41,10 @@ class GroupCleanup:
         groups, offsets = self.store.groups, self.store.offsets
         results = {}
         for group_id in group_ids:
+            consumer_group = self.store.consumer_groups.get(group_id)
+            if consumer_group is not None:
+                results[group_id] = self._delete_consumer_group(consumer_group)
+                continue
             group = groups.get(group_id)
             if group is None and group_id not in offsets:
                 results[group_id] = ErrorCode.group_id_not_found
@@ -56,6 +62,22 @@ class GroupCleanup:
                     group.transition(GroupState.DEAD)
                     del groups[group_id]
         return results
+
+    def _delete_consumer_group(self, group: ConsumerGroup) -> ErrorCode:
+        """A KIP-848 group goes once it has no members: its offsets, its target assignment
+        and its epoch tombstoned (Kafka's ConsumerGroup.createGroupTombstoneRecords)."""
+        if group.members:
+            return ErrorCode.non_empty_group
+        group_id = group.group_id
+        entries = offset_tombstones(group_id, self.store.offsets.get(group_id, {}))
+        entries += [(cr.encode_key(cr.ConsumerKey(kind, group_id)), None)
+                    for kind in (cr.TARGET_METADATA, cr.GROUP_METADATA)]
+        error = self.writer.write(group_id, entries)
+        if error == ErrorCode.none:
+            self.store.offsets.pop(group_id, None)
+            group.deleted = True
+            del self.store.consumer_groups[group_id]
+        return error
 
     def delete_offsets(
         self, group_id: str, partitions: list[tuple[str, int]]

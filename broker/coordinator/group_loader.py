@@ -122,11 +122,14 @@ class GroupLoader:
                 consumer_replay.replay(self.store, consumer_key, record.value)
             return
         if isinstance(key, ot.OffsetKey):
-            offsets = self.store.offsets.setdefault(key.group, {})
             if record.value is None:
+                offsets = self.store.offsets.get(key.group, {})
                 offsets.pop((key.topic, key.partition), None)
+                if not offsets:  # the group's last offset gone: it has none, as never had
+                    self.store.offsets.pop(key.group, None)
             else:
-                offsets[(key.topic, key.partition)] = ot.decode_offset(record.value)
+                self.store.offsets.setdefault(key.group, {})[(key.topic, key.partition)] = \
+                    ot.decode_offset(record.value)
         elif isinstance(key, ot.GroupKey):
             if record.value is None:
                 self.store.groups.pop(key.group, None)

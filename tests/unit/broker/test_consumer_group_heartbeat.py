@@ -233,3 +233,23 @@ def test_list_groups_shows_consumer_groups_with_their_type(services: BrokerServi
     classic_only = call(services, request(16, 5, {"states_filter": [],
                                                   "types_filter": ["Classic"]})).groups
     assert classic_only == ()
+
+
+def test_a_consumer_group_is_deleted_only_once_empty(services: BrokerServices) -> None:
+    beat(services, "a", 0, join=True)
+    assert commit(services, "a", 1) == ErrorCode.none
+
+    def delete() -> ErrorCode:
+        (result,) = call(services, request(42, 2, {"groups_names": [GROUP]})).results
+        return result.error_code
+
+    assert delete() == ErrorCode.non_empty_group
+    beat(services, "a", -1)
+    assert delete() == ErrorCode.none
+    assert services.groups.describe_consumer_group(GROUP) is None
+    assert services.groups.fetch_offsets(GROUP, [("orders", 0)])[("orders", 0)] is None
+    offsets = services.replicas.get("__consumer_offsets", services.groups.partition_of(GROUP))
+    services.groups.on_leadership(offsets, False)
+    services.groups.on_leadership(offsets, True)  # the tombstones hold after a reload
+    assert services.groups.describe_consumer_group(GROUP) is None
+    assert delete() == ErrorCode.group_id_not_found
