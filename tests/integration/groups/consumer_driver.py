@@ -45,12 +45,17 @@ class Emitter:
 def _confluent_consumer(args: argparse.Namespace, out: Emitter):
     from confluent_kafka import Consumer, TopicPartition
 
-    conf = {
+    conf: dict[str, Any] = {
         "bootstrap.servers": args.bootstrap, "group.id": args.group, "client.id": args.name,
-        "enable.auto.commit": False, "auto.offset.reset": "earliest",
-        "session.timeout.ms": args.session_ms, "heartbeat.interval.ms": HEARTBEAT_MS,
-        "partition.assignment.strategy": args.strategy, "fetch.wait.max.ms": 100,
+        "enable.auto.commit": False, "auto.offset.reset": "earliest", "fetch.wait.max.ms": 100,
     }
+    if args.protocol == "consumer":  # KIP-848: the broker times and assigns; the client
+        conf["group.protocol"] = "consumer"  # may not set these (librdkafka refuses them)
+        if args.assignor:
+            conf["group.remote.assignor"] = args.assignor
+    else:
+        conf.update({"session.timeout.ms": args.session_ms, "heartbeat.interval.ms": HEARTBEAT_MS,
+                     "partition.assignment.strategy": args.strategy})
     if args.instance_id:
         conf["group.instance.id"] = args.instance_id
     if args.metadata_refresh_ms:
@@ -135,6 +140,9 @@ def consume_main(argv: list[str]) -> None:
     p.add_argument("--name", default="consumer")
     p.add_argument("--client", choices=["confluent", "kafka-python"], default="confluent")
     p.add_argument("--strategy", default="range,roundrobin")
+    p.add_argument("--protocol", choices=["classic", "consumer"], default="classic",
+                   help="confluent: group.protocol (consumer: KIP-848)")
+    p.add_argument("--assignor", help="confluent, consumer protocol: group.remote.assignor")
     p.add_argument("--session-ms", type=int, default=SESSION_MS)
     p.add_argument("--instance-id")
     p.add_argument("--batch", type=int, default=10)
