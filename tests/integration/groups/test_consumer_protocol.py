@@ -80,11 +80,10 @@ def test_librdkafka_members_share_hand_over_and_survive_a_kill(broker_factory, c
         p.stop()
 
 
-def verifiable(kafka_tools, bootstrap: str, topic: str, group: str, name: str):
+def verifiable(kafka_tools, bootstrap: str, topic: str, group: str):
     return kafka_tools.spawn(VERIFIABLE_CONSUMER, "--bootstrap-server", bootstrap, "--topic",
                              topic, "--group-id", group, "--group-protocol", "consumer",
-                             "--reset-policy", "earliest", "--verbose",
-                             "--command-property", f"client.id={name}")
+                             "--reset-policy", "earliest", "--verbose")
 
 
 def java_events(tool, name: str) -> list[dict]:
@@ -112,10 +111,10 @@ def test_java_consumers_share_and_survive_a_kill(broker_factory, kafka_tools):
     broker = broker_factory(**KIP848)
     topic, group = new_topic(broker.bootstrap, PARTITIONS), "kip848-java"
     produce(broker.bootstrap, topic, PARTITIONS, 10)
-    with verifiable(kafka_tools, broker.bootstrap, topic, group, "j0") as j0, \
-            verifiable(kafka_tools, broker.bootstrap, topic, group, "j1") as j1:
+    with verifiable(kafka_tools, broker.bootstrap, topic, group) as j0, \
+            verifiable(kafka_tools, broker.bootstrap, topic, group) as j1:
         tools = [j0, j1]
-        with verifiable(kafka_tools, broker.bootstrap, topic, group, "j2") as j2:
+        with verifiable(kafka_tools, broker.bootstrap, topic, group) as j2:
             tools.append(j2)
             wait_for(lambda: shared([java_assignment(t) for t in tools]), 60,
                      "three Java members sharing six partitions", [])
