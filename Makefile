@@ -14,7 +14,9 @@ demo: setup-demo
 
 # Every tier: tests/unit and tests/integration on $(WORKERS) pytest-xdist workers (most of
 # their time is spent waiting on broker processes, JVMs and the API server: 3 workers on 2
-# cores took 21 min where one took 40; docs/platform.md), then tests/e2e alone: its 4-node kind
+# cores took 21 min where one took 40; docs/platform.md; the tests that run Spark share one
+# worker, `xdist_group("spark")`: two Spark JVMs at once took them past their timeouts in a
+# cold run), then tests/e2e alone: its 4-node kind
 # cluster loads the machine by itself. Its kind node image and this tree's images are built
 # in the background meanwhile (scripts/setup.sh). The e2e tier runs even when the first run
 # failed, so one CI run reports every failure; the exit status is the first failure's.
@@ -23,7 +25,7 @@ test:
 	KAFKUBE_KIND_BUILD=background bash scripts/setup.sh
 	.venv/bin/ruff check .
 	status=0; \
-	.venv/bin/pytest -q -p no:cacheprovider -n $(WORKERS) tests/unit tests/integration \
+	.venv/bin/pytest -q -p no:cacheprovider -n $(WORKERS) --dist loadgroup tests/unit tests/integration \
 	  || status=$$?; \
 	e2e=0; .venv/bin/pytest -q -p no:cacheprovider tests/e2e || e2e=$$?; \
 	[ $$status -ne 0 ] || status=$$e2e; exit $$status
@@ -35,7 +37,7 @@ unit: setup-demo
 
 # Broker processes, the kube-apiserver, the Java and Go clients, Spark in local mode.
 integration: setup
-	.venv/bin/pytest -q -p no:cacheprovider -n $(WORKERS) tests/integration
+	.venv/bin/pytest -q -p no:cacheprovider -n $(WORKERS) --dist loadgroup tests/integration
 
 # Only the end-to-end scenarios on kind (tests/e2e); KAFKUBE_DRY_RUN=1 prints the commands.
 e2e: setup

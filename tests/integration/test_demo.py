@@ -6,9 +6,13 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from tests.support import REPO
 
 ROOT = REPO
+# The demo runs a Spark job: it shares a pytest-xdist worker with the other Spark tests.
+pytestmark = pytest.mark.xdist_group("spark")
 
 
 def test_demo_pipeline_runs(tmp_path):

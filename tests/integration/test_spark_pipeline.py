@@ -15,6 +15,9 @@ from kafkube.harness.waiting import wait_until
 from kafkube_spark.events import WINDOW_MS, Delivered, Total, expected_totals, orders, produce
 from tests.support.spark_jobs import SparkJob, committed_batches, read_totals
 
+# One Spark job at a time on the machine: with pytest-xdist these run on one worker.
+pytestmark = pytest.mark.xdist_group("spark")
+
 TOPIC, RESULTS = "orders", "order-totals"
 PARTITIONS = 4
 WATERMARK_MS = 10 * 60_000  # the stream job's default --watermark
