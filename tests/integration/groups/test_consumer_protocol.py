@@ -132,3 +132,34 @@ def test_java_consumers_share_and_survive_a_kill(broker_factory, kafka_tools):
                  "every record read by the Java members", [])
         commits = [e for t in (j0, j1) for e in java_events(t, "offsets_committed")]
         assert commits and all(c["success"] for c in commits), commits[-3:]
+
+
+GROUP_COMMAND = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
+
+
+def test_kafka_consumer_groups_describes_a_consumer_group(broker_factory, consumers,
+                                                           kafka_tools):
+    """kafka-consumer-groups.sh on a KIP-848 group: its type, state, epochs, members with
+    their current and target assignments, and their offsets."""
+    broker = broker_factory(**KIP848)
+    topic, group = new_topic(broker.bootstrap, 4), "kip848-described"
+    member = consumers("m0", broker.bootstrap, topic, group, "--protocol", "consumer")
+    produce(broker.bootstrap, topic, 4, 5)
+    wait_for(lambda: member.committed == {p: 5 for p in range(4)}, 30,
+             "the member to read and commit everything", [member])
+    b = ("--bootstrap-server", broker.bootstrap)
+
+    def table(*args: str) -> list[list[str]]:
+        out = kafka_tools.run(GROUP_COMMAND, *b, *args).stdout
+        return [line.split() for line in out.splitlines() if line.strip()]
+
+    assert ["kip848-described", "Consumer"] in table("--list", "--type")
+    header, row = table("--describe", "--group", group, "--state", "--verbose")
+    assert header[-3:] == ["GROUP-EPOCH", "TARGET-ASSIGNMENT-EPOCH", "#MEMBERS"], header
+    assert row[0] == group and row[3:] == ["uniform", "Stable", "1", "1", "1"], row
+    header, row = table("--describe", "--group", group, "--members", "--verbose")
+    assert "TARGET-ASSIGNMENT" in header
+    assert row[3] == "m0" and row[-4:] == ["1", f"{topic}:0,1,2,3", "1", f"{topic}:0,1,2,3"]
+    rows = table("--describe", "--group", group, "--offsets")[1:]
+    assert sorted((r[2], r[3], r[5]) for r in rows) == [(str(p), "5", "0") for p in range(4)]
+    member.stop()
