@@ -85,6 +85,41 @@ class _GroupCollector(Collector):
 
 
 @dataclass(frozen=True, slots=True)
+class ConsumerGroupSample:
+    """A KIP-848 group, read at scrape time."""
+
+    group: str
+    group_epoch: int
+    lowest_member_epoch: int  # of its members (the group epoch when it has none)
+    consumer_members: int  # speaking KIP-848
+    classic_members: int  # speaking the classic protocol inside it
+    rebalances: int  # target assignments computed since this broker took the group
+
+
+class _ConsumerGroupCollector(Collector):
+    def __init__(self, sample: Callable[[], Iterable[ConsumerGroupSample]]) -> None:
+        self._sample = sample
+
+    def collect(self):
+        members = GaugeMetricFamily("kafkube_consumer_group_members", "Members of a consumer "
+                                    "group (KIP-848) by protocol", labels=["group", "protocol"])
+        epoch = GaugeMetricFamily("kafkube_consumer_group_epoch", "The group epoch",
+                                  labels=["group"])
+        lag = GaugeMetricFamily("kafkube_consumer_group_assignment_epoch_lag",
+                                "Group epoch minus the lowest member epoch: members still "
+                                "moving to the latest assignment", labels=["group"])
+        rebalances = CounterMetricFamily("kafkube_consumer_group_rebalances", "Target "
+                                         "assignments computed for the group", labels=["group"])
+        for g in self._sample():
+            members.add_metric([g.group, "consumer"], g.consumer_members)
+            members.add_metric([g.group, "classic"], g.classic_members)
+            epoch.add_metric([g.group], g.group_epoch)
+            lag.add_metric([g.group], g.group_epoch - g.lowest_member_epoch)
+            rebalances.add_metric([g.group], g.rebalances)
+        yield from (members, epoch, lag, rebalances)
+
+
+@dataclass(frozen=True, slots=True)
 class ReplicationSample:
     """Kafka's ReplicaManager and KafkaController gauges, read at scrape time."""
 
@@ -234,3 +269,6 @@ class BrokerMetrics:
         self, sample: Callable[[], Iterable[tuple[str, str, int, int, int]]]
     ) -> None:
         self.registry.register(_GroupCollector(sample))
+
+    def watch_consumer_groups(self, sample: Callable[[], Iterable[ConsumerGroupSample]]) -> None:
+        self.registry.register(_ConsumerGroupCollector(sample))

@@ -141,6 +141,7 @@ class ConsumerGroup:
     # Who holds each partition (assigned, or pending revocation): "free" is absent.
     owners: dict[tuple[uuid.UUID, int], str] = field(default_factory=dict)
     deleted: bool = False
+    rebalances: int = 0  # target assignments computed here (metrics)
 
     @property
     def state(self) -> ConsumerGroupState:

@@ -305,6 +305,7 @@ class ConsumerMembership:
                    if group.target.get(m) != a]
         group.target = target
         group.target_epoch = group.group_epoch
+        group.rebalances += 1
         entries.append((cr.encode_key(cr.ConsumerKey(cr.TARGET_METADATA, group.group_id)),
                         cr.encode_target_metadata(group.target_epoch)))
         return entries

@@ -27,6 +27,7 @@ from collections.abc import Iterable
 
 from kio.schema.errors import ErrorCode
 
+from broker.common.metrics import ConsumerGroupSample
 from broker.config.broker_config import BrokerConfig
 from broker.coordinator import offsets_topic as ot
 from broker.coordinator.classic_membership import ClassicMembership, JoinResult
@@ -235,6 +236,17 @@ class GroupCoordinator:
 
     def list_consumer_groups(self) -> list[ConsumerGroup]:
         return list(self.store.consumer_groups.values())
+
+    def consumer_group_samples(self) -> list[ConsumerGroupSample]:
+        """What the metrics show of each KIP-848 group."""
+        samples = []
+        for g in list(self.store.consumer_groups.values()):
+            epochs = [m.member_epoch for m in g.members.values() if m.member_epoch >= 0]
+            classic = sum(1 for m in g.members.values() if m.classic is not None)
+            samples.append(ConsumerGroupSample(
+                g.group_id, g.group_epoch, min(epochs, default=g.group_epoch),
+                len(g.members) - classic, classic, g.rebalances))
+        return samples
 
     def list_groups(self) -> list[Group]:
         """Every group, and as an Empty group of no protocol type each group known only by

@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from kafkube.harness.metrics import scrape
 from tests.integration.groups.group_clients import ConsumerProc, new_topic, produce, wait_for
 from tests.support.kafka_tools import VERIFIABLE_CONSUMER
 
@@ -162,4 +163,10 @@ def test_kafka_consumer_groups_describes_a_consumer_group(broker_factory, consum
     assert row[3] == "m0" and row[-4:] == ["1", f"{topic}:0,1,2,3", "1", f"{topic}:0,1,2,3"]
     rows = table("--describe", "--group", group, "--offsets")[1:]
     assert sorted((r[2], r[3], r[5]) for r in rows) == [(str(p), "5", "0") for p in range(4)]
+    metrics = scrape(broker.metrics_port)
+    of = f'group="{group}"'
+    assert metrics[f'kafkube_consumer_group_members{{{of},protocol="consumer"}}'] == 1
+    assert metrics[f"kafkube_consumer_group_epoch{{{of}}}"] == 1
+    assert metrics[f"kafkube_consumer_group_assignment_epoch_lag{{{of}}}"] == 0
+    assert metrics[f"kafkube_consumer_group_rebalances_total{{{of}}}"] == 1
     member.stop()
