@@ -11,16 +11,24 @@ from kio.schema.api_versions.v0.response import ApiVersion as ApiVersionV0
 from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersionsResponseV0
 from kio.schema.errors import ErrorCode
 
-from broker.cluster.features import SUPPORTED
+from broker.cluster.features import GROUP_VERSION, SUPPORTED
 from broker.handlers import REGISTRY, handles
 from broker.handlers.context import RequestContext
 from broker.protocol.messages import build_response
 
+# APIs served only while a feature is finalized at a level, as Kafka lists them: a client
+# (franz-go, the Java consumer) picks KIP-848 by ConsumerGroupHeartbeat being listed.
+GATED: dict[int, tuple[str, int]] = {68: (GROUP_VERSION, 1), 69: (GROUP_VERSION, 1)}
 
-def _ranges() -> list[dict[str, int]]:
+
+def _ranges(features: dict[str, int] | None = None) -> list[dict[str, int]]:
+    """The registry's ranges; with the cluster's finalized ``features``, without the APIs
+    a feature below its level turns off (None: all, for the v0 fallback answer)."""
     return [
         {"api_key": s.api_key, "min_version": s.min_version, "max_version": s.max_version}
         for s in sorted(REGISTRY.values(), key=lambda s: s.api_key)
+        if features is None or s.api_key not in GATED
+        or features.get(GATED[s.api_key][0], 0) >= GATED[s.api_key][1]
     ]
 
 
@@ -51,7 +59,8 @@ def _features(ctx: RequestContext) -> dict[str, Any]:
 
 @handles(18, 0, 4)
 async def handle_api_versions(ctx: RequestContext, request: Any) -> Any:
-    values: dict[str, Any] = {"error_code": ErrorCode.none, "api_keys": _ranges(),
+    values: dict[str, Any] = {"error_code": ErrorCode.none,
+                              "api_keys": _ranges(ctx.services.store.image.features),
                               "throttle_time": timedelta(0)}
     if ctx.version >= 3:
         values.update(_features(ctx))

@@ -14,7 +14,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from broker.coordinator.consumer_membership import Heartbeat
-from broker.handlers import consumer_groups  # noqa: F401 (registers)
+from broker.handlers import api_versions, consumer_groups, features  # noqa: F401 (registers)
 from broker.handlers.context import BrokerServices
 from tests.support.group_calls import finish_now
 from tests.support.handlers import call, create, make_services, new_topic, request
@@ -253,3 +253,22 @@ def test_a_consumer_group_is_deleted_only_once_empty(services: BrokerServices) -
     services.groups.on_leadership(offsets, True)  # the tombstones hold after a reload
     assert services.groups.describe_consumer_group(GROUP) is None
     assert delete() == ErrorCode.group_id_not_found
+
+
+def test_the_protocol_is_listed_and_served_only_with_group_version_1(
+        services: BrokerServices) -> None:
+    def listed() -> set[int]:
+        response = call(services, request(18, 3, {"client_software_name": "t",
+                                                  "client_software_version": "1"}))
+        return {k.api_key for k in response.api_keys}
+
+    assert {HEARTBEAT, DESCRIBE} <= listed()  # a new cluster starts at group.version 1
+    downgraded = call(services, request(57, 1, {
+        "timeout": timedelta(seconds=5), "validate_only": False, "feature_updates": [
+            {"feature": "group.version", "max_version_level": 0, "upgrade_type": 2}]}))
+    assert downgraded.error_code == ErrorCode.none
+    services.store.refresh()
+    assert not {HEARTBEAT, DESCRIBE} & listed()
+    refused = beat(services, "a", 0, join=True)
+    assert refused.error_code == ErrorCode.unsupported_version
+    assert "group.version is 0" in refused.error_message
