@@ -118,6 +118,9 @@ class ConsumerMember:
     state: MemberState = MemberState.STABLE
     assigned: Assignment = field(default_factory=dict)
     pending_revocation: Assignment = field(default_factory=dict)
+    # The member epoch at which each assigned partition was given (Kafka 4.3+): a commit
+    # at an older epoch is good for the partitions held since then.
+    assignment_epochs: Mapping[tuple[uuid.UUID, int], int] = field(default_factory=dict)
 
     @property
     def is_static(self) -> bool:

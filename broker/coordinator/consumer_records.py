@@ -18,6 +18,7 @@ A null value is a tombstone: the member (or the group) is gone.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from broker.coordinator.consumer_group import (
@@ -149,7 +150,7 @@ def decode_target_member(data: bytes) -> Assignment:
 def encode_current_assignment(m: ConsumerMember) -> bytes:
     w = Writer().i16(VALUE_VERSION).i32(m.member_epoch).i32(m.previous_member_epoch)
     w.i8(int(m.state))
-    _topic_partitions(w, m.assigned)
+    _topic_partitions(w, m.assigned, m.assignment_epochs or None)
     _topic_partitions(w, m.pending_revocation)
     return bytes(w.tagged({}).buf)
 
@@ -161,16 +162,19 @@ class CurrentAssignment:
     state: MemberState
     assigned: Assignment
     pending_revocation: Assignment
+    assignment_epochs: dict[tuple[uuid.UUID, int], int]
 
 
 def decode_current_assignment(data: bytes) -> CurrentAssignment:
     r = _value(data)
     epoch, previous, state = r.i32(), r.i32(), r.i8()
-    assigned, pending = _read_topic_partitions(r), _read_topic_partitions(r)
+    epochs: dict[tuple[uuid.UUID, int], int] = {}
+    assigned = _read_topic_partitions(r, epochs)
+    pending = _read_topic_partitions(r)
     r.tagged()
     known = state in MemberState._value2member_map_
     return CurrentAssignment(epoch, previous, MemberState(state) if known else MemberState.UNKNOWN,
-                             assigned, pending)
+                             assigned, pending, epochs)
 
 
 def encode_regular_expression(topics: tuple[str, ...], version: int, timestamp_ms: int) -> bytes:
@@ -197,21 +201,38 @@ def _value(data: bytes) -> Reader:
     return r
 
 
-def _topic_partitions(w: Writer, partitions: Assignment) -> Writer:
-    """A compact array of {TopicId, Partitions, tagged fields}, topics in id order."""
+def _topic_partitions(w: Writer, partitions: Assignment,
+                      epochs: Mapping[tuple[uuid.UUID, int], int] | None = None) -> Writer:
+    """A compact array of {TopicId, Partitions, tagged fields}, topics in id order; with
+    ``epochs``, each partition's assignment epoch in tag 0 (AssignmentEpochs, Kafka 4.3+),
+    in the order of the partitions."""
     w.compact_length(len(partitions))
     for topic_id in sorted(partitions, key=lambda t: t.bytes):
-        w.uuid(topic_id).compact_length(len(partitions[topic_id]))
-        for p in sorted(partitions[topic_id]):
+        ordered = sorted(partitions[topic_id])
+        w.uuid(topic_id).compact_length(len(ordered))
+        for p in ordered:
             w.i32(p)
-        w.tagged({})
+        tags = {}
+        if epochs is not None:
+            e = Writer().compact_length(len(ordered))
+            for p in ordered:
+                e.i32(epochs.get((topic_id, p), -1))
+            tags[0] = bytes(e.buf)
+        w.tagged(tags)
     return w
 
 
-def _read_topic_partitions(r: Reader) -> Assignment:
+def _read_topic_partitions(r: Reader, epochs: dict[tuple[uuid.UUID, int], int] | None = None
+                           ) -> Assignment:
     out: dict[uuid.UUID, frozenset[int]] = {}
     for _ in range(r.compact_length() or 0):
         topic_id = r.uuid()
-        out[topic_id] = frozenset(r.i32() for _ in range(r.compact_length() or 0))
-        r.tagged()  # AssignmentEpochs (tag 0) is not kept
+        ordered = [r.i32() for _ in range(r.compact_length() or 0)]
+        out[topic_id] = frozenset(ordered)
+        tags = r.tagged()
+        if epochs is not None and 0 in tags:
+            e = Reader(tags[0])
+            for p, epoch in zip(ordered, [e.i32() for _ in range(e.compact_length() or 0)],
+                                strict=False):
+                epochs[(topic_id, p)] = epoch
     return {t: ps for t, ps in out.items() if ps}

@@ -50,14 +50,16 @@ def replay(store: GroupStore, key: cr.ConsumerKey, value: bytes | None) -> None:
         group.members[key.name] = facts if known is None else dataclasses.replace(
             facts, member_epoch=known.member_epoch,
             previous_member_epoch=known.previous_member_epoch, state=known.state,
-            assigned=known.assigned, pending_revocation=known.pending_revocation)
+            assigned=known.assigned, pending_revocation=known.pending_revocation,
+            assignment_epochs=known.assignment_epochs)
     elif key.type == cr.CURRENT_ASSIGNMENT and value is not None:
         current = cr.decode_current_assignment(value)
         known = group.members.get(key.name) or ConsumerMember(key.name)
         group.members[key.name] = dataclasses.replace(
             known, member_epoch=current.member_epoch,
             previous_member_epoch=current.previous_member_epoch, state=current.state,
-            assigned=current.assigned, pending_revocation=current.pending_revocation)
+            assigned=current.assigned, pending_revocation=current.pending_revocation,
+            assignment_epochs=current.assignment_epochs)
 
 
 def settle(store: GroupStore, index: int) -> list[ConsumerGroup]:

@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import logging
 import time
+import uuid
 from collections.abc import Iterable
 
 from kio.schema.errors import ErrorCode
@@ -66,12 +67,16 @@ class GroupCoordinator:
         self.store = GroupStore(config["offsets.topic.num.partitions"])
         self.writer = OffsetsTopicWriter(config, replicas, self.store)
         self.membership = ClassicMembership(config, self.store, self.writer)
-        self.commits = OffsetCommits(self.store, self.writer)
+        self.commits = OffsetCommits(self.store, self.writer, self._topic_id)
         self.cleanup = GroupCleanup(config, self.store, self.writer)
         self.consumers = ConsumerMembership(config, self.store, self.writer,
                                             lambda: replicas.metadata.topics)
         self.loader = GroupLoader(self.store, self.commits, self.consumers)
         self._tick_task: asyncio.Task[None] | None = None
+
+    def _topic_id(self, name: str) -> uuid.UUID | None:
+        topic = self.replicas.metadata.topics.get(name)
+        return topic.uuid if topic is not None else None
 
     # The store's state, read by the handlers, the metrics and the tests.
 

@@ -11,6 +11,8 @@ is told the offset is unstable. Deleting and expiring offsets is group_cleanup's
 from __future__ import annotations
 
 import time
+import uuid
+from collections.abc import Callable
 
 from kio.schema.errors import ErrorCode
 
@@ -31,9 +33,11 @@ from broker.storage.producer_state import VerificationGuard
 class OffsetCommits:
     """Stores commits (plain and transactional) and answers fetches of them."""
 
-    def __init__(self, store: GroupStore, writer: OffsetsTopicWriter) -> None:
+    def __init__(self, store: GroupStore, writer: OffsetsTopicWriter,
+                 topic_id: Callable[[str], uuid.UUID | None] = lambda _: None) -> None:
         self.store = store
         self.writer = writer
+        self.topic_id = topic_id  # KIP-848 assignments name topics by id
 
     def commit_offsets(
         self, group_id: str, generation: int, member_id: str, instance_id: str | None,
@@ -49,7 +53,8 @@ class OffsetCommits:
             return e.code
         consumer_group = self.store.consumer_groups.get(group_id)
         if consumer_group is not None:
-            refused = consumer_commit_error(consumer_group, generation, member_id)
+            refused = consumer_commit_error(consumer_group, generation, member_id, offsets,
+                                            self.topic_id)
             if refused is not None:
                 return refused
             return self._store(group_id, offsets)
@@ -93,8 +98,8 @@ class OffsetCommits:
             return e.code
         consumer_group = self.store.consumer_groups.get(group_id)
         if consumer_group is not None:
-            refused = consumer_commit_error(consumer_group, generation, member_id,
-                                            transactional=True)
+            refused = consumer_commit_error(consumer_group, generation, member_id, offsets,
+                                            self.topic_id, transactional=True)
             if refused is not None:
                 return refused
         groups = self.store.groups
@@ -155,11 +160,13 @@ class OffsetCommits:
 
 
 def consumer_commit_error(group: ConsumerGroup, epoch: int, member_id: str,
+                          offsets: OffsetMap, topic_id: Callable[[str], uuid.UUID | None],
                           transactional: bool = False) -> ErrorCode | None:
     """Why a KIP-848 group refuses a commit (Kafka's ConsumerGroup.validateOffsetCommit), or
-    None. Only a member at its current epoch may commit: one behind may already have been
-    told to give a partition up (Kafka 4.3+ lets it commit partitions it held at that
-    epoch; kafkube asks it to retry with its new epoch, which the clients do)."""
+    None. A member commits at its current epoch, or, as from Kafka 4.3, at an older one for
+    partitions it has held since that epoch (a commit sent before the heartbeat that moved
+    it on). Kafka refuses such a partition alone; here the whole commit is refused with
+    STALE_MEMBER_EPOCH and the client retries it at its new epoch."""
     if epoch < 0 and not group.members:
         return None  # a commit of a consumer outside the (empty) group
     if transactional and epoch < 0 and not member_id:
@@ -167,6 +174,13 @@ def consumer_commit_error(group: ConsumerGroup, epoch: int, member_id: str,
     member = group.members.get(member_id)
     if member is None:
         return ErrorCode.unknown_member_id
-    if epoch != member.member_epoch:
+    if epoch == member.member_epoch:
+        return None
+    if epoch > member.member_epoch:
         return ErrorCode.stale_member_epoch
+    for topic, partition in offsets:
+        tid = topic_id(topic)
+        given = member.assignment_epochs.get((tid, partition)) if tid is not None else None
+        if given is None or given > epoch:
+            return ErrorCode.stale_member_epoch
     return None

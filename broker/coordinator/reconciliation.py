@@ -23,6 +23,7 @@ from broker.coordinator.consumer_group import (
     difference,
     intersection,
     is_subset,
+    pairs,
     union,
 )
 
@@ -76,9 +77,11 @@ def _with(member: ConsumerMember, epoch: int, state: MemberState, assigned: Assi
           pending_revocation: Assignment) -> ConsumerMember:
     previous = member.member_epoch if epoch != member.member_epoch else \
         member.previous_member_epoch
+    # Partitions kept keep the epoch they were given at; new ones are given at ``epoch``.
+    epochs = {tp: member.assignment_epochs.get(tp, epoch) for tp in pairs(assigned)}
     return dataclasses.replace(member, member_epoch=epoch, previous_member_epoch=previous,
                                state=state, assigned=assigned,
-                               pending_revocation=pending_revocation)
+                               pending_revocation=pending_revocation, assignment_epochs=epochs)
 
 
 def fenced(member: ConsumerMember, epoch: int, owned: Assignment | None) -> str | None:

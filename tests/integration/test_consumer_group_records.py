@@ -39,7 +39,7 @@ MEMBER = ConsumerMember(
     "m-1", "i-1", "rack-a", "client", "/127.0.0.1", ("orders", "clicks"), None, 30000,
     "uniform", ClassicProtocols(45000, (("range", b"\x00\x01"),)), 3, 2,
     MemberState.UNREVOKED_PARTITIONS, assignment([(TOPIC, 0), (TOPIC, 2)]),
-    assignment([(TOPIC, 1)]))
+    assignment([(TOPIC, 1)]), {(TOPIC, 0): 2, (TOPIC, 2): 3})
 PLAIN = ConsumerMember("m-2", client_id="c2", client_host="/127.0.0.2",
                        subscribed_topic_regex="ord.*", rebalance_timeout_ms=5000)
 
@@ -66,7 +66,8 @@ RECORDS = [
     (ConsumerKey(CURRENT_ASSIGNMENT, "g", "m-1"), encode_current_assignment(MEMBER),
      {"groupId": "g", "memberId": "m-1"},
      {"memberEpoch": 3, "previousMemberEpoch": 2, "state": 1,
-      "assignedPartitions": [{"topicId": TOPIC_JSON, "partitions": [0, 2]}],
+      "assignedPartitions": [{"topicId": TOPIC_JSON, "partitions": [0, 2],
+                              "assignmentEpochs": [2, 3]}],
       "partitionsPendingRevocation": [{"topicId": TOPIC_JSON, "partitions": [1]}]}),
     (ConsumerKey(REGULAR_EXPRESSION, "g", "ord.*"),
      encode_regular_expression(("orders",), 42, 1_700_000_000_000),

@@ -202,14 +202,19 @@ def test_a_new_coordinator_resumes_the_group_from_its_records(services: BrokerSe
     assert describe(services).group_state == "Stable"
 
 
-def commit(services: BrokerServices, member: str, epoch: int, offset: int = 7) -> ErrorCode:
+def commit_partition(services: BrokerServices, member: str, epoch: int, partition: int,
+                     offset: int = 7) -> ErrorCode:
     response = call(services, request(8, 9, {
         "group_id": GROUP, "generation_id_or_member_epoch": epoch, "member_id": member,
         "group_instance_id": None, "retention_time": timedelta(milliseconds=-1),
         "topics": [{"name": "orders", "partitions": [
-            {"partition_index": 0, "committed_offset": offset, "committed_leader_epoch": -1,
-             "committed_metadata": None}]}]}))
+            {"partition_index": partition, "committed_offset": offset,
+             "committed_leader_epoch": -1, "committed_metadata": None}]}]}))
     return response.topics[0].partitions[0].error_code
+
+
+def commit(services: BrokerServices, member: str, epoch: int, offset: int = 7) -> ErrorCode:
+    return commit_partition(services, member, epoch, 0, offset)
 
 
 def test_only_a_member_at_its_epoch_commits(services: BrokerServices) -> None:
@@ -220,6 +225,15 @@ def test_only_a_member_at_its_epoch_commits(services: BrokerServices) -> None:
     assert commit(services, "a", 2) == ErrorCode.stale_member_epoch
     assert commit(services, "b", 1) == ErrorCode.stale_member_epoch
     assert commit(services, "nobody", 1) == ErrorCode.unknown_member_id
+    # a gives two partitions up and moves to epoch 2, keeping the two it had since epoch 1:
+    # a commit of those sent at epoch 1 still counts (Kafka 4.3+); one it never held does not.
+    a = beat(services, "a", 1, owned=[0, 1, 2, 3])
+    beat(services, "a", 1, owned=partitions(a))
+    assert services.groups.describe_consumer_group(GROUP).members["a"].member_epoch == 2
+    kept, gone = partitions(a)[0], ({0, 1, 2, 3} - set(partitions(a))).pop()
+    assert commit_partition(services, "a", 1, kept) == ErrorCode.none
+    assert commit_partition(services, "a", 1, gone) == ErrorCode.stale_member_epoch
+    assert commit_partition(services, "a", 2, kept) == ErrorCode.none
     assert commit(services, "", -1) == ErrorCode.unknown_member_id  # a group with members
     assert services.groups.fetch_offsets(GROUP, [("orders", 0)])[("orders", 0)].offset == 7
     assert GROUP not in services.groups.groups  # no classic group made on the way

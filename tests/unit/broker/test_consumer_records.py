@@ -70,10 +70,12 @@ def test_assignments_and_epochs_round_trip() -> None:
     member = ConsumerMember("m", member_epoch=12, previous_member_epoch=11,
                             state=MemberState.UNRELEASED_PARTITIONS,
                             assigned=assignment([(A, 0), (B, 3), (B, 1)]),
-                            pending_revocation=assignment([(A, 5)]))
+                            pending_revocation=assignment([(A, 5)]),
+                            assignment_epochs={(A, 0): 9, (B, 1): 12, (B, 3): 11})
     current = decode_current_assignment(encode_current_assignment(member))
     assert dataclasses.astuple(current) == (12, 11, MemberState.UNRELEASED_PARTITIONS,
-                                            member.assigned, member.pending_revocation)
+                                            member.assigned, member.pending_revocation,
+                                            member.assignment_epochs)
     assert decode_target_member(encode_target_member(member.assigned)) == member.assigned
     assert decode_group_metadata(encode_group_metadata(4)) == (4, 0)
     assert decode_group_metadata(encode_group_metadata(4, -99)) == (4, -99)
