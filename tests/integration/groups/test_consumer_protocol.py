@@ -13,7 +13,10 @@ import time
 import pytest
 
 from kafkube.harness.metrics import scrape
+from kafkube.harness.wire import WireClient
 from tests.integration.groups.group_clients import ConsumerProc, new_topic, produce, wait_for
+from tests.integration.groups.group_requests import find_coordinator, offset_fetch, req
+from tests.integration.test_compat_clients import topic_name
 from tests.support.kafka_tools import VERIFIABLE_CONSUMER
 
 SESSION_S = 6
@@ -170,3 +173,65 @@ def test_kafka_consumer_groups_describes_a_consumer_group(broker_factory, consum
     assert metrics[f"kafkube_consumer_group_assignment_epoch_lag{{{of}}}"] == 0
     assert metrics[f"kafkube_consumer_group_rebalances_total{{{of}}}"] == 1
     member.stop()
+
+
+def test_a_coordinator_killed_mid_rebalance_hands_the_group_on(cluster_factory, consumers):
+    """3 brokers, the offsets topic on all three. Two members share six partitions; a third
+    joins and, while the partitions move, the coordinator is SIGKILLed. The new coordinator
+    (the offsets partition's next leader) rebuilds the group from __consumer_offsets: the
+    members keep their ids, the hand-over completes, committed offsets hold, every record is
+    read and none twice."""
+    cluster = cluster_factory(3, {**KIP848, "offsets.topic.replication.factor": "3"})
+    topic, group = topic_name("kip848-failover"), "kip848-failover"
+    cluster.create_topic(topic, PARTITIONS, 3)
+    bootstrap = cluster.bootstrap
+
+    def member(name: str) -> ConsumerProc:
+        return consumers(name, bootstrap, topic, group, "--protocol", "consumer")
+
+    first = [member("c0"), member("c1")]
+    wait_for(lambda: shared([p.assignment for p in first])
+             and sorted(len(p.assignment) for p in first) == [3, 3], 30,
+             "two members with three partitions each", first)
+    produce(bootstrap, topic, PARTITIONS, 10)
+    wait_for(lambda: all(p.committed == {q: 10 for q in p.assignment} for p in first), 30,
+             "both members to read and commit their share", first)
+    with WireClient.connect(cluster.brokers[0].bootstrap) as client:
+        coordinator = find_coordinator(client, group).node_id
+    survivor = cluster.brokers[(coordinator + 1) % 3].bootstrap
+
+    newcomer = member("c2")
+    everyone = [*first, newcomer]
+    wait_for(lambda: group_epoch(cluster, coordinator, group) >= 3, 20,
+             "the newcomer's join to move the group epoch", everyone)
+    cluster.brokers[coordinator].kill()  # mid-rebalance: partitions are moving
+    wait_for(lambda: shared([p.assignment for p in everyone])
+             and sorted(len(p.assignment) for p in everyone) == [2, 2, 2], 60,
+             "the hand-over to complete under the new coordinator", everyone)
+    produce(bootstrap, topic, PARTITIONS, 10, start=10)
+    wait_for(lambda: {(p, o) for c in everyone for p, o, _ in c.records}
+             == {(p, o) for p in range(PARTITIONS) for o in range(20)}, 60,
+             "every record read", everyone)
+    assert read_twice(everyone) == [], read_twice(everyone)
+    wait_for(lambda: all(p.committed.get(q) == 20 for p in everyone for q in p.assignment),
+             30, "every member to commit to the end of its share", everyone)
+    with WireClient.connect(survivor) as client:
+        assert find_coordinator(client, group).node_id != coordinator
+    new_coordinator = cluster.brokers[group_coordinator(survivor, group)].bootstrap
+    with WireClient.connect(new_coordinator) as client:
+        assert offset_fetch(client, group, topic, PARTITIONS) == {
+            p: 20 for p in range(PARTITIONS)}
+    for p in everyone:
+        p.stop()
+
+
+def group_epoch(cluster, node: int, group: str) -> int:
+    with WireClient.connect(cluster.brokers[node].bootstrap) as client:
+        (described,) = client.request(req(69, 1, {"group_ids": [group],
+                                                   "include_authorized_operations": False})).groups
+    return described.group_epoch if described.error_code == 0 else -1
+
+
+def group_coordinator(bootstrap: str, group: str) -> int:
+    with WireClient.connect(bootstrap) as client:
+        return find_coordinator(client, group).node_id
