@@ -239,6 +239,18 @@ class GroupCoordinator:
     def describe_consumer_group(self, group_id: str) -> ConsumerGroup | None:
         return self.store.consumer_groups.get(group_id)
 
+    def consumer_fetch_error(self, group_id: str, member_id: str | None,
+                             member_epoch: int) -> ErrorCode | None:
+        """OffsetFetch of a KIP-848 member (v9 names it): it must be a member at its epoch
+        (Kafka's ConsumerGroup.validateOffsetFetch); None: go ahead."""
+        group = self.store.consumer_groups.get(group_id)
+        if group is None or member_epoch < 0:
+            return None
+        member = group.members.get(member_id or "")
+        if member is None:
+            return ErrorCode.unknown_member_id
+        return None if member.member_epoch == member_epoch else ErrorCode.stale_member_epoch
+
     def list_consumer_groups(self) -> list[ConsumerGroup]:
         return list(self.store.consumer_groups.values())
 

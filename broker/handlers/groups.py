@@ -315,13 +315,18 @@ def _fetch_group(
 
 
 def _fetch_group_answer(ctx: RequestContext, group_id: str, topics: Any,
-                        require_stable: bool) -> dict[str, Any]:
-    """One group's OffsetFetch answer: DESCRIBE on the group first, then its coordinator."""
+                        require_stable: bool, member: tuple[str | None, int] = (None, -1),
+                        ) -> dict[str, Any]:
+    """One group's OffsetFetch answer: DESCRIBE on the group first, then its coordinator.
+    A KIP-848 member (v9: ``member`` is its id and epoch) is checked as for a commit."""
     if not may(ctx, Operation.DESCRIBE, group_id):
         return {"group_id": group_id, "topics": [],
                 "error_code": ErrorCode.group_authorization_failed}
     if not_ours(ctx, group_id):
         return {"group_id": group_id, "topics": [], "error_code": ErrorCode.not_coordinator}
+    refused = coordinator_of(ctx).consumer_fetch_error(group_id, *member)
+    if refused is not None:
+        return {"group_id": group_id, "topics": [], "error_code": refused}
     return {"group_id": group_id, "topics": _fetch_group(ctx, group_id, topics, require_stable),
             "error_code": ErrorCode.none}
 
@@ -333,7 +338,10 @@ async def handle_offset_fetch(ctx: RequestContext, request: Any) -> Any:
     if groups is not None:  # v8+: several groups in one request
         return build_response(request, {
             "throttle_time": NO_TIMEOUT,
-            "groups": [_fetch_group_answer(ctx, g.group_id, g.topics, stable) for g in groups],
+            "groups": [_fetch_group_answer(ctx, g.group_id, g.topics, stable,
+                                           (getattr(g, "member_id", None),
+                                            getattr(g, "member_epoch", -1)))
+                       for g in groups],
         })
     # The empty group id is served too, as Kafka does for old clients. Before v2 the
     # response has no error field: a refused group is an empty answer, as in Kafka.

@@ -286,3 +286,19 @@ def test_the_protocol_is_listed_and_served_only_with_group_version_1(
     refused = beat(services, "a", 0, join=True)
     assert refused.error_code == ErrorCode.unsupported_version
     assert "group.version is 0" in refused.error_message
+
+
+def test_an_offset_fetch_of_a_member_is_checked_like_a_commit(services: BrokerServices) -> None:
+    beat(services, "a", 0, join=True)
+    assert commit(services, "a", 1, offset=9) == ErrorCode.none
+
+    def fetch(member: str | None, epoch: int) -> Any:
+        (group,) = call(services, request(9, 9, {"require_stable": False, "groups": [
+            {"group_id": GROUP, "member_id": member, "member_epoch": epoch,
+             "topics": [{"name": "orders", "partition_indexes": [0]}]}]})).groups
+        return group
+
+    assert fetch("a", 1).topics[0].partitions[0].committed_offset == 9
+    assert fetch(None, -1).topics[0].partitions[0].committed_offset == 9  # an admin's fetch
+    assert fetch("a", 7).error_code == ErrorCode.stale_member_epoch
+    assert fetch("nobody", 1).error_code == ErrorCode.unknown_member_id
