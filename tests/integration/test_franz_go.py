@@ -101,7 +101,10 @@ class Run:
                  scratch: Path) -> None:
         command = [str(franzcheck()), mode]
         for name, value in options.items():
-            command += [f"--{name.replace('_', '-')}", str(value)]
+            flag = f"--{name.replace('_', '-')}"
+            # Go's flag package takes a boolean only as --flag=value.
+            command += [f"{flag}={str(value).lower()}"] if isinstance(value, bool) else \
+                [flag, str(value)]
         command += ["--timeout", f"{timeout_s:.0f}s"]
         if shutil.which("setpriv"):
             command[:0] = ["setpriv", "--pdeathsig", "KILL", "--"]
@@ -160,15 +163,23 @@ class Run:
 # --------------------------------------------------------------------------- etl
 
 
+ETL_CASES = [pytest.param(tv, balancer, server_side,
+                          id=f"tv{tv}-{balancer}-{'kip848' if server_side else 'classic'}")
+             for tv, balancer, server_side in [
+                 *((tv, b, False) for tv in TRANSACTION_VERSIONS
+                   for b in ("range", "cooperative-sticky")),
+                 (2, "range", True)]]
+
+
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("balancer", ["range", "cooperative-sticky"])
-@pytest.mark.parametrize("transaction_version", TRANSACTION_VERSIONS,
-                         ids=lambda v: f"tv{v}")
+@pytest.mark.parametrize("transaction_version,balancer,server_side", ETL_CASES)
 def test_franz_go_etl_is_exactly_once_through_rebalances_and_aborts(
-        cluster_factory, transaction_version: int, balancer: str,
+        cluster_factory, transaction_version: int, balancer: str, server_side: bool,
         tmp_path: Path) -> None:
     """Three members copy the input in transactions while members leave and join and some
-    transactions abort: read_committed, the output is every input record exactly once."""
+    transactions abort: read_committed, the output is every input record exactly once. With
+    ``server_side``, the members speak Kafka 4's consumer group protocol (KIP-848): the broker
+    assigns, and the transactions commit offsets with member epochs."""
     franzcheck()  # a missing build fails the test before any broker starts
     cluster: Cluster = cluster_factory(3, SETTINGS)
     cluster.finalize_feature("transaction.version", transaction_version)
@@ -181,6 +192,7 @@ def test_franz_go_etl_is_exactly_once_through_rebalances_and_aborts(
         "bootstrap": cluster.bootstrap, "input": "franz-in", "output": "franz-out",
         "group": group, "records": ETL_RECORDS, "members": 3, "leaves": 3,
         "balancer": balancer, "abort_rate": 0.1, "seed": 28, "poll_records": 500,
+        "server_side": server_side,
     }, ETL_TIMEOUT_S, tmp_path / "franz")
     data = run.wait()
     print("etl: " + ", ".join(f"{k} {data.get(k)}" for k in (
@@ -207,6 +219,9 @@ def test_franz_go_etl_is_exactly_once_through_rebalances_and_aborts(
     # franz-go spoke the protocol of the level: EndTxn v5 (its epoch bumped by each) at 2.
     end_txn = cluster.requests_served("EndTxn")
     assert end_txn and all((v >= 5) == (transaction_version >= 2) for v in end_txn), end_txn
+    # And the group protocol asked for: KIP-848 heartbeats, or JoinGroup.
+    assert bool(cluster.requests_served("ConsumerGroupHeartbeat")) == server_side
+    assert bool(cluster.requests_served("JoinGroup")) != server_side
 
 
 # --------------------------------------------------------------------------- produce

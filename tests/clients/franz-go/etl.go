@@ -44,6 +44,7 @@ type etlConfig struct {
 	members              int
 	leaves               int
 	balancer             string
+	serverSide           bool
 	abortRate            float64
 	seed                 uint64
 	minTxns, maxTxns     int
@@ -99,6 +100,7 @@ func etlMode(fs *flag.FlagSet, args []string) func() {
 	fs.IntVar(&cfg.members, "members", 3, "members running at once")
 	fs.IntVar(&cfg.leaves, "leaves", 3, "members that leave mid-run (each replaced by a new one)")
 	fs.StringVar(&cfg.balancer, "balancer", "range", "range, roundrobin, sticky or cooperative-sticky")
+	fs.BoolVar(&cfg.serverSide, "server-side", false, "the KIP-848 consumer group protocol: the broker assigns (range or sticky balancer)")
 	fs.Float64Var(&cfg.abortRate, "abort-rate", 0.1, "probability that a transaction is aborted on purpose")
 	fs.Uint64Var(&cfg.seed, "seed", 1, "seed of the aborts and lifetimes")
 	fs.IntVar(&cfg.minTxns, "min-txns", 4, "shortest lifetime of a leaving member, in transactions")
@@ -274,6 +276,9 @@ func (r *etlRun) member(slot, generation, lifetime int, rng *rand.Rand) bool {
 			}
 		}),
 	)
+	if cfg.serverSide {
+		opts = append(opts, kgo.ServerSideBalancer())
+	}
 	sess, err := kgo.NewGroupTransactSession(opts...)
 	if err != nil {
 		r.errs.add("%s: creating the session: %v", txnID, err)
