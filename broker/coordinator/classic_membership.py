@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from kio.schema.errors import ErrorCode
 
 from broker.config.broker_config import BrokerConfig
+from broker.coordinator import consumer_records as cr
 from broker.coordinator.group import Group, GroupState, Member
 from broker.coordinator.group_store import (
     MAX_NAME_BYTES,
@@ -78,6 +79,24 @@ class ClassicMembership:
 
     # -- JoinGroup -----------------------------------------------------------------------
 
+    def _take_over_consumer_group(self, group_id: str) -> ErrorCode | None:
+        """A classic member for the id of a KIP-848 group: refused while that group has
+        members (INCONSISTENT_GROUP_PROTOCOL, as Kafka answers without migration), else the
+        empty group's records are tombstoned and the id becomes a classic group's; its
+        offsets stay."""
+        consumer_group = self.store.consumer_groups.get(group_id)
+        if consumer_group is None:
+            return None
+        if consumer_group.members:
+            return ErrorCode.inconsistent_group_protocol
+        tombstones = [(cr.encode_key(cr.ConsumerKey(kind, group_id)), None)
+                      for kind in (cr.TARGET_METADATA, cr.GROUP_METADATA)]
+        error = self.writer.write(group_id, tombstones)
+        if error != ErrorCode.none:
+            return error
+        del self.store.consumer_groups[group_id]
+        return None
+
     async def join_group(
         self, group_id: str, member_id: str, group_instance_id: str | None, client_id: str,
         client_host: str, session_timeout_ms: int, rebalance_timeout_ms: int,
@@ -96,6 +115,9 @@ class ClassicMembership:
         if not low <= session_timeout_ms <= high:
             return JoinResult(ErrorCode.invalid_session_timeout, member_id=member_id)
         await self.writer.ensure_offsets_topic()
+        refused = self._take_over_consumer_group(group_id)
+        if refused is not None:
+            return JoinResult(refused, member_id=member_id)
         groups = self.store.groups
         group = groups.get(group_id)
         if group is None:

@@ -167,6 +167,9 @@ class ConsumerGroup:
         old = self.members.get(member.member_id)
         if old is not None:
             self._release(old)
+            if old.instance_id is not None and old.instance_id != member.instance_id and \
+                    self.static_members.get(old.instance_id) == member.member_id:
+                del self.static_members[old.instance_id]
         self.members[member.member_id] = member
         for tp in member.holds():
             self.owners[tp] = member.member_id

@@ -18,12 +18,14 @@ member asks again in ``group.consumer.heartbeat.interval.ms``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
-import re
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
+import re2
 from kio.schema.errors import ErrorCode
 
 from broker.config.broker_config import BrokerConfig
@@ -147,11 +149,12 @@ class ConsumerMembership:
                          f"assignors: {', '.join(self.assignors)}.")
         if hb.subscribed_topic_regex:
             try:
-                re.compile(hb.subscribed_topic_regex)
-            except re.error as e:
+                topic_pattern(hb.subscribed_topic_regex)
+            except re2.error as e:
+                why = e.args[0].decode() if e.args and isinstance(e.args[0], bytes) else e
                 raise refuse(ErrorCode.invalid_regular_expression,
                              f"SubscribedTopicRegex `{hb.subscribed_topic_regex}` is not a "
-                             f"valid regular expression: {e}.") from None
+                             f"valid regular expression: {why}.") from None
 
     def _heartbeat(self, hb: Heartbeat, client_id: str, client_host: str,
                    now: float) -> HeartbeatResult:
@@ -160,9 +163,13 @@ class ConsumerMembership:
         entries: list[Entry] = []
         if hb.member_epoch in (LEAVE, STATIC_LEAVE):
             return self._leave(group, hb, entries)
-        member = self._member(group, hb, client_id, client_host, entries)
+        replaced: list[ConsumerMember] = []  # a static member's previous incarnation
+        member = self._member(group, hb, client_id, client_host, entries, replaced)
         before = group.members.get(member.member_id)
-        subscription_changed = before is None or _subscription(member) != _subscription(before)
+        # A static member back under a new id is the same subscription: no rebalance.
+        compared = before or (replaced[0] if replaced else None)
+        subscription_changed = compared is None or \
+            _subscription(member) != _subscription(compared)
         if before is None or _stored_facts(member) != _stored_facts(before):
             entries.append(_member_metadata(group.group_id, member))
         group.put(member)
@@ -183,6 +190,8 @@ class ConsumerMembership:
                             cr.encode_current_assignment(updated)))
         group.put(updated)
         self._store(group, entries)
+        for old in replaced:
+            self._forget(group.group_id, old.member_id)
         key = (group.group_id, updated.member_id)
         self.sessions[key] = now + self.config["group.consumer.session.timeout.ms"] / 1000
         if updated.state is MemberState.UNREVOKED_PARTITIONS:
@@ -209,12 +218,12 @@ class ConsumerMembership:
         return ConsumerGroup(group_id)
 
     def _member(self, group: ConsumerGroup, hb: Heartbeat, client_id: str, client_host: str,
-                entries: list[Entry]) -> ConsumerMember:
+                entries: list[Entry], replaced: list[ConsumerMember]) -> ConsumerMember:
         member_id = hb.member_id or str(uuid.uuid4())  # v0 joins may leave it to us
         member = group.members.get(member_id)
         if hb.member_epoch == JOIN:
             if hb.instance_id is not None:
-                member = self._static_join(group, hb, member_id, entries) or member
+                member = self._static_join(group, hb, member_id, entries, replaced) or member
             if member is None:
                 if len(group.members) >= self.config["group.consumer.max.size"]:
                     raise refuse(ErrorCode.group_max_size_reached,
@@ -228,6 +237,10 @@ class ConsumerMembership:
             why = fenced(member, hb.member_epoch, hb.owned)
             if why is not None:
                 raise refuse(ErrorCode.fenced_member_epoch, why)
+            if hb.instance_id is not None and hb.instance_id != member.instance_id:
+                raise refuse(ErrorCode.fenced_instance_id,
+                             f"Member {member_id} joined with instance id "
+                             f"{member.instance_id}, not {hb.instance_id}: it must rejoin.")
         return dataclasses.replace(
             member, client_id=client_id, client_host=client_host,
             instance_id=hb.instance_id if hb.instance_id is not None else member.instance_id,
@@ -242,7 +255,8 @@ class ConsumerMembership:
             if hb.server_assignor is not None else member.server_assignor)
 
     def _static_join(self, group: ConsumerGroup, hb: Heartbeat, member_id: str,
-                     entries: list[Entry]) -> ConsumerMember | None:
+                     entries: list[Entry], replaced: list[ConsumerMember]
+                     ) -> ConsumerMember | None:
         """A static member's new incarnation takes over the old one's place and partitions,
         without a rebalance; refused while the old one has not left (epoch -2)."""
         old_id = group.static_members.get(hb.instance_id or "")
@@ -255,7 +269,7 @@ class ConsumerMembership:
                          f"join the group because the instance id is owned by {old_id} member.")
         group.remove(old_id)
         entries.extend(_member_tombstones(group.group_id, old_id))
-        self._forget(group.group_id, old_id)
+        replaced.append(old)  # its timers go once the takeover is stored
         target = group.target.get(old_id)
         if target is not None:
             group.target[member_id] = target
@@ -377,11 +391,32 @@ def _stored_facts(m: ConsumerMember) -> tuple:
             m.rebalance_timeout_ms, m.classic)
 
 
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False  # an invalid pattern is the client's error, answered as one
+
+
+@functools.lru_cache(maxsize=1024)
+def topic_pattern(regex: str) -> Any:
+    """A subscription's regex, compiled with RE2 (linear time whatever the pattern, as
+    Kafka's RE2/J); re2.error when it is not one."""
+    return re2.compile(regex, _RE2_OPTIONS)
+
+
+@functools.lru_cache(maxsize=4096)
+def _matching(regex: str, topics: frozenset[str]) -> frozenset[str]:
+    """The topics a regex matches, computed once per regex and set of topic names."""
+    pattern = topic_pattern(regex)
+    return frozenset(t for t in topics if pattern.fullmatch(t) is not None)
+
+
+def matches(regex: str, topic: str) -> bool:
+    return topic_pattern(regex).fullmatch(topic) is not None
+
+
 def _subscribed(m: ConsumerMember, topics: Mapping[str, TopicMetadata]) -> set[str]:
     names = set(m.subscribed_topic_names)
     if m.subscribed_topic_regex:
-        pattern = re.compile(m.subscribed_topic_regex)
-        names |= {t for t in topics if pattern.fullmatch(t)}
+        names |= _matching(m.subscribed_topic_regex, frozenset(topics))
     return names
 
 

@@ -18,6 +18,7 @@ from kio.schema.errors import ErrorCode
 from broker.config.broker_config import BrokerConfig
 from broker.coordinator import consumer_records as cr
 from broker.coordinator.consumer_group import ConsumerGroup
+from broker.coordinator.consumer_membership import matches
 from broker.coordinator.group import GroupState
 from broker.coordinator.group_store import GroupStore
 from broker.coordinator.offsets_writer import (
@@ -86,10 +87,17 @@ class GroupCleanup:
         handleDeleteOffsets refuses them (the members would commit them again)."""
         group = self.store.groups.get(group_id)
         offsets = self.store.offsets
-        if group is None and group_id not in offsets:
+        consumer_group = self.store.consumer_groups.get(group_id)
+        if group is None and consumer_group is None and group_id not in offsets:
             return ErrorCode.group_id_not_found, {}
         subscribed = set()
-        if group is not None and not group.is_(GroupState.EMPTY):
+        if consumer_group is not None:  # its members' subscriptions by name (and regex)
+            subscribed = {t for m in consumer_group.members.values()
+                          for t in m.subscribed_topic_names}
+            regexes = [m.subscribed_topic_regex for m in consumer_group.members.values()
+                       if m.subscribed_topic_regex]
+            subscribed |= {t for t, _ in partitions for r in regexes if matches(r, t)}
+        elif group is not None and not group.is_(GroupState.EMPTY):
             topics = group.subscribed_topics()
             if topics is None:
                 return ErrorCode.non_empty_group, {}
@@ -138,6 +146,9 @@ class GroupCleanup:
             group = groups.get(group_id)
             if group is not None and not group.is_(GroupState.EMPTY):
                 continue
+            consumer_group = self.store.consumer_groups.get(group_id)
+            if consumer_group is not None and consumer_group.members:
+                continue  # a live KIP-848 group keeps its offsets, however old
             base = group.state_timestamp if group is not None and group.state_timestamp > 0 else 0
             old = [tp for tp, v in offsets.items() if max(v.commit_timestamp, base) < horizon]
             if not old:

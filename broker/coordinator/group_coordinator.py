@@ -270,7 +270,7 @@ class GroupCoordinator:
         its offsets (simple commits, which after a reload left no GroupMetadata record)."""
         groups = dict(self.store.groups)
         for group_id, offsets in self.store.offsets.items():
-            if offsets:
+            if offsets and group_id not in self.store.consumer_groups:
                 groups.setdefault(group_id, Group(group_id, protocol_type=""))
         return list(groups.values())
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from kafkube_contract.config_keys import (
     INT_MAX,
     LONG_MAX,
+    ConfigError,
     ConfigKey,
     at_least,
     between,
@@ -21,6 +22,13 @@ from kafkube_contract.config_keys import (
     one_of,
     throttled_replicas,
 )
+
+
+def _assignors(key: str, value: object) -> None:
+    one_of("uniform", "range")(key, value)
+    if not value:
+        raise ConfigError(f"{key}: at least one assignor is needed (the first is the default)")
+
 
 BROKER_KEYS = keys_by_name(
     ConfigKey("node.id", "int", 0, "The id of this broker in the cluster.", at_least(0)),
@@ -340,7 +348,7 @@ BROKER_KEYS = keys_by_name(
     ConfigKey("group.consumer.assignors", "list", ["uniform", "range"],
               "Server-side assignors of consumer groups, the first the default: uniform (sticky "
               "and balanced) and range (per topic, co-partitioned topics together).",
-              one_of("uniform", "range")),
+              _assignors),
     ConfigKey("group.consumer.migration.policy", "string", "bidirectional",
               "Whether a group changes protocol with its members: bidirectional (classic to "
               "consumer when a consumer member joins, back when the last one leaves), upgrade, "

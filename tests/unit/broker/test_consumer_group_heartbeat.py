@@ -5,6 +5,7 @@ written to __consumer_offsets)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -302,3 +303,70 @@ def test_an_offset_fetch_of_a_member_is_checked_like_a_commit(services: BrokerSe
     assert fetch(None, -1).topics[0].partitions[0].committed_offset == 9  # an admin's fetch
     assert fetch("a", 7).error_code == ErrorCode.stale_member_epoch
     assert fetch("nobody", 1).error_code == ErrorCode.unknown_member_id
+
+
+def test_a_regex_subscription_is_matched_in_linear_time(services: BrokerServices) -> None:
+    """A pattern that makes a backtracking engine take exponential time is matched by RE2 in
+    microseconds (Kafka uses RE2/J for the same reason); the group gets the topics it names."""
+    create(services, 7, new_topic("a" * 200 + "b", 1))
+    started = time.monotonic()
+    joined = beat(services, "a", 0, join=True, subscribed_topic_names=None,
+                  subscribed_topic_regex="(a|aa)+")
+    assert time.monotonic() - started < 5  # Python's re: about 2**100 steps on that name
+    assert (joined.error_code, partitions(joined)) == (ErrorCode.none, [])
+    regex = beat(services, "b", 0, join=True, subscribed_topic_names=None,
+                 subscribed_topic_regex="ord.*")
+    assert regex.error_code == ErrorCode.none
+    assert describe(services).members[1].subscribed_topic_regex == "ord.*"
+
+
+def classic_join(services: BrokerServices) -> Any:
+    """A JoinGroup v4+ of a new member: answered at once (MEMBER_ID_REQUIRED) when accepted."""
+    async def join() -> Any:
+        return await services.groups.join_group(GROUP, "", None, "c", "127.0.0.1", 10000,
+                                                10000, "consumer", [("range", b"")], True)
+    return asyncio.run(join())
+
+
+def test_a_classic_member_cannot_join_a_live_consumer_group(services: BrokerServices) -> None:
+    beat(services, "a", 0, join=True)
+    assert commit(services, "a", 1, offset=4) == ErrorCode.none
+    joined = classic_join(services)
+    assert joined.error == ErrorCode.inconsistent_group_protocol
+    assert GROUP not in services.groups.groups
+    # Once its last member left, the id may become a classic group's; the offsets stay.
+    beat(services, "a", -1)
+    assert classic_join(services).error == ErrorCode.member_id_required  # a classic group now
+    assert services.groups.describe_consumer_group(GROUP) is None
+    assert services.groups.fetch_offsets(GROUP, [("orders", 0)])[("orders", 0)].offset == 4
+
+
+def test_a_live_consumer_group_keeps_old_offsets_and_its_subscribed_ones(
+        services: BrokerServices) -> None:
+    beat(services, "a", 0, join=True)
+    assert commit(services, "a", 1) == ErrorCode.none
+    assert services.groups.expire_offsets(now_ms=int(time.time() * 1000) + 10**12) == 0
+    _, results = services.groups.delete_offsets(GROUP, [("orders", 0)])
+    assert results[("orders", 0)] == ErrorCode.group_subscribed_to_topic
+    listed = call(services, request(16, 5, {"states_filter": [], "types_filter": []})).groups
+    assert [g.group_id for g in listed] == [GROUP]  # once, as a consumer group
+
+
+def test_a_member_cannot_change_its_instance_id(services: BrokerServices) -> None:
+    beat(services, "a", 0, join=True, instance_id="host-a")
+    moved = beat(services, "a", 1, instance_id="host-b")
+    assert moved.error_code == ErrorCode.fenced_instance_id
+    group = services.groups.describe_consumer_group(GROUP)
+    assert group.static_members == {"host-a": "a"}
+
+
+def test_a_static_member_back_under_a_new_id_does_not_rebalance(
+        services: BrokerServices) -> None:
+    beat(services, "a", 0, join=True, instance_id="host-a")
+    epoch = describe(services).group_epoch
+    beat(services, "a", -2, instance_id="host-a")
+    back = beat(services, "a2", 0, join=True, instance_id="host-a")
+    assert back.error_code == ErrorCode.none
+    assert partitions(back) == [0, 1, 2, 3]
+    assert describe(services).group_epoch == epoch
+    assert [m.member_id for m in describe(services).members] == ["a2"]
