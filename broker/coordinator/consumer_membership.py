@@ -308,11 +308,10 @@ class ConsumerMembership:
 
     def _new_target(self, group: ConsumerGroup, topics: Mapping[str, TopicMetadata],
                     now: float) -> list[Entry]:
-        by_name = {name: t for name, t in topics.items()}
-        subscriptions = {m.member_id: frozenset(by_name[name].uuid for name in
-                                                _subscribed(m, by_name) if name in by_name)
+        subscriptions = {m.member_id: frozenset(topics[name].uuid for name in
+                                                _subscribed(m, topics) if name in topics)
                          for m in group.members.values()}
-        partitions = {t.uuid: t.partitions for t in by_name.values()}
+        partitions = {t.uuid: t.partitions for t in topics.values()}
         assignor = group.preferred_assignor(self.assignors[0])
         target = assign(assignor, GroupSpec(subscriptions, partitions, dict(group.target)))
         entries = [_target_member(group.group_id, m, a) for m, a in target.items()

@@ -20,10 +20,9 @@ from broker.handlers import handles
 from broker.handlers.context import RequestContext
 from broker.handlers.groups import coordinator_of, may, not_ours
 from broker.protocol.messages import build_response
-from broker.security.acl import Operation, ResourceType
+from broker.security.acl import OPERATIONS_OMITTED, Operation, ResourceType
 
 NO_TIME = timedelta(0)
-OPERATIONS_OMITTED = -2147483648
 
 
 def _ms(value: timedelta) -> int:
