@@ -40,11 +40,12 @@ def test_a_new_cluster_finalizes_transaction_version_2_and_kafka_features_change
     with WireClient.connect(cluster.brokers[0].bootstrap) as c:
         assert _features(c.request(ApiVersionsV4(client_software_name="t",
                                                  client_software_version="1"))) == (
-            {"transaction.version": (0, 2)}, {"transaction.version": 2})
+            {"group.version": (0, 1), "transaction.version": (0, 2)},
+            {"group.version": 1, "transaction.version": 2})
         # Before v4 a range starting at 0 is left out, as Kafka does for older clients.
         assert _features(c.request(ApiVersionsV3(client_software_name="t",
                                                  client_software_version="1"))) == (
-            {}, {"transaction.version": 2})
+            {}, {"group.version": 1, "transaction.version": 2})
     bootstrap = cluster.brokers[0].bootstrap
     described = kafka_tools.run(FEATURE_COMMAND, "--bootstrap-server", bootstrap, "describe")
     assert re.search(r"Feature: transaction.version\s+SupportedMinVersion: 0\s+"
@@ -63,7 +64,7 @@ def test_a_new_cluster_finalizes_transaction_version_2_and_kafka_features_change
     with WireClient.connect(bootstrap) as c:
         assert wait_until(lambda: _features(c.request(ApiVersionsV4(
             client_software_name="t", client_software_version="1")))[1], 10,
-            "the downgrade advertised") == {"transaction.version": 1}
+            "the downgrade advertised") == {"group.version": 1, "transaction.version": 1}
 
 
 def _produce(pid: int, epoch: int, sequence: int, partition: int) -> ProduceRequest:
