@@ -56,7 +56,7 @@ class JoinResult:
     skip_assignment: bool = False
 
 
-def _new_member_id(prefix: str) -> str:
+def new_member_id(prefix: str) -> str:
     """Kafka's member id, ``<client id or instance id>-<uuid>``, kept within MAX_NAME_BYTES
     however long the client id (which the request header allows up to that length)."""
     room = MAX_NAME_BYTES - _UUID_SUFFIX
@@ -96,6 +96,14 @@ class ClassicMembership:
             return error
         del self.store.consumer_groups[group_id]
         return None
+
+    def adopt(self, group: Group, now: float) -> None:
+        """A consumer group downgraded to ``group`` (stored, each member holding its target
+        assignment): its members have their sessions from now, and it rebalances so each
+        rejoins the classic way (Kafka's convertToClassicGroup)."""
+        for member in group.members.values():
+            member.heartbeat_deadline = now + member.session_timeout_ms / 1000
+        self._prepare_rebalance(group, "downgraded from the consumer protocol")
 
     async def join_group(
         self, group_id: str, member_id: str, group_instance_id: str | None, client_id: str,
@@ -140,7 +148,7 @@ class ClassicMembership:
                                              client_host, session_timeout_ms,
                                              rebalance_timeout_ms, protocol_type, protocols)
         if not member_id:
-            member_id = _new_member_id(client_id)
+            member_id = new_member_id(client_id)
             if require_known_member and not group_instance_id:
                 # KIP-394: hand out the id first, so a client that dies before its first
                 # JoinGroup completes leaves no member behind.
@@ -192,7 +200,7 @@ class ClassicMembership:
         """
         old_id = group.static_members[instance_id]
         old = group.members[old_id]
-        new_id = _new_member_id(instance_id)
+        new_id = new_member_id(instance_id)
         was_leader = group.leader_id == old_id
         group.remove(old_id)
         fail_waits(old, ErrorCode.fenced_instance_id)

@@ -20,6 +20,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import logging
+import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -30,6 +32,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.config.broker_config import BrokerConfig
 from broker.coordinator import consumer_records as cr
+from broker.coordinator import group_migration as migration
 from broker.coordinator.assignors import GroupSpec, assign
 from broker.coordinator.consumer_group import (
     Assignment,
@@ -37,11 +40,14 @@ from broker.coordinator.consumer_group import (
     ConsumerMember,
     MemberState,
 )
-from broker.coordinator.group import GroupState
-from broker.coordinator.group_store import CoordinatorError, GroupStore, check_length
+from broker.coordinator.consumer_protocol import MalformedProtocol
+from broker.coordinator.group import Group, GroupState
+from broker.coordinator.group_store import CoordinatorError, GroupStore, check_length, fail_waits
 from broker.coordinator.offsets_writer import Entry, OffsetsTopicWriter
 from broker.coordinator.reconciliation import fenced, reconcile
 from kafkube_contract.image import TopicMetadata
+
+log = logging.getLogger(__name__)
 
 JOIN, LEAVE, STATIC_LEAVE = 0, -1, -2
 Topics = Callable[[], Mapping[str, TopicMetadata]]
@@ -89,13 +95,19 @@ def refuse(code: ErrorCode, message: str) -> CoordinatorError:
 
 class ConsumerMembership:
     def __init__(self, config: BrokerConfig, store: GroupStore, writer: OffsetsTopicWriter,
-                 topics: Topics) -> None:
+                 topics: Topics,
+                 on_downgrade: Callable[[Group, float], None] = lambda group, now: None
+                 ) -> None:
         self.config = config
+        # Called with a classic group a consumer group became, stored: it must rebalance.
+        self.on_downgrade = on_downgrade
         self.store = store
         self.writer = writer
         self.topics = topics
         self.sessions: dict[tuple[str, str], float] = {}  # (group, member) -> deadline
-        self.revocations: dict[tuple[str, str], float] = {}
+        # A member's deadline to act: revoke its partitions (KIP-848), or, for a classic
+        # member, rejoin or sync after it was told to (its rebalance timeout).
+        self.deadlines: dict[tuple[str, str], float] = {}
 
     @property
     def assignors(self) -> list[str]:
@@ -158,46 +170,27 @@ class ConsumerMembership:
 
     def _heartbeat(self, hb: Heartbeat, client_id: str, client_host: str,
                    now: float) -> HeartbeatResult:
-        current = self._group(hb.group_id, create=hb.member_epoch == JOIN)
-        group = _copy(current)  # changed here, kept only once stored
-        entries: list[Entry] = []
+        current, classic = self._group(hb.group_id, create=hb.member_epoch == JOIN)
+        group = copy_group(current)  # changed here, kept only once stored
+        entries: list[Entry] = migration.upgrade_entries(classic, current) if classic else []
         if hb.member_epoch in (LEAVE, STATIC_LEAVE):
-            return self._leave(group, hb, entries)
+            return self._leave(group, hb, entries, now)
         replaced: list[ConsumerMember] = []  # a static member's previous incarnation
         member = self._member(group, hb, client_id, client_host, entries, replaced)
-        before = group.members.get(member.member_id)
         # A static member back under a new id is the same subscription: no rebalance.
-        compared = before or (replaced[0] if replaced else None)
-        subscription_changed = compared is None or \
-            _subscription(member) != _subscription(compared)
-        if before is None or _stored_facts(member) != _stored_facts(before):
-            entries.append(_member_metadata(group.group_id, member))
-        group.put(member)
-        topics = self.topics()
-        metadata_hash = _metadata_hash(group, topics)
-        if subscription_changed or metadata_hash != group.metadata_hash:
-            group.group_epoch += 1
-            group.metadata_hash = metadata_hash
-            entries.append((cr.encode_key(cr.ConsumerKey(cr.GROUP_METADATA, group.group_id)),
-                            cr.encode_group_metadata(group.group_epoch, metadata_hash)))
-        if group.group_epoch > group.target_epoch:
-            entries.extend(self._new_target(group, topics, now))
-        updated = reconcile(member, group.target_epoch, group.target.get(member.member_id, {}),
-                            group.owner, hb.owned)
-        if updated != member or member.member_id not in current.members:
-            entries.append((cr.encode_key(cr.ConsumerKey(cr.CURRENT_ASSIGNMENT, group.group_id,
-                                                         member.member_id)),
-                            cr.encode_current_assignment(updated)))
-        group.put(updated)
-        self._store(group, entries)
+        compared = group.members.get(member.member_id) or (replaced[0] if replaced else None)
+        updated = self.advance(group, member, compared, hb.owned, now, entries)
+        self.store_group(group, entries)
+        if classic is not None:
+            self._upgraded(classic, group, now)
         for old in replaced:
-            self._forget(group.group_id, old.member_id)
+            self.forget(group.group_id, old.member_id)
         key = (group.group_id, updated.member_id)
         self.sessions[key] = now + self.config["group.consumer.session.timeout.ms"] / 1000
         if updated.state is MemberState.UNREVOKED_PARTITIONS:
-            self.revocations.setdefault(key, now + updated.rebalance_timeout_ms / 1000)
+            self.deadlines.setdefault(key, now + updated.rebalance_timeout_ms / 1000)
         else:
-            self.revocations.pop(key, None)
+            self.deadlines.pop(key, None)
         previous = current.members.get(updated.member_id)
         changed = previous is None or previous.assigned != updated.assigned
         return HeartbeatResult(
@@ -205,17 +198,72 @@ class ConsumerMembership:
             heartbeat_interval_ms=self.config["group.consumer.heartbeat.interval.ms"],
             assignment=updated.assigned if hb.is_full or changed else None)
 
-    def _group(self, group_id: str, create: bool) -> ConsumerGroup:
+    def advance(self, group: ConsumerGroup, member: ConsumerMember,
+                compared: ConsumerMember | None, owned: Assignment | None, now: float,
+                entries: list[Entry]) -> ConsumerMember:
+        """Take ``member``'s new facts into ``group`` (a copy, stored by the caller): bump
+        the group epoch if its subscription differs from ``compared``'s or the subscribed
+        topics changed, compute a new target if the epoch moved past it, and move the member
+        towards its target given the partitions it says it ``owned``. The records to store
+        go to ``entries``. Shared by heartbeats and classic members' JoinGroup."""
+        before = group.members.get(member.member_id)
+        subscription_changed = compared is None or \
+            _subscription(member) != _subscription(compared)
+        if before is None or _stored_facts(member) != _stored_facts(before):
+            entries.append(cr.member_metadata_entry(group.group_id, member))
+        group.put(member)
+        topics = self.topics()
+        metadata_hash = _metadata_hash(group, topics)
+        if subscription_changed or metadata_hash != group.metadata_hash:
+            group.group_epoch += 1
+            group.metadata_hash = metadata_hash
+            entries.append(cr.group_metadata_entry(group.group_id, group.group_epoch,
+                                                   metadata_hash))
+        if group.group_epoch > group.target_epoch:
+            entries.extend(self._new_target(group, topics, now))
+        updated = reconcile(member, group.target_epoch, group.target.get(member.member_id, {}),
+                            group.owner, owned)
+        if updated != member or before is None:
+            entries.append(cr.current_assignment_entry(group.group_id, updated))
+        group.put(updated)
+        return updated
+
+    def _group(self, group_id: str, create: bool) -> tuple[ConsumerGroup, Group | None]:
+        """The consumer group a heartbeat is for, and the classic group it is upgraded from
+        (not stored yet) if a member joins a classic group that may be upgraded."""
         classic = self.store.groups.get(group_id)
         if classic is not None and not classic.is_(GroupState.DEAD) and classic.members:
-            raise refuse(ErrorCode.group_id_not_found,
-                         f"Group {group_id} is not a consumer group.")
+            why = migration.why_not_upgrade(classic, self.config["group.consumer.migration.policy"],
+                                            self.config["group.consumer.max.size"])
+            if not create or why is not None:
+                raise refuse(ErrorCode.group_id_not_found,
+                             why or f"Group {group_id} is not a consumer group.")
+            try:
+                return migration.upgraded(classic, self.topics()), classic
+            except MalformedProtocol:
+                raise refuse(ErrorCode.group_id_not_found,
+                             f"Cannot upgrade the classic group {group_id} to consumer group "
+                             f"because the embedded consumer protocol is malformed.") from None
         group = self.store.consumer_groups.get(group_id)
         if group is not None:
-            return group
+            return group, None
         if not create:
             raise refuse(ErrorCode.group_id_not_found, f"Consumer group {group_id} not found.")
-        return ConsumerGroup(group_id)
+        return ConsumerGroup(group_id), None
+
+    def _upgraded(self, classic: Group, group: ConsumerGroup, now: float) -> None:
+        """A classic group became ``group``: its members' waiting JoinGroup or SyncGroup
+        are told to rejoin (they will join the consumer group), and each has its classic
+        session to heartbeat in."""
+        log.info("group %s: upgraded from the classic protocol at generation %d",
+                 group.group_id, classic.generation)
+        for member in classic.members.values():
+            fail_waits(member, ErrorCode.rebalance_in_progress)
+        classic.state = GroupState.DEAD
+        for member in group.members.values():
+            if member.classic is not None:
+                self.sessions[(group.group_id, member.member_id)] = \
+                    now + member.classic.session_timeout_ms / 1000
 
     def _member(self, group: ConsumerGroup, hb: Heartbeat, client_id: str, client_host: str,
                 entries: list[Entry], replaced: list[ConsumerMember]) -> ConsumerMember:
@@ -268,16 +316,16 @@ class ConsumerMembership:
                          f"Static member {member_id} with instance id {hb.instance_id} cannot "
                          f"join the group because the instance id is owned by {old_id} member.")
         group.remove(old_id)
-        entries.extend(_member_tombstones(group.group_id, old_id))
+        entries.extend(cr.member_tombstones(group.group_id, old_id))
         replaced.append(old)  # its timers go once the takeover is stored
         target = group.target.get(old_id)
         if target is not None:
             group.target[member_id] = target
-            entries.append(_target_member(group.group_id, member_id, target))
+            entries.append(cr.target_member_entry(group.group_id, member_id, target))
         return dataclasses.replace(old, member_id=member_id,
                                    member_epoch=old.previous_member_epoch)
 
-    def _leave(self, group: ConsumerGroup, hb: Heartbeat, entries: list[Entry]
+    def _leave(self, group: ConsumerGroup, hb: Heartbeat, entries: list[Entry], now: float
                ) -> HeartbeatResult:
         member = group.members.get(hb.member_id)
         if member is None:
@@ -288,23 +336,47 @@ class ConsumerMembership:
             left = dataclasses.replace(member, member_epoch=STATIC_LEAVE,
                                        previous_member_epoch=member.member_epoch)
             group.put(left)
-            entries.append((cr.encode_key(cr.ConsumerKey(cr.CURRENT_ASSIGNMENT, group.group_id,
-                                                         member.member_id)),
-                            cr.encode_current_assignment(left)))
+            entries.append(cr.current_assignment_entry(group.group_id, left))
         else:
-            self._remove(group, member.member_id, entries)
-        self._store(group, entries)
-        if hb.member_epoch == LEAVE:
-            self._forget(group.group_id, member.member_id)
+            self.remove_member(group, member.member_id, entries, now)
+            return HeartbeatResult(member_id=member.member_id, member_epoch=hb.member_epoch,
+                                   heartbeat_interval_ms=0)
+        self.store_group(group, entries)
         return HeartbeatResult(member_id=member.member_id, member_epoch=hb.member_epoch,
                                heartbeat_interval_ms=0)
+
+    def remove_member(self, group: ConsumerGroup, member_id: str, entries: list[Entry],
+                      now: float) -> None:
+        """Remove a member (it left, or was fenced) from ``group`` (a copy) and store the
+        change with ``entries``. If it was the last member speaking KIP-848 and classic ones
+        remain, the group goes back to the classic protocol as the policy allows."""
+        gid = group.group_id
+        why = migration.why_not_downgrade(group, member_id,
+                                          self.config["group.consumer.migration.policy"],
+                                          self.config["group.max.size"])
+        if why is None:
+            classic = migration.downgraded(group, member_id, self.topics(), int(time.time() * 1000))
+            entries.extend(migration.downgrade_entries(group, classic))
+            error = self.writer.write(gid, entries)
+            if error != ErrorCode.none:
+                raise refuse(error, f"the group could not be stored: {error.name}")
+            self.store.consumer_groups.pop(gid, None)
+            self.store.groups[gid] = classic
+            self.drop(gid)
+            log.info("group %s: downgraded to the classic protocol at generation %d as its "
+                     "last consumer-protocol member %s left", gid, classic.generation, member_id)
+            self.on_downgrade(classic, now)
+            return
+        self._remove(group, member_id, entries)
+        self.store_group(group, entries)
+        self.forget(gid, member_id)
 
     def _remove(self, group: ConsumerGroup, member_id: str, entries: list[Entry]) -> None:
         group.remove(member_id)
         group.group_epoch += 1
-        entries.extend(_member_tombstones(group.group_id, member_id))
-        entries.append((cr.encode_key(cr.ConsumerKey(cr.GROUP_METADATA, group.group_id)),
-                        cr.encode_group_metadata(group.group_epoch, group.metadata_hash)))
+        entries.extend(cr.member_tombstones(group.group_id, member_id))
+        entries.append(cr.group_metadata_entry(group.group_id, group.group_epoch,
+                                               group.metadata_hash))
 
     def _new_target(self, group: ConsumerGroup, topics: Mapping[str, TopicMetadata],
                     now: float) -> list[Entry]:
@@ -314,16 +386,15 @@ class ConsumerMembership:
         partitions = {t.uuid: t.partitions for t in topics.values()}
         assignor = group.preferred_assignor(self.assignors[0])
         target = assign(assignor, GroupSpec(subscriptions, partitions, dict(group.target)))
-        entries = [_target_member(group.group_id, m, a) for m, a in target.items()
+        entries = [cr.target_member_entry(group.group_id, m, a) for m, a in target.items()
                    if group.target.get(m) != a]
         group.target = target
         group.target_epoch = group.group_epoch
         group.rebalances += 1
-        entries.append((cr.encode_key(cr.ConsumerKey(cr.TARGET_METADATA, group.group_id)),
-                        cr.encode_target_metadata(group.target_epoch)))
+        entries.append(cr.target_metadata_entry(group.group_id, group.target_epoch))
         return entries
 
-    def _store(self, group: ConsumerGroup, entries: list[Entry]) -> None:
+    def store_group(self, group: ConsumerGroup, entries: list[Entry]) -> None:
         error = self.writer.write(group.group_id, entries)
         if error != ErrorCode.none:
             raise refuse(error, f"the group could not be stored: {error.name}")
@@ -331,9 +402,9 @@ class ConsumerMembership:
             self.store.consumer_groups[group.group_id] = group
             self.store.groups.pop(group.group_id, None)  # an empty classic group is replaced
 
-    def _forget(self, group_id: str, member_id: str) -> None:
+    def forget(self, group_id: str, member_id: str) -> None:
         self.sessions.pop((group_id, member_id), None)
-        self.revocations.pop((group_id, member_id), None)
+        self.deadlines.pop((group_id, member_id), None)
 
     # -- timers ------------------------------------------------------------------------------
 
@@ -342,14 +413,15 @@ class ConsumerMembership:
         and one revoking partitions its rebalance timeout."""
         session = self.config["group.consumer.session.timeout.ms"] / 1000
         for member in group.members.values():
-            self.sessions[(group.group_id, member.member_id)] = now + session
+            self.sessions[(group.group_id, member.member_id)] = now + (
+                member.classic.session_timeout_ms / 1000 if member.classic else session)
             if member.state is MemberState.UNREVOKED_PARTITIONS:
-                self.revocations[(group.group_id, member.member_id)] = \
+                self.deadlines[(group.group_id, member.member_id)] = \
                     now + member.rebalance_timeout_ms / 1000
 
     def drop(self, group_id: str) -> None:
         """The group moved to another coordinator: its timers are not ours any more."""
-        for timers in (self.sessions, self.revocations):
+        for timers in (self.sessions, self.deadlines):
             for key in [k for k in timers if k[0] == group_id]:
                 del timers[key]
 
@@ -357,22 +429,19 @@ class ConsumerMembership:
         """Remove members whose session ran out, or who kept partitions to revoke past
         their rebalance timeout (Kafka fences them: they must rejoin)."""
         due = {key for key, deadline in self.sessions.items() if deadline <= now}
-        due |= {key for key, deadline in self.revocations.items() if deadline <= now}
+        due |= {key for key, deadline in self.deadlines.items() if deadline <= now}
         for group_id, member_id in sorted(due):
             current = self.store.consumer_groups.get(group_id)
             if current is None or member_id not in current.members:
-                self._forget(group_id, member_id)
+                self.forget(group_id, member_id)
                 continue
-            group, entries = _copy(current), []
-            self._remove(group, member_id, entries)
             try:
-                self._store(group, entries)
+                self.remove_member(copy_group(current), member_id, [], now)
             except CoordinatorError:
                 continue  # not the coordinator any more, or not writable now: next tick
-            self._forget(group_id, member_id)
 
 
-def _copy(group: ConsumerGroup) -> ConsumerGroup:
+def copy_group(group: ConsumerGroup) -> ConsumerGroup:
     """A copy a heartbeat can change freely: members are immutable, the maps are not."""
     return dataclasses.replace(group, members=dict(group.members),
                                static_members=dict(group.static_members),
@@ -428,17 +497,3 @@ def _metadata_hash(group: ConsumerGroup, topics: Mapping[str, TopicMetadata]) ->
     return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big",
                           signed=True) if names else 0
 
-
-def _member_metadata(group_id: str, member: ConsumerMember) -> Entry:
-    return (cr.encode_key(cr.ConsumerKey(cr.MEMBER_METADATA, group_id, member.member_id)),
-            cr.encode_member_metadata(member))
-
-
-def _target_member(group_id: str, member_id: str, target: Assignment) -> Entry:
-    return (cr.encode_key(cr.ConsumerKey(cr.TARGET_MEMBER, group_id, member_id)),
-            cr.encode_target_member(target))
-
-
-def _member_tombstones(group_id: str, member_id: str) -> list[Entry]:
-    return [(cr.encode_key(cr.ConsumerKey(kind, group_id, member_id)), None)
-            for kind in (cr.CURRENT_ASSIGNMENT, cr.TARGET_MEMBER, cr.MEMBER_METADATA)]

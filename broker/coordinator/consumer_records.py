@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from broker.coordinator.consumer_group import (
     Assignment,
     ClassicProtocols,
+    ConsumerGroup,
     ConsumerMember,
     MemberState,
 )
@@ -236,3 +237,59 @@ def _read_topic_partitions(r: Reader, epochs: dict[tuple[uuid.UUID, int], int] |
                                 strict=False):
                 epochs[(topic_id, p)] = epoch
     return {t: ps for t, ps in out.items() if ps}
+
+
+# -- whole records, as the coordinator writes them -------------------------------------------
+
+Entry = tuple[bytes, bytes | None]  # a record's key and value; a None value is a tombstone
+
+
+def group_metadata_entry(group_id: str, epoch: int, metadata_hash: int) -> Entry:
+    return encode_key(ConsumerKey(GROUP_METADATA, group_id)), \
+        encode_group_metadata(epoch, metadata_hash)
+
+
+def target_metadata_entry(group_id: str, epoch: int) -> Entry:
+    return encode_key(ConsumerKey(TARGET_METADATA, group_id)), encode_target_metadata(epoch)
+
+
+def member_metadata_entry(group_id: str, member: ConsumerMember) -> Entry:
+    return encode_key(ConsumerKey(MEMBER_METADATA, group_id, member.member_id)), \
+        encode_member_metadata(member)
+
+
+def target_member_entry(group_id: str, member_id: str, target: Assignment) -> Entry:
+    return encode_key(ConsumerKey(TARGET_MEMBER, group_id, member_id)), \
+        encode_target_member(target)
+
+
+def current_assignment_entry(group_id: str, member: ConsumerMember) -> Entry:
+    return encode_key(ConsumerKey(CURRENT_ASSIGNMENT, group_id, member.member_id)), \
+        encode_current_assignment(member)
+
+
+def member_tombstones(group_id: str, member_id: str) -> list[Entry]:
+    return [(encode_key(ConsumerKey(kind, group_id, member_id)), None)
+            for kind in (CURRENT_ASSIGNMENT, TARGET_MEMBER, MEMBER_METADATA)]
+
+
+def group_entries(group: ConsumerGroup) -> list[Entry]:
+    """Every record of a whole group, in Kafka's order (ConsumerGroup.createConsumerGroupRecords):
+    what a classic group upgraded online is stored as."""
+    gid = group.group_id
+    entries = [member_metadata_entry(gid, m) for m in group.members.values()]
+    entries.append(group_metadata_entry(gid, group.group_epoch, group.metadata_hash))
+    entries += [target_member_entry(gid, m, a) for m, a in group.target.items()]
+    entries.append(target_metadata_entry(gid, group.target_epoch))
+    entries += [current_assignment_entry(gid, m) for m in group.members.values()]
+    return entries
+
+
+def group_tombstones(group: ConsumerGroup) -> list[Entry]:
+    """Tombstones of every record of a group (ConsumerGroup.createGroupTombstoneRecords):
+    members first, the group epoch last, so a reader replaying them ends with no group."""
+    gid = group.group_id
+    entries = [t for m in group.members for t in member_tombstones(gid, m)]
+    entries.append((encode_key(ConsumerKey(TARGET_METADATA, gid)), None))
+    entries.append((encode_key(ConsumerKey(GROUP_METADATA, gid)), None))
+    return entries

@@ -47,6 +47,7 @@ from broker.coordinator.group_store import (
     GroupStore,
     OffsetMap,
 )
+from broker.coordinator.mixed_membership import MixedMembership, SyncResult
 from broker.coordinator.offset_commits import OffsetCommits
 from broker.coordinator.offsets_writer import OffsetsTopicWriter
 from broker.server.partition import Partition
@@ -70,7 +71,9 @@ class GroupCoordinator:
         self.commits = OffsetCommits(self.store, self.writer, self._topic_id)
         self.cleanup = GroupCleanup(config, self.store, self.writer)
         self.consumers = ConsumerMembership(config, self.store, self.writer,
-                                            lambda: replicas.metadata.topics)
+                                            lambda: replicas.metadata.topics,
+                                            on_downgrade=self.membership.adopt)
+        self.mixed = MixedMembership(config, self.store, self.consumers)
         self.loader = GroupLoader(self.store, self.commits, self.consumers)
         self._tick_task: asyncio.Task[None] | None = None
 
@@ -157,26 +160,35 @@ class GroupCoordinator:
         client_host: str, session_timeout_ms: int, rebalance_timeout_ms: int,
         protocol_type: str, protocols: list[tuple[str, bytes]], require_known_member: bool,
     ) -> JoinResult:
-        return await self.membership.join_group(
+        # A consumer group with members serves classic members itself (mixed_membership).
+        serving = self.mixed if self.mixed.serves(group_id) else self.membership
+        return await serving.join_group(
             group_id, member_id, group_instance_id, client_id, client_host, session_timeout_ms,
             rebalance_timeout_ms, protocol_type, protocols, require_known_member)
 
     async def sync_group(
         self, group_id: str, generation: int, member_id: str, instance_id: str | None,
         protocol_type: str | None, protocol: str | None, assignments: dict[str, bytes],
-    ) -> tuple[ErrorCode, bytes, Group | None]:
-        return await self.membership.sync_group(group_id, generation, member_id, instance_id,
-                                                protocol_type, protocol, assignments)
+    ) -> SyncResult:
+        if self.mixed.serves(group_id):
+            return self.mixed.sync_group(group_id, generation, member_id, instance_id,
+                                         protocol_type, protocol)
+        error, assignment, group = await self.membership.sync_group(
+            group_id, generation, member_id, instance_id, protocol_type, protocol, assignments)
+        return SyncResult(error, assignment, group.protocol_type if group else None,
+                          group.protocol if group else None)
 
     def heartbeat(
         self, group_id: str, generation: int, member_id: str, instance_id: str | None
     ) -> ErrorCode:
-        return self.membership.heartbeat(group_id, generation, member_id, instance_id)
+        serving = self.mixed if self.mixed.serves(group_id) else self.membership
+        return serving.heartbeat(group_id, generation, member_id, instance_id)
 
     def leave_group(
         self, group_id: str, members: Iterable[tuple[str, str | None]]
     ) -> tuple[ErrorCode, list[tuple[str, str | None, ErrorCode]]]:
-        return self.membership.leave_group(group_id, members)
+        serving = self.mixed if self.mixed.serves(group_id) else self.membership
+        return serving.leave_group(group_id, members)
 
     def consumer_heartbeat(self, hb: Heartbeat, client_id: str, client_host: str, now: float,
                            version: int) -> HeartbeatResult:

@@ -176,6 +176,8 @@ def consumer_commit_error(group: ConsumerGroup, epoch: int, member_id: str,
         return ErrorCode.unknown_member_id
     if epoch == member.member_epoch:
         return None
+    if member.classic is not None:  # a classic member commits at its generation
+        return ErrorCode.illegal_generation
     if epoch > member.member_epoch:
         return ErrorCode.stale_member_epoch
     for topic, partition in offsets:

@@ -160,16 +160,15 @@ async def handle_sync_group(ctx: RequestContext, request: Any) -> Any:
         return build_response(request, {"throttle_time": NO_TIMEOUT,
                                         "error_code": ErrorCode.not_coordinator,
                                         "assignment": b""})
-    error, assignment, group = await coordinator_of(ctx).sync_group(
+    result = await coordinator_of(ctx).sync_group(
         request.group_id, request.generation_id, request.member_id,
         getattr(request, "group_instance_id", None), getattr(request, "protocol_type", None),
         getattr(request, "protocol_name", None),
         {a.member_id: a.assignment for a in request.assignments},
     )
     return build_response(request, {
-        "throttle_time": NO_TIMEOUT, "error_code": error, "assignment": assignment,
-        "protocol_type": group.protocol_type if group else None,
-        "protocol_name": group.protocol if group else None,
+        "throttle_time": NO_TIMEOUT, "error_code": result.error, "assignment": result.assignment,
+        "protocol_type": result.protocol_type, "protocol_name": result.protocol,
     })
 
 

@@ -39,9 +39,9 @@ async def join(gc: GroupCoordinator, group: str, member_id: str = "", *,
 async def sync(gc: GroupCoordinator, group: str, generation: int, member_id: str,
                assignments: dict[str, bytes] | None = None,
                instance: str | None = None) -> tuple[ErrorCode, bytes]:
-    error, assignment, _ = await gc.sync_group(group, generation, member_id, instance,
-                                               "consumer", None, assignments or {})
-    return error, assignment
+    result = await gc.sync_group(group, generation, member_id, instance, "consumer", None,
+                                 assignments or {})
+    return result.error, result.assignment
 
 
 async def settle() -> None:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 
 def test_generated_member_ids_stay_storable():
-    from broker.coordinator.classic_membership import _new_member_id
+    from broker.coordinator.classic_membership import new_member_id
     from broker.coordinator.group_store import MAX_NAME_BYTES
 
-    assert _new_member_id("rdkafka").startswith("rdkafka-")
-    long_id = _new_member_id("é" * 20_000)  # 40,000 bytes of client id
+    assert new_member_id("rdkafka").startswith("rdkafka-")
+    long_id = new_member_id("é" * 20_000)  # 40,000 bytes of client id
     assert len(long_id.encode()) <= MAX_NAME_BYTES
     assert long_id.startswith("é" * 100)
