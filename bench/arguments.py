@@ -25,6 +25,17 @@ def parse_setting(text: str) -> tuple[str, str]:
     return key.strip(), value.strip()
 
 
+def positive_int(text: str) -> int:
+    """"3" -> 3; a count or size of at least 1 (rounds, members, partitions)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def comma_list(choices: tuple[str, ...] | None, convert: Callable[[str], Any] = str
                ) -> Callable[[str], list[Any]]:
     """A type for a comma-separated list, each item converted and, with ``choices``, one of
