@@ -411,8 +411,8 @@ async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
         request, {"throttle_time": NO_TIMEOUT, "groups": described}, len(described))
 
 
-# Every group kafkube coordinates is a classic one (JoinGroup/SyncGroup); KIP-848's
-# "consumer" groups (ConsumerGroupHeartbeat) are not served, so never listed.
+# ListGroups' types: a group of JoinGroup/SyncGroup members is "classic", a KIP-848 group
+# (ConsumerGroupHeartbeat, classic members included while it migrates) "consumer".
 GROUP_TYPE = "classic"
 CONSUMER_GROUP_TYPE = "consumer"  # KIP-848
 
