@@ -65,6 +65,25 @@ def new_member_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4()}"
 
 
+def check_join(config: BrokerConfig, group_id: str, instance_id: str | None,
+               protocol_type: str, protocols: list[tuple[str, bytes]],
+               session_timeout_ms: int) -> ErrorCode | None:
+    """Why a JoinGroup is refused before any group is looked at (Kafka checks these first,
+    whichever kind of group the id names), or None."""
+    try:
+        validate_group_id(group_id)
+        for name, what in ((instance_id, "group instance id"), (protocol_type, "protocol type"),
+                           *((p, "protocol name") for p, _ in protocols)):
+            check_length(name, what, ErrorCode.invalid_request)
+    except CoordinatorError as e:
+        return e.code
+    low = config["group.min.session.timeout.ms"]
+    high = config["group.max.session.timeout.ms"]
+    if not low <= session_timeout_ms <= high:
+        return ErrorCode.invalid_session_timeout
+    return None
+
+
 class ClassicMembership:
     """Members joining, syncing, heartbeating and leaving; the generations they make."""
 
@@ -110,18 +129,10 @@ class ClassicMembership:
         client_host: str, session_timeout_ms: int, rebalance_timeout_ms: int,
         protocol_type: str, protocols: list[tuple[str, bytes]], require_known_member: bool,
     ) -> JoinResult:
-        try:
-            validate_group_id(group_id)
-            for name, what in ((group_instance_id, "group instance id"),
-                               (protocol_type, "protocol type"),
-                               *((p, "protocol name") for p, _ in protocols)):
-                check_length(name, what, ErrorCode.invalid_request)
-        except CoordinatorError as e:
-            return JoinResult(e.code, member_id=member_id)
-        low = self.config["group.min.session.timeout.ms"]
-        high = self.config["group.max.session.timeout.ms"]
-        if not low <= session_timeout_ms <= high:
-            return JoinResult(ErrorCode.invalid_session_timeout, member_id=member_id)
+        refused = check_join(self.config, group_id, group_instance_id, protocol_type,
+                             protocols, session_timeout_ms)
+        if refused is not None:
+            return JoinResult(refused, member_id=member_id)
         await self.writer.ensure_offsets_topic()
         refused = self._take_over_consumer_group(group_id)
         if refused is not None:

@@ -290,7 +290,7 @@ class ConsumerMembership:
                              f"Member {member_id} joined with instance id "
                              f"{member.instance_id}, not {hb.instance_id}: it must rejoin.")
         return dataclasses.replace(
-            member, client_id=client_id, client_host=client_host,
+            member, client_id=client_id, client_host=client_host, classic=None,
             instance_id=hb.instance_id if hb.instance_id is not None else member.instance_id,
             rack_id=hb.rack_id if hb.rack_id is not None else member.rack_id,
             subscribed_topic_names=hb.subscribed_topic_names
@@ -311,7 +311,9 @@ class ConsumerMembership:
         if old_id is None or old_id == member_id:
             return None
         old = group.members[old_id]
-        if old.member_epoch != STATIC_LEAVE:
+        # A classic member never says it left (-2): a KIP-848 process of its instance id
+        # replaces it at once, as in a rolling upgrade of static members.
+        if old.member_epoch != STATIC_LEAVE and old.classic is None:
             raise refuse(ErrorCode.unreleased_instance_id,
                          f"Static member {member_id} with instance id {hb.instance_id} cannot "
                          f"join the group because the instance id is owned by {old_id} member.")
@@ -322,6 +324,9 @@ class ConsumerMembership:
         if target is not None:
             group.target[member_id] = target
             entries.append(cr.target_member_entry(group.group_id, member_id, target))
+        if old.classic is not None:  # it starts over at epoch 0, with what it held
+            return dataclasses.replace(old, member_id=member_id, member_epoch=0,
+                                       previous_member_epoch=0, classic=None)
         return dataclasses.replace(old, member_id=member_id,
                                    member_epoch=old.previous_member_epoch)
 
@@ -419,6 +424,11 @@ class ConsumerMembership:
                 self.deadlines[(group.group_id, member.member_id)] = \
                     now + member.rebalance_timeout_ms / 1000
 
+    def _classic(self, key: tuple[str, str]) -> bool:
+        group = self.store.consumer_groups.get(key[0])
+        member = group.members.get(key[1]) if group is not None else None
+        return member is not None and member.classic is not None
+
     def drop(self, group_id: str) -> None:
         """The group moved to another coordinator: its timers are not ours any more."""
         for timers in (self.sessions, self.deadlines):
@@ -430,7 +440,9 @@ class ConsumerMembership:
         their rebalance timeout (Kafka fences them: they must rejoin)."""
         due = {key for key, deadline in self.sessions.items() if deadline <= now}
         due |= {key for key, deadline in self.deadlines.items() if deadline <= now}
-        for group_id, member_id in sorted(due):
+        # Classic members first: a dead one must not be carried into the classic group a
+        # KIP-848 member's expiry in the same tick may downgrade the group to.
+        for group_id, member_id in sorted(due, key=lambda key: (not self._classic(key), key)):
             current = self.store.consumer_groups.get(group_id)
             if current is None or member_id not in current.members:
                 self.forget(group_id, member_id)

@@ -74,7 +74,8 @@ class GroupCoordinator:
                                             lambda: replicas.metadata.topics,
                                             on_downgrade=self.membership.adopt)
         self.mixed = MixedMembership(config, self.store, self.consumers)
-        self.loader = GroupLoader(self.store, self.commits, self.consumers)
+        self.loader = GroupLoader(self.store, self.commits, self.consumers,
+                                  self.membership.adopt)
         self._tick_task: asyncio.Task[None] | None = None
 
     def _topic_id(self, name: str) -> uuid.UUID | None:

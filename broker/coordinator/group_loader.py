@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 from kio.schema.errors import ErrorCode
 
@@ -43,10 +44,17 @@ class GroupLoader:
     """Loads a partition's groups and offsets into the store, or unloads them."""
 
     def __init__(self, store: GroupStore, commits: OffsetCommits,
-                 consumers: ConsumerMembership) -> None:
+                 consumers: ConsumerMembership,
+                 rebalance: Callable[[Group, float], None] = lambda group, now: None) -> None:
         self.store = store
         self.commits = commits  # transactional offsets, completed by the markers replayed
         self.consumers = consumers  # KIP-848 groups' session timers
+        # Starts a classic rebalance of a loaded group (ClassicMembership.adopt).
+        self.rebalance = rebalance
+        # During a load: groups that had KIP-848 records, and the generation of the classic
+        # group each was downgraded to (its members hold their targets, not everything).
+        self._had_consumer_records: set[str] = set()
+        self._downgraded: dict[str, int] = {}
 
     def on_leadership(self, partition: Partition, leader: bool) -> None:
         """Load a partition's groups on becoming its leader, drop them on losing it, as
@@ -75,6 +83,8 @@ class GroupLoader:
 
     def _load(self, partition: Partition) -> None:
         store = self.store
+        self._had_consumer_records.clear()
+        self._downgraded.clear()
         for segment in list(partition.log.segments):
             for batch in segment.batches_from(0):
                 raw = segment.read_bytes(batch.position, batch.header.size)
@@ -87,6 +97,11 @@ class GroupLoader:
             group.state = GroupState.STABLE
             for member in group.members.values():
                 member.heartbeat_deadline = now + member.session_timeout_ms / 1000
+        for group_id, generation in self._downgraded.items():
+            group = store.groups.get(group_id)
+            if group is not None and group.members and group.generation == generation:
+                # No classic rebalance completed since the downgrade: finish it.
+                self.rebalance(group, now)
         for consumer_group in consumer_replay.settle(store, partition.index):
             self.consumers.resume(consumer_group, now)
         store.owned.add(partition.index)
@@ -119,6 +134,8 @@ class GroupLoader:
         if key is None:
             consumer_key = cr.decode_key(record.key)
             if consumer_key is not None:
+                self._had_consumer_records.add(consumer_key.group)
+                self._downgraded.pop(consumer_key.group, None)
                 consumer_replay.replay(self.store, consumer_key, record.value)
             return
         if isinstance(key, ot.OffsetKey):
@@ -134,7 +151,11 @@ class GroupLoader:
             if record.value is None:
                 self.store.groups.pop(key.group, None)
                 return
-            self.store.groups[key.group] = _group_from(key.group, ot.decode_group(record.value))
+            group = self.store.groups[key.group] = _group_from(key.group,
+                                                               ot.decode_group(record.value))
+            if key.group in self._had_consumer_records:  # the downgrade's own record
+                self._had_consumer_records.discard(key.group)
+                self._downgraded[key.group] = group.generation
 
 
 def _group_from(group_id: str, value: ot.GroupValue) -> Group:

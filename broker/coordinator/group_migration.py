@@ -81,7 +81,7 @@ def upgraded(group: Group, topics: Mapping[str, TopicMetadata]) -> ConsumerGroup
                           for p in parts if topic in ids)
         member = ConsumerMember(
             m.member_id, instance_id=m.group_instance_id, rack_id=subscription.rack_id,
-            client_id=m.client_id, client_host=m.client_host,
+            client_id=m.client_id, client_host="/" + m.client_host.removeprefix("/"),
             subscribed_topic_names=tuple(sorted(set(subscription.topics))),
             rebalance_timeout_ms=m.rebalance_timeout_ms,
             classic=ClassicProtocols(m.session_timeout_ms, tuple(m.protocols)),
@@ -126,7 +126,7 @@ def downgraded(group: ConsumerGroup, leaving: str, topics: Mapping[str, TopicMet
     for mid, m in group.members.items():
         if mid == leaving or m.classic is None:
             continue
-        out.add(Member(mid, m.instance_id, m.client_id, m.client_host,
+        out.add(Member(mid, m.instance_id, m.client_id, m.client_host.removeprefix("/"),
                        m.classic.session_timeout_ms, m.rebalance_timeout_ms, PROTOCOL_TYPE,
                        list(m.classic.protocols)))
     out.protocol = out.select_protocol()

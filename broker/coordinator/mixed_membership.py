@@ -33,7 +33,7 @@ from kio.schema.errors import ErrorCode
 from broker.config.broker_config import BrokerConfig
 from broker.coordinator import consumer_protocol as cp
 from broker.coordinator import consumer_records as cr
-from broker.coordinator.classic_membership import JoinResult, new_member_id
+from broker.coordinator.classic_membership import JoinResult, check_join, new_member_id
 from broker.coordinator.consumer_group import (
     Assignment,
     ClassicProtocols,
@@ -81,6 +81,10 @@ class MixedMembership:
         protocol_type: str, protocols: list[tuple[str, bytes]], require_known_member: bool,
     ) -> JoinResult:
         now = time.monotonic()
+        refused = check_join(self.config, group_id, instance_id, protocol_type, protocols,
+                             session_timeout_ms)
+        if refused is not None:
+            return JoinResult(refused, member_id=member_id)
         try:
             current = self.store.consumer_groups[group_id]
             new_id = member_id or new_member_id(client_id)
@@ -109,8 +113,10 @@ class MixedMembership:
             return JoinResult(e.code, member_id=member_id)
         if replaced is not None:
             self.consumers.forget(group_id, replaced.member_id)
-        await self.consumers.writer.await_replication(
+        stored = await self.consumers.writer.await_replication(
             group_id, self.config["offsets.commit.timeout.ms"] / 1000)
+        if stored != ErrorCode.none:
+            return JoinResult(stored, member_id=member_id)
         key = (group_id, updated.member_id)
         self.consumers.sessions[key] = now + session_timeout_ms / 1000
         self.consumers.deadlines[key] = now + rebalance_timeout_ms / 1000  # to sync
@@ -153,8 +159,6 @@ class MixedMembership:
             if existing.classic is None:
                 raise CoordinatorError(ErrorCode.unknown_member_id)
             return existing, None
-        if member_id:
-            raise CoordinatorError(ErrorCode.unknown_member_id)
         if len(group.members) >= self.config["group.consumer.max.size"]:
             raise CoordinatorError(ErrorCode.group_max_size_reached)
         return ConsumerMember(new_id), None

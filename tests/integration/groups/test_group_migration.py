@@ -76,14 +76,13 @@ def test_librdkafka_members_roll_from_classic_to_consumer_and_back(broker_factor
     assert group_type(broker.bootstrap, group) == "consumer"
     c[1].stop()
     k1 = consumer("k1")
-    everyone.append(k1)
-    round_read([c[2], k0, k1], "one classic member and two consumer ones")
+    c3 = classic("c3")  # a new classic process while the group is mixed (JoinGroup v5)
+    everyone += [k1, c3]
+    round_read([c[2], c3, k0, k1], "two classic members and two consumer ones")
 
-    # Online downgrade: the consumer-protocol members leave; the classic one remains.
+    # Online downgrade: the consumer-protocol members leave; the classic ones remain.
     k1.stop()
     k0.stop()
-    c3 = classic("c3")
-    everyone.append(c3)
     round_read([c[2], c3], "downgraded: two classic members")
     assert group_type(broker.bootstrap, group) == "classic"
 

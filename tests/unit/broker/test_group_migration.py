@@ -246,9 +246,12 @@ def test_classic_members_of_a_consumer_group_are_checked_as_kafka_checks_them(
         ErrorCode.inconsistent_group_protocol  # not a consumer subscription
     assert offsets_end(services) == end
     ghost = Classic(services, member_id="ghost", generation=1)
-    assert ghost.join().error == ErrorCode.unknown_member_id
     assert ghost.heartbeat() == ErrorCode.unknown_member_id
     assert ghost.sync()[0] == ErrorCode.unknown_member_id
+    too_short = run(services.groups.join_group(GROUP, "", None, "c", "h", 1, 10_000, "consumer",
+                                               protocols([]), False))
+    assert too_short.error == ErrorCode.invalid_session_timeout
+    assert offsets_end(services) == end
     # A KIP-848 member cannot speak the classic protocol under its id.
     assert Classic(services, member_id="k", generation=1).heartbeat() == \
         ErrorCode.unknown_member_id
@@ -271,3 +274,50 @@ def test_an_empty_group_changes_protocol_offline_keeping_its_offsets(
     assert classic.join().error == ErrorCode.none  # a classic group now
     assert services.groups.describe_consumer_group(GROUP) is None
     assert services.groups.fetch_offsets(GROUP, [("orders", 0)])[("orders", 0)].offset == 4
+
+
+def test_a_new_classic_consumer_joins_with_the_member_id_it_was_handed(
+        services: BrokerServices) -> None:
+    """JoinGroup v4+: MEMBER_ID_REQUIRED hands out an id; the join with it is accepted (a
+    classic consumer started, or fenced and rejoining, while the group is mixed)."""
+    beat(services, "k", 0, join=True)
+
+    def join(member_id: str) -> Any:
+        return run(services.groups.join_group(GROUP, member_id, None, "c", "h", 10_000, 10_000,
+                                              "consumer", protocols([]), True))
+    first = join("")
+    assert first.error == ErrorCode.member_id_required
+    second = join(first.member_id)
+    assert (second.error, second.member_id) == (ErrorCode.none, first.member_id)
+    assert services.groups.describe_consumer_group(GROUP).members[first.member_id].classic
+
+
+def test_a_static_classic_member_is_replaced_by_a_consumer_protocol_process(
+        services: BrokerServices) -> None:
+    """A rolling upgrade of static members: the new process of instance "i0" speaks KIP-848
+    and takes the classic member's place at once (a classic member never says it left)."""
+    old = run(services.groups.join_group(GROUP, "", "i0", "c", "h", 10_000, 10_000, "consumer",
+                                         protocols([]), False))
+    assert old.error == ErrorCode.none
+    joined = beat(services, "new-i0", 0, join=True, instance_id="i0")
+    assert joined.error_code == ErrorCode.none
+    group = services.groups.describe_consumer_group(GROUP)
+    assert set(group.members) == {"new-i0"} and group.static_members == {"i0": "new-i0"}
+    member = group.members["new-i0"]
+    assert member.classic is None  # a consumer-protocol member now: it commits as one
+    assert commit(services, "new-i0", member.member_epoch + 1) == ErrorCode.stale_member_epoch
+
+
+def test_a_new_coordinator_rebalances_a_group_downgraded_before_it_took_over(
+        services: BrokerServices) -> None:
+    """The downgrade is stored with each classic member holding its target, which leaves out
+    the partitions of the member that left: the coordinator that loads it rebalances it, so
+    no partition stays without a consumer."""
+    a, b = classic_group(services)
+    a, b, _ = settled(services, a, b, beat(services, "k", 0, join=True))
+    assert beat(services, "k", -1).error_code == ErrorCode.none
+    offsets = services.replicas.get("__consumer_offsets", services.groups.partition_of(GROUP))
+    services.groups.on_leadership(offsets, False)
+    services.groups.on_leadership(offsets, True)
+    assert services.groups.groups[GROUP].state is GroupState.PREPARING_REBALANCE
+    assert a.heartbeat() == ErrorCode.rebalance_in_progress
