@@ -32,6 +32,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("controller",),  # the rules that change the metadata: elections, placement, topics
     ("server",),  # replica manager, partitions, replica fetchers, this broker's lifecycle
     ("coordinator",),  # group and transaction coordinators
+    ("share",),  # share groups' partitions: records acquired, acknowledged, redelivered
     ("handlers",),  # one function per Kafka API
     ("frontend",),  # the socket server
     ("app", "health"),  # what wires it all: `kafkube broker` runs these

@@ -1,0 +1,335 @@
+"""A share-partition: what a share group (KIP-932, "queues") knows of one topic partition, on
+that partition's leader.
+
+Consumers of a share group do not own partitions: they share them record by record. Each
+record between the share-partition start offset (SPSO) and its end offset (SPEO, the first
+offset never handed out) is in one state:
+
+    AVAILABLE ──acquire──▶ ACQUIRED ──ACCEPT──▶ ACKNOWLEDGED
+        ▲                   │  │
+        └──RELEASE, lock────┘  └──REJECT, GAP, or RELEASE/lock at the delivery limit──▶ ARCHIVED
+
+A fetch *acquires* records for one member under a lock of ``group.share.record.lock.duration.ms``
+and counts a delivery; the member acknowledges each record: ACCEPT (done), RELEASE (give it
+back for redelivery), REJECT (never deliver again), GAP (an offset with no record: compacted,
+or a transaction marker), RENEW (keep the lock longer, KIP-1222). A lock that runs out releases
+the record. A record delivered ``group.share.delivery.count.limit`` times is archived instead of
+released. The SPSO moves past every leading record that is done (ACKNOWLEDGED or ARCHIVED); at
+most ``group.share.partition.max.record.locks`` records are in flight (SPEO - SPSO).
+
+State changes that acknowledgements and lock expiries make are written to ``__share_group_state``
+before they take effect (``Change``): a change is planned, marked pending so no other request
+touches those offsets meanwhile, then committed once stored, or dropped if the write failed.
+Acquisition is not stored: after a failover, records that were acquired are available again
+with the delivery count last stored, as in Kafka.
+
+Pure data and rules, no I/O and no timers: the share-partition manager drives it.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+
+class RecordState(enum.IntEnum):
+    """Kafka's RecordState; AVAILABLE, ACKNOWLEDGED and ARCHIVED are stored as these bytes."""
+
+    AVAILABLE = 0
+    ACQUIRED = 1
+    ACKNOWLEDGED = 2
+    ARCHIVED = 4
+
+
+class AckType(enum.IntEnum):
+    """The acknowledge types of ShareFetch and ShareAcknowledge."""
+
+    GAP = 0
+    ACCEPT = 1
+    RELEASE = 2
+    REJECT = 3
+    RENEW = 4
+
+
+DONE = (RecordState.ACKNOWLEDGED, RecordState.ARCHIVED)
+
+
+@dataclass(slots=True)
+class InFlight:
+    """One record between the SPSO and the SPEO."""
+
+    state: RecordState = RecordState.AVAILABLE
+    delivery_count: int = 0
+    member_id: str = ""  # the member holding it while ACQUIRED
+    lock_deadline: float = 0.0  # loop time at which an ACQUIRED record is released
+
+
+@dataclass(frozen=True, slots=True)
+class Acquired:
+    """A run of offsets acquired by one fetch, as ShareFetch's AcquiredRecords says it."""
+
+    first_offset: int
+    last_offset: int
+    delivery_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class StateBatch:
+    """A run of offsets in one stored state, as ShareSnapshot/ShareUpdate records hold it."""
+
+    first_offset: int
+    last_offset: int
+    state: RecordState
+    delivery_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class AckBatch:
+    """An acknowledgement of offsets ``first_offset``..``last_offset``: one type for all of
+    them, or one per offset."""
+
+    first_offset: int
+    last_offset: int
+    types: tuple[int, ...]
+
+    def type_at(self, offset: int) -> int:
+        return self.types[0] if len(self.types) == 1 else self.types[offset - self.first_offset]
+
+
+class InvalidRecordState(Exception):
+    """An acknowledgement of records this member does not hold (Kafka's INVALID_RECORD_STATE),
+    or an invalid one (INVALID_REQUEST when ``invalid_request``)."""
+
+    def __init__(self, message: str, invalid_request: bool = False) -> None:
+        super().__init__(message)
+        self.invalid_request = invalid_request
+
+
+@dataclass
+class Change:
+    """State changes planned for offsets, to be stored before they take effect."""
+
+    updates: dict[int, InFlight] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.updates)
+
+
+@dataclass
+class SharePartition:
+    start_offset: int = 0  # SPSO
+    max_delivery: int = 5  # group.share.delivery.count.limit
+    max_in_flight: int = 2000  # group.share.partition.max.record.locks
+    lock_seconds: float = 30.0  # group.share.record.lock.duration.ms
+    # The records from start_offset on, one per offset; len() is SPEO - SPSO.
+    records: deque[InFlight] = field(default_factory=deque)
+    pending: set[int] = field(default_factory=set)  # offsets with a change being stored
+
+    @property
+    def end_offset(self) -> int:
+        """SPEO: the first offset never acquired."""
+        return self.start_offset + len(self.records)
+
+    def _at(self, offset: int) -> InFlight:
+        return self.records[offset - self.start_offset]
+
+    # -- fetching ----------------------------------------------------------------------------
+
+    def next_fetch_offset(self) -> int:
+        """Where a fetch should read from: the first available record, else the SPEO."""
+        for i, record in enumerate(self.records):
+            if record.state is RecordState.AVAILABLE and self.start_offset + i not in self.pending:
+                return self.start_offset + i
+        return self.end_offset
+
+    def acquire(self, member_id: str, first: int, last: int, max_records: int,
+                now: float) -> list[Acquired]:
+        """Acquire for ``member_id`` what is available of the offsets ``first``..``last`` (what a
+        log read returned), at most ``max_records`` (a batch may overshoot it, as in Kafka, only
+        by the records of one run); offsets past the SPEO join the in-flight window, which
+        never exceeds ``max_in_flight``."""
+        first = max(first, self.start_offset)
+        if first > self.end_offset:
+            # The log has no records between (compacted away, or the read began later):
+            # nothing there to deliver.
+            if not self.records:
+                self.start_offset = first
+            while self.end_offset < first:
+                self.records.append(InFlight(RecordState.ARCHIVED))
+        runs: list[Acquired] = []
+        taken = 0
+        offset = first
+        while offset <= last and taken < max_records:
+            if offset >= self.end_offset:
+                room = self.max_in_flight - len(self.records)
+                if room <= 0:
+                    break
+                self.records.append(InFlight())
+            record = self._at(offset)
+            if record.state is RecordState.AVAILABLE and offset not in self.pending:
+                record.state = RecordState.ACQUIRED
+                record.delivery_count += 1
+                record.member_id = member_id
+                record.lock_deadline = now + self.lock_seconds
+                taken += 1
+                if runs and runs[-1].last_offset == offset - 1 and \
+                        runs[-1].delivery_count == record.delivery_count:
+                    runs[-1] = Acquired(runs[-1].first_offset, offset, record.delivery_count)
+                else:
+                    runs.append(Acquired(offset, offset, record.delivery_count))
+            offset += 1
+        return runs
+
+    # -- acknowledging -----------------------------------------------------------------------
+
+    def plan_acknowledge(self, member_id: str, batches: Sequence[AckBatch], now: float
+                         ) -> Change:
+        """The changes ``batches`` make, checked whole before anything changes: every offset
+        (from the SPSO on; those before it are done already) must be acquired by
+        ``member_id`` and not being stored. Raises InvalidRecordState otherwise."""
+        change = Change()
+        previous_last = -1
+        for batch in sorted(batches, key=lambda b: b.first_offset):
+            if batch.last_offset < batch.first_offset or batch.first_offset < 0:
+                raise InvalidRecordState(
+                    f"invalid acknowledgement range {batch.first_offset}-{batch.last_offset}",
+                    invalid_request=True)
+            if batch.first_offset <= previous_last:
+                raise InvalidRecordState("overlapping acknowledgement ranges",
+                                         invalid_request=True)
+            previous_last = batch.last_offset
+            span = batch.last_offset - batch.first_offset + 1
+            if not batch.types or (len(batch.types) != 1 and len(batch.types) != span):
+                raise InvalidRecordState("the acknowledge types do not match the range",
+                                         invalid_request=True)
+            if any(t not in AckType._value2member_map_ for t in batch.types):
+                raise InvalidRecordState(f"unknown acknowledge type in {batch.types}",
+                                         invalid_request=True)
+            if batch.last_offset >= self.end_offset:
+                raise InvalidRecordState(
+                    f"offsets {batch.first_offset}-{batch.last_offset} were never acquired "
+                    f"(the share-partition end offset is {self.end_offset})")
+            for offset in range(max(batch.first_offset, self.start_offset),
+                                batch.last_offset + 1):
+                record = self._at(offset)
+                if record.state is not RecordState.ACQUIRED or offset in self.pending:
+                    raise InvalidRecordState(f"offset {offset} is not acquired "
+                                             f"(it is {record.state.name.lower()})")
+                if record.member_id != member_id:
+                    raise InvalidRecordState(f"offset {offset} is held by another member")
+                change.updates[offset] = self._after(record, AckType(batch.type_at(offset)), now)
+        return change
+
+    def _after(self, record: InFlight, ack: AckType, now: float) -> InFlight:
+        if ack is AckType.ACCEPT:
+            return InFlight(RecordState.ACKNOWLEDGED, record.delivery_count)
+        if ack in (AckType.REJECT, AckType.GAP):
+            return InFlight(RecordState.ARCHIVED, record.delivery_count)
+        if ack is AckType.RENEW:
+            return InFlight(RecordState.ACQUIRED, record.delivery_count, record.member_id,
+                            now + self.lock_seconds)
+        return self._released(record)
+
+    def _released(self, record: InFlight) -> InFlight:
+        state = RecordState.ARCHIVED if record.delivery_count >= self.max_delivery \
+            else RecordState.AVAILABLE
+        return InFlight(state, record.delivery_count)
+
+    def plan_release(self, member_id: str) -> Change:
+        """Every record ``member_id`` holds given back (its share session closed, or it left)."""
+        change = Change()
+        for offset, record in self._held():
+            if record.member_id == member_id:
+                change.updates[offset] = self._released(record)
+        return change
+
+    def plan_expiry(self, now: float) -> Change:
+        """Records whose acquisition lock ran out, released (or archived at the limit)."""
+        change = Change()
+        for offset, record in self._held():
+            if record.lock_deadline <= now:
+                change.updates[offset] = self._released(record)
+        return change
+
+    def _held(self) -> Iterator[tuple[int, InFlight]]:
+        for i, record in enumerate(self.records):
+            offset = self.start_offset + i
+            if record.state is RecordState.ACQUIRED and offset not in self.pending:
+                yield offset, record
+
+    def begin(self, change: Change) -> None:
+        """The change is being stored: no other request may touch its offsets meanwhile."""
+        self.pending |= change.updates.keys()
+
+    def commit(self, change: Change) -> None:
+        """The change is stored: apply it and move the SPSO past the records now done."""
+        self.pending -= change.updates.keys()
+        for offset, after in change.updates.items():
+            if offset >= self.start_offset:
+                self.records[offset - self.start_offset] = after
+        while self.records and self.records[0].state in DONE:
+            self.records.popleft()
+            self.start_offset += 1
+
+    def abort(self, change: Change) -> None:
+        """Storing the change failed: nothing changes."""
+        self.pending -= change.updates.keys()
+
+    # -- what is stored ----------------------------------------------------------------------
+
+    def state_batches(self, change: Change | None = None) -> list[StateBatch]:
+        """The in-flight window as stored (with ``change`` applied): runs of one state and
+        delivery count, acquired records as available (a lock does not survive a failover)."""
+        updates = change.updates if change is not None else {}
+        start = self.start_after(change) if change is not None else self.start_offset
+        out: list[StateBatch] = []
+        for i, record in enumerate(self.records):
+            offset = self.start_offset + i
+            if offset < start:
+                continue  # done: the stored start offset is past it
+            record = updates.get(offset, record)
+            state = RecordState.AVAILABLE if record.state is RecordState.ACQUIRED \
+                else record.state
+            if state is RecordState.AVAILABLE and record.delivery_count == 0:
+                continue  # never delivered: nothing to remember
+            last = out[-1] if out else None
+            if last is not None and last.last_offset == offset - 1 and last.state is state \
+                    and last.delivery_count == record.delivery_count:
+                out[-1] = StateBatch(last.first_offset, offset, state, record.delivery_count)
+            else:
+                out.append(StateBatch(offset, offset, state, record.delivery_count))
+        return out
+
+    def start_after(self, change: Change) -> int:
+        """The SPSO once ``change`` is applied (what the write of it stores)."""
+        offset = self.start_offset
+        for i, record in enumerate(self.records):
+            if change.updates.get(self.start_offset + i, record).state not in DONE:
+                break
+            offset += 1
+        return offset
+
+    @classmethod
+    def restored(cls, start_offset: int, batches: Iterable[StateBatch], **settings: float
+                 ) -> SharePartition:
+        """The share-partition as stored: records of the batches in their state, those between
+        them available and never delivered."""
+        share = cls(start_offset=start_offset, **settings)  # type: ignore[arg-type]
+        for batch in sorted(batches, key=lambda b: b.first_offset):
+            for offset in range(max(batch.first_offset, start_offset), batch.last_offset + 1):
+                while share.end_offset < offset:
+                    share.records.append(InFlight())
+                if offset == share.end_offset:
+                    share.records.append(InFlight(batch.state, batch.delivery_count))
+        share.commit(Change())  # leading records already done move the SPSO
+        while share.records and share.records[-1].state is RecordState.AVAILABLE and \
+                share.records[-1].delivery_count == 0:
+            share.records.pop()
+        return share
+
+    # -- what the metrics show ---------------------------------------------------------------
+
+    def in_flight(self) -> int:
+        return sum(1 for r in self.records if r.state is RecordState.ACQUIRED)
