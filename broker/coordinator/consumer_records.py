@@ -77,7 +77,7 @@ def encode_group_metadata(epoch: int, metadata_hash: int = 0) -> bytes:
 
 def decode_group_metadata(data: bytes) -> tuple[int, int]:
     """(group epoch, metadata hash)."""
-    r = _value(data)
+    r = value_reader(data)
     epoch = r.i32()
     tags = r.tagged()
     return epoch, Reader(tags[0]).i64() if 0 in tags else 0
@@ -90,7 +90,7 @@ def encode_target_metadata(epoch: int, timestamp_ms: int = 0) -> bytes:
 
 
 def decode_target_metadata(data: bytes) -> int:
-    r = _value(data)
+    r = value_reader(data)
     epoch = r.i32()
     r.tagged()
     return epoch
@@ -116,7 +116,7 @@ def encode_member_metadata(m: ConsumerMember) -> bytes:
 
 def decode_member_metadata(member_id: str, data: bytes) -> ConsumerMember:
     """The member's subscription facts; its epochs and partitions come from type 8."""
-    r = _value(data)
+    r = value_reader(data)
     instance_id, rack_id = r.compact_string(), r.compact_string()
     client_id, client_host = r.compact_string() or "", r.compact_string() or ""
     names = tuple(r.compact_string() or "" for _ in range(r.compact_length() or 0))
@@ -138,12 +138,12 @@ def decode_member_metadata(member_id: str, data: bytes) -> ConsumerMember:
 
 
 def encode_target_member(partitions: Assignment) -> bytes:
-    return bytes(_topic_partitions(Writer().i16(VALUE_VERSION), partitions).tagged({}).buf)
+    return bytes(write_topic_partitions(Writer().i16(VALUE_VERSION), partitions).tagged({}).buf)
 
 
 def decode_target_member(data: bytes) -> Assignment:
-    r = _value(data)
-    partitions = _read_topic_partitions(r)
+    r = value_reader(data)
+    partitions = read_topic_partitions(r)
     r.tagged()
     return partitions
 
@@ -151,8 +151,8 @@ def decode_target_member(data: bytes) -> Assignment:
 def encode_current_assignment(m: ConsumerMember) -> bytes:
     w = Writer().i16(VALUE_VERSION).i32(m.member_epoch).i32(m.previous_member_epoch)
     w.i8(int(m.state))
-    _topic_partitions(w, m.assigned, m.assignment_epochs or None)
-    _topic_partitions(w, m.pending_revocation)
+    write_topic_partitions(w, m.assigned, m.assignment_epochs or None)
+    write_topic_partitions(w, m.pending_revocation)
     return bytes(w.tagged({}).buf)
 
 
@@ -167,11 +167,11 @@ class CurrentAssignment:
 
 
 def decode_current_assignment(data: bytes) -> CurrentAssignment:
-    r = _value(data)
+    r = value_reader(data)
     epoch, previous, state = r.i32(), r.i32(), r.i8()
     epochs: dict[tuple[uuid.UUID, int], int] = {}
-    assigned = _read_topic_partitions(r, epochs)
-    pending = _read_topic_partitions(r)
+    assigned = read_topic_partitions(r, epochs)
+    pending = read_topic_partitions(r)
     r.tagged()
     known = state in MemberState._value2member_map_
     return CurrentAssignment(epoch, previous, MemberState(state) if known else MemberState.UNKNOWN,
@@ -187,14 +187,14 @@ def encode_regular_expression(topics: tuple[str, ...], version: int, timestamp_m
 
 def decode_regular_expression(data: bytes) -> tuple[tuple[str, ...], int, int]:
     """(the topics it matched, the metadata version it was resolved at, when)."""
-    r = _value(data)
+    r = value_reader(data)
     topics = tuple(r.compact_string() or "" for _ in range(r.compact_length() or 0))
     version, timestamp_ms = r.i64(), r.i64()
     r.tagged()
     return topics, version, timestamp_ms
 
 
-def _value(data: bytes) -> Reader:
+def value_reader(data: bytes) -> Reader:
     r = Reader(data)
     version = r.i16()
     if version != VALUE_VERSION:
@@ -202,7 +202,7 @@ def _value(data: bytes) -> Reader:
     return r
 
 
-def _topic_partitions(w: Writer, partitions: Assignment,
+def write_topic_partitions(w: Writer, partitions: Assignment,
                       epochs: Mapping[tuple[uuid.UUID, int], int] | None = None) -> Writer:
     """A compact array of {TopicId, Partitions, tagged fields}, topics in id order; with
     ``epochs``, each partition's assignment epoch in tag 0 (AssignmentEpochs, Kafka 4.3+),
@@ -223,7 +223,7 @@ def _topic_partitions(w: Writer, partitions: Assignment,
     return w
 
 
-def _read_topic_partitions(r: Reader, epochs: dict[tuple[uuid.UUID, int], int] | None = None
+def read_topic_partitions(r: Reader, epochs: dict[tuple[uuid.UUID, int], int] | None = None
                            ) -> Assignment:
     out: dict[uuid.UUID, frozenset[int]] = {}
     for _ in range(r.compact_length() or 0):

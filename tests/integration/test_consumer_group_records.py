@@ -8,6 +8,7 @@ import json
 import uuid
 from pathlib import Path
 
+from broker.coordinator import share_records as sr
 from broker.coordinator.consumer_group import (
     ClassicProtocols,
     ConsumerMember,
@@ -30,6 +31,7 @@ from broker.coordinator.consumer_records import (
     encode_target_member,
     encode_target_metadata,
 )
+from broker.coordinator.share_group import ShareMember
 
 CODEC = Path(__file__).resolve().parents[1] / "support" / "java" / "GroupRecordCodec.java"
 TOPIC = uuid.UUID("12345678-1234-5678-1234-567812345678")
@@ -87,4 +89,39 @@ def test_kafka_reads_and_writes_our_consumer_group_records(kafka_tools) -> None:
     for (key, value, key_json, value_json), kafka in zip(RECORDS, decoded, strict=True):
         assert (kafka["key"], kafka["value"]) == (key_json, value_json), key
         assert kafka["keyHex"] == encode_key(key).hex()
+        assert kafka.get("valueHex") == (value.hex() if value is not None else None), key
+
+
+SHARE_MEMBER = ShareMember("s-1", "rack-b", "share-client", "/127.0.0.3", ("orders",), 4, 3,
+                           assignment([(TOPIC, 0), (TOPIC, 1)]))
+SHARE_RECORDS = [
+    (sr.ShareKey(sr.GROUP_METADATA, "sg"), sr.encode_group_metadata(5, -42),
+     {"groupId": "sg"}, {"epoch": 5, "metadataHash": -42}),
+    (sr.ShareKey(sr.MEMBER_METADATA, "sg", "s-1"), sr.encode_member_metadata(SHARE_MEMBER),
+     {"groupId": "sg", "memberId": "s-1"},
+     {"rackId": "rack-b", "clientId": "share-client", "clientHost": "/127.0.0.3",
+      "subscribedTopicNames": ["orders"]}),
+    (sr.ShareKey(sr.TARGET_METADATA, "sg"), sr.encode_target_metadata(5),
+     {"groupId": "sg"}, {"assignmentEpoch": 5}),
+    (sr.ShareKey(sr.TARGET_MEMBER, "sg", "s-1"), sr.encode_target_member(SHARE_MEMBER.assigned),
+     {"groupId": "sg", "memberId": "s-1"},
+     {"topicPartitions": [{"topicId": TOPIC_JSON, "partitions": [0, 1]}]}),
+    (sr.ShareKey(sr.CURRENT_ASSIGNMENT, "sg", "s-1"),
+     sr.encode_current_assignment(SHARE_MEMBER), {"groupId": "sg", "memberId": "s-1"},
+     {"memberEpoch": 4, "previousMemberEpoch": 3, "state": 0,
+      "assignedPartitions": [{"topicId": TOPIC_JSON, "partitions": [0, 1]}]}),
+    (sr.ShareKey(sr.MEMBER_METADATA, "sg", "s-1"), None,
+     {"groupId": "sg", "memberId": "s-1"}, None),
+]
+
+
+def test_kafka_reads_and_writes_our_share_group_records(kafka_tools) -> None:
+    lines = "".join(f"{sr.encode_key(key).hex()} {value.hex() if value is not None else '-'}\n"
+                    for key, value, _, _ in SHARE_RECORDS)
+    result = kafka_tools.run(str(CODEC), stdin=lines)
+    decoded = [json.loads(line) for line in result.stdout.splitlines()]
+    assert len(decoded) == len(SHARE_RECORDS), result.describe()
+    for (key, value, key_json, value_json), kafka in zip(SHARE_RECORDS, decoded, strict=True):
+        assert (kafka["key"], kafka["value"]) == (key_json, value_json), key
+        assert kafka["keyHex"] == sr.encode_key(key).hex()
         assert kafka.get("valueHex") == (value.hex() if value is not None else None), key
