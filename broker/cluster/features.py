@@ -21,6 +21,9 @@ from __future__ import annotations
 
 TRANSACTION_VERSION = "transaction.version"
 GROUP_VERSION = "group.version"
+# Share groups (KIP-932): served once this broker has every part of them; until then no
+# cluster finalizes it and their APIs are not listed.
+SHARE_VERSION = "share.version"
 # name -> (lowest, highest) level this broker can run at
 SUPPORTED: dict[str, tuple[int, int]] = {TRANSACTION_VERSION: (0, 2), GROUP_VERSION: (0, 1)}
 NEW_CLUSTER: dict[str, int] = {TRANSACTION_VERSION: 2, GROUP_VERSION: 1}

@@ -103,6 +103,8 @@ class ClassicMembership:
         members (INCONSISTENT_GROUP_PROTOCOL, as Kafka answers without migration), else the
         empty group's records are tombstoned and the id becomes a classic group's; its
         offsets stay."""
+        if group_id in self.store.share_groups:
+            return ErrorCode.inconsistent_group_protocol  # a share group's id
         consumer_group = self.store.consumer_groups.get(group_id)
         if consumer_group is None:
             return None

@@ -23,7 +23,7 @@ import hashlib
 import logging
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -231,6 +231,8 @@ class ConsumerMembership:
     def _group(self, group_id: str, create: bool) -> tuple[ConsumerGroup, Group | None]:
         """The consumer group a heartbeat is for, and the classic group it is upgraded from
         (not stored yet) if a member joins a classic group that may be upgraded."""
+        if group_id in self.store.share_groups:
+            raise refuse(ErrorCode.group_id_not_found, f"Group {group_id} is not a consumer group.")
         classic = self.store.groups.get(group_id)
         if classic is not None and not classic.is_(GroupState.DEAD) and classic.members:
             why = migration.why_not_upgrade(classic, self.config["group.consumer.migration.policy"],
@@ -501,11 +503,14 @@ def _subscribed(m: ConsumerMember, topics: Mapping[str, TopicMetadata]) -> set[s
 
 
 def _metadata_hash(group: ConsumerGroup, topics: Mapping[str, TopicMetadata]) -> int:
-    """A hash of what the assignment depends on besides the members: each subscribed topic's
-    name, id and partition count (KIP-1101's idea; not Kafka's exact function)."""
-    names = sorted({n for m in group.members.values() for n in _subscribed(m, topics)
-                    if n in topics})
-    text = ";".join(f"{n}:{topics[n].topic_id}:{topics[n].partitions}" for n in names)
-    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big",
-                          signed=True) if names else 0
+    return topics_hash({n for m in group.members.values() for n in _subscribed(m, topics)},
+                       topics)
 
+
+def topics_hash(names: Iterable[str], topics: Mapping[str, TopicMetadata]) -> int:
+    """A hash of what an assignment depends on besides the members: each subscribed topic's
+    name, id and partition count (KIP-1101's idea; not Kafka's exact function)."""
+    known = sorted(n for n in set(names) if n in topics)
+    text = ";".join(f"{n}:{topics[n].topic_id}:{topics[n].partitions}" for n in known)
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big",
+                          signed=True) if known else 0

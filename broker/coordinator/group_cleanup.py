@@ -17,6 +17,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.config.broker_config import BrokerConfig
 from broker.coordinator import consumer_records as cr
+from broker.coordinator import share_records as sr
 from broker.coordinator.consumer_group import ConsumerGroup
 from broker.coordinator.consumer_membership import matches
 from broker.coordinator.group import GroupState
@@ -26,6 +27,7 @@ from broker.coordinator.offsets_writer import (
     group_tombstone,
     offset_tombstones,
 )
+from broker.coordinator.share_group import ShareGroup
 
 
 class GroupCleanup:
@@ -45,6 +47,10 @@ class GroupCleanup:
             consumer_group = self.store.consumer_groups.get(group_id)
             if consumer_group is not None:
                 results[group_id] = self._delete_consumer_group(consumer_group)
+                continue
+            share_group = self.store.share_groups.get(group_id)
+            if share_group is not None:
+                results[group_id] = self._delete_share_group(share_group)
                 continue
             group = groups.get(group_id)
             if group is None and group_id not in offsets:
@@ -165,3 +171,13 @@ class GroupCleanup:
                     del all_offsets[group_id]
                     groups.pop(group_id, None)
         return expired
+
+    def _delete_share_group(self, group: ShareGroup) -> ErrorCode:
+        """A share group goes once it has no members: its records tombstoned."""
+        if group.members:
+            return ErrorCode.non_empty_group
+        error = self.writer.write(group.group_id, sr.group_tombstones(group))
+        if error == ErrorCode.none:
+            group.deleted = True
+            del self.store.share_groups[group.group_id]
+        return error

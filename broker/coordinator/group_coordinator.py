@@ -50,6 +50,12 @@ from broker.coordinator.group_store import (
 from broker.coordinator.mixed_membership import MixedMembership, SyncResult
 from broker.coordinator.offset_commits import OffsetCommits
 from broker.coordinator.offsets_writer import OffsetsTopicWriter
+from broker.coordinator.share_group import ShareGroup
+from broker.coordinator.share_membership import (
+    ShareHeartbeat,
+    ShareHeartbeatResult,
+    ShareMembership,
+)
 from broker.server.partition import Partition
 from broker.server.replica_manager import ReplicaManager
 from broker.storage.producer_state import VerificationGuard
@@ -74,7 +80,9 @@ class GroupCoordinator:
                                             lambda: replicas.metadata.topics,
                                             on_downgrade=self.membership.adopt)
         self.mixed = MixedMembership(config, self.store, self.consumers)
-        self.loader = GroupLoader(self.store, self.commits, self.consumers,
+        self.shares = ShareMembership(config, self.store, self.writer,
+                                      lambda: replicas.metadata.topics)
+        self.loader = GroupLoader(self.store, self.commits, self.consumers, self.shares,
                                   self.membership.adopt)
         self._tick_task: asyncio.Task[None] | None = None
 
@@ -146,6 +154,7 @@ class GroupCoordinator:
         now = time.monotonic() if now is None else now
         self.membership.expire(now)
         self.consumers.expire(now)
+        self.shares.expire(now)
         self.cleanup.maybe_expire(now)
 
     async def ensure_offsets_topic(self) -> None:
@@ -194,6 +203,16 @@ class GroupCoordinator:
     def consumer_heartbeat(self, hb: Heartbeat, client_id: str, client_host: str, now: float,
                            version: int) -> HeartbeatResult:
         return self.consumers.heartbeat(hb, client_id, client_host, now, version)
+
+    def share_heartbeat(self, hb: ShareHeartbeat, client_id: str, client_host: str,
+                        now: float) -> ShareHeartbeatResult:
+        return self.shares.heartbeat(hb, client_id, client_host, now)
+
+    def describe_share_group(self, group_id: str) -> ShareGroup | None:
+        return self.store.share_groups.get(group_id)
+
+    def list_share_groups(self) -> list[ShareGroup]:
+        return list(self.store.share_groups.values())
 
     @property
     def default_assignor(self) -> str:

@@ -17,12 +17,14 @@ from collections.abc import Callable
 from kio.schema.errors import ErrorCode
 
 from broker.coordinator import consumer_records as cr
-from broker.coordinator import consumer_replay
+from broker.coordinator import consumer_replay, share_replay
 from broker.coordinator import offsets_topic as ot
+from broker.coordinator import share_records as sr
 from broker.coordinator.consumer_membership import ConsumerMembership
 from broker.coordinator.group import Group, GroupState, Member
 from broker.coordinator.group_store import GroupStore, fail_waits
 from broker.coordinator.offset_commits import OffsetCommits
+from broker.coordinator.share_membership import ShareMembership
 from broker.protocol.batch_codec import Record, read_records
 from broker.protocol.records import BatchHeader
 from broker.server.partition import Partition
@@ -44,11 +46,12 @@ class GroupLoader:
     """Loads a partition's groups and offsets into the store, or unloads them."""
 
     def __init__(self, store: GroupStore, commits: OffsetCommits,
-                 consumers: ConsumerMembership,
+                 consumers: ConsumerMembership, shares: ShareMembership,
                  rebalance: Callable[[Group, float], None] = lambda group, now: None) -> None:
         self.store = store
         self.commits = commits  # transactional offsets, completed by the markers replayed
         self.consumers = consumers  # KIP-848 groups' session timers
+        self.shares = shares  # share groups' session timers
         # Starts a classic rebalance of a loaded group (ClassicMembership.adopt).
         self.rebalance = rebalance
         # During a load: groups that had KIP-848 records, and the generation of the classic
@@ -75,6 +78,9 @@ class GroupLoader:
         for group_id in [g for g in store.consumer_groups if store.partition_of(g) == index]:
             del store.consumer_groups[group_id]
             self.consumers.drop(group_id)
+        for group_id in [g for g in store.share_groups if store.partition_of(g) == index]:
+            del store.share_groups[group_id]
+            self.shares.drop(group_id)
         for group_id in [g for g in store.offsets if store.partition_of(g) == index]:
             del store.offsets[group_id]
         for by_group in store.pending_txn_offsets.values():
@@ -104,9 +110,11 @@ class GroupLoader:
                 self.rebalance(group, now)
         for consumer_group in consumer_replay.settle(store, partition.index):
             self.consumers.resume(consumer_group, now)
+        for share_group in share_replay.settle(store, partition.index):
+            self.shares.resume(share_group, now)
         store.owned.add(partition.index)
         log.info("coordinating %s-%d: %d groups known", ot.TOPIC, partition.index,
-                 sum(1 for g in (*store.groups, *store.consumer_groups)
+                 sum(1 for g in (*store.groups, *store.consumer_groups, *store.share_groups)
                      if store.partition_of(g) == partition.index))
 
     def _replay_batch(self, index: int, header: BatchHeader, raw: bytes) -> None:
@@ -137,6 +145,9 @@ class GroupLoader:
                 self._had_consumer_records.add(consumer_key.group)
                 self._downgraded.pop(consumer_key.group, None)
                 consumer_replay.replay(self.store, consumer_key, record.value)
+            share_key = sr.decode_key(record.key) if consumer_key is None else None
+            if share_key is not None:
+                share_replay.replay(self.store, share_key, record.value)
             return
         if isinstance(key, ot.OffsetKey):
             if record.value is None:

@@ -18,6 +18,7 @@ from broker.cluster.internal_topics import partition_for
 from broker.coordinator import offsets_topic as ot
 from broker.coordinator.consumer_group import ConsumerGroup
 from broker.coordinator.group import Group, GroupState, Member
+from broker.coordinator.share_group import ShareGroup
 
 OffsetMap = dict[tuple[str, int], ot.OffsetValue]
 
@@ -63,8 +64,9 @@ class GroupStore:
 
     partitions: int  # of __consumer_offsets (offsets.topic.num.partitions)
     groups: dict[str, Group] = field(default_factory=dict)  # classic groups
-    # KIP-848 consumer groups; a group id is in one of the two maps at most.
+    # KIP-848 consumer groups; a group id is in one of the three maps at most.
     consumer_groups: dict[str, ConsumerGroup] = field(default_factory=dict)
+    share_groups: dict[str, ShareGroup] = field(default_factory=dict)  # KIP-932
     offsets: dict[str, OffsetMap] = field(default_factory=dict)
     # Offsets committed inside a transaction, by producer id, then group: they take
     # effect when the transaction's COMMIT marker reaches the group's partition.

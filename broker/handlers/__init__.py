@@ -62,6 +62,7 @@ def load_all() -> dict[int, ApiSpec]:
         producer_id,
         sasl,
         scram_credentials,
+        share_groups,
         transactions,
     )
 

@@ -11,14 +11,15 @@ from kio.schema.api_versions.v0.response import ApiVersion as ApiVersionV0
 from kio.schema.api_versions.v0.response import ApiVersionsResponse as ApiVersionsResponseV0
 from kio.schema.errors import ErrorCode
 
-from broker.cluster.features import GROUP_VERSION, SUPPORTED
+from broker.cluster.features import GROUP_VERSION, SHARE_VERSION, SUPPORTED
 from broker.handlers import REGISTRY, handles
 from broker.handlers.context import RequestContext
 from broker.protocol.messages import build_response
 
 # APIs served only while a feature is finalized at a level, as Kafka lists them: a client
 # (franz-go, the Java consumer) picks KIP-848 by ConsumerGroupHeartbeat being listed.
-GATED: dict[int, tuple[str, int]] = {68: (GROUP_VERSION, 1), 69: (GROUP_VERSION, 1)}
+GATED: dict[int, tuple[str, int]] = {68: (GROUP_VERSION, 1), 69: (GROUP_VERSION, 1),
+                                     76: (SHARE_VERSION, 1), 77: (SHARE_VERSION, 1)}
 
 
 def _ranges(features: dict[str, int] | None = None) -> list[dict[str, int]]:

@@ -415,6 +415,7 @@ async def handle_describe_groups(ctx: RequestContext, request: Any) -> Any:
 # (ConsumerGroupHeartbeat, classic members included while it migrates) "consumer".
 GROUP_TYPE = "classic"
 CONSUMER_GROUP_TYPE = "consumer"  # KIP-848
+SHARE_GROUP_TYPE = "share"  # KIP-932
 
 
 @handles(16, 0, 5)
@@ -430,6 +431,8 @@ async def handle_list_groups(ctx: RequestContext, request: Any) -> Any:
               for g in coordinator.list_groups()]
     listed += [(g.group_id, "consumer", g.state.value, CONSUMER_GROUP_TYPE)
                for g in coordinator.list_consumer_groups()]
+    listed += [(g.group_id, SHARE_GROUP_TYPE, g.state.value, SHARE_GROUP_TYPE)
+               for g in coordinator.list_share_groups()]
     groups = [
         {"group_id": group_id, "protocol_type": protocol_type, "group_state": state,
          "group_type": group_type}

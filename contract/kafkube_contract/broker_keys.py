@@ -354,6 +354,31 @@ BROKER_KEYS = keys_by_name(
               "consumer when a consumer member joins, back when the last one leaves), upgrade, "
               "downgrade or disabled.",
               one_of("bidirectional", "upgrade", "downgrade", "disabled")),
+    ConfigKey("group.share.session.timeout.ms", "int", 45000,
+              "Share groups (KIP-932): a member that does not heartbeat for this long is "
+              "removed and the records it holds are released.", at_least(1)),
+    ConfigKey("group.share.min.session.timeout.ms", "int", 45000,
+              "Smallest group.share.session.timeout.ms a group may be given.", at_least(1)),
+    ConfigKey("group.share.max.session.timeout.ms", "int", 60000,
+              "Largest group.share.session.timeout.ms a group may be given.", at_least(1)),
+    ConfigKey("group.share.heartbeat.interval.ms", "int", 5000,
+              "How often members of a share group heartbeat (the coordinator tells them).",
+              at_least(1)),
+    ConfigKey("group.share.min.heartbeat.interval.ms", "int", 5000,
+              "Smallest group.share.heartbeat.interval.ms a group may be given.", at_least(1)),
+    ConfigKey("group.share.max.heartbeat.interval.ms", "int", 15000,
+              "Largest group.share.heartbeat.interval.ms a group may be given.", at_least(1)),
+    ConfigKey("group.share.max.size", "int", 200,
+              "Most members a share group may have.", between(1, 1000)),
+    ConfigKey("group.share.record.lock.duration.ms", "int", 30000,
+              "How long a share consumer holds the records it fetched before they are "
+              "released for redelivery, unless it acknowledges them.", between(1000, 3600000)),
+    ConfigKey("group.share.delivery.count.limit", "int", 5,
+              "How many times a record is delivered to a share group before it is archived "
+              "(never delivered again).", between(2, 10)),
+    ConfigKey("group.share.partition.max.record.locks", "int", 2000,
+              "Most records of a partition in flight for one share group (between its start "
+              "and end offsets).", between(100, 10000)),
     ConfigKey("kafkube.metrics.port", "int", 9404,
               "Port of the Prometheus /metrics endpoint; -1 disables it, 0 picks a free port.",
               between(-1, 65535)),
