@@ -33,14 +33,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-
-class RecordState(enum.IntEnum):
-    """Kafka's RecordState; AVAILABLE, ACKNOWLEDGED and ARCHIVED are stored as these bytes."""
-
-    AVAILABLE = 0
-    ACQUIRED = 1
-    ACKNOWLEDGED = 2
-    ARCHIVED = 4
+from broker.coordinator.share_state_log import RecordState, StateBatch
 
 
 class AckType(enum.IntEnum):
@@ -72,16 +65,6 @@ class Acquired:
 
     first_offset: int
     last_offset: int
-    delivery_count: int
-
-
-@dataclass(frozen=True, slots=True)
-class StateBatch:
-    """A run of offsets in one stored state, as ShareSnapshot/ShareUpdate records hold it."""
-
-    first_offset: int
-    last_offset: int
-    state: RecordState
     delivery_count: int
 
 

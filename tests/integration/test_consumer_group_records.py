@@ -1,5 +1,5 @@
 """KIP-848 consumer groups' records in __consumer_offsets, read by Kafka 4.4's own codec
-(tests/support/java/GroupRecordCodec.java: GroupCoordinatorRecordSerde and the generated JSON
+(tests/support/java/CoordinatorRecordCodec.java: GroupCoordinatorRecordSerde and the generated JSON
 converters): Kafka reads every field we write, and writes the same record to the same bytes."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import uuid
 from pathlib import Path
 
 from broker.coordinator import share_records as sr
+from broker.coordinator import share_state_log as ssl
 from broker.coordinator.consumer_group import (
     ClassicProtocols,
     ConsumerMember,
@@ -33,7 +34,7 @@ from broker.coordinator.consumer_records import (
 )
 from broker.coordinator.share_group import ShareMember
 
-CODEC = Path(__file__).resolve().parents[1] / "support" / "java" / "GroupRecordCodec.java"
+CODEC = Path(__file__).resolve().parents[1] / "support" / "java" / "CoordinatorRecordCodec.java"
 TOPIC = uuid.UUID("12345678-1234-5678-1234-567812345678")
 TOPIC_JSON = "EjRWeBI0VngSNFZ4EjRWeA"  # Kafka prints a topic id in URL-safe base64
 
@@ -81,15 +82,8 @@ RECORDS = [
 
 
 def test_kafka_reads_and_writes_our_consumer_group_records(kafka_tools) -> None:
-    lines = "".join(f"{encode_key(key).hex()} {value.hex() if value is not None else '-'}\n"
-                    for key, value, _, _ in RECORDS)
-    result = kafka_tools.run(str(CODEC), stdin=lines)
-    decoded = [json.loads(line) for line in result.stdout.splitlines()]
-    assert len(decoded) == len(RECORDS), result.describe()
-    for (key, value, key_json, value_json), kafka in zip(RECORDS, decoded, strict=True):
-        assert (kafka["key"], kafka["value"]) == (key_json, value_json), key
-        assert kafka["keyHex"] == encode_key(key).hex()
-        assert kafka.get("valueHex") == (value.hex() if value is not None else None), key
+    check_with_kafka(kafka_tools, "group", [(encode_key(k), v, kj, vj)
+                                            for k, v, kj, vj in RECORDS])
 
 
 SHARE_MEMBER = ShareMember("s-1", "rack-b", "share-client", "/127.0.0.3", ("orders",), 4, 3,
@@ -116,12 +110,44 @@ SHARE_RECORDS = [
 
 
 def test_kafka_reads_and_writes_our_share_group_records(kafka_tools) -> None:
-    lines = "".join(f"{sr.encode_key(key).hex()} {value.hex() if value is not None else '-'}\n"
-                    for key, value, _, _ in SHARE_RECORDS)
-    result = kafka_tools.run(str(CODEC), stdin=lines)
+    check_with_kafka(kafka_tools, "group", [(sr.encode_key(k), v, kj, vj)
+                                            for k, v, kj, vj in SHARE_RECORDS])
+
+
+STATE_KEY = ssl.ShareKey("sg", TOPIC, 3)
+STATE_BATCHES = (ssl.StateBatch(10, 12, ssl.RecordState.ARCHIVED, 2),
+                 ssl.StateBatch(13, 13, ssl.RecordState.ACKNOWLEDGED, 1))
+STATE_JSON = [{"firstOffset": 10, "lastOffset": 12, "deliveryState": 4, "deliveryCount": 2},
+              {"firstOffset": 13, "lastOffset": 13, "deliveryState": 2, "deliveryCount": 1}]
+STATE_RECORDS = [
+    (ssl.encode_key(ssl.SNAPSHOT, STATE_KEY),
+     ssl.encode_snapshot(ssl.ShareSnapshot(2, 5, 10, STATE_BATCHES, 1, 1_700_000_000_000,
+                                           1_700_000_000_500)),
+     {"groupId": "sg", "topicId": TOPIC_JSON, "partition": 3},
+     {"snapshotEpoch": 1, "stateEpoch": 2, "leaderEpoch": 5, "startOffset": 10,
+      "createTimestamp": 1_700_000_000_000, "writeTimestamp": 1_700_000_000_500,
+      "stateBatches": STATE_JSON}),
+    (ssl.encode_key(ssl.UPDATE, STATE_KEY), ssl.encode_update(1, 6, 11, STATE_BATCHES),
+     {"groupId": "sg", "topicId": TOPIC_JSON, "partition": 3},
+     {"snapshotEpoch": 1, "leaderEpoch": 6, "startOffset": 11, "stateBatches": STATE_JSON}),
+    (ssl.encode_key(ssl.SNAPSHOT, STATE_KEY), None,
+     {"groupId": "sg", "topicId": TOPIC_JSON, "partition": 3}, None),
+]
+
+
+def test_kafka_reads_and_writes_our_share_state_records(kafka_tools) -> None:
+    """__share_group_state: ShareSnapshot and ShareUpdate, through Kafka's share coordinator
+    codec."""
+    check_with_kafka(kafka_tools, "share", STATE_RECORDS)
+
+
+def check_with_kafka(kafka_tools, kind: str, records: list) -> None:
+    lines = "".join(f"{key.hex()} {value.hex() if value is not None else '-'}\n"
+                    for key, value, _, _ in records)
+    result = kafka_tools.run(str(CODEC), kind, stdin=lines)
     decoded = [json.loads(line) for line in result.stdout.splitlines()]
-    assert len(decoded) == len(SHARE_RECORDS), result.describe()
-    for (key, value, key_json, value_json), kafka in zip(SHARE_RECORDS, decoded, strict=True):
-        assert (kafka["key"], kafka["value"]) == (key_json, value_json), key
-        assert kafka["keyHex"] == sr.encode_key(key).hex()
-        assert kafka.get("valueHex") == (value.hex() if value is not None else None), key
+    assert len(decoded) == len(records), result.describe()
+    for (key, value, key_json, value_json), kafka in zip(records, decoded, strict=True):
+        assert (kafka["key"], kafka["value"]) == (key_json, value_json), key_json
+        assert kafka["keyHex"] == key.hex()
+        assert kafka.get("valueHex") == (value.hex() if value is not None else None), key_json
