@@ -379,6 +379,17 @@ BROKER_KEYS = keys_by_name(
     ConfigKey("group.share.partition.max.record.locks", "int", 2000,
               "Most records of a partition in flight for one share group (between its start "
               "and end offsets).", between(100, 10000)),
+    ConfigKey("share.coordinator.state.topic.num.partitions", "int", 50,
+              "Partitions of __share_group_state, where share groups' delivery state is "
+              "stored (created on first use).", at_least(1)),
+    ConfigKey("share.coordinator.state.topic.replication.factor", "int", 3,
+              "Replication factor of __share_group_state (capped at the live brokers).",
+              at_least(1)),
+    ConfigKey("share.coordinator.state.topic.min.isr", "int", 2,
+              "min.insync.replicas of __share_group_state (capped at its replication "
+              "factor).", at_least(1)),
+    ConfigKey("share.coordinator.state.topic.segment.bytes", "int", 104857600,
+              "Segment size of __share_group_state.", at_least(1)),
     ConfigKey("kafkube.metrics.port", "int", 9404,
               "Port of the Prometheus /metrics endpoint; -1 disables it, 0 picks a free port.",
               between(-1, 65535)),
