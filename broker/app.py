@@ -28,6 +28,7 @@ from broker.config.broker_config import BrokerConfig
 from broker.config.listeners import listener_plan, parse_listener
 from broker.controller.controller import Controller
 from broker.coordinator.group_coordinator import GroupCoordinator
+from broker.coordinator.share_coordinator import ShareCoordinator
 from broker.coordinator.transaction_coordinator import TransactionCoordinator
 from broker.coordinator.txn_end import TV2
 from broker.coordinator.txn_markers import MarkerSender
@@ -45,6 +46,9 @@ from broker.server.dynamic_config import follow_dynamic_configs
 from broker.server.fetch_session import FetchSessionCache
 from broker.server.replica_manager import ReplicaManager
 from broker.server.txn_verification import TransactionVerifier
+from broker.share.persister import SharePersister
+from broker.share.share_partitions import SharePartitionManager
+from broker.share.share_sessions import ShareSessions
 from kafkube_contract.registration import BrokerRegistration
 
 log = logging.getLogger(__name__)
@@ -118,6 +122,14 @@ class BrokerApp:
             functools.partial(self.transactions.add_partitions, client_version=TV2),
             config["add.partitions.to.txn.retry.backoff.ms"],
             config["add.partitions.to.txn.retry.backoff.max.ms"])
+        self.share_coordinator = ShareCoordinator(config, self.replicas)
+        self.shares = SharePartitionManager(config, self.replicas, SharePersister(
+            self.share_coordinator, self.store, PeerChannels(
+                self.store, f"share-state-{config.node_id}", request_timeout, peer_security,
+                peer_listener)))
+        # A share group's member left or expired: what it holds here goes back at once.
+        self.groups.shares.on_member_left = self.shares.release_later
+        self._share_expiry: asyncio.Task[None] | None = None
         self.membership: Membership | None = None
         self.controller = Controller(config, self.store, self._broker_epoch)
         self._metadata_task: asyncio.Task[None] | None = None
@@ -177,6 +189,8 @@ class BrokerApp:
             self.config, self.store, self.replicas, self.metrics, {}, self.groups,
             self.controller, self.transactions, self.verifier,
             acl.from_config(self.config, lambda: self.store.image.acls), fetch_sessions,
+            self.shares, self.share_coordinator,
+            ShareSessions(self.config["group.share.max.share.sessions"]),
         )
         for security in self.listener_security:
             server = KafkaServer(services, security)
@@ -203,6 +217,8 @@ class BrokerApp:
         )
         self.replicas.leadership_listeners.append(self.groups.on_leadership)
         self.replicas.leadership_listeners.append(self.transactions.on_leadership)
+        self.replicas.leadership_listeners.append(self.share_coordinator.on_leadership)
+        self.replicas.leadership_listeners.append(self.shares.on_leadership)
         await self._ensure_own_scram_credential()
         # Step out of roles another in-sync replica can take before taking any role: a
         # restarted broker must not lead, even for a moment, what it may not fully hold.
@@ -213,6 +229,7 @@ class BrokerApp:
         self.replicas.start_background_tasks()
         self.groups.start()
         self.transactions.start()
+        self._share_expiry = asyncio.create_task(self.shares.run_expiry())
         self.controller.start()
         self._metadata_task = asyncio.create_task(self._follow_metadata())
         health_port = self.config["kafkube.health.port"]
@@ -323,6 +340,10 @@ class BrokerApp:
             await server.stop()
         await self.groups.stop()
         await self.transactions.stop()
+        if self._share_expiry is not None:
+            self._share_expiry.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._share_expiry
         await self.replicas.shutdown()
         if self.membership is not None:
             await self.membership.leave()

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kio.schema.errors import ErrorCode
 
@@ -127,6 +127,9 @@ class ShareCoordinator:
             return ReadResult(ErrorCode.fenced_leader_epoch, None,
                               f"leader epoch {leader_epoch} is older than "
                               f"{state.leader_epoch}")
+        if state is not None and leader_epoch > state.leader_epoch:
+            # The new leader is the writer from now on (stored with its first write).
+            state = self.states[key] = replace(state, leader_epoch=leader_epoch)
         return ReadResult(ErrorCode.none, state)
 
     async def initialize(self, key: ShareKey, state_epoch: int, start_offset: int

@@ -62,7 +62,9 @@ def load_all() -> dict[int, ApiSpec]:
         producer_id,
         sasl,
         scram_credentials,
+        share_fetch,
         share_groups,
+        share_state,
         transactions,
     )
 

@@ -15,6 +15,7 @@ from broker.common.metrics import BrokerMetrics
 from broker.config.broker_config import BrokerConfig
 from broker.controller.controller import Controller
 from broker.coordinator.group_coordinator import GroupCoordinator
+from broker.coordinator.share_coordinator import ShareCoordinator
 from broker.coordinator.transaction_coordinator import TransactionCoordinator
 from broker.handlers.append_order import AppendOrder
 from broker.handlers.head_of_line import HeadOfLine
@@ -24,6 +25,8 @@ from broker.security.session import Session, plaintext_session
 from broker.server.fetch_session import FetchSessionCache
 from broker.server.replica_manager import ReplicaManager
 from broker.server.txn_verification import TransactionVerifier
+from broker.share.share_partitions import SharePartitionManager
+from broker.share.share_sessions import ShareSessions
 
 T = TypeVar("T")
 # Kafka's default messages of the authorization errors (Errors.java).
@@ -76,6 +79,11 @@ class BrokerServices:
     authorizer: Authorizer
     # Kafka's default of max.incremental.fetch.session.cache.slots; the app passes the setting.
     fetch_sessions: FetchSessionCache = field(default_factory=lambda: FetchSessionCache(1000))
+    # Share groups (KIP-932): the share-partitions led here, the share coordinator of
+    # __share_group_state, and the share consumers' sessions.
+    shares: SharePartitionManager | None = None
+    share_coordinator: ShareCoordinator | None = None
+    share_sessions: ShareSessions = field(default_factory=lambda: ShareSessions(2000))
 
     @property
     def node_id(self) -> int:

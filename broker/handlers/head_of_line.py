@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-FETCH, PRODUCE = 1, 0
+FETCH, PRODUCE, SHARE_FETCH = 1, 0, 78
 
 
 class HeadOfLine:
@@ -49,10 +49,11 @@ class HeadOfLine:
             self._parked.remove(fut)
 
     def request_arrived(self, api_key: int, body: Any) -> None:
-        """A request read from the connection. A fetch does not count (two fetches in
+        """A request read from the connection. A fetch (or share fetch) does not count (two in
         flight would turn long polls into a busy loop), nor a Produce with acks=0, which
         gets no answer and so waits on nothing."""
-        if api_key == FETCH or (api_key == PRODUCE and getattr(body, "acks", -1) == 0):
+        if api_key in (FETCH, SHARE_FETCH) or (
+                api_key == PRODUCE and getattr(body, "acks", -1) == 0):
             return
         self.arrivals += 1
         if not self._parked:

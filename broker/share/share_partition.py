@@ -260,6 +260,16 @@ class SharePartition:
         """Storing the change failed: nothing changes."""
         self.pending -= change.updates.keys()
 
+    def archive_before(self, log_start_offset: int) -> None:
+        """Records gone from the log (retention, DeleteRecords) cannot be delivered: the SPSO
+        moves to the log's start (never past a record whose change is being stored)."""
+        while self.records and self.start_offset < log_start_offset and \
+                self.start_offset not in self.pending:
+            self.records.popleft()
+            self.start_offset += 1
+        if not self.records:
+            self.start_offset = max(self.start_offset, log_start_offset)
+
     # -- what is stored ----------------------------------------------------------------------
 
     def state_batches(self, change: Change | None = None) -> list[StateBatch]:

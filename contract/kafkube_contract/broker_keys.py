@@ -379,6 +379,9 @@ BROKER_KEYS = keys_by_name(
     ConfigKey("group.share.partition.max.record.locks", "int", 2000,
               "Most records of a partition in flight for one share group (between its start "
               "and end offsets).", between(100, 10000)),
+    ConfigKey("group.share.max.share.sessions", "int", 2000,
+              "Most share sessions (one per share consumer fetching from this broker) a broker "
+              "keeps.", at_least(1)),
     ConfigKey("share.coordinator.state.topic.num.partitions", "int", 50,
               "Partitions of __share_group_state, where share groups' delivery state is "
               "stored (created on first use).", at_least(1)),

@@ -18,6 +18,7 @@ from broker.common.metrics import BrokerMetrics
 from broker.config.broker_config import BrokerConfig
 from broker.controller.controller import Controller
 from broker.coordinator.group_coordinator import GroupCoordinator
+from broker.coordinator.share_coordinator import ShareCoordinator
 from broker.coordinator.transaction_coordinator import TransactionCoordinator
 from broker.coordinator.txn_markers import MarkerSender
 from broker.handlers import REGISTRY, admin, offset_for_leader_epoch  # noqa: F401 (registers)
@@ -33,6 +34,8 @@ from broker.protocol.codec import (
 from broker.protocol.messages import build
 from broker.security import acl
 from broker.server.txn_verification import TransactionVerifier
+from broker.share.persister import SharePersister
+from broker.share.share_partitions import SharePartitionManager
 from tests.support.in_process import open_replicas
 
 NODE_ID = 1
@@ -44,6 +47,8 @@ def make_services(tmp_path: Path, **settings: str) -> BrokerServices:
     raw = {"log.dirs": str(tmp_path / "logs"), "node.id": str(NODE_ID), **settings}
     config = BrokerConfig.from_dict(raw)
     store, replicas = open_replicas(config, rack="rack-a")
+    share_coordinator = ShareCoordinator(config, replicas)
+    replicas.leadership_listeners.append(share_coordinator.on_leadership)
     transactions = TransactionCoordinator(
         config, replicas, store, MarkerSender(store, PeerChannels(store, "markers", 1.0)))
     return BrokerServices(
@@ -53,6 +58,9 @@ def make_services(tmp_path: Path, **settings: str) -> BrokerServices:
                                           transactions.verify_partitions,
                                           transactions.add_partitions),
         acl.from_config(config, lambda: store.image.acls),
+        shares=SharePartitionManager(config, replicas, SharePersister(share_coordinator, store,
+                                                                      None)),
+        share_coordinator=share_coordinator,
     )
 
 

@@ -1,0 +1,248 @@
+"""ShareFetch (78) and ShareAcknowledge (79): share consumers acquire records and acknowledge
+them (KIP-932). The rules are ``broker.share``; these check ACLs (READ on the group and on each
+topic, as Kafka does), keep the member's share session, acknowledge before fetching (so a
+released record can be fetched again at once), and wait up to MaxWaitMs for records to acquire.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from datetime import timedelta
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker.coordinator.share_state_log import ShareKey
+from broker.handlers import handles
+from broker.handlers.context import RequestContext
+from broker.handlers.groups import may
+from broker.protocol.messages import build_response
+from broker.security.acl import Operation, ResourceType
+from broker.share.share_partition import AckBatch
+from broker.share.share_partitions import Fetched, Slot
+from broker.share.share_sessions import CLOSE, OPEN, SessionError
+
+NO_TIME = timedelta(0)
+Tp = tuple[uuid.UUID, int]
+
+
+def _acks(topics: Any) -> dict[Tp, list[AckBatch]]:
+    return {(t.topic_id, p.partition_index): [
+        AckBatch(b.first_offset, b.last_offset, tuple(b.acknowledge_types))
+        for b in p.acknowledgement_batches]
+        for t in topics for p in t.partitions if p.acknowledgement_batches}
+
+
+def _denied_topics(ctx: RequestContext, tps: list[Tp]) -> set[uuid.UUID]:
+    """Topics (by id) the principal may not READ, or that do not exist."""
+    store = ctx.services.store
+    names = {tp[0]: store.topic_by_id(tp[0]) for tp in tps}
+    known = {tid: t.name for tid, t in names.items() if t is not None}
+    allowed = ctx.authorized_names(Operation.READ, ResourceType.TOPIC, list(known.values()))
+    return {tid for tid, name in known.items() if name not in allowed}
+
+
+def _leader(ctx: RequestContext, topic_id: uuid.UUID, index: int) -> dict[str, int]:
+    topic = ctx.services.store.topic_by_id(topic_id)
+    if topic is None or index >= topic.partitions:
+        return {"leader_id": -1, "leader_epoch": -1}
+    state = topic.assignments[index]
+    return {"leader_id": state.leader, "leader_epoch": state.leader_epoch}
+
+
+def _endpoints(ctx: RequestContext, leaders: set[int]) -> list[dict[str, Any]]:
+    out = []
+    for node in sorted(n for n in leaders if n >= 0):
+        endpoint = ctx.broker_endpoint(node)
+        if endpoint is not None:
+            out.append({"node_id": node, "host": endpoint.host, "port": endpoint.port,
+                        "rack": endpoint.rack})
+    return out
+
+
+class _Answer:
+    """Per-partition results, built into ShareFetch's or ShareAcknowledge's response."""
+
+    def __init__(self, ctx: RequestContext) -> None:
+        self.ctx = ctx
+        self.partitions: dict[Tp, dict[str, Any]] = {}
+        self.moved: set[int] = set()
+
+    def entry(self, tp: Tp) -> dict[str, Any]:
+        return self.partitions.setdefault(tp, {
+            "partition_index": tp[1], "error_code": ErrorCode.none, "error_message": None,
+            "acknowledge_error_code": ErrorCode.none, "acknowledge_error_message": None,
+            "current_leader": {"leader_id": -1, "leader_epoch": -1}, "records": b"",
+            "acquired_records": []})
+
+    def error(self, tp: Tp, code: ErrorCode, message: str | None = None,
+              acknowledging: bool = False) -> None:
+        entry = self.entry(tp)
+        entry["acknowledge_error_code" if acknowledging else "error_code"] = code
+        entry["acknowledge_error_message" if acknowledging else "error_message"] = message
+        if code in (ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch):
+            leader = _leader(self.ctx, *tp)
+            entry["current_leader"] = leader
+            self.moved.add(leader["leader_id"])
+
+    def fetched(self, tp: Tp, got: Fetched) -> None:
+        entry = self.entry(tp)
+        entry["records"] = got.records or b""
+        entry["acquired_records"] = [
+            {"first_offset": a.first_offset, "last_offset": a.last_offset,
+             "delivery_count": a.delivery_count} for a in got.acquired]
+
+    def topics(self, keys: tuple[str, ...]) -> list[dict[str, Any]]:
+        by_topic: dict[uuid.UUID, list[dict[str, Any]]] = {}
+        for (topic_id, _), entry in self.partitions.items():
+            by_topic.setdefault(topic_id, []).append({k: entry[k] for k in keys})
+        return [{"topic_id": tid, "partitions": parts} for tid, parts in by_topic.items()]
+
+
+async def _acknowledge(ctx: RequestContext, answer: _Answer, group_id: str, member_id: str,
+                       acks: dict[Tp, list[AckBatch]]) -> None:
+    shares = ctx.services.shares
+    for tp, batches in acks.items():
+        slot = await shares.slot(group_id, *tp)
+        if isinstance(slot, ErrorCode):
+            answer.error(tp, slot, acknowledging=True)
+            continue
+        code, message = await shares.acknowledge(slot, member_id, batches)
+        if code != ErrorCode.none:
+            answer.error(tp, code, message, acknowledging=True)
+        else:
+            answer.entry(tp)
+
+
+@handles(78, 1, 2)
+async def handle_share_fetch(ctx: RequestContext, request: Any) -> Any:
+    services = ctx.services
+    lock_ms = timedelta(milliseconds=services.config["group.share.record.lock.duration.ms"])
+
+    def refuse(code: ErrorCode, message: str | None = None) -> Any:
+        return build_response(request, {
+            "throttle_time": NO_TIME, "error_code": code, "error_message": message,
+            "acquisition_lock_timeout": lock_ms, "responses": [], "node_endpoints": []})
+
+    group_id, member_id = request.group_id, request.member_id
+    if not group_id or not member_id:
+        return refuse(ErrorCode.invalid_request, "GroupId and MemberId must be set.")
+    if not may(ctx, Operation.READ, group_id):
+        return refuse(ErrorCode.group_authorization_failed)
+    named = [(t.topic_id, p.partition_index) for t in request.topics for p in t.partitions]
+    forgotten = [(f.topic_id, p) for f in request.forgotten_topics_data for p in f.partitions]
+    epoch = request.share_session_epoch
+    acks = _acks(request.topics)
+    try:
+        session, replaced = services.share_sessions.open_or_continue(
+            group_id, member_id, epoch, named, forgotten)
+    except SessionError as e:
+        return refuse(e.code, str(e))
+    if replaced is not None:  # a new session: what the old one held goes back
+        await services.shares.release(group_id, member_id, {
+            ShareKey(group_id, *tp) for tp in replaced.partitions})
+    answer = _Answer(ctx)
+    if acks and epoch == OPEN:
+        for tp in acks:  # a session is not opened with acknowledgements
+            answer.error(tp, ErrorCode.invalid_share_session_epoch, acknowledging=True)
+    elif acks:
+        await _acknowledge(ctx, answer, group_id, member_id, acks)
+    if epoch == CLOSE:
+        services.share_sessions.close(group_id, member_id)
+        await services.shares.release(group_id, member_id, {
+            ShareKey(group_id, *tp) for tp in session.partitions})
+    else:
+        await _fetch(ctx, answer, request, group_id, member_id, list(session.partitions))
+    keys = ("partition_index", "error_code", "error_message", "acknowledge_error_code",
+            "acknowledge_error_message", "current_leader", "records", "acquired_records")
+    return build_response(request, {
+        "throttle_time": NO_TIME, "error_code": ErrorCode.none, "error_message": None,
+        "acquisition_lock_timeout": lock_ms, "responses": answer.topics(keys),
+        "node_endpoints": _endpoints(ctx, answer.moved)})
+
+
+async def _fetch(ctx: RequestContext, answer: _Answer, request: Any, group_id: str,
+                 member_id: str, partitions: list[Tp]) -> None:
+    """Acquire from the session's partitions, waiting up to MaxWaitMs for something to
+    acquire (or an error to report)."""
+    shares = ctx.services.shares
+    denied = _denied_topics(ctx, partitions)
+    slots: list[tuple[Tp, Slot]] = []
+    for tp in partitions:
+        if tp[0] in denied:
+            answer.error(tp, ErrorCode.topic_authorization_failed)
+            continue
+        slot = await shares.slot(group_id, *tp)
+        if isinstance(slot, ErrorCode):
+            answer.error(tp, slot)
+        else:
+            slots.append((tp, slot))
+    deadline = time.monotonic() + max(0, request.max_wait.total_seconds())
+    max_records = max(1, getattr(request, "max_records", 500))
+    arrivals = ctx.head_of_line.arrivals
+    while True:
+        budget, records = max(1, request.max_bytes), max_records
+        for tp, slot in slots:
+            if records <= 0 or budget <= 0:
+                break
+            got = shares.fetch(slot, member_id, records, budget)
+            if got.acquired:
+                answer.fetched(tp, got)
+                records -= sum(a.last_offset - a.first_offset + 1 for a in got.acquired)
+                budget -= len(got.records or b"")
+        left = deadline - time.monotonic()
+        behind = ctx.head_of_line.arrivals != arrivals  # a request came after this one
+        if answer.partitions or not slots or left <= 0 or behind:
+            return
+        # Waiting for records (new ones, or released ones), or for the client's next request.
+        waited: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        ctx.head_of_line.park(waited)
+        try:
+            await ctx.services.replicas.wait_for_data([s.partition for _, s in slots], left,
+                                                      waited)
+        finally:
+            ctx.head_of_line.unpark(waited)
+
+
+@handles(79, 1, 2)
+async def handle_share_acknowledge(ctx: RequestContext, request: Any) -> Any:
+    services = ctx.services
+    lock_ms = timedelta(milliseconds=services.config["group.share.record.lock.duration.ms"])
+
+    def refuse(code: ErrorCode, message: str | None = None) -> Any:
+        return build_response(request, {
+            "throttle_time": NO_TIME, "error_code": code, "error_message": message,
+            "acquisition_lock_timeout": lock_ms, "responses": [], "node_endpoints": []})
+
+    group_id, member_id = request.group_id, request.member_id
+    if not group_id or not member_id:
+        return refuse(ErrorCode.invalid_request, "GroupId and MemberId must be set.")
+    if not may(ctx, Operation.READ, group_id):
+        return refuse(ErrorCode.group_authorization_failed)
+    epoch = request.share_session_epoch
+    if epoch == OPEN:
+        return refuse(ErrorCode.invalid_share_session_epoch,
+                      "A share session is opened by ShareFetch, not ShareAcknowledge.")
+    try:
+        session = services.share_sessions.current(group_id, member_id, epoch)
+    except SessionError as e:
+        return refuse(e.code, str(e))
+    answer = _Answer(ctx)
+    await _acknowledge(ctx, answer, group_id, member_id, _acks(request.topics))
+    if epoch == CLOSE:
+        services.share_sessions.close(group_id, member_id)
+        await services.shares.release(group_id, member_id, {
+            ShareKey(group_id, *tp) for tp in session.partitions})
+    else:
+        services.share_sessions.advance(session)
+    for entry in answer.partitions.values():  # ShareAcknowledge has one error per partition
+        entry["error_code"] = entry["acknowledge_error_code"]
+        entry["error_message"] = entry["acknowledge_error_message"]
+    return build_response(request, {
+        "throttle_time": NO_TIME, "error_code": ErrorCode.none, "error_message": None,
+        "acquisition_lock_timeout": lock_ms,
+        "responses": answer.topics(("partition_index", "error_code", "error_message",
+                                    "current_leader")),
+        "node_endpoints": _endpoints(ctx, answer.moved)})

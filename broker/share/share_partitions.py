@@ -1,0 +1,223 @@
+"""The share-partitions this broker leads, for every share group that fetches from them (Kafka's
+SharePartitionManager): records acquired by fetches, acknowledgements and lock expiries stored
+through the persister before they take effect, and the state read back when a partition's
+leadership arrives here.
+
+A share-partition starts, the first time a group fetches from it, at the offset its
+``share.auto.offset.reset`` says (latest by default, earliest, as Kafka's group config), and is
+initialized in the share coordinator there; afterwards it starts from what was stored. One
+state write per share-partition is in flight at a time (each stores the whole in-flight
+window), so writes land in the order their changes were made.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from kio.schema.errors import ErrorCode
+
+from broker.config.broker_config import BrokerConfig
+from broker.coordinator.share_state_log import ShareKey
+from broker.server.partition import Partition
+from broker.server.replica_manager import ReplicaManager
+from broker.share.persister import NEVER_INITIALIZED, SharePersister
+from broker.share.share_partition import (
+    AckBatch,
+    Acquired,
+    Change,
+    InvalidRecordState,
+    SharePartition,
+)
+from broker.storage.log import OffsetOutOfRange
+
+log = logging.getLogger(__name__)
+GroupConfig = Callable[[str], Mapping[str, str]]  # a group's configs (share.auto.offset.reset)
+
+
+@dataclass
+class Slot:
+    """One share-partition led here: the rules' state and what its writes are fenced by."""
+
+    key: ShareKey
+    partition: Partition
+    share: SharePartition
+    state_epoch: int
+    leader_epoch: int
+    writing: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+@dataclass(frozen=True, slots=True)
+class Fetched:
+    """What one partition gives a ShareFetch: the batches read, and the runs acquired."""
+
+    error: ErrorCode = ErrorCode.none
+    records: bytes | None = None
+    acquired: tuple[Acquired, ...] = ()
+    message: str | None = None
+
+
+class SharePartitionManager:
+    def __init__(self, config: BrokerConfig, replicas: ReplicaManager,
+                 persister: SharePersister, group_config: GroupConfig = lambda group: {}
+                 ) -> None:
+        self.config = config
+        self.replicas = replicas
+        self.persister = persister
+        self.group_config = group_config
+        self.slots: dict[ShareKey, Slot] = {}
+        self._loading: dict[ShareKey, asyncio.Future[Slot | ErrorCode]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def _settings(self) -> dict[str, float]:
+        return {"max_delivery": self.config["group.share.delivery.count.limit"],
+                "max_in_flight": self.config["group.share.partition.max.record.locks"],
+                "lock_seconds": self.config["group.share.record.lock.duration.ms"] / 1000}
+
+    # -- finding a share-partition -------------------------------------------------------------
+
+    async def slot(self, group_id: str, topic_id: uuid.UUID, index: int) -> Slot | ErrorCode:
+        topic = self.replicas.metadata.topic_by_id(topic_id)
+        if topic is None:
+            return ErrorCode.unknown_topic_id
+        partition = self.replicas.get(topic.name, index)
+        if partition is None:
+            return ErrorCode.unknown_topic_or_partition
+        if not partition.is_leader:
+            return ErrorCode.not_leader_or_follower
+        key = ShareKey(group_id, topic_id, index)
+        known = self.slots.get(key)
+        if known is not None and known.partition is partition and \
+                known.leader_epoch == partition.leader_epoch:
+            return known
+        loading = self._loading.get(key)
+        if loading is None:
+            loading = self._loading[key] = asyncio.ensure_future(self._load(key, partition))
+            loading.add_done_callback(lambda _: self._loading.pop(key, None))
+        return await asyncio.shield(loading)
+
+    async def _load(self, key: ShareKey, partition: Partition) -> Slot | ErrorCode:
+        epoch = partition.leader_epoch
+        error, stored = await self.persister.read(key, epoch)
+        if error != ErrorCode.none:
+            return error
+        if stored.start_offset == NEVER_INITIALIZED:
+            reset = self.group_config(key.group_id).get("share.auto.offset.reset", "latest")
+            start = partition.log.log_start_offset if reset == "earliest" \
+                else partition.high_watermark
+            error = await self.persister.initialize(key, stored.state_epoch, start)
+            if error not in (ErrorCode.none, ErrorCode.fenced_state_epoch):
+                return error
+            if error == ErrorCode.fenced_state_epoch:  # initialized meanwhile: read it
+                error, stored = await self.persister.read(key, epoch)
+                if error != ErrorCode.none:
+                    return error
+            else:
+                stored = type(stored)(stored.state_epoch, start)
+        share = SharePartition.restored(stored.start_offset, stored.batches, **self._settings())
+        share.archive_before(partition.log.log_start_offset)
+        slot = Slot(key, partition, share, stored.state_epoch, epoch)
+        if not partition.is_leader or partition.leader_epoch != epoch:
+            return ErrorCode.not_leader_or_follower
+        self.slots[key] = slot
+        log.info("share-partition %s:%s-%d starts at %d", key.group_id, partition.topic,
+                 key.partition, share.start_offset)
+        return slot
+
+    def on_leadership(self, partition: Partition, leader: bool) -> None:
+        """Leadership moved: the share-partitions of ``partition`` are read again (as stored)
+        by whichever broker leads it now; their locks here are gone."""
+        for key in [k for k, s in self.slots.items() if s.partition is partition]:
+            del self.slots[key]
+
+    # -- fetching --------------------------------------------------------------------------
+
+    def fetch(self, slot: Slot, member_id: str, max_records: int, max_bytes: int,
+              read_committed: bool = False) -> Fetched:
+        """Acquire records of ``slot`` for ``member_id``: read whole batches from the next
+        available offset and acquire what is available of them."""
+        share, partition = slot.share, slot.partition
+        share.archive_before(partition.log.log_start_offset)
+        offset = share.next_fetch_offset()
+        try:
+            read = partition.read(offset, max_bytes, True, read_committed=read_committed)
+        except OffsetOutOfRange:
+            return Fetched()
+        if read.region is None or read.next_offset <= offset:
+            return Fetched()
+        acquired = share.acquire(member_id, offset, read.next_offset - 1, max_records,
+                                 time.monotonic())
+        if not acquired:
+            return Fetched()
+        records = os.pread(read.region.fd, read.region.length, read.region.position)
+        return Fetched(records=records, acquired=tuple(acquired))
+
+    # -- changes that are stored -------------------------------------------------------------
+
+    async def acknowledge(self, slot: Slot, member_id: str, batches: list[AckBatch]
+                          ) -> tuple[ErrorCode, str | None]:
+        try:
+            return await self._apply(slot, lambda: slot.share.plan_acknowledge(
+                member_id, batches, time.monotonic())), None
+        except InvalidRecordState as e:
+            code = ErrorCode.invalid_request if e.invalid_request \
+                else ErrorCode.invalid_record_state
+            return code, str(e)
+
+    async def release(self, group_id: str, member_id: str,
+                      keys: Iterable[ShareKey] | None = None) -> None:
+        """Give back what ``member_id`` holds (its session closed, or it left the group)."""
+        for key, slot in list(self.slots.items()):
+            if key.group_id == group_id and (keys is None or key in keys):
+                await self._apply(slot, lambda s=slot: s.share.plan_release(member_id))
+
+    def release_later(self, group_id: str, member_id: str) -> None:
+        """``release`` in a task of its own (the group coordinator calls this as a member
+        leaves, and does not wait for the partitions)."""
+        task = asyncio.get_running_loop().create_task(self.release(group_id, member_id))
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("releasing a member's records failed: %s", task.exception())
+
+    async def expire(self, now: float) -> None:
+        """Release the records whose acquisition lock ran out."""
+        for slot in list(self.slots.values()):
+            await self._apply(slot, lambda s=slot: s.share.plan_expiry(now))
+
+    async def _apply(self, slot: Slot, plan: Callable[[], Change]) -> ErrorCode:
+        """Plan a change, store it, then apply it; one at a time per share-partition, each
+        planned once the one before is applied."""
+        async with slot.writing:
+            change = plan()
+            if not change:
+                return ErrorCode.none
+            share = slot.share
+            share.begin(change)
+            error = await self.persister.write(
+                slot.key, slot.state_epoch, slot.leader_epoch, share.start_after(change),
+                share.state_batches(change))
+            if error != ErrorCode.none:
+                share.abort(change)
+                log.warning("share-partition %s: storing a change failed: %s", slot.key,
+                            error.name)
+                return error
+            share.commit(change)
+            slot.partition.wake_fetchers()  # released records may be what a fetch waits for
+            return ErrorCode.none
+
+    async def run_expiry(self, interval: float = 0.1) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.expire(time.monotonic())
+            except Exception:
+                log.exception("share-partition lock expiry failed")

@@ -1,0 +1,129 @@
+"""ShareFetch and ShareAcknowledge through the handlers, the share-partition manager and the
+share coordinator of one broker: records acquired by one member at a time, acknowledged by
+their holder only, released ones redelivered with their delivery count, a closed session's
+records given back, bad session epochs and foreign acknowledgements refused with Kafka's codes,
+and the acknowledged state surviving the partition's leadership moving away and back."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from broker.coordinator import share_state_log as ssl
+from broker.handlers import share_fetch  # noqa: F401 (registers)
+from broker.handlers.context import BrokerServices
+from kafkube.harness.wire import build_batch
+from tests.support.handlers import call, make_services, request
+
+TOPIC = "orders"
+GROUP = "queue"
+ACCEPT, RELEASE, REJECT = 1, 2, 3
+
+
+@pytest.fixture
+def services(tmp_path: Path) -> BrokerServices:
+    services = make_services(tmp_path, **{"share.coordinator.state.topic.num.partitions": "2"})
+    asyncio.run(services.replicas.create_topic(TOPIC, 1, {}))
+    services.shares.group_config = lambda group: {"share.auto.offset.reset": "earliest"}
+    return services
+
+
+def topic_id(services: BrokerServices) -> Any:
+    return services.store.topics[TOPIC].uuid
+
+
+def produce(services: BrokerServices, count: int) -> None:
+    batch = build_batch([(None, f"v{i}".encode(), (), 0) for i in range(count)],
+                        1_700_000_000_000)
+    assert services.replicas.get(TOPIC, 0).append(batch, 1 << 20).error == ErrorCode.none
+
+
+def acks(services: BrokerServices, batches: list[tuple[int, int, list[int]]]) -> list[dict]:
+    return [{"topic_id": topic_id(services), "partitions": [
+        {"partition_index": 0, "acknowledgement_batches": [
+            {"first_offset": f, "last_offset": last, "acknowledge_types": types}
+            for f, last, types in batches]}]}]
+
+
+def fetch(services: BrokerServices, member: str, epoch: int,
+          ack: list[tuple[int, int, list[int]]] | None = None) -> Any:
+    topics = acks(services, ack) if ack else [
+        {"topic_id": topic_id(services), "partitions": [
+            {"partition_index": 0, "acknowledgement_batches": []}]}]
+    return call(services, request(78, 2, {
+        "group_id": GROUP, "member_id": member, "share_session_epoch": epoch,
+        "max_wait": timedelta(0), "min_bytes": 1, "max_bytes": 1 << 20, "max_records": 100,
+        "batch_size": 100, "share_acquire_mode": 0, "is_renew_ack": False,
+        "topics": topics, "forgotten_topics_data": []}))
+
+
+def acknowledge(services: BrokerServices, member: str, epoch: int,
+                batches: list[tuple[int, int, list[int]]]) -> Any:
+    return call(services, request(79, 2, {
+        "group_id": GROUP, "member_id": member, "share_session_epoch": epoch,
+        "is_renew_ack": False, "topics": acks(services, batches)}))
+
+
+def acquired(response: Any) -> list[tuple[int, int, int]]:
+    assert response.error_code == ErrorCode.none, response
+    return [(a.first_offset, a.last_offset, a.delivery_count)
+            for t in response.responses for p in t.partitions for a in p.acquired_records]
+
+
+def partition_of(response: Any) -> Any:
+    (topic,) = response.responses
+    (partition,) = topic.partitions
+    return partition
+
+
+def test_records_are_shared_acknowledged_and_redelivered(services: BrokerServices) -> None:
+    produce(services, 5)
+    a = fetch(services, "a", 0)
+    assert acquired(a) == [(0, 4, 1)] and partition_of(a).records
+    assert a.acquisition_lock_timeout == timedelta(seconds=30)
+    assert acquired(fetch(services, "b", 0)) == []  # all five are a's for now
+    done = acknowledge(services, "a", 1, [(0, 1, [ACCEPT]), (2, 2, [RELEASE])])
+    assert partition_of(done).error_code == ErrorCode.none
+    assert acquired(fetch(services, "b", 1)) == [(2, 2, 2)]  # redelivered: its second time
+    # b may not acknowledge what a holds; nothing changes.
+    foreign = acknowledge(services, "b", 2, [(3, 3, [ACCEPT])])
+    assert partition_of(foreign).error_code == ErrorCode.invalid_record_state
+    # a closes its session: what it still holds (3, 4) goes back, and b gets it.
+    closed = fetch(services, "a", -1)
+    assert closed.error_code == ErrorCode.none
+    assert acquired(fetch(services, "b", 3)) == [(3, 4, 2)]
+    share = services.shares.slots[next(iter(services.shares.slots))].share
+    assert share.start_offset == 2  # 0 and 1 are done
+
+
+def test_session_epochs_are_checked(services: BrokerServices) -> None:
+    assert fetch(services, "a", 5).error_code == ErrorCode.share_session_not_found
+    assert fetch(services, "a", 0).error_code == ErrorCode.none
+    assert fetch(services, "a", 3).error_code == ErrorCode.invalid_share_session_epoch
+    assert acknowledge(services, "a", 0, []).error_code == \
+        ErrorCode.invalid_share_session_epoch
+    assert fetch(services, "a", 1).error_code == ErrorCode.none
+    opened_with_acks = fetch(services, "c", 0, ack=[(0, 0, [ACCEPT])])
+    assert partition_of(opened_with_acks).acknowledge_error_code == \
+        ErrorCode.invalid_share_session_epoch
+
+
+def test_the_stored_state_survives_a_leadership_change(services: BrokerServices) -> None:
+    produce(services, 4)
+    assert acquired(fetch(services, "a", 0)) == [(0, 3, 1)]
+    acknowledge(services, "a", 1, [(0, 0, [ACCEPT]), (1, 1, [REJECT]), (2, 2, [RELEASE])])
+    # The partition's leadership moves away and back: the locks are gone, the state stays.
+    partition = services.replicas.get(TOPIC, 0)
+    services.shares.on_leadership(partition, False)
+    state = services.replicas.get(ssl.TOPIC, services.share_coordinator.partition_of(
+        next(iter(services.share_coordinator.states))))
+    services.share_coordinator.on_leadership(state, False)
+    services.share_coordinator.on_leadership(state, True)
+    # 0 accepted and 1 rejected are never delivered again; 2 (released) and 3 (held when
+    # the leadership moved) are, 3 with its delivery counted.
+    assert acquired(fetch(services, "b", 0)) == [(2, 3, 2)]
