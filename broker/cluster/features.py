@@ -15,15 +15,19 @@ cluster whose image predates features reads as 0, as Kafka's does after a softwa
 group.version: 1 turns on the consumer group protocol of KIP-848 (ConsumerGroupHeartbeat and
 ConsumerGroupDescribe); a new cluster starts at 1, as a new Kafka 4.x cluster does, and a
 cluster made before it turns it on with ``kafka-features.sh upgrade --feature group.version=1``.
+
+share.version: 1 turns on share groups (KIP-932: ShareGroupHeartbeat, ShareGroupDescribe,
+ShareFetch, ShareAcknowledge); a new cluster starts at 0 while kafkube's share groups are a
+preview (``kafka-features.sh upgrade --feature share.version=1`` turns them on).
 """
 
 from __future__ import annotations
 
 TRANSACTION_VERSION = "transaction.version"
 GROUP_VERSION = "group.version"
-# Share groups (KIP-932): served once this broker has every part of them; until then no
-# cluster finalizes it and their APIs are not listed.
 SHARE_VERSION = "share.version"
 # name -> (lowest, highest) level this broker can run at
-SUPPORTED: dict[str, tuple[int, int]] = {TRANSACTION_VERSION: (0, 2), GROUP_VERSION: (0, 1)}
-NEW_CLUSTER: dict[str, int] = {TRANSACTION_VERSION: 2, GROUP_VERSION: 1}
+SUPPORTED: dict[str, tuple[int, int]] = {TRANSACTION_VERSION: (0, 2), GROUP_VERSION: (0, 1),
+                                         SHARE_VERSION: (0, 1)}
+# share.version stays 0 on a new cluster while kafkube's share groups are a preview.
+NEW_CLUSTER: dict[str, int] = {TRANSACTION_VERSION: 2, GROUP_VERSION: 1, SHARE_VERSION: 0}

@@ -40,7 +40,7 @@ def test_a_new_cluster_finalizes_transaction_version_2_and_kafka_features_change
     with WireClient.connect(cluster.brokers[0].bootstrap) as c:
         assert _features(c.request(ApiVersionsV4(client_software_name="t",
                                                  client_software_version="1"))) == (
-            {"group.version": (0, 1), "transaction.version": (0, 2)},
+            {"group.version": (0, 1), "share.version": (0, 1), "transaction.version": (0, 2)},
             {"group.version": 1, "transaction.version": 2})
         # Before v4 a range starting at 0 is left out, as Kafka does for older clients.
         assert _features(c.request(ApiVersionsV3(client_software_name="t",
