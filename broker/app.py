@@ -126,7 +126,7 @@ class BrokerApp:
         self.shares = SharePartitionManager(config, self.replicas, SharePersister(
             self.share_coordinator, self.store, PeerChannels(
                 self.store, f"share-state-{config.node_id}", request_timeout, peer_security,
-                peer_listener)))
+                peer_listener)), lambda group: self.store.image.group_configs.get(group, {}))
         # A share group's member left or expired: what it holds here goes back at once.
         self.groups.shares.on_member_left = self.shares.release_later
         self._share_expiry: asyncio.Task[None] | None = None

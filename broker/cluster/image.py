@@ -45,6 +45,7 @@ class ClusterImage(ImageReads):
     resources): by broker id as a string, and ``DEFAULT_BROKER`` for every broker.
     ``scram_credentials`` holds each user's SCRAM credential per mechanism (Kafka's
     UserScramCredentialRecords); ``acls`` the ACLs (AccessControlEntryRecords).
+    ``group_configs`` each group's configs (Kafka's ConfigRecords of GROUP resources).
     ``features`` the finalized feature levels (Kafka's FeatureLevelRecords), a feature not
     named being at level 0, as for a cluster made before kafkube knew it.
     ``deleted_topics`` the ids of the topics deleted (Kafka's RemoveTopicRecords), the newest
@@ -60,6 +61,8 @@ class ClusterImage(ImageReads):
     acls: tuple[AclBinding, ...] = ()
     deleted_topics: tuple[str, ...] = ()
     features: dict[str, int] = field(default_factory=dict)
+    # Group configs (Kafka's ConfigRecords of GROUP resources): by group id.
+    group_configs: dict[str, dict[str, str]] = field(default_factory=dict)
     # Top-level keys this code does not know, written back as read (kafkube_contract rule
     # 4): a newer broker's additions outlive an older controller's writes.
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
@@ -102,6 +105,15 @@ class ClusterImage(ImageReads):
             all_configs.pop(name, None)
         return replace(self, broker_configs=all_configs)
 
+    def with_group_configs(self, group_id: str, configs: dict[str, str]) -> ClusterImage:
+        """No configs removes the group's entry."""
+        all_configs = dict(self.group_configs)
+        if configs:
+            all_configs[group_id] = dict(configs)
+        else:
+            all_configs.pop(group_id, None)
+        return replace(self, group_configs=all_configs)
+
     def with_scram_credential(self, user: str, mechanism: str,
                               credential: ScramCredential | None) -> ClusterImage:
         """Set (or, with None, remove) one user's credential for one mechanism."""
@@ -137,6 +149,8 @@ class ClusterImage(ImageReads):
             doc["deleted_topics"] = list(self.deleted_topics)
         if self.features:
             doc["features"] = self.features
+        if self.group_configs:
+            doc["group_configs"] = self.group_configs
         return json.dumps({**doc, **self.extra}, separators=(",", ":"))
 
     @classmethod
@@ -158,4 +172,5 @@ class ClusterImage(ImageReads):
                                   f"{e!r}") from e
         return cls(topics, version, broker_configs_of_doc(doc), scram, acls,
                    tuple(doc.get("deleted_topics", ())), features_of_doc(doc),
+                   {g: dict(c) for g, c in doc.get("group_configs", {}).items()},
                    unknown_keys(doc, IMAGE_KEYS))

@@ -19,11 +19,13 @@ from broker.cluster.metadata import topic_name_error
 from broker.config.broker_config import validate_dynamic_broker_configs, validate_topic_configs
 from kafkube_contract.broker_keys import BROKER_KEYS, TOPIC_KEYS
 from kafkube_contract.config_keys import ConfigError, ConfigKey
+from kafkube_contract.group_keys import GROUP_KEYS
 from kafkube_contract.image import DEFAULT_BROKER
 
 # ConfigResource.Type ids.
 TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
+GROUP_RESOURCE = 32
 RESOURCE_TYPE_NAMES = {2: "TOPIC", 4: "BROKER", 8: "BROKER_LOGGER", 16: "CLIENT_METRICS",
                        32: "GROUP"}
 # AlterConfigOp.OpType ids.
@@ -169,6 +171,25 @@ def _change_broker(image: ClusterImage, change: ConfigChange) -> ClusterImage:
     return image.with_broker_configs(change.resource_name, configs)
 
 
+def _change_group(image: ClusterImage, change: ConfigChange) -> ClusterImage:
+    """A group's configs (Kafka's GroupConfig): known keys with valid values only; the group
+    need not exist yet (a share group is configured before its first consumer starts)."""
+    if not change.resource_name:
+        raise ConfigChangeError(ErrorCode.invalid_request, "Group id must not be empty.")
+    configs = _new_configs(image.group_configs.get(change.resource_name, {}), change,
+                           GROUP_KEYS)
+    for name, raw in configs.items():
+        key = GROUP_KEYS.get(name)
+        if key is None:
+            raise ConfigChangeError(ErrorCode.invalid_config,
+                                    f"Unknown group config name: {name}")
+        try:
+            key.parse(raw)
+        except ConfigError as e:
+            raise _invalid_config(e) from None
+    return image.with_group_configs(change.resource_name, configs)
+
+
 def change_configs(image: ClusterImage, change: ConfigChange) -> ClusterImage:
     """The image with one resource's configs changed; raises ConfigChangeError to refuse."""
     check_request_shape(change)
@@ -176,5 +197,7 @@ def change_configs(image: ClusterImage, change: ConfigChange) -> ClusterImage:
         return _change_topic(image, change)
     if change.resource_type == BROKER_RESOURCE:
         return _change_broker(image, change)
+    if change.resource_type == GROUP_RESOURCE:
+        return _change_group(image, change)
     type_name = RESOURCE_TYPE_NAMES.get(change.resource_type, str(change.resource_type))
     raise ConfigChangeError(ErrorCode.invalid_request, f"Unknown resource type {type_name}")

@@ -29,6 +29,7 @@ from broker.cluster.metadata import ConcurrentUpdate, topic_name_error
 from broker.config.broker_config import BrokerConfig
 from broker.controller.config_changes import (
     BROKER_RESOURCE,
+    GROUP_RESOURCE,
     RESOURCE_TYPE_NAMES,
     TOPIC_RESOURCE,
     ConfigChange,
@@ -44,6 +45,7 @@ from broker.protocol.messages import build_long_response, build_response
 from broker.security.acl import CLUSTER_NAME, Operation, ResourceType
 from kafkube_contract.broker_keys import BROKER_KEYS, DYNAMIC_BROKER_KEYS, TOPIC_KEYS
 from kafkube_contract.config_keys import ConfigKey
+from kafkube_contract.group_keys import BROKER_DEFAULTS, GROUP_KEYS
 from kafkube_contract.image import DEFAULT_BROKER, TopicMetadata
 
 NO_THROTTLE = datetime.timedelta(0)
@@ -69,7 +71,8 @@ BROKER_SYNONYMS = {name: group for group in _SYNONYM_GROUPS for name in group}
 Synonym = tuple[str, str | None, int]  # name, value, source
 
 # ConfigResource.Type ids that are not in RESOURCE_TYPE_NAMES' short list of ours.
-BROKER_LOGGER_RESOURCE, CLIENT_METRICS_RESOURCE, GROUP_RESOURCE = 8, 16, 32
+BROKER_LOGGER_RESOURCE, CLIENT_METRICS_RESOURCE = 8, 16
+DYNAMIC_GROUP_CONFIG = 8  # ConfigSource of a group's own value
 _CLUSTER_GUARD = (ResourceType.CLUSTER, ErrorCode.cluster_authorization_failed)
 # What guards each resource type's configs: the ACL resource, and the error if refused.
 _GUARDS: dict[int, tuple[ResourceType, ErrorCode]] = {
@@ -193,8 +196,30 @@ def _resource_entries(services: BrokerServices, resource: Any) -> list[ConfigEnt
         return topic_config_entries(services.config, topic)
     if resource.resource_type == BROKER_RESOURCE:
         return broker_config_entries(services.config, resource.resource_name)
+    if resource.resource_type == GROUP_RESOURCE:
+        return group_config_entries(services, resource.resource_name)
     type_name = RESOURCE_TYPE_NAMES.get(resource.resource_type, "UNKNOWN")
     raise ConfigChangeError(ErrorCode.invalid_request, f"Unsupported resource type: {type_name}")
+
+
+def group_config_entries(services: BrokerServices, group_id: str) -> list[ConfigEntry]:
+    """A group's configs: its own value (DYNAMIC_GROUP_CONFIG), else the broker key it
+    overrides, else the default."""
+    if not group_id:
+        raise ConfigChangeError(ErrorCode.invalid_request, "Group id must not be empty.")
+    own = services.store.image.group_configs.get(group_id, {})
+    entries = []
+    for name, key in GROUP_KEYS.items():
+        synonyms: list[Synonym] = []
+        if name in own:
+            synonyms.append((name, own[name], DYNAMIC_GROUP_CONFIG))
+        broker_key = BROKER_DEFAULTS.get(name)
+        if broker_key is not None:
+            synonyms.append((broker_key, BROKER_KEYS[broker_key].render(
+                services.config[broker_key]), DEFAULT_CONFIG))
+        value = synonyms[0][1] if synonyms else key.render(key.default)
+        entries.append(ConfigEntry(key, value, synonyms, read_only=False))
+    return entries
 
 
 def _described(entry: ConfigEntry, synonyms: bool, documentation: bool) -> dict[str, Any]:

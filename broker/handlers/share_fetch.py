@@ -119,14 +119,14 @@ async def _acknowledge(ctx: RequestContext, answer: _Answer, group_id: str, memb
 @handles(78, 1, 2)
 async def handle_share_fetch(ctx: RequestContext, request: Any) -> Any:
     services = ctx.services
-    lock_ms = timedelta(milliseconds=services.config["group.share.record.lock.duration.ms"])
+    group_id, member_id = request.group_id, request.member_id
+    lock_ms = timedelta(milliseconds=services.shares.lock_ms(group_id or ""))
 
     def refuse(code: ErrorCode, message: str | None = None) -> Any:
         return build_response(request, {
             "throttle_time": NO_TIME, "error_code": code, "error_message": message,
             "acquisition_lock_timeout": lock_ms, "responses": [], "node_endpoints": []})
 
-    group_id, member_id = request.group_id, request.member_id
     if not group_id or not member_id:
         return refuse(ErrorCode.invalid_request, "GroupId and MemberId must be set.")
     if not may(ctx, Operation.READ, group_id):
@@ -187,7 +187,8 @@ async def _fetch(ctx: RequestContext, answer: _Answer, request: Any, group_id: s
         for tp, slot in slots:
             if records <= 0 or budget <= 0:
                 break
-            got = shares.fetch(slot, member_id, records, budget)
+            got = shares.fetch(slot, member_id, records, budget,
+                               read_committed=shares.read_committed(group_id))
             if got.acquired:
                 answer.fetched(tp, got)
                 records -= sum(a.last_offset - a.first_offset + 1 for a in got.acquired)
@@ -209,14 +210,14 @@ async def _fetch(ctx: RequestContext, answer: _Answer, request: Any, group_id: s
 @handles(79, 1, 2)
 async def handle_share_acknowledge(ctx: RequestContext, request: Any) -> Any:
     services = ctx.services
-    lock_ms = timedelta(milliseconds=services.config["group.share.record.lock.duration.ms"])
+    group_id, member_id = request.group_id, request.member_id
+    lock_ms = timedelta(milliseconds=services.shares.lock_ms(group_id or ""))
 
     def refuse(code: ErrorCode, message: str | None = None) -> Any:
         return build_response(request, {
             "throttle_time": NO_TIME, "error_code": code, "error_message": message,
             "acquisition_lock_timeout": lock_ms, "responses": [], "node_endpoints": []})
 
-    group_id, member_id = request.group_id, request.member_id
     if not group_id or not member_id:
         return refuse(ErrorCode.invalid_request, "GroupId and MemberId must be set.")
     if not may(ctx, Operation.READ, group_id):

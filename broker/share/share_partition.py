@@ -260,6 +260,27 @@ class SharePartition:
         """Storing the change failed: nothing changes."""
         self.pending -= change.updates.keys()
 
+    def archive_range(self, first: int, last: int) -> None:
+        """Offsets never to deliver though the log has them (transaction markers, records of
+        aborted transactions): archived if not delivered yet. The log decides them the same
+        way after a failover, so they are not stored."""
+        for offset in range(max(first, self.start_offset), last + 1):
+            if offset >= self.end_offset:
+                if offset - self.start_offset >= self.max_in_flight:
+                    break
+                while self.end_offset < offset:  # records before it stay to be delivered
+                    self.records.append(InFlight())
+                self.records.append(InFlight(RecordState.ARCHIVED))
+            else:
+                record = self._at(offset)
+                if record.state is RecordState.AVAILABLE and record.delivery_count == 0 \
+                        and offset not in self.pending:
+                    record.state = RecordState.ARCHIVED
+        while self.records and self.records[0].state in DONE and \
+                self.start_offset not in self.pending:
+            self.records.popleft()
+            self.start_offset += 1
+
     def archive_before(self, log_start_offset: int) -> None:
         """Records gone from the log (retention, DeleteRecords) cannot be delivered: the SPSO
         moves to the log's start (never past a record whose change is being stored)."""

@@ -17,13 +17,14 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
 from broker.config.broker_config import BrokerConfig
 from broker.coordinator.share_state_log import ShareKey
+from broker.protocol.records import HEADER_SIZE, parse_header
 from broker.server.partition import Partition
 from broker.server.replica_manager import ReplicaManager
 from broker.share.persister import NEVER_INITIALIZED, SharePersister
@@ -35,6 +36,8 @@ from broker.share.share_partition import (
     SharePartition,
 )
 from broker.storage.log import OffsetOutOfRange
+from broker.storage.txn_index import AbortedTxn
+from kafkube_contract.group_keys import BROKER_DEFAULTS, GROUP_KEYS
 
 log = logging.getLogger(__name__)
 GroupConfig = Callable[[str], Mapping[str, str]]  # a group's configs (share.auto.offset.reset)
@@ -74,10 +77,29 @@ class SharePartitionManager:
         self._loading: dict[ShareKey, asyncio.Future[Slot | ErrorCode]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
-    def _settings(self) -> dict[str, float]:
-        return {"max_delivery": self.config["group.share.delivery.count.limit"],
-                "max_in_flight": self.config["group.share.partition.max.record.locks"],
-                "lock_seconds": self.config["group.share.record.lock.duration.ms"] / 1000}
+    def setting(self, group_id: str, name: str) -> str:
+        """A group config's value for ``group_id``: its own, else the broker key it
+        overrides, else the default (kafka-configs.sh --entity-type groups sets them)."""
+        own = self.group_config(group_id)
+        if name in own:
+            return own[name]
+        broker_key = BROKER_DEFAULTS.get(name)
+        if broker_key is not None:
+            return str(self.config[broker_key])
+        key = GROUP_KEYS[name]
+        return key.render(key.default)
+
+    def _settings(self, group_id: str) -> dict[str, float]:
+        return {"max_delivery": int(self.setting(group_id, "share.delivery.count.limit")),
+                "max_in_flight": int(self.setting(group_id, "share.partition.max.record.locks")),
+                "lock_seconds": int(self.setting(group_id, "share.record.lock.duration.ms"))
+                / 1000}
+
+    def lock_ms(self, group_id: str) -> int:
+        return int(self.setting(group_id, "share.record.lock.duration.ms"))
+
+    def read_committed(self, group_id: str) -> bool:
+        return self.setting(group_id, "share.isolation.level") == "read_committed"
 
     # -- finding a share-partition -------------------------------------------------------------
 
@@ -107,7 +129,7 @@ class SharePartitionManager:
         if error != ErrorCode.none:
             return error
         if stored.start_offset == NEVER_INITIALIZED:
-            reset = self.group_config(key.group_id).get("share.auto.offset.reset", "latest")
+            reset = self.setting(key.group_id, "share.auto.offset.reset")
             start = partition.log.log_start_offset if reset == "earliest" \
                 else partition.high_watermark
             error = await self.persister.initialize(key, stored.state_epoch, start)
@@ -119,7 +141,8 @@ class SharePartitionManager:
                     return error
             else:
                 stored = type(stored)(stored.state_epoch, start)
-        share = SharePartition.restored(stored.start_offset, stored.batches, **self._settings())
+        share = SharePartition.restored(stored.start_offset, stored.batches,
+                                        **self._settings(key.group_id))
         share.archive_before(partition.log.log_start_offset)
         slot = Slot(key, partition, share, stored.state_epoch, epoch)
         if not partition.is_leader or partition.leader_epoch != epoch:
@@ -150,11 +173,15 @@ class SharePartitionManager:
             return Fetched()
         if read.region is None or read.next_offset <= offset:
             return Fetched()
+        records = os.pread(read.region.fd, read.region.length, read.region.position)
+        if read_committed:
+            for first, last in _not_committed(records, partition.log.collect_aborted_transactions(
+                    read.first_offset, read.next_offset)):
+                share.archive_range(first, last)
         acquired = share.acquire(member_id, offset, read.next_offset - 1, max_records,
                                  time.monotonic())
         if not acquired:
             return Fetched()
-        records = os.pread(read.region.fd, read.region.length, read.region.position)
         return Fetched(records=records, acquired=tuple(acquired))
 
     # -- changes that are stored -------------------------------------------------------------
@@ -221,3 +248,22 @@ class SharePartitionManager:
                 await self.expire(time.monotonic())
             except Exception:
                 log.exception("share-partition lock expiry failed")
+
+
+def _not_committed(records: bytes, aborted: list[AbortedTxn]) -> Iterator[tuple[int, int]]:
+    """The offset ranges of ``records`` a read_committed share group never gets: transaction
+    markers, and the batches of aborted transactions (a producer's records from an aborted
+    transaction's first offset until its marker, as Kafka's consumer filters them)."""
+    pending = sorted(aborted, key=lambda a: a.first_offset)
+    aborting: set[int] = set()
+    pos = 0
+    while pos + HEADER_SIZE <= len(records):
+        header = parse_header(records, pos)
+        pos += header.size
+        while pending and pending[0].first_offset <= header.last_offset:
+            aborting.add(pending.pop(0).producer_id)
+        if header.is_control:
+            aborting.discard(header.producer_id)  # its marker ends the aborted transaction
+            yield header.base_offset, header.last_offset
+        elif header.is_transactional and header.producer_id in aborting:
+            yield header.base_offset, header.last_offset

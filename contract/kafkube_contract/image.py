@@ -16,6 +16,7 @@ The document, format 1 (``IMAGE_FORMAT``)::
                                   "adding", "removing"}, ..]}, ..],
      "broker_configs": {"<broker id>" | "": {key: value}},   # optional
      "features": {name: level},                              # optional
+     "group_configs": {"<group id>": {key: value}},          # optional
      "scram_credentials", "acls", "deleted_topics"}          # the brokers' own, optional
 
 Documents written before the contract carry no ``format`` key: they are format 1. A reader
@@ -52,7 +53,7 @@ CORDONED_LOG_DIRS = "cordoned.log.dirs"
 
 # The keys of format 1 at each level of the document. A reader keeps any other key it meets
 # and writes it back as read (``kafkube_contract`` rule 4).
-IMAGE_KEYS = frozenset({FORMAT_KEY, "topics", "broker_configs", "features",
+IMAGE_KEYS = frozenset({FORMAT_KEY, "topics", "broker_configs", "features", "group_configs",
                         "scram_credentials", "acls", "deleted_topics"})
 TOPIC_KEYS = frozenset({"name", "topic_id", "configs", "assignments"})
 PARTITION_KEYS = frozenset({"replicas", "isr", "leader", "leader_epoch", "partition_epoch",

@@ -59,7 +59,8 @@ def make_services(tmp_path: Path, **settings: str) -> BrokerServices:
                                           transactions.add_partitions),
         acl.from_config(config, lambda: store.image.acls),
         shares=SharePartitionManager(config, replicas, SharePersister(share_coordinator, store,
-                                                                      None)),
+                                                                      None),
+                                     lambda group: store.image.group_configs.get(group, {})),
         share_coordinator=share_coordinator,
     )
 
