@@ -1,0 +1,145 @@
+"""Share groups (KIP-932) with Kafka 4.4's own share consumer (VerifiableShareConsumer, the
+KafkaShareConsumer of the Java client) against three kafkube brokers: share consumers split a
+topic's records, every record is acknowledged exactly once when nobody dies, and a consumer
+SIGKILLed mid-batch has only its unacknowledged records redelivered to the others.
+
+The cluster finalizes share.version 1 with kafka-features.sh and the group reads from the
+earliest offset through kafka-configs.sh --entity-type groups, as a Kafka user sets them up."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections import Counter
+from collections.abc import Iterator
+
+import pytest
+from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+from kio.schema.read_share_group_state_summary.v1.request import (
+    PartitionData as SummaryPartition,
+)
+from kio.schema.read_share_group_state_summary.v1.request import (
+    ReadShareGroupStateSummaryRequest as SummaryRequest,
+)
+from kio.schema.read_share_group_state_summary.v1.request import (
+    ReadStateSummaryData as SummaryTopic,
+)
+
+from kafkube.harness.waiting import wait_until
+from kafkube.harness.wire import WireClient
+from tests.integration.groups.group_clients import produce
+from tests.support.kafka_tools import CONFIG_COMMAND, FEATURE_COMMAND
+
+pytestmark = pytest.mark.java
+
+SHARE_CONSUMER = "org.apache.kafka.tools.VerifiableShareConsumer"
+SETTINGS = {"offsets.topic.num.partitions": "3", "share.coordinator.state.topic.num.partitions":
+            "3", "group.share.record.lock.duration.ms": "10000", "min.insync.replicas": "2"}
+PARTITIONS, PER_PARTITION = 2, 2500
+Record = tuple[int, int]  # partition, offset
+
+
+def share_groups_on(kafka_tools, bootstrap: str, group: str, topic: str) -> None:
+    kafka_tools.run(FEATURE_COMMAND, "--bootstrap-server", bootstrap, "upgrade",
+                    "--feature", "share.version=1")
+    kafka_tools.run(CONFIG_COMMAND, "--bootstrap-server", bootstrap, "--alter",
+                    "--entity-type", "groups", "--entity-name", group,
+                    "--add-config", "share.auto.offset.reset=earliest")
+    kafka_tools.run("org.apache.kafka.tools.TopicCommand", "--bootstrap-server", bootstrap,
+                    "--create", "--topic", topic, "--partitions", str(PARTITIONS),
+                    "--replication-factor", "3")
+
+
+def events(tool, name: str) -> list[dict]:
+    return [e for line in list(tool.lines) if line.startswith("{")
+            for e in [json.loads(line)] if e.get("name") == name]
+
+
+def delivered(tool) -> Counter[Record]:
+    return Counter((e["partition"], e["offset"]) for e in events(tool, "record_data"))
+
+
+def acknowledged(tool) -> Counter[Record]:
+    return Counter((p["partition"], o) for e in events(tool, "offsets_acknowledged")
+                   if e["success"] for p in e["partitions"] for o in p["offsets"])
+
+
+EVERY = {(p, o) for p in range(PARTITIONS) for o in range(PER_PARTITION)}
+
+
+@contextlib.contextmanager
+def share_consumers(kafka_tools, args: tuple[str, ...], count: int) -> Iterator[list]:
+    """``count`` share consumers of ``args``, all stopped on the way out."""
+    with contextlib.ExitStack() as stack:
+        yield [stack.enter_context(kafka_tools.spawn(SHARE_CONSUMER, *args))
+               for _ in range(count)]
+
+
+def stored_start_offsets(cluster, group: str, topic: str) -> dict[int, int]:
+    """Each partition's share-partition start offset as its share coordinator stored it
+    (ReadShareGroupStateSummary, asked of every broker: the coordinator answers)."""
+    with WireClient.connect(cluster.brokers[0].bootstrap) as client:
+        topic_id = client.request(MetadataRequest(
+            topics=(MetadataRequestTopic(topic_id=None, name=topic),),
+            allow_auto_topic_creation=False,
+            include_topic_authorized_operations=False)).topics[0].topic_id
+    found: dict[int, int] = {}
+    for broker in cluster.brokers:
+        with WireClient.connect(broker.bootstrap) as client:
+            answer = client.request(SummaryRequest(group_id=group, topics=(SummaryTopic(
+                topic_id=topic_id, partitions=tuple(
+                    SummaryPartition(partition=p, leader_epoch=-1)
+                    for p in range(PARTITIONS))),)))
+        for p in answer.results[0].partitions:
+            if p.error_code == 0:
+                found[p.partition] = p.start_offset
+    return found
+
+
+def test_five_share_consumers_split_a_topic_exactly_once(cluster_factory, kafka_tools) -> None:
+    cluster = cluster_factory(3, SETTINGS)
+    bootstrap, group, topic = cluster.bootstrap, "queue", "work"
+    share_groups_on(kafka_tools, bootstrap, group, topic)
+    produce(bootstrap, topic, PARTITIONS, PER_PARTITION)
+    args = ("--bootstrap-server", bootstrap, "--topic", topic, "--group-id", group,
+            "--acknowledgement-mode", "sync", "--verbose")
+    with share_consumers(kafka_tools, args, 5) as tools:
+        wait_until(lambda: set().union(*(acknowledged(t) for t in tools)) >= EVERY, 120,
+                   "every record acknowledged by the five share consumers")
+    acks = sum((acknowledged(t) for t in tools), Counter())
+    deliveries = sum((delivered(t) for t in tools), Counter())
+    assert set(acks) == EVERY and max(acks.values()) == 1, acks.most_common(3)
+    assert max(deliveries.values()) == 1, deliveries.most_common(3)  # nobody died
+    assert sum(1 for t in tools if acknowledged(t)) >= 2  # shared, not one consumer's
+    assert stored_start_offsets(cluster, group, topic) == {
+        p: PER_PARTITION for p in range(PARTITIONS)}
+
+
+def test_a_killed_share_consumer_has_only_its_unacknowledged_records_redelivered(
+        cluster_factory, kafka_tools) -> None:
+    cluster = cluster_factory(3, SETTINGS)
+    bootstrap, group, topic = cluster.bootstrap, "queue", "work"
+    share_groups_on(kafka_tools, bootstrap, group, topic)
+    args = ("--bootstrap-server", bootstrap, "--topic", topic, "--group-id", group,
+            "--acknowledgement-mode", "sync", "--verbose")
+    with share_consumers(kafka_tools, args, 2) as survivors:
+        with kafka_tools.spawn(SHARE_CONSUMER, *args) as victim:
+            produce(bootstrap, topic, PARTITIONS, PER_PARTITION)
+            wait_until(lambda: len(delivered(victim)) > len(acknowledged(victim)) > 0, 60,
+                       "the victim to hold records it has not acknowledged")
+            victim.proc.kill()  # SIGKILL, mid-batch
+            victim.proc.wait(10)
+        # Done once both share-partitions' stored start offsets reach the end: every
+        # record acknowledged (or archived), none left to deliver. Until then a record not
+        # seen acknowledged is "not done yet", not "lost".
+        wait_until(lambda: stored_start_offsets(cluster, group, topic) == {
+            p: PER_PARTITION for p in range(PARTITIONS)}, 120,
+            "both share-partitions done after the kill")
+    held = set(delivered(victim)) - set(acknowledged(victim))  # its unacknowledged ones
+    survivors_got = sum((delivered(t) for t in survivors), Counter())
+    survivors_acked = sum((acknowledged(t) for t in survivors), Counter())
+    # A record the victim acknowledged never comes again; what it held may (its lock ran
+    # out), unless its acknowledgement reached the broker before the kill and not its log.
+    assert {r for r in survivors_got if r in delivered(victim)} <= held
+    assert max(survivors_acked.values()) == 1, survivors_acked.most_common(3)
+    assert EVERY - set(survivors_acked) - set(acknowledged(victim)) <= held
