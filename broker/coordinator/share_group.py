@@ -57,6 +57,9 @@ class ShareGroup:
     target: dict[str, Assignment] = field(default_factory=dict)
     deleted: bool = False
     rebalances: int = 0  # targets computed here (metrics)
+    # The partitions the group has been assigned, whose share state it has (or will have
+    # on the first fetch): what describing its offsets shows (record 15).
+    initialized: dict[uuid.UUID, tuple[str, frozenset[int]]] = field(default_factory=dict)
 
     @property
     def state(self) -> ShareGroupState:

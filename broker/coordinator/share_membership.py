@@ -178,6 +178,14 @@ class ShareMembership:
         group.target_epoch = group.group_epoch
         group.rebalances += 1
         entries.append(sr.target_metadata_entry(group))
+        names = {t.uuid: name for name, t in topics.items()}
+        initialized = dict(group.initialized)
+        for tid, parts in ((tid, parts) for a in target.values() for tid, parts in a.items()):
+            name, known = initialized.get(tid, (names.get(tid, ""), frozenset()))
+            initialized[tid] = (name, known | parts)
+        if initialized != group.initialized:
+            group.initialized = initialized
+            entries.append(sr.state_partitions_entry(group))
         return entries
 
     def remove_member(self, group: ShareGroup, member_id: str, entries: list[Entry]) -> None:
@@ -225,7 +233,8 @@ class ShareMembership:
 
 
 def _copy(group: ShareGroup) -> ShareGroup:
-    return dataclasses.replace(group, members=dict(group.members), target=dict(group.target))
+    return dataclasses.replace(group, members=dict(group.members), target=dict(group.target),
+                               initialized=dict(group.initialized))
 
 
 def _facts(m: ShareMember) -> tuple:

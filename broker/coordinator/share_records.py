@@ -15,6 +15,8 @@ strings). Values: version 0, flexible (compact strings and arrays, tagged fields
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from broker.coordinator.consumer_group import Assignment
@@ -124,6 +126,39 @@ def decode_current_assignment(data: bytes) -> tuple[int, int, Assignment]:
     return epoch, previous, assigned
 
 
+def encode_state_partitions(initialized: Mapping[uuid.UUID, tuple[str, frozenset[int]]]
+                            ) -> bytes:
+    """ShareGroupStatePartitionMetadata: the partitions whose share state the group has
+    (InitializedTopics); kafkube initializes a partition's state on its first fetch, so
+    none is ever "initializing", and deleting topics are not tracked."""
+    w = Writer().i16(0).compact_length(0).compact_length(len(initialized))
+    for topic_id in sorted(initialized, key=lambda t: t.bytes):
+        name, partitions = initialized[topic_id]
+        w.uuid(topic_id).compact_string(name).compact_length(len(partitions))
+        for p in sorted(partitions):
+            w.i32(p)
+        w.tagged({})
+    return bytes(w.compact_length(0).tagged({}).buf)
+
+
+def decode_state_partitions(data: bytes) -> dict[uuid.UUID, tuple[str, frozenset[int]]]:
+    r = value_reader(data)
+    out: dict[uuid.UUID, tuple[str, frozenset[int]]] = {}
+    for _ in range(2):  # initializing, then initialized: both have state (or will)
+        for _ in range(r.compact_length() or 0):
+            topic_id, name = r.uuid(), r.compact_string() or ""
+            parts = frozenset(r.i32() for _ in range(r.compact_length() or 0))
+            r.tagged()
+            known = out.get(topic_id, (name, frozenset()))[1]
+            out[topic_id] = (name, known | parts)
+    for _ in range(r.compact_length() or 0):  # deleting
+        r.uuid()
+        r.compact_string()
+        r.tagged()
+    r.tagged()
+    return out
+
+
 # -- whole records -------------------------------------------------------------------------
 
 
@@ -155,6 +190,11 @@ def current_assignment_entry(group_id: str, m: ShareMember) -> Entry:
 def member_tombstones(group_id: str, member_id: str) -> list[Entry]:
     return [(encode_key(ShareKey(kind, group_id, member_id)), None)
             for kind in (CURRENT_ASSIGNMENT, TARGET_MEMBER, MEMBER_METADATA)]
+
+
+def state_partitions_entry(group: ShareGroup) -> Entry:
+    return encode_key(ShareKey(STATE_PARTITIONS, group.group_id)), \
+        encode_state_partitions(group.initialized)
 
 
 def group_tombstones(group: ShareGroup) -> list[Entry]:

@@ -26,7 +26,9 @@ def replay(store: GroupStore, key: sr.ShareKey, value: bytes | None) -> None:
         if value is None:
             return
         group = groups[key.group] = ShareGroup(key.group)
-    if key.type == sr.TARGET_METADATA and value is not None:
+    if key.type == sr.STATE_PARTITIONS:
+        group.initialized = sr.decode_state_partitions(value) if value is not None else {}
+    elif key.type == sr.TARGET_METADATA and value is not None:
         group.target_epoch = sr.decode_target_metadata(value)
     elif key.type == sr.TARGET_MEMBER:
         if value is None:

@@ -25,6 +25,15 @@ from kio.schema.read_share_group_state.v0.request import (
     ReadShareGroupStateRequest,
     ReadStateData,
 )
+from kio.schema.read_share_group_state_summary.v1.request import (
+    PartitionData as SummaryPartition,
+)
+from kio.schema.read_share_group_state_summary.v1.request import (
+    ReadShareGroupStateSummaryRequest as SummaryRequest,
+)
+from kio.schema.read_share_group_state_summary.v1.request import (
+    ReadStateSummaryData as SummaryTopic,
+)
 from kio.schema.write_share_group_state.v1.request import (
     PartitionData as WritePartition,
 )
@@ -102,19 +111,40 @@ class SharePersister:
         return self._error(await self._send(key, 83, 0, body))
 
     async def write(self, key: ShareKey, state_epoch: int, leader_epoch: int,
-                    start_offset: int, batches: list[StateBatch]) -> ErrorCode:
+                    start_offset: int, batches: list[StateBatch],
+                    delivery_complete_count: int = -1) -> ErrorCode:
         if self.coordinator.owns(key):
             return (await self.coordinator.write(key, state_epoch, leader_epoch, start_offset,
-                                                 tuple(batches)))[0]
+                                                 tuple(batches), delivery_complete_count))[0]
         body = WriteShareGroupStateRequest(group_id=key.group_id, topics=(WriteStateData(
             topic_id=key.topic_id, partitions=(WritePartition(
                 partition=key.partition, state_epoch=state_epoch, leader_epoch=leader_epoch,
-                start_offset=start_offset, delivery_complete_count=-1,
+                start_offset=start_offset, delivery_complete_count=delivery_complete_count,
                 state_batches=tuple(WireBatch(
                     first_offset=b.first_offset, last_offset=b.last_offset,
                     delivery_state=int(b.state), delivery_count=b.delivery_count)
                     for b in batches)),)),))
         return self._error(await self._send(key, 85, 1, body))
+
+    async def summary(self, key: ShareKey) -> tuple[ErrorCode, int, int, int]:
+        """(error, start offset, leader epoch, records done past it; -1 when not known) of a
+        share-partition, for DescribeShareGroupOffsets."""
+        await self.coordinator.ensure_topic()
+        if self.coordinator.owns(key):
+            result = self.coordinator.read(key)
+            s = result.state
+            if s is None:
+                return result.error, NEVER_INITIALIZED, -1, -1
+            return result.error, s.start_offset, s.leader_epoch, s.delivery_complete_count
+        body = SummaryRequest(group_id=key.group_id, topics=(SummaryTopic(
+            topic_id=key.topic_id, partitions=(SummaryPartition(
+                partition=key.partition, leader_epoch=-1),)),))
+        answer = await self._send(key, 87, 1, body)
+        if isinstance(answer, ErrorCode):
+            return answer, NEVER_INITIALIZED, -1, -1
+        p = answer.results[0].partitions[0]
+        return ErrorCode(p.error_code), p.start_offset, p.leader_epoch, \
+            p.delivery_complete_count
 
     @staticmethod
     def _error(answer: Any) -> ErrorCode:

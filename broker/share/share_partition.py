@@ -316,6 +316,14 @@ class SharePartition:
                 out.append(StateBatch(offset, offset, state, record.delivery_count))
         return out
 
+    def done_after(self, change: Change) -> int:
+        """Records in the window past the SPSO that are done once ``change`` is applied
+        (Kafka's DeliveryCompleteCount, which the group's lag subtracts)."""
+        start = self.start_after(change)
+        return sum(1 for i, record in enumerate(self.records)
+                   if self.start_offset + i >= start
+                   and change.updates.get(self.start_offset + i, record).state in DONE)
+
     def start_after(self, change: Change) -> int:
         """The SPSO once ``change`` is applied (what the write of it stores)."""
         offset = self.start_offset

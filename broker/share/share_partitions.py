@@ -231,7 +231,7 @@ class SharePartitionManager:
             share.begin(change)
             error = await self.persister.write(
                 slot.key, slot.state_epoch, slot.leader_epoch, share.start_after(change),
-                share.state_batches(change))
+                share.state_batches(change), share.done_after(change))
             if error != ErrorCode.none:
                 share.abort(change)
                 log.warning("share-partition %s: storing a change failed: %s", slot.key,

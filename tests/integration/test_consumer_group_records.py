@@ -104,6 +104,11 @@ SHARE_RECORDS = [
      sr.encode_current_assignment(SHARE_MEMBER), {"groupId": "sg", "memberId": "s-1"},
      {"memberEpoch": 4, "previousMemberEpoch": 3, "state": 0,
       "assignedPartitions": [{"topicId": TOPIC_JSON, "partitions": [0, 1]}]}),
+    (sr.ShareKey(sr.STATE_PARTITIONS, "sg"),
+     sr.encode_state_partitions({TOPIC: ("orders", frozenset({0, 1}))}), {"groupId": "sg"},
+     {"initializingTopics": [], "initializedTopics": [
+         {"topicId": TOPIC_JSON, "topicName": "orders", "partitions": [0, 1]}],
+      "deletingTopics": []}),
     (sr.ShareKey(sr.MEMBER_METADATA, "sg", "s-1"), None,
      {"groupId": "sg", "memberId": "s-1"}, None),
 ]

@@ -33,6 +33,7 @@ from tests.support.kafka_tools import CONFIG_COMMAND, FEATURE_COMMAND
 pytestmark = pytest.mark.java
 
 SHARE_CONSUMER = "org.apache.kafka.tools.VerifiableShareConsumer"
+SHARE_GROUPS_COMMAND = "org.apache.kafka.tools.consumer.group.ShareGroupCommand"
 SETTINGS = {"offsets.topic.num.partitions": "3", "share.coordinator.state.topic.num.partitions":
             "3", "group.share.record.lock.duration.ms": "10000", "min.insync.replicas": "2"}
 PARTITIONS, PER_PARTITION = 2, 2500
@@ -143,3 +144,44 @@ def test_a_killed_share_consumer_has_only_its_unacknowledged_records_redelivered
     assert {r for r in survivors_got if r in delivered(victim)} <= held
     assert max(survivors_acked.values()) == 1, survivors_acked.most_common(3)
     assert EVERY - set(survivors_acked) - set(acknowledged(victim)) <= held
+
+
+def test_kafka_share_groups_describes_a_share_group(cluster_factory, kafka_tools) -> None:
+    """kafka-share-groups.sh: the group listed, its state and members, each partition's start
+    offset and lag, as the Kafka tool prints them."""
+    cluster = cluster_factory(1, {**SETTINGS, "min.insync.replicas": "1"})
+    bootstrap, group, topic = cluster.bootstrap, "queue", "work"
+    kafka_tools.run(FEATURE_COMMAND, "--bootstrap-server", bootstrap, "upgrade",
+                    "--feature", "share.version=1")
+    kafka_tools.run(CONFIG_COMMAND, "--bootstrap-server", bootstrap, "--alter",
+                    "--entity-type", "groups", "--entity-name", group,
+                    "--add-config", "share.auto.offset.reset=earliest")
+    kafka_tools.run("org.apache.kafka.tools.TopicCommand", "--bootstrap-server", bootstrap,
+                    "--create", "--topic", topic, "--partitions", str(PARTITIONS),
+                    "--replication-factor", "1")
+    produce(bootstrap, topic, PARTITIONS, 100)
+    args = ("--bootstrap-server", bootstrap, "--topic", topic, "--group-id", group,
+            "--acknowledgement-mode", "sync", "--verbose")
+    with kafka_tools.spawn(SHARE_CONSUMER, *args) as consumer:
+        wait_until(lambda: len(acknowledged(consumer)) == 2 * 100, 60,
+                   "the 200 records acknowledged")
+
+        def table(*extra: str) -> list[list[str]]:
+            out = kafka_tools.run(SHARE_GROUPS_COMMAND, "--bootstrap-server", bootstrap,
+                                  *extra).stdout
+            return [line.split() for line in out.splitlines() if line.strip()]
+
+        assert [group] in table("--list")
+        header, *rows = table("--describe", "--group", group)
+        assert header[:5] == ["GROUP", "TOPIC", "PARTITION", "START-OFFSET", "LAG"], header
+        assert sorted((r[1], int(r[2]), int(r[3]), int(r[4])) for r in rows) == [
+            (topic, p, 100, 0) for p in range(PARTITIONS)], rows
+        header, row = table("--describe", "--group", group, "--state")
+        assert row[0] == group and "Stable" in row, (header, row)
+        header, row = table("--describe", "--group", group, "--members")
+        assert row[0] == group and f"{topic}:0,1" in " ".join(row), (header, row)
+    # Nobody reads now: 5 new records per partition are its lag.
+    produce(bootstrap, topic, PARTITIONS, 5, start=100)
+    header, *rows = table("--describe", "--group", group)
+    assert sorted((int(r[2]), int(r[3]), int(r[4])) for r in rows) == [
+        (p, 100, 5) for p in range(PARTITIONS)], rows
