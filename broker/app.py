@@ -229,7 +229,7 @@ class BrokerApp:
         self.replicas.start_background_tasks()
         self.groups.start()
         self.transactions.start()
-        self._share_expiry = asyncio.create_task(self.shares.run_expiry())
+        self._share_expiry = asyncio.create_task(self.shares.run_expiry(services.share_sessions))
         self.controller.start()
         self._metadata_task = asyncio.create_task(self._follow_metadata())
         health_port = self.config["kafkube.health.port"]

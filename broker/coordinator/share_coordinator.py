@@ -117,9 +117,15 @@ class ShareCoordinator:
 
     # -- the persister's requests -------------------------------------------------------------
 
-    def read(self, key: ShareKey, leader_epoch: int = -1) -> ReadResult:
-        """The stored state; a leader that reads with its epoch becomes the last writer, so
-        an older leader's later writes are fenced."""
+    async def read(self, key: ShareKey, leader_epoch: int = -1) -> ReadResult:
+        """The stored state, once any write of it in progress is done (a new leader must not
+        load a state an old leader's acknowledgement is about to change); a leader that reads
+        with its epoch becomes the last writer, so an older leader's later writes are
+        fenced."""
+        async with self._writing.setdefault(key, asyncio.Lock()):
+            return self._read(key, leader_epoch)
+
+    def _read(self, key: ShareKey, leader_epoch: int) -> ReadResult:
         if not self.owns(key):
             return ReadResult(ErrorCode.not_coordinator)
         state = self.states.get(key)
@@ -215,5 +221,8 @@ class ShareCoordinator:
         if snapshot is None:
             self.states.pop(key, None)
         else:
+            known = self.states.get(key)
+            if known is not None and known.leader_epoch > snapshot.leader_epoch:
+                snapshot = replace(snapshot, leader_epoch=known.leader_epoch)  # never back
             self.states[key] = snapshot
         return ErrorCode.none

@@ -29,10 +29,15 @@ Tp = tuple[uuid.UUID, int]
 
 
 def _acks(topics: Any) -> dict[Tp, list[AckBatch]]:
-    return {(t.topic_id, p.partition_index): [
-        AckBatch(b.first_offset, b.last_offset, tuple(b.acknowledge_types))
-        for b in p.acknowledgement_batches]
-        for t in topics for p in t.partitions if p.acknowledgement_batches}
+    """Each partition's acknowledgements; a partition named twice has all of them (and
+    overlapping ranges among them are refused as such)."""
+    out: dict[Tp, list[AckBatch]] = {}
+    for t in topics:
+        for p in t.partitions:
+            for b in p.acknowledgement_batches:
+                out.setdefault((t.topic_id, p.partition_index), []).append(
+                    AckBatch(b.first_offset, b.last_offset, tuple(b.acknowledge_types)))
+    return out
 
 
 def _denied_topics(ctx: RequestContext, tps: list[Tp]) -> set[uuid.UUID]:
@@ -69,6 +74,7 @@ class _Answer:
         self.ctx = ctx
         self.partitions: dict[Tp, dict[str, Any]] = {}
         self.moved: set[int] = set()
+        self.found = False  # records acquired or a fetch error: the fetch answers now
 
     def entry(self, tp: Tp) -> dict[str, Any]:
         return self.partitions.setdefault(tp, {
@@ -80,6 +86,7 @@ class _Answer:
     def error(self, tp: Tp, code: ErrorCode, message: str | None = None,
               acknowledging: bool = False) -> None:
         entry = self.entry(tp)
+        self.found = self.found or not acknowledging
         entry["acknowledge_error_code" if acknowledging else "error_code"] = code
         entry["acknowledge_error_message" if acknowledging else "error_message"] = message
         if code in (ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch):
@@ -88,6 +95,7 @@ class _Answer:
             self.moved.add(leader["leader_id"])
 
     def fetched(self, tp: Tp, got: Fetched) -> None:
+        self.found = True
         entry = self.entry(tp)
         entry["records"] = got.records or b""
         entry["acquired_records"] = [
@@ -135,19 +143,16 @@ async def handle_share_fetch(ctx: RequestContext, request: Any) -> Any:
     forgotten = [(f.topic_id, p) for f in request.forgotten_topics_data for p in f.partitions]
     epoch = request.share_session_epoch
     acks = _acks(request.topics)
+    if acks and epoch == OPEN:
+        return refuse(ErrorCode.invalid_request,
+                      "Acknowledge data present on initial fetch for a share session.")
     try:
-        session, replaced = services.share_sessions.open_or_continue(
+        session, _ = services.share_sessions.open_or_continue(
             group_id, member_id, epoch, named, forgotten)
     except SessionError as e:
         return refuse(e.code, str(e))
-    if replaced is not None:  # a new session: what the old one held goes back
-        await services.shares.release(group_id, member_id, {
-            ShareKey(group_id, *tp) for tp in replaced.partitions})
     answer = _Answer(ctx)
-    if acks and epoch == OPEN:
-        for tp in acks:  # a session is not opened with acknowledgements
-            answer.error(tp, ErrorCode.invalid_share_session_epoch, acknowledging=True)
-    elif acks:
+    if acks:
         await _acknowledge(ctx, answer, group_id, member_id, acks)
     if epoch == CLOSE:
         services.share_sessions.close(group_id, member_id)
@@ -175,6 +180,8 @@ async def _fetch(ctx: RequestContext, answer: _Answer, request: Any, group_id: s
             answer.error(tp, ErrorCode.topic_authorization_failed)
             continue
         slot = await shares.slot(group_id, *tp)
+        if slot == ErrorCode.coordinator_not_available:
+            continue  # its state cannot be read yet: nothing to acquire this time
         if isinstance(slot, ErrorCode):
             answer.error(tp, slot)
         else:
@@ -195,7 +202,7 @@ async def _fetch(ctx: RequestContext, answer: _Answer, request: Any, group_id: s
                 budget -= len(got.records or b"")
         left = deadline - time.monotonic()
         behind = ctx.head_of_line.arrivals != arrivals  # a request came after this one
-        if answer.partitions or not slots or left <= 0 or behind:
+        if answer.found or not slots or left <= 0 or behind:
             return
         # Waiting for records (new ones, or released ones), or for the client's next request.
         waited: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -230,14 +237,14 @@ async def handle_share_acknowledge(ctx: RequestContext, request: Any) -> Any:
         session = services.share_sessions.current(group_id, member_id, epoch)
     except SessionError as e:
         return refuse(e.code, str(e))
+    if epoch != CLOSE:  # the next request may be sent before this one is answered
+        services.share_sessions.advance(session)
     answer = _Answer(ctx)
     await _acknowledge(ctx, answer, group_id, member_id, _acks(request.topics))
     if epoch == CLOSE:
         services.share_sessions.close(group_id, member_id)
         await services.shares.release(group_id, member_id, {
             ShareKey(group_id, *tp) for tp in session.partitions})
-    else:
-        services.share_sessions.advance(session)
     for entry in answer.partitions.values():  # ShareAcknowledge has one error per partition
         entry["error_code"] = entry["acknowledge_error_code"]
         entry["error_message"] = entry["acknowledge_error_message"]

@@ -60,7 +60,7 @@ async def handle_read_share_group_state(ctx: RequestContext, request: Any) -> An
 
     async def answer(key: ShareKey, p: Any) -> dict[str, Any]:
         assert coordinator is not None
-        result = coordinator.read(key, p.leader_epoch)
+        result = await coordinator.read(key, p.leader_epoch)
         if result.error != ErrorCode.none or result.state is None:
             return {**empty, "error_code": result.error, "error_message": result.message}
         s = result.state
@@ -109,7 +109,7 @@ async def handle_read_share_group_state_summary(ctx: RequestContext, request: An
 
     async def answer(key: ShareKey, p: Any) -> dict[str, Any]:
         assert coordinator is not None
-        result = coordinator.read(key)
+        result = await coordinator.read(key)
         if result.error != ErrorCode.none or result.state is None:
             return {**empty, "error_code": result.error, "error_message": result.message}
         s = result.state

@@ -82,7 +82,7 @@ class SharePersister:
     async def read(self, key: ShareKey, leader_epoch: int) -> tuple[ErrorCode, StoredState]:
         await self.coordinator.ensure_topic()
         if self.coordinator.owns(key):
-            result = self.coordinator.read(key, leader_epoch)
+            result = await self.coordinator.read(key, leader_epoch)
             state = result.state
             if state is None:
                 return result.error, StoredState(0, NEVER_INITIALIZED)
@@ -131,7 +131,7 @@ class SharePersister:
         share-partition, for DescribeShareGroupOffsets."""
         await self.coordinator.ensure_topic()
         if self.coordinator.owns(key):
-            result = self.coordinator.read(key)
+            result = await self.coordinator.read(key)
             s = result.state
             if s is None:
                 return result.error, NEVER_INITIALIZED, -1, -1

@@ -192,12 +192,15 @@ class SharePartition:
                                          invalid_request=True)
             if batch.last_offset >= self.end_offset:
                 raise InvalidRecordState(
-                    f"offsets {batch.first_offset}-{batch.last_offset} were never acquired "
-                    f"(the share-partition end offset is {self.end_offset})")
+                    f"offsets {batch.first_offset}-{batch.last_offset} are past the acquired "
+                    f"records (the share-partition end offset is {self.end_offset})",
+                    invalid_request=True)
             for offset in range(max(batch.first_offset, self.start_offset),
                                 batch.last_offset + 1):
                 record = self._at(offset)
-                if record.state is not RecordState.ACQUIRED or offset in self.pending:
+                if offset in self.pending:
+                    raise InvalidRecordState(f"offset {offset} has a change being stored")
+                if record.state is not RecordState.ACQUIRED:
                     raise InvalidRecordState(f"offset {offset} is not acquired "
                                              f"(it is {record.state.name.lower()})")
                 if record.member_id != member_id:

@@ -35,12 +35,14 @@ from broker.share.share_partition import (
     InvalidRecordState,
     SharePartition,
 )
+from broker.share.share_sessions import ShareSessions
 from broker.storage.log import OffsetOutOfRange
 from broker.storage.txn_index import AbortedTxn
 from kafkube_contract.group_keys import BROKER_DEFAULTS, GROUP_KEYS
 
 log = logging.getLogger(__name__)
-GroupConfig = Callable[[str], Mapping[str, str]]  # a group's configs (share.auto.offset.reset)
+GroupConfig = Callable[[str], Mapping[str, str]]
+EXPIRY_RETRY_SECONDS = 1.0  # a group's configs (share.auto.offset.reset)
 
 
 @dataclass
@@ -53,6 +55,7 @@ class Slot:
     state_epoch: int
     leader_epoch: int
     writing: asyncio.Lock = field(default_factory=asyncio.Lock)
+    retry_at: float = 0.0  # an expiry that could not be stored is tried again from then
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,18 +130,18 @@ class SharePartitionManager:
         epoch = partition.leader_epoch
         error, stored = await self.persister.read(key, epoch)
         if error != ErrorCode.none:
-            return error
+            return client_error(error)
         if stored.start_offset == NEVER_INITIALIZED:
             reset = self.setting(key.group_id, "share.auto.offset.reset")
             start = partition.log.log_start_offset if reset == "earliest" \
                 else partition.high_watermark
             error = await self.persister.initialize(key, stored.state_epoch, start)
             if error not in (ErrorCode.none, ErrorCode.fenced_state_epoch):
-                return error
+                return client_error(error)
             if error == ErrorCode.fenced_state_epoch:  # initialized meanwhile: read it
                 error, stored = await self.persister.read(key, epoch)
                 if error != ErrorCode.none:
-                    return error
+                    return client_error(error)
             else:
                 stored = type(stored)(stored.state_epoch, start)
         share = SharePartition.restored(stored.start_offset, stored.batches,
@@ -216,36 +219,65 @@ class SharePartitionManager:
             log.warning("releasing a member's records failed: %s", task.exception())
 
     async def expire(self, now: float) -> None:
-        """Release the records whose acquisition lock ran out."""
+        """Release the records whose acquisition lock ran out. A share-partition whose
+        state is being stored is left for the next round, and one whose last expiry could
+        not be stored waits a while: one slow coordinator must not hold every lock."""
         for slot in list(self.slots.values()):
-            await self._apply(slot, lambda s=slot: s.share.plan_expiry(now))
+            if slot.writing.locked() or slot.retry_at > now:
+                continue
+            error = await self._apply(slot, lambda s=slot: s.share.plan_expiry(now))
+            if error != ErrorCode.none:
+                slot.retry_at = now + EXPIRY_RETRY_SECONDS
 
     async def _apply(self, slot: Slot, plan: Callable[[], Change]) -> ErrorCode:
         """Plan a change, store it, then apply it; one at a time per share-partition, each
-        planned once the one before is applied."""
+        planned once the one before is applied. It runs to its end in a task of its own:
+        a request cancelled meanwhile (its connection closed) must not leave offsets marked
+        as being stored, nor let the next change be stored beside it."""
+        task = asyncio.ensure_future(self._apply_now(slot, plan))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return await asyncio.shield(task)
+
+    async def _apply_now(self, slot: Slot, plan: Callable[[], Change]) -> ErrorCode:
         async with slot.writing:
             change = plan()
             if not change:
                 return ErrorCode.none
             share = slot.share
             share.begin(change)
-            error = await self.persister.write(
-                slot.key, slot.state_epoch, slot.leader_epoch, share.start_after(change),
-                share.state_batches(change), share.done_after(change))
+            try:
+                error = await self.persister.write(
+                    slot.key, slot.state_epoch, slot.leader_epoch, share.start_after(change),
+                    share.state_batches(change), share.done_after(change))
+            except BaseException:
+                share.abort(change)
+                raise
             if error != ErrorCode.none:
                 share.abort(change)
                 log.warning("share-partition %s: storing a change failed: %s", slot.key,
                             error.name)
-                return error
+                if error in (ErrorCode.fenced_state_epoch, ErrorCode.fenced_leader_epoch):
+                    # Another leader or a reset owns the state now: read it again.
+                    self.slots.pop(slot.key, None)
+                return client_error(error)
             share.commit(change)
             slot.partition.wake_fetchers()  # released records may be what a fetch waits for
             return ErrorCode.none
 
-    async def run_expiry(self, interval: float = 0.1) -> None:
+    async def run_expiry(self, sessions: ShareSessions | None = None,
+                         interval: float = 0.1) -> None:
+        """Lock expiry, and the eviction of share sessions idle for a share session timeout
+        (their consumer died or went away; what it held goes back)."""
         while True:
             await asyncio.sleep(interval)
+            now = time.monotonic()
             try:
-                await self.expire(time.monotonic())
+                await self.expire(now)
+                if sessions is not None:
+                    idle = self.config["group.share.session.timeout.ms"] / 1000
+                    for session in sessions.evict_idle(now, idle):
+                        self.release_later(session.group_id, session.member_id)
             except Exception:
                 log.exception("share-partition lock expiry failed")
 
@@ -267,3 +299,19 @@ def _not_committed(records: bytes, aborted: list[AbortedTxn]) -> Iterator[tuple[
             yield header.base_offset, header.last_offset
         elif header.is_transactional and header.producer_id in aborting:
             yield header.base_offset, header.last_offset
+
+
+def client_error(error: ErrorCode) -> ErrorCode:
+    """What a share consumer is told when the share coordinator could not read or store the
+    state (Kafka's SharePartition.fetchPersisterError): a coordinator not there yet is
+    retriable, a deposed leader is NOT_LEADER_OR_FOLLOWER."""
+    if error in (ErrorCode.not_coordinator, ErrorCode.coordinator_not_available,
+                 ErrorCode.coordinator_load_in_progress):
+        return ErrorCode.coordinator_not_available
+    if error in (ErrorCode.group_id_not_found, ErrorCode.unknown_topic_or_partition):
+        return ErrorCode.invalid_request
+    if error == ErrorCode.fenced_leader_epoch:
+        return ErrorCode.not_leader_or_follower
+    if error in (ErrorCode.fenced_state_epoch, ErrorCode.not_leader_or_follower):
+        return error
+    return ErrorCode.unknown_server_error

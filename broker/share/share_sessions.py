@@ -8,6 +8,7 @@ session this broker does not have too (SHARE_SESSION_NOT_FOUND): the consumer op
 
 from __future__ import annotations
 
+import time
 import uuid
 from dataclasses import dataclass, field
 
@@ -23,6 +24,7 @@ class ShareSession:
     member_id: str
     epoch: int = 1  # what the next request must carry
     partitions: dict[SharePartitionId, None] = field(default_factory=dict)  # ordered set
+    last_used: float = field(default_factory=time.monotonic)
 
 
 class SessionError(Exception):
@@ -40,7 +42,9 @@ class ShareSessions:
                          added: list[SharePartitionId], forgotten: list[SharePartitionId]
                          ) -> tuple[ShareSession, ShareSession | None]:
         """The session a ShareFetch belongs to, moved to its next epoch; with epoch 0, also
-        the session it replaces (whose records the caller releases)."""
+        the session it replaces. The member keeps the records it holds: a client opens a
+        new session after any failed request, still holding them (as in Kafka, only epoch
+        -1, the member leaving, or their locks running out give them back)."""
         key = (group_id, member_id)
         if epoch == OPEN:
             old = self.sessions.pop(key, None)
@@ -63,6 +67,8 @@ class ShareSessions:
     def current(self, group_id: str, member_id: str, epoch: int) -> ShareSession:
         """The member's session, if ``epoch`` is the one it expects (or -1, to close it)."""
         session = self.sessions.get((group_id, member_id))
+        if session is not None:
+            session.last_used = time.monotonic()
         if session is None:
             raise SessionError(ErrorCode.share_session_not_found,
                                f"No share session for member {member_id} of {group_id}.")
@@ -76,3 +82,9 @@ class ShareSessions:
 
     def close(self, group_id: str, member_id: str) -> ShareSession | None:
         return self.sessions.pop((group_id, member_id), None)
+
+    def evict_idle(self, now: float, idle: float) -> list[ShareSession]:
+        """Sessions nobody used for ``idle`` seconds (their consumer died or went away):
+        removed, so dead consumers do not fill the cache."""
+        gone = [key for key, s in self.sessions.items() if now - s.last_used >= idle]
+        return [self.sessions.pop(key) for key in gone]

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 
 import pytest
+from confluent_kafka import ShareConsumer
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.read_share_group_state_summary.v1.request import (
     PartitionData as SummaryPartition,
@@ -185,3 +188,50 @@ def test_kafka_share_groups_describes_a_share_group(cluster_factory, kafka_tools
     header, *rows = table("--describe", "--group", group)
     assert sorted((int(r[2]), int(r[3]), int(r[4])) for r in rows) == [
         (p, 100, 5) for p in range(PARTITIONS)], rows
+
+
+def test_librdkafka_and_java_share_consumers_share_one_group(cluster_factory,
+                                                             kafka_tools) -> None:
+    """librdkafka's share consumer (confluent-kafka's ShareConsumer, implicit
+    acknowledgement) and Kafka 4.4's in one share group: every record delivered once, to
+    one of them."""
+    cluster = cluster_factory(3, SETTINGS)
+    bootstrap, group, topic = cluster.bootstrap, "mixed", "work"
+    share_groups_on(kafka_tools, bootstrap, group, topic)
+    produce(bootstrap, topic, PARTITIONS, PER_PARTITION)
+    got: list[Counter[Record]] = [Counter(), Counter()]
+    failures: list[BaseException] = []
+    stop = threading.Event()
+
+    def run(into: Counter[Record]) -> None:
+        consumer = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group})
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + 120  # bounded, whatever happens
+        try:
+            while not stop.is_set() and time.monotonic() < deadline:
+                for message in list(consumer.poll(0.5) or ()):
+                    if message.error() is None:
+                        into[(message.partition(), message.offset())] += 1
+        except BaseException as e:  # the test fails with it, not the thread alone
+            failures.append(e)
+        finally:
+            consumer.close()  # acknowledges what the last poll returned
+
+    threads = [threading.Thread(target=run, args=(c,)) for c in got]
+    for thread in threads:
+        thread.start()
+    args = ("--bootstrap-server", bootstrap, "--topic", topic, "--group-id", group,
+            "--acknowledgement-mode", "sync", "--verbose")
+    try:
+        with kafka_tools.spawn(SHARE_CONSUMER, *args) as java:
+            wait_until(lambda: set(got[0]) | set(got[1]) | set(delivered(java)) >= EVERY,
+                       120, "every record delivered to one of the three")
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(30)
+    assert not failures, failures
+    everything = got[0] + got[1] + delivered(java)
+    assert set(everything) == EVERY and max(everything.values()) == 1, \
+        everything.most_common(3)
+    assert got[0] or got[1], "librdkafka's consumers got nothing"

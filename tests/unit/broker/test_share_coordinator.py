@@ -36,7 +36,7 @@ def coordinator(tmp_path: Path) -> ShareCoordinator:
 def reload(coordinator: ShareCoordinator) -> None:
     partition = coordinator.replicas.get(ssl.TOPIC, coordinator.partition_of(KEY))
     coordinator.on_leadership(partition, False)
-    assert coordinator.read(KEY).error == ErrorCode.not_coordinator
+    assert finish_now(coordinator.read(KEY)).error == ErrorCode.not_coordinator
     coordinator.on_leadership(partition, True)
 
 
@@ -46,12 +46,12 @@ def log_end(coordinator: ShareCoordinator) -> int:
 
 
 def test_state_is_initialized_written_and_read_back(coordinator: ShareCoordinator) -> None:
-    assert coordinator.read(KEY).state is None
+    assert finish_now(coordinator.read(KEY)).state is None
     assert finish_now(coordinator.initialize(KEY, 0, 10)) == (ErrorCode.none, None)
-    assert coordinator.read(KEY).state.start_offset == 10
+    assert finish_now(coordinator.read(KEY)).state.start_offset == 10
     assert finish_now(coordinator.write(KEY, 0, 3, 10, BATCHES))[0] == ErrorCode.none
     reload(coordinator)
-    state = coordinator.read(KEY).state
+    state = finish_now(coordinator.read(KEY)).state
     assert (state.state_epoch, state.leader_epoch, state.start_offset, state.batches) == \
         (0, 3, 10, BATCHES)
 
@@ -64,9 +64,9 @@ def test_a_deposed_leader_and_an_old_state_are_fenced(coordinator: ShareCoordina
     assert error == ErrorCode.fenced_leader_epoch and "older than 5" in message
     assert finish_now(coordinator.write(KEY, 0, 5, 12, ()))[0] == ErrorCode.fenced_state_epoch
     assert finish_now(coordinator.initialize(KEY, 1, 0))[0] == ErrorCode.fenced_state_epoch
-    assert coordinator.read(KEY, leader_epoch=4).error == ErrorCode.fenced_leader_epoch
+    assert finish_now(coordinator.read(KEY, leader_epoch=4)).error == ErrorCode.fenced_leader_epoch
     assert log_end(coordinator) == end  # nothing stored
-    assert coordinator.read(KEY).state.batches == BATCHES
+    assert finish_now(coordinator.read(KEY)).state.batches == BATCHES
 
 
 def test_kafkas_update_records_are_merged_when_loaded(coordinator: ShareCoordinator) -> None:
@@ -77,7 +77,7 @@ def test_kafkas_update_records_are_merged_when_loaded(coordinator: ShareCoordina
                                                     update)], 0), 2**31 - 1, 1, acks=-1)
     assert outcome.error == ErrorCode.none
     reload(coordinator)
-    state = coordinator.read(KEY).state
+    state = finish_now(coordinator.read(KEY)).state
     assert (state.leader_epoch, state.start_offset) == (2, 11)
     assert state.batches == (StateBatch(11, 11, RecordState.ACKNOWLEDGED, 1),
                              StateBatch(12, 13, RecordState.ARCHIVED, 2))
@@ -87,4 +87,4 @@ def test_deleted_state_stays_deleted(coordinator: ShareCoordinator) -> None:
     finish_now(coordinator.write(KEY, 0, 1, 10, BATCHES))
     assert finish_now(coordinator.delete(KEY)) == ErrorCode.none
     reload(coordinator)
-    assert coordinator.read(KEY).state is None
+    assert finish_now(coordinator.read(KEY)).state is None

@@ -17,6 +17,7 @@ from kio.schema.errors import ErrorCode
 from broker.coordinator import share_state_log as ssl
 from broker.handlers import share_fetch  # noqa: F401 (registers)
 from broker.handlers.context import BrokerServices
+from broker.share.share_partition import AckBatch
 from kafkube.harness.wire import build_batch
 from tests.support.handlers import call, make_services, request
 
@@ -109,8 +110,7 @@ def test_session_epochs_are_checked(services: BrokerServices) -> None:
         ErrorCode.invalid_share_session_epoch
     assert fetch(services, "a", 1).error_code == ErrorCode.none
     opened_with_acks = fetch(services, "c", 0, ack=[(0, 0, [ACCEPT])])
-    assert partition_of(opened_with_acks).acknowledge_error_code == \
-        ErrorCode.invalid_share_session_epoch
+    assert opened_with_acks.error_code == ErrorCode.invalid_request
 
 
 def test_the_stored_state_survives_a_leadership_change(services: BrokerServices) -> None:
@@ -127,3 +127,60 @@ def test_the_stored_state_survives_a_leadership_change(services: BrokerServices)
     # 0 accepted and 1 rejected are never delivered again; 2 (released) and 3 (held when
     # the leadership moved) are, 3 with its delivery counted.
     assert acquired(fetch(services, "b", 0)) == [(2, 3, 2)]
+
+
+def test_a_new_session_keeps_the_records_the_member_holds(services: BrokerServices) -> None:
+    """A client opens a new session after a failed request while still holding records
+    (Kafka keeps them too): they are not redelivered, and it acknowledges them."""
+    produce(services, 3)
+    assert acquired(fetch(services, "a", 0)) == [(0, 2, 1)]
+    assert acquired(fetch(services, "a", 0)) == []  # a new session: still a's, not again
+    done = acknowledge(services, "a", 1, [(0, 2, [ACCEPT])])
+    assert partition_of(done).error_code == ErrorCode.none
+
+
+def test_idle_sessions_are_evicted_and_their_records_released(
+        services: BrokerServices) -> None:
+    produce(services, 2)
+    assert acquired(fetch(services, "a", 0)) == [(0, 1, 1)]
+    sessions = services.share_sessions
+    assert [s.member_id for s in sessions.evict_idle(10**9, 45)] == ["a"]
+
+    async def release() -> None:
+        await services.shares.release(GROUP, "a")
+    asyncio.run(release())
+    assert acquired(fetch(services, "b", 0)) == [(0, 1, 2)]
+    assert fetch(services, "a", 1).error_code == ErrorCode.share_session_not_found
+
+
+def test_an_acknowledgement_whose_request_is_cancelled_is_still_stored_once(
+        services: BrokerServices) -> None:
+    """The client's connection closes while its acknowledgement is being stored: the change
+    is stored and applied all the same, nothing is left half done, and a later request
+    sees it."""
+    produce(services, 2)
+    assert acquired(fetch(services, "a", 0)) == [(0, 1, 1)]
+    shares = services.shares
+    slot = next(iter(shares.slots.values()))
+    real_write = shares.persister.write
+
+    async def scenario() -> None:
+        gate = asyncio.Event()
+
+        async def slow_write(*args: Any) -> ErrorCode:
+            await gate.wait()
+            return await real_write(*args)
+        shares.persister.write = slow_write  # type: ignore[method-assign]
+        ack = asyncio.ensure_future(shares.acknowledge(
+            slot, "a", [AckBatch(0, 1, (ACCEPT,))]))
+        await asyncio.sleep(0)
+        ack.cancel()
+        gate.set()
+        for _ in range(20):
+            await asyncio.sleep(0)
+        shares.persister.write = real_write  # type: ignore[method-assign]
+        assert not slot.share.pending and slot.share.start_offset == 2
+
+    asyncio.run(scenario())
+    state = asyncio.run(services.share_coordinator.read(slot.key)).state
+    assert state.start_offset == 2  # stored, once
