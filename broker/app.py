@@ -137,6 +137,7 @@ class BrokerApp:
         self.metrics.watch_logs(self._sample_logs)
         self.metrics.watch_groups(lambda: list(self.groups.lag()))
         self.metrics.watch_consumer_groups(self.groups.consumer_group_samples)
+        self.metrics.watch_share_groups(self.shares.samples)
         self.metrics.watch_replication(self._sample_replication)
         self.servers: list[KafkaServer] = []
         self.metrics_port: int | None = None

@@ -120,6 +120,40 @@ class _ConsumerGroupCollector(Collector):
 
 
 @dataclass(frozen=True, slots=True)
+class ShareGroupSample:
+    """A share group's share-partitions led by this broker, read at scrape time."""
+
+    group: str
+    in_flight: int  # records acquired, not acknowledged yet
+    redeliveries: int  # records delivered again (released, lock ran out, leader moved)
+    lock_expiries: int  # records whose acquisition lock ran out
+    backlog: int  # records not done yet: what an autoscaler scales the consumers by
+
+
+class _ShareGroupCollector(Collector):
+    def __init__(self, sample: Callable[[], Iterable[ShareGroupSample]]) -> None:
+        self._sample = sample
+
+    def collect(self):
+        in_flight = GaugeMetricFamily("kafkube_share_group_in_flight_records", "Records of "
+                                      "the share group acquired and not acknowledged, on the "
+                                      "partitions led here", labels=["group"])
+        redeliveries = CounterMetricFamily("kafkube_share_group_redeliveries", "Records "
+                                           "delivered again", labels=["group"])
+        expiries = CounterMetricFamily("kafkube_share_group_lock_expiries", "Records whose "
+                                       "acquisition lock ran out", labels=["group"])
+        backlog = GaugeMetricFamily("kafkube_share_group_backlog_records", "Records not done "
+                                    "yet (to deliver or to acknowledge), on the partitions "
+                                    "led here", labels=["group"])
+        for g in self._sample():
+            in_flight.add_metric([g.group], g.in_flight)
+            redeliveries.add_metric([g.group], g.redeliveries)
+            expiries.add_metric([g.group], g.lock_expiries)
+            backlog.add_metric([g.group], g.backlog)
+        yield from (in_flight, redeliveries, expiries, backlog)
+
+
+@dataclass(frozen=True, slots=True)
 class ReplicationSample:
     """Kafka's ReplicaManager and KafkaController gauges, read at scrape time."""
 
@@ -272,3 +306,6 @@ class BrokerMetrics:
 
     def watch_consumer_groups(self, sample: Callable[[], Iterable[ConsumerGroupSample]]) -> None:
         self.registry.register(_ConsumerGroupCollector(sample))
+
+    def watch_share_groups(self, sample: Callable[[], Iterable[ShareGroupSample]]) -> None:
+        self.registry.register(_ShareGroupCollector(sample))

@@ -95,6 +95,7 @@ class Change:
     """State changes planned for offsets, to be stored before they take effect."""
 
     updates: dict[int, InFlight] = field(default_factory=dict)
+    lock_expiries: int = 0  # records whose lock ran out (metrics)
 
     def __bool__(self) -> bool:
         return bool(self.updates)
@@ -109,6 +110,9 @@ class SharePartition:
     # The records from start_offset on, one per offset; len() is SPEO - SPSO.
     records: deque[InFlight] = field(default_factory=deque)
     pending: set[int] = field(default_factory=set)  # offsets with a change being stored
+    # Counted here for the metrics: records delivered again, locks that ran out.
+    redeliveries: int = 0
+    lock_expiries: int = 0
 
     @property
     def end_offset(self) -> int:
@@ -157,6 +161,8 @@ class SharePartition:
                 record.member_id = member_id
                 record.lock_deadline = now + self.lock_seconds
                 taken += 1
+                if record.delivery_count > 1:
+                    self.redeliveries += 1
                 if runs and runs[-1].last_offset == offset - 1 and \
                         runs[-1].delivery_count == record.delivery_count:
                     runs[-1] = Acquired(runs[-1].first_offset, offset, record.delivery_count)
@@ -237,6 +243,7 @@ class SharePartition:
         for offset, record in self._held():
             if record.lock_deadline <= now:
                 change.updates[offset] = self._released(record)
+        change.lock_expiries = len(change.updates)
         return change
 
     def _held(self) -> Iterator[tuple[int, InFlight]]:
@@ -252,6 +259,7 @@ class SharePartition:
     def commit(self, change: Change) -> None:
         """The change is stored: apply it and move the SPSO past the records now done."""
         self.pending -= change.updates.keys()
+        self.lock_expiries += change.lock_expiries
         for offset, after in change.updates.items():
             if offset >= self.start_offset:
                 self.records[offset - self.start_offset] = after
@@ -358,3 +366,9 @@ class SharePartition:
 
     def in_flight(self) -> int:
         return sum(1 for r in self.records if r.state is RecordState.ACQUIRED)
+
+    def backlog(self, high_watermark: int) -> int:
+        """Records not done yet (to deliver, or delivered and not acknowledged): what a
+        share group's consumers still have to get through."""
+        done = sum(1 for r in self.records if r.state in DONE)
+        return max(0, high_watermark - self.start_offset - done)

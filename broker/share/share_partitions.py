@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
+from broker.common.metrics import ShareGroupSample
 from broker.config.broker_config import BrokerConfig
 from broker.coordinator.share_state_log import ShareKey
 from broker.protocol.records import HEADER_SIZE, parse_header
@@ -154,6 +155,18 @@ class SharePartitionManager:
         log.info("share-partition %s:%s-%d starts at %d", key.group_id, partition.topic,
                  key.partition, share.start_offset)
         return slot
+
+    def samples(self) -> list[ShareGroupSample]:
+        """What the metrics show of each share group, over the share-partitions led here."""
+        by_group: dict[str, list[int]] = {}
+        for key, slot in list(self.slots.items()):
+            totals = by_group.setdefault(key.group_id, [0, 0, 0, 0])
+            share = slot.share
+            totals[0] += share.in_flight()
+            totals[1] += share.redeliveries
+            totals[2] += share.lock_expiries
+            totals[3] += share.backlog(slot.partition.high_watermark)
+        return [ShareGroupSample(group, *totals) for group, totals in by_group.items()]
 
     def on_leadership(self, partition: Partition, leader: bool) -> None:
         """Leadership moved: the share-partitions of ``partition`` are read again (as stored)

@@ -28,6 +28,7 @@ from kio.schema.read_share_group_state_summary.v1.request import (
     ReadStateSummaryData as SummaryTopic,
 )
 
+from kafkube.harness.metrics import scrape
 from kafkube.harness.waiting import wait_until
 from kafkube.harness.wire import WireClient
 from tests.integration.groups.group_clients import produce
@@ -100,6 +101,17 @@ def stored_start_offsets(cluster, group: str, topic: str) -> dict[int, int]:
     return found
 
 
+def share_metrics(cluster, group: str) -> Counter[str]:
+    """The share group's metrics summed over the brokers (each reports the partitions it
+    leads)."""
+    total: Counter[str] = Counter()
+    for broker in cluster.brokers:
+        for name, value in scrape(broker.metrics_port).items():
+            if name.startswith("kafkube_share_group_") and f'group="{group}"' in name:
+                total[name.split("{")[0]] += value
+    return total
+
+
 def test_five_share_consumers_split_a_topic_exactly_once(cluster_factory, kafka_tools) -> None:
     cluster = cluster_factory(3, SETTINGS)
     bootstrap, group, topic = cluster.bootstrap, "queue", "work"
@@ -117,6 +129,9 @@ def test_five_share_consumers_split_a_topic_exactly_once(cluster_factory, kafka_
     assert sum(1 for t in tools if acknowledged(t)) >= 2  # shared, not one consumer's
     assert stored_start_offsets(cluster, group, topic) == {
         p: PER_PARTITION for p in range(PARTITIONS)}
+    metrics = share_metrics(cluster, group)
+    assert metrics["kafkube_share_group_in_flight_records"] == 0, metrics
+    assert metrics["kafkube_share_group_backlog_records"] == 0, metrics
 
 
 def test_a_killed_share_consumer_has_only_its_unacknowledged_records_redelivered(
@@ -147,6 +162,13 @@ def test_a_killed_share_consumer_has_only_its_unacknowledged_records_redelivered
     assert {r for r in survivors_got if r in delivered(victim)} <= held
     assert max(survivors_acked.values()) == 1, survivors_acked.most_common(3)
     assert EVERY - set(survivors_acked) - set(acknowledged(victim)) <= held
+    # The brokers counted every record delivered again (its lock ran out: the victim's
+    # session outlasts the lock), and nothing is left to do.
+    again = sum(1 for r in survivors_got if r in delivered(victim))
+    metrics = share_metrics(cluster, group)
+    assert metrics["kafkube_share_group_redeliveries_total"] >= again, (again, metrics)
+    assert metrics["kafkube_share_group_lock_expiries_total"] >= again, (again, metrics)
+    assert metrics["kafkube_share_group_backlog_records"] == 0, metrics
 
 
 def test_kafka_share_groups_describes_a_share_group(cluster_factory, kafka_tools) -> None:

@@ -184,3 +184,15 @@ def test_an_acknowledgement_whose_request_is_cancelled_is_still_stored_once(
     asyncio.run(scenario())
     state = asyncio.run(services.share_coordinator.read(slot.key)).state
     assert state.start_offset == 2  # stored, once
+
+
+def test_the_metrics_count_redeliveries_expiries_and_the_backlog(
+        services: BrokerServices) -> None:
+    produce(services, 4)
+    assert acquired(fetch(services, "a", 0)) == [(0, 3, 1)]
+    acknowledge(services, "a", 1, [(0, 0, [ACCEPT])])
+    asyncio.run(services.shares.expire(now=10**9))  # the other three's locks run out
+    assert acquired(fetch(services, "b", 0)) == [(1, 3, 2)]
+    (sample,) = services.shares.samples()
+    assert (sample.group, sample.in_flight, sample.redeliveries, sample.lock_expiries,
+            sample.backlog) == (GROUP, 3, 3, 3, 3)
