@@ -32,6 +32,7 @@ from kafkube.harness.metrics import scrape
 from kafkube.harness.waiting import wait_until
 from kafkube.harness.wire import WireClient
 from tests.integration.groups.group_clients import produce
+from tests.integration.test_franz_go import Run, franzcheck
 from tests.support.kafka_tools import CONFIG_COMMAND, FEATURE_COMMAND
 
 pytestmark = pytest.mark.java
@@ -289,3 +290,23 @@ def test_a_share_partition_leader_killed_loses_no_acknowledgement(cluster_factor
     late = [(e["partition"], e["offset"]) for t in tools for e in events(t, "record_data")
             if e["timestamp"] > first_ack.get((e["partition"], e["offset"]), 2**63)]
     assert late == [], late[:5]  # nothing delivered again once acknowledged
+
+
+def test_franz_go_share_consumers_read_every_record_once(cluster_factory, kafka_tools,
+                                                          tmp_path) -> None:
+    """franz-go's share consumer (kgo.ShareGroup, v1.22.3): three members in one process
+    read the topic; every record once, no acknowledgement refused."""
+    franzcheck()  # a missing build fails the test before any broker starts
+    cluster = cluster_factory(3, SETTINGS)
+    bootstrap, group, topic = cluster.bootstrap, "franz", "work"
+    share_groups_on(kafka_tools, bootstrap, group, topic)
+    produce(bootstrap, topic, PARTITIONS, PER_PARTITION)
+    run = Run("share", {"bootstrap": bootstrap, "topic": topic, "group": group,
+                        "records": len(EVERY), "members": 3}, 120, tmp_path / "franz")
+    try:
+        result = run.wait()
+    finally:
+        run.kill()
+    assert result["ok"] and result["distinct"] == len(EVERY), (result, run.stderr_tail())
+    assert result["delivered_twice"] == [] and result["error_count"] == 0, result
+    assert sum(1 for n in result["by_member"] if n) >= 2, result  # shared

@@ -5,13 +5,15 @@
 //
 //	franzcheck etl     --bootstrap B --input T --output T --group G --records N ...
 //	franzcheck produce --bootstrap B --topic T --records N --partitions P ...
+//	franzcheck share   --bootstrap B --topic T --group G --records N --members M
 //
 // etl (etl.go) is a transactional consume-transform-produce loop: several members of one
 // consumer group, each a kgo.GroupTransactSession with a transactional ID of its own, copy
 // every input record to the output topic (value + ":etl") and commit the input offsets in
 // the same transaction; members join and leave mid-run, and some transactions are aborted
 // on purpose. produce (produce.go) is an idempotent acks=all producer writing numbered
-// records, optionally rate-limited so that a test can kill a leader while it runs.
+// records, optionally rate-limited so that a test can kill a leader while it runs. share
+// (share.go) reads a topic with franz-go's share consumer (KIP-932).
 //
 // Each run prints exactly one JSON object on stdout as its last (and only) line, with "ok"
 // true exactly when the exit code is 0; everything else (franz-go's log at --log-level,
@@ -163,7 +165,7 @@ func report(result map[string]any, ok bool) {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: franzcheck etl|produce [flags]  (franzcheck MODE -h lists the flags)")
+	fmt.Fprintln(os.Stderr, "usage: franzcheck etl|produce|share [flags]  (franzcheck MODE -h lists the flags)")
 	os.Exit(2)
 }
 
@@ -179,6 +181,8 @@ func main() {
 		run = etlMode(fs, args)
 	case "produce":
 		run = produceMode(fs, args)
+	case "share":
+		run = shareMode(fs, args)
 	default:
 		usage()
 	}

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds franzcheck (main.go etl.go produce.go) against franz-go from the Go module proxy, for
+# Builds franzcheck (main.go etl.go produce.go share.go) against franz-go from the Go module proxy, for
 # tests/test_franz_go.py (which locates the build and fails if it is missing or stale).
 #
 #   binary:  $CACHE/franz-go/franzcheck
