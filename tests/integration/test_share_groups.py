@@ -82,6 +82,11 @@ def share_consumers(kafka_tools, args: tuple[str, ...], count: int) -> Iterator[
 
 
 def stored_start_offsets(cluster, group: str, topic: str) -> dict[int, int]:
+    return stored_start_offsets_of(cluster, group, topic, PARTITIONS)
+
+
+def stored_start_offsets_of(cluster, group: str, topic: str, partitions: int
+                            ) -> dict[int, int]:
     """Each partition's share-partition start offset as its share coordinator stored it
     (ReadShareGroupStateSummary, asked of every broker: the coordinator answers)."""
     with WireClient.connect(cluster.brokers[0].bootstrap) as client:
@@ -95,7 +100,7 @@ def stored_start_offsets(cluster, group: str, topic: str) -> dict[int, int]:
             answer = client.request(SummaryRequest(group_id=group, topics=(SummaryTopic(
                 topic_id=topic_id, partitions=tuple(
                     SummaryPartition(partition=p, leader_epoch=-1)
-                    for p in range(PARTITIONS))),)))
+                    for p in range(partitions))),)))
         for p in answer.results[0].partitions:
             if p.error_code == 0:
                 found[p.partition] = p.start_offset
@@ -310,3 +315,34 @@ def test_franz_go_share_consumers_read_every_record_once(cluster_factory, kafka_
     assert result["ok"] and result["distinct"] == len(EVERY), (result, run.stderr_tail())
     assert result["delivered_twice"] == [] and result["error_count"] == 0, result
     assert sum(1 for n in result["by_member"] if n) >= 2, result  # shared
+
+
+def test_released_records_come_back_up_to_the_limit_and_rejected_ones_never(
+        cluster_factory, kafka_tools) -> None:
+    """The Java share consumer acknowledges by a pattern on the offset: accept, release,
+    reject. Accepted records are delivered once; released ones again and again until
+    group.share.delivery.count.limit (here 3), then archived; rejected ones once, never
+    again. In the end nothing is left to deliver."""
+    cluster = cluster_factory(1, {**SETTINGS, "min.insync.replicas": "1",
+                                  "group.share.delivery.count.limit": "3"})
+    bootstrap, group, topic = cluster.bootstrap, "picky", "work"
+    kafka_tools.run(FEATURE_COMMAND, "--bootstrap-server", bootstrap, "upgrade",
+                    "--feature", "share.version=1")
+    kafka_tools.run(CONFIG_COMMAND, "--bootstrap-server", bootstrap, "--alter",
+                    "--entity-type", "groups", "--entity-name", group,
+                    "--add-config", "share.auto.offset.reset=earliest")
+    kafka_tools.run("org.apache.kafka.tools.TopicCommand", "--bootstrap-server", bootstrap,
+                    "--create", "--topic", topic, "--partitions", "1",
+                    "--replication-factor", "1")
+    per_partition = 300
+    produce(bootstrap, topic, 1, per_partition)
+    args = ("--bootstrap-server", bootstrap, "--topic", topic, "--group-id", group,
+            "--acknowledgement-mode", "sync", "--ack-pattern", "accept,release,reject",
+            "--verbose")
+    with kafka_tools.spawn(SHARE_CONSUMER, *args) as consumer:
+        wait_until(lambda: stored_start_offsets_of(cluster, group, topic, 1) == {
+            0: per_partition}, 90, "every record accepted, rejected or archived")
+        got = delivered(consumer)
+    for offset in range(per_partition):
+        expected = {0: 1, 1: 3, 2: 1}[offset % 3]  # accept once, release to the limit, reject
+        assert got[(0, offset)] == expected, (offset, got[(0, offset)])
