@@ -148,7 +148,7 @@ async def handle_share_fetch(ctx: RequestContext, request: Any) -> Any:
                       "Acknowledge data present on initial fetch for a share session.")
     try:
         session, _ = services.share_sessions.open_or_continue(
-            group_id, member_id, epoch, named, forgotten)
+            group_id, member_id, epoch, named, forgotten, connection=ctx.head_of_line)
     except SessionError as e:
         return refuse(e.code, str(e))
     answer = _Answer(ctx)

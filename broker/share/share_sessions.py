@@ -2,7 +2,8 @@
 as a consumer's fetches form an incremental fetch session (KIP-227). Epoch 0 opens it with the
 partitions named; each later request carries the next epoch and names only the partitions to
 add (or to forget); -1 closes it, and the records the member holds on its partitions are
-released. A request with a wrong epoch is refused (INVALID_SHARE_SESSION_EPOCH), one for a
+released, as they are when the connection the session was opened on closes (Kafka 4's rule).
+A request with a wrong epoch is refused (INVALID_SHARE_SESSION_EPOCH), one for a
 session this broker does not have too (SHARE_SESSION_NOT_FOUND): the consumer opens a new one.
 """
 
@@ -25,6 +26,7 @@ class ShareSession:
     epoch: int = 1  # what the next request must carry
     partitions: dict[SharePartitionId, None] = field(default_factory=dict)  # ordered set
     last_used: float = field(default_factory=time.monotonic)
+    connection: object | None = None  # the connection it was opened on
 
 
 class SessionError(Exception):
@@ -39,7 +41,8 @@ class ShareSessions:
         self.sessions: dict[tuple[str, str], ShareSession] = {}
 
     def open_or_continue(self, group_id: str, member_id: str, epoch: int,
-                         added: list[SharePartitionId], forgotten: list[SharePartitionId]
+                         added: list[SharePartitionId], forgotten: list[SharePartitionId],
+                         connection: object | None = None
                          ) -> tuple[ShareSession, ShareSession | None]:
         """The session a ShareFetch belongs to, moved to its next epoch; with epoch 0, also
         the session it replaces. The member keeps the records it holds: a client opens a
@@ -53,7 +56,8 @@ class ShareSessions:
                     self.sessions[key] = old
                 raise SessionError(ErrorCode.share_session_limit_reached,
                                    f"The limit of {self.limit} share sessions is reached.")
-            session = self.sessions[key] = ShareSession(group_id, member_id)
+            session = self.sessions[key] = ShareSession(group_id, member_id,
+                                                        connection=connection)
             session.partitions.update(dict.fromkeys(added))
             return session, old
         session = self.current(group_id, member_id, epoch)
@@ -87,4 +91,10 @@ class ShareSessions:
         """Sessions nobody used for ``idle`` seconds (their consumer died or went away):
         removed, so dead consumers do not fill the cache."""
         gone = [key for key, s in self.sessions.items() if now - s.last_used >= idle]
+        return [self.sessions.pop(key) for key in gone]
+
+    def closed_connection(self, connection: object) -> list[ShareSession]:
+        """The sessions opened on a connection that closed: removed (Kafka releases what a
+        share consumer holds when its connection goes, as franz-go's documentation warns)."""
+        gone = [key for key, s in self.sessions.items() if s.connection is connection]
         return [self.sessions.pop(key) for key in gone]

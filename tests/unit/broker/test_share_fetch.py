@@ -196,3 +196,12 @@ def test_the_metrics_count_redeliveries_expiries_and_the_backlog(
     (sample,) = services.shares.samples()
     assert (sample.group, sample.in_flight, sample.redeliveries, sample.lock_expiries,
             sample.backlog) == (GROUP, 3, 3, 3, 3)
+
+
+def test_a_closed_connection_ends_its_sessions(services: BrokerServices) -> None:
+    sessions = services.share_sessions
+    first, other = object(), object()
+    sessions.open_or_continue(GROUP, "a", 0, [], [], connection=first)
+    sessions.open_or_continue(GROUP, "b", 0, [], [], connection=other)
+    assert [s.member_id for s in sessions.closed_connection(first)] == ["a"]
+    assert list(sessions.sessions) == [(GROUP, "b")]
