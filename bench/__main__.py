@@ -1,5 +1,5 @@
 """``python -m bench {produce,consume,all,group,failover,replicated,compare,spark,
-transactions,tls,rebalance}``: benchmarks.
+transactions,tls,rebalance,share}``: benchmarks.
 
 produce/consume/all/group measure one broker's throughput against the issue's floor. Every
 run starts a fresh broker on an empty temp dir (so earlier runs cannot warm or fill
@@ -13,7 +13,9 @@ compare runs the issue-5 workloads against Apache Kafka and kafkube, one after t
 (``python -m bench spark -h``); transactions, transactional produce throughput in both
 (``python -m bench transactions -h``); tls, produce and consume over TLS beside plaintext,
 in both (``python -m bench tls -h``); rebalance, consumer group rebalances and the pauses
-they cause, per group protocol, in both (``python -m bench rebalance -h``); chaos, faults of
+they cause, per group protocol, in both (``python -m bench rebalance -h``); share,
+share-group (KIP-932) consume throughput with 1, 4 and 16 share consumers, in both
+(``python -m bench share -h``); chaos, faults of
 every kind on kind under an acks=all producer (``python -m bench chaos -h``); txn-chaos,
 transactions checked under coordinator and leader faults on a local cluster
 (``python -m bench txn-chaos -h``).
@@ -175,6 +177,10 @@ def main(argv: list[str] | None = None) -> int:
         from bench import rebalance
 
         return rebalance.main(argv[1:])
+    if argv[:1] == ["share"]:  # share groups (queues) consume throughput, beside Kafka
+        from bench import share
+
+        return share.main(argv[1:])
     if argv[:1] == ["tls"]:  # what TLS costs, beside Apache Kafka with TLS
         from bench import tls
 
