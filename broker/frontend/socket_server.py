@@ -234,16 +234,8 @@ class Connection:
             self.transport.close()
             self.sock.close()
             self.metrics.connections.dec()
-            self._release_share_sessions()
-
-    def _release_share_sessions(self) -> None:
-        """Share consumers' sessions opened on this connection end with it, and what their
-        members hold goes back to their groups (Kafka 4's rule)."""
-        shares = self.services.shares
-        if shares is None:
-            return
-        for session in self.services.share_sessions.closed_connection(self.head_of_line):
-            shares.release_later(session.group_id, session.member_id)
+            if (shares := self.services.shares) is not None:  # its share sessions end too
+                shares.connection_closed(self.services.share_sessions, self.head_of_line)
 
     async def _open_session(self) -> bool:
         """The TLS handshake, if any, and the session it leaves; False closes."""

@@ -226,6 +226,12 @@ class SharePartitionManager:
         self._tasks.add(task)
         task.add_done_callback(self._done)
 
+    def connection_closed(self, sessions: ShareSessions, connection: object) -> None:
+        """Share sessions opened on a connection that closed end with it, and what their
+        members hold goes back to their groups (Kafka 4's rule)."""
+        for session in sessions.closed_connection(connection):
+            self.release_later(session.group_id, session.member_id)
+
     def _done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
