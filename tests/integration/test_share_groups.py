@@ -89,13 +89,16 @@ def stored_start_offsets_of(cluster, group: str, topic: str, partitions: int
                             ) -> dict[int, int]:
     """Each partition's share-partition start offset as its share coordinator stored it
     (ReadShareGroupStateSummary, asked of every broker: the coordinator answers)."""
-    with WireClient.connect(cluster.brokers[0].bootstrap) as client:
+    alive = next(b for i, b in enumerate(cluster.brokers) if cluster.alive(i))
+    with WireClient.connect(alive.bootstrap) as client:
         topic_id = client.request(MetadataRequest(
             topics=(MetadataRequestTopic(topic_id=None, name=topic),),
             allow_auto_topic_creation=False,
             include_topic_authorized_operations=False)).topics[0].topic_id
     found: dict[int, int] = {}
-    for broker in cluster.brokers:
+    for i, broker in enumerate(cluster.brokers):
+        if not cluster.alive(i):
+            continue
         with WireClient.connect(broker.bootstrap) as client:
             answer = client.request(SummaryRequest(group_id=group, topics=(SummaryTopic(
                 topic_id=topic_id, partitions=tuple(
@@ -313,3 +316,42 @@ def test_released_records_come_back_up_to_the_limit_and_rejected_ones_never(
     for offset in range(per_partition):
         expected = {0: 1, 1: 3, 2: 1}[offset % 3]  # accept once, release to the limit, reject
         assert got[(0, offset)] == expected, (offset, got[(0, offset)])
+
+
+def test_a_share_partition_leader_killed_loses_no_acknowledgement(cluster_factory,
+                                                                   kafka_tools) -> None:
+    """The leader of partition 0 is SIGKILLed while three share consumers work through the
+    topic; the new leader resumes from __share_group_state. Done when both share-partitions'
+    stored start offsets reach the end. None is delivered again after its acknowledgement
+    was confirmed, and a record never seen acknowledged is one whose acknowledgement was sent
+    to the dying leader (the client could not learn its outcome; the leader stored it)."""
+    cluster = cluster_factory(3, SETTINGS)
+    bootstrap, group, topic = cluster.bootstrap, "queue", "work"
+    share_groups_on(kafka_tools, bootstrap, group, topic)
+    args = ("--bootstrap-server", bootstrap, "--topic", topic, "--group-id", group,
+            "--acknowledgement-mode", "sync", "--verbose")
+    with share_consumers(kafka_tools, args, 3) as tools:
+        produce(bootstrap, topic, PARTITIONS, PER_PARTITION)
+        wait_until(lambda: len(sum((acknowledged(t) for t in tools), Counter())) > 1000, 60,
+                   "a thousand records acknowledged before the kill")
+        victim = cluster.leader_of(topic, 0)
+        cluster.kill(victim)  # SIGKILL
+        wait_until(lambda: cluster.leader_of(topic, 0) != victim, 60, "a new leader")
+        wait_until(lambda: stored_start_offsets(cluster, group, topic) == {
+            p: PER_PARTITION for p in range(PARTITIONS)}, 180,
+            "both share-partitions done after the leader's death")
+    confirmed: dict[Record, int] = {}
+    unknown: set[Record] = set()  # acknowledgements whose answer never came
+    for t in tools:
+        for e in events(t, "offsets_acknowledged"):
+            for p in e["partitions"]:
+                for o in p["offsets"]:
+                    key = (p["partition"], o)
+                    if e["success"]:
+                        confirmed[key] = min(confirmed.get(key, e["timestamp"]), e["timestamp"])
+                    else:
+                        unknown.add(key)
+    late = [(e["partition"], e["offset"]) for t in tools for e in events(t, "record_data")
+            if e["timestamp"] > confirmed.get((e["partition"], e["offset"]), 2**63)]
+    assert late == [], late[:5]  # nothing delivered again once acknowledged
+    assert EVERY - set(confirmed) <= unknown, sorted(EVERY - set(confirmed) - unknown)[:5]
