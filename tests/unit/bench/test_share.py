@@ -10,6 +10,7 @@ import datetime
 
 import pytest
 
+from bench.figures import Figure
 from bench.share import (
     Line,
     Offsets,
@@ -19,6 +20,7 @@ from bench.share import (
     parse_offsets,
     parse_perf,
     share_version,
+    summary_entries,
 )
 
 STAMPS = "2026-11-29 12:58:48.671 +0000, 2026-11-29 12:59:03.722 +0000"
@@ -102,3 +104,21 @@ def test_first_record_exact_from_a_first_line_of_one_record_else_bounded() -> No
     # consumer 2's first batch came within 100 ms of its start at :30.000
     assert first_record([Line(0, late), Line(0, soon)]) == pytest.approx(base + 30.1)
     assert first_record([Line(0, "start.time, end.time")]) is None
+
+
+def test_summary_entries_are_medians_of_the_three_recorded_metrics() -> None:
+    name = "share group of 4, 2 partitions"
+    figures = [Figure(2, name, "java", metric, better, system, value, {}, rnd)
+               for metric, better in (("records/s", "higher"), ("MB/s", "higher"),
+                                      ("records/s after the first", "higher"),
+                                      ("broker CPU s/GB", "lower"))
+               for system, values in (("kafka", (10.0, 30.0, 20.0)),
+                                      ("kafkube", (40.0, 50.0, 60.0)))
+               for rnd, value in enumerate(values)]
+    entries = {e.figure: e for e in summary_entries(figures, "python -m bench share")}
+    assert sorted(entries) == [f"{name}, Java share consumer",
+                               f"{name}, Java share consumer, after the first record",
+                               f"{name}, Java share consumer, broker CPU per GB"]
+    cpu = entries[f"{name}, Java share consumer, broker CPU per GB"]
+    assert (cpu.kafka, cpu.kafkube, cpu.unit, cpu.higher_is_better) == (20.0, 50.0, "CPU-s/GB",
+                                                                          False)
