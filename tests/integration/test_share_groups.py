@@ -110,6 +110,13 @@ def stored_start_offsets_of(cluster, group: str, topic: str, partitions: int
     return found
 
 
+def assigned_members(kafka_tools, bootstrap: str, group: str) -> int:
+    """Members of the share group with partitions, as kafka-share-groups.sh shows them."""
+    out = kafka_tools.run(SHARE_GROUPS_COMMAND, "--bootstrap-server", bootstrap, "--describe",
+                          "--group", group, "--members", check=False).stdout
+    return sum(1 for line in out.splitlines()[1:] if line.startswith(group) and ":" in line)
+
+
 def share_metrics(cluster, group: str) -> Counter[str]:
     """The share group's metrics summed over the brokers (each reports the partitions it
     leads)."""
@@ -152,9 +159,11 @@ def test_a_killed_share_consumer_has_only_its_unacknowledged_records_redelivered
             "--acknowledgement-mode", "sync", "--verbose")
     with share_consumers(kafka_tools, args, 2) as survivors:
         with kafka_tools.spawn(SHARE_CONSUMER, *args) as victim:
+            # All three assigned before any record exists, so the victim gets its share.
+            wait_until(lambda: assigned_members(kafka_tools, bootstrap, group) == 3, 60,
+                       "three members with partitions", interval=1.0)
             produce(bootstrap, topic, PARTITIONS, PER_PARTITION)
-            wait_until(lambda: len(delivered(victim)) > len(acknowledged(victim)) > 0, 60,
-                       "the victim to hold records it has not acknowledged")
+            wait_until(lambda: len(delivered(victim)) > 0, 60, "the victim to get records")
             victim.proc.kill()  # SIGKILL, mid-batch
             victim.proc.wait(10)
         # Done once both share-partitions' stored start offsets reach the end: every
