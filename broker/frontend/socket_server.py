@@ -361,7 +361,8 @@ class Connection:
                 # KIP-511: answer in v0 with UNSUPPORTED_VERSION and our ranges; the client
                 # retries with a version we know.
                 await self._respond(self._ready(
-                    encode_response(e.correlation_id, unsupported_version_response())
+                    encode_response(e.correlation_id, unsupported_version_response(
+                        self.services.store.image.features))
                 ))
                 return True, None
             self._refuse("unsupported_api", e)

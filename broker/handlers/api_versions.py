@@ -33,11 +33,13 @@ def _ranges(features: dict[str, int] | None = None) -> list[dict[str, int]]:
     ]
 
 
-def unsupported_version_response() -> ApiVersionsResponseV0:
-    """The v0 answer to an ApiVersions version we do not know (KIP-511)."""
+def unsupported_version_response(features: dict[str, int] | None = None
+                                 ) -> ApiVersionsResponseV0:
+    """The v0 answer to an ApiVersions version we do not know (KIP-511): the same APIs a
+    known version lists, those of features the cluster has not finalized left out."""
     return ApiVersionsResponseV0(
         error_code=ErrorCode.unsupported_version,
-        api_keys=tuple(ApiVersionV0(**r) for r in _ranges()),
+        api_keys=tuple(ApiVersionV0(**r) for r in _ranges(features)),
     )
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.coordinator.group_store import MAX_NAME_BYTES
 from broker.coordinator.share_state_log import ShareKey
 from broker.handlers import handles
 from broker.handlers.context import RequestContext
@@ -137,6 +138,8 @@ async def handle_share_fetch(ctx: RequestContext, request: Any) -> Any:
 
     if not group_id or not member_id:
         return refuse(ErrorCode.invalid_request, "GroupId and MemberId must be set.")
+    if len(group_id.encode()) > MAX_NAME_BYTES:
+        return refuse(ErrorCode.invalid_request, "GroupId is too long to be stored.")
     if not may(ctx, Operation.READ, group_id):
         return refuse(ErrorCode.group_authorization_failed)
     named = [(t.topic_id, p.partition_index) for t in request.topics for p in t.partitions]
@@ -227,6 +230,8 @@ async def handle_share_acknowledge(ctx: RequestContext, request: Any) -> Any:
 
     if not group_id or not member_id:
         return refuse(ErrorCode.invalid_request, "GroupId and MemberId must be set.")
+    if len(group_id.encode()) > MAX_NAME_BYTES:
+        return refuse(ErrorCode.invalid_request, "GroupId is too long to be stored.")
     if not may(ctx, Operation.READ, group_id):
         return refuse(ErrorCode.group_authorization_failed)
     epoch = request.share_session_epoch

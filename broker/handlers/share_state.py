@@ -10,6 +10,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.coordinator.group_store import MAX_NAME_BYTES
 from broker.coordinator.share_state_log import RecordState, ShareKey, StateBatch
 from broker.handlers import handles
 from broker.handlers.context import RequestContext
@@ -29,6 +30,11 @@ async def _each(ctx: RequestContext, request: Any, answer: PartitionAnswer,
     for topic in request.topics:
         partitions = []
         for p in topic.partitions:
+            if not request.group_id or len(request.group_id.encode()) > MAX_NAME_BYTES or \
+                    topic.topic_id is None or p.partition < 0:
+                partitions.append({"partition": p.partition, **refused,
+                                   "error_code": ErrorCode.invalid_request})
+                continue
             key = ShareKey(request.group_id, topic.topic_id, p.partition)
             if not allowed:
                 partitions.append({"partition": p.partition, **refused,
