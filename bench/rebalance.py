@@ -43,7 +43,6 @@ import statistics
 import sys
 import threading
 import time
-import traceback
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -55,7 +54,15 @@ from bench.figures import Figure, raw_table, summarise, table
 from bench.run_info import commit, load_average, machine
 from bench.summary import PATH, record
 from bench.summary import Figure as Entry
-from bench.systems import SYSTEMS, Meter, Running, create_topic, running, silent_logger
+from bench.systems import (
+    SYSTEMS,
+    Meter,
+    Running,
+    create_topic,
+    measure_each,
+    running,
+    silent_logger,
+)
 from bench.transactions import metrics_ports
 from kafkube.harness import kafka_jars
 from kafkube.harness.metrics import requests_served, scrape
@@ -570,17 +577,10 @@ def main(argv: list[str]) -> int:
               f"{args.rate} records/s; {args.rounds} rounds each"]
     print("\n".join(header), flush=True)
     args.libs = kafka_jars.ensure_jars() if "kafka" in args.systems else None
-    figures: list[Figure] = []
-    failed: BaseException | None = None
-    try:
-        for system in args.systems:
-            figures += run_system(system, args, log)
-    except KeyboardInterrupt:
-        print("interrupted: every broker started has been stopped", file=sys.stderr)
+    outcome = measure_each(args.systems, lambda system: run_system(system, args, log))
+    if outcome is None:
         return 130
-    except Exception as e:  # still print what was measured before it
-        failed = e
-        traceback.print_exc()
+    figures, failed = outcome
     print("\n" + "\n".join([*header[1:], f"- took {(time.monotonic() - wall0) / 60:.1f} min; "
                               f"load average at end {load_average()}"]))
     if figures:

@@ -60,7 +60,6 @@ import subprocess
 import sys
 import threading
 import time
-import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,7 +73,7 @@ from bench.profile import summarise as profile_summary
 from bench.run_info import commit, load_average, machine
 from bench.summary import PATH, record
 from bench.summary import Figure as Entry
-from bench.systems import SYSTEMS, Meter, Running, create_topic, running
+from bench.systems import SYSTEMS, Meter, Running, create_topic, measure_each, running
 from kafkube.harness import kafka_jars
 from kafkube.harness.process_group import kill_group
 from kafkube.harness.waiting import WaitTimedOut, wait_until
@@ -456,18 +455,11 @@ def main(argv: list[str]) -> int:
               f"{args.rounds} rounds"]
     print("\n".join(header), flush=True)
     args.libs = kafka_jars.ensure_jars()  # the consumers are Kafka's tool on either system
-    figures: list[Figure] = []
     profiles: list[Path] = []
-    failed: BaseException | None = None
-    try:
-        for system in args.systems:
-            figures += run_system(system, args, log, profiles)
-    except KeyboardInterrupt:
-        print("interrupted: every broker started has been stopped", file=sys.stderr)
+    outcome = measure_each(args.systems, lambda system: run_system(system, args, log, profiles))
+    if outcome is None:
         return 130
-    except Exception as e:  # still print what was measured before it
-        failed = e
-        traceback.print_exc()
+    figures, failed = outcome
     print("\n" + "\n".join([*header[1:], f"- took {(time.monotonic() - wall0) / 60:.1f} min; "
                               f"load average at end {load_average()}"]))
     if figures:

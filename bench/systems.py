@@ -11,11 +11,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import sys
 import time
-from collections.abc import Callable, Iterator
+import traceback
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from bench import kafka
 from bench.cluster import BenchCluster
@@ -23,6 +25,7 @@ from kafkube.harness.procstat import cpu_seconds, machine_busy_seconds
 from kafkube.harness.waiting import wait_until
 
 LONG_MAX = 2**63 - 1
+F = TypeVar("F")
 PARTITIONS = 16
 SYSTEMS = ("kafka", "kafkube")
 
@@ -139,3 +142,21 @@ class Meter:
         if not self.env.alive():
             raise RuntimeError(f"a {self.env.system} broker died; see {self.env.where}")
         return raw
+
+
+def measure_each(systems: Iterable[str], measure: Callable[[str], list[F]]
+                 ) -> tuple[list[F], BaseException | None] | None:
+    """The figures of ``measure`` on each system in turn, and the error that stopped it (the
+    figures measured before it are still printed); None on Ctrl-C or SIGTERM, after every
+    broker started has been stopped (``running`` stops them on the way out)."""
+    figures: list[F] = []
+    try:
+        for system in systems:
+            figures += measure(system)
+    except KeyboardInterrupt:
+        print("interrupted: every broker started has been stopped", file=sys.stderr)
+        return None
+    except Exception as e:  # still print what was measured before it
+        traceback.print_exc()
+        return figures, e
+    return figures, None

@@ -56,7 +56,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import traceback
 import urllib.request
 from collections import Counter
 from pathlib import Path
@@ -68,7 +67,7 @@ from bench.compare_workloads import JAVA_PRODUCER
 from bench.figures import Figure, raw_table, table
 from bench.profile import PySpy, summarise
 from bench.run_info import ROOT, commit, load_average, machine
-from bench.systems import PARTITIONS, SYSTEMS, Meter, Running, create_topic, running
+from bench.systems import PARTITIONS, SYSTEMS, Meter, Running, create_topic, measure_each, running
 from kafkube.harness import kafka_jars
 from kafkube.harness.checkout import cache_dir
 from kafkube.harness.process_group import kill_group
@@ -516,17 +515,10 @@ def main(argv: list[str]) -> int:
     # The Kafka jars: Kafka's brokers and tools, and the Java client that TxnCheck runs with.
     args.libs = kafka_jars.ensure_jars()
     args.java_classes = ensure_java_txn() if 3 in args.workloads else None
-    figures: list[Figure] = []
-    failed: BaseException | None = None
-    try:
-        for system in args.systems:
-            figures += run_system(system, args, log)
-    except KeyboardInterrupt:
-        print("interrupted: every broker started has been stopped", file=sys.stderr)
+    outcome = measure_each(args.systems, lambda system: run_system(system, args, log))
+    if outcome is None:
         return 130
-    except Exception as e:  # still print what was measured before it
-        failed = e
-        traceback.print_exc()
+    figures, failed = outcome
     header.append(f"- took {(time.monotonic() - wall0) / 60:.1f} min; load average at end "
                   f"{load_average()}")
     print()

@@ -51,11 +51,7 @@ from broker.coordinator.mixed_membership import MixedMembership, SyncResult
 from broker.coordinator.offset_commits import OffsetCommits
 from broker.coordinator.offsets_writer import OffsetsTopicWriter
 from broker.coordinator.share_group import ShareGroup
-from broker.coordinator.share_membership import (
-    ShareHeartbeat,
-    ShareHeartbeatResult,
-    ShareMembership,
-)
+from broker.coordinator.share_membership import ShareHeartbeat, ShareMembership
 from broker.server.partition import Partition
 from broker.server.replica_manager import ReplicaManager
 from broker.storage.producer_state import VerificationGuard
@@ -205,7 +201,7 @@ class GroupCoordinator:
         return self.consumers.heartbeat(hb, client_id, client_host, now, version)
 
     def share_heartbeat(self, hb: ShareHeartbeat, client_id: str, client_host: str,
-                        now: float) -> ShareHeartbeatResult:
+                        now: float) -> HeartbeatResult:
         return self.shares.heartbeat(hb, client_id, client_host, now)
 
     def describe_share_group(self, group_id: str) -> ShareGroup | None:

@@ -40,7 +40,6 @@ from broker.coordinator.offsets_writer import Entry, group_record
 from kafkube_contract.image import TopicMetadata
 
 PROTOCOL_TYPE = "consumer"
-POLICIES = ("disabled", "upgrade", "downgrade", "bidirectional")
 
 
 def upgrade_enabled(policy: str) -> bool:

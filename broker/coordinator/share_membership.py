@@ -48,7 +48,6 @@ class ShareHeartbeat:
     subscribed_topic_names: tuple[str, ...] | None = None
 
 
-ShareHeartbeatResult = HeartbeatResult  # the same answer as a KIP-848 heartbeat's
 
 
 class ShareMembership:
@@ -64,12 +63,12 @@ class ShareMembership:
         self.on_member_left: Callable[[str, str], None] = lambda group_id, member_id: None
 
     def heartbeat(self, hb: ShareHeartbeat, client_id: str, client_host: str, now: float
-                  ) -> ShareHeartbeatResult:
+                  ) -> HeartbeatResult:
         try:
             self._validate(hb)
             return self._heartbeat(hb, client_id, client_host, now)
         except CoordinatorError as e:
-            return ShareHeartbeatResult(e.code, str(e))
+            return HeartbeatResult(e.code, str(e))
 
     def _validate(self, hb: ShareHeartbeat) -> None:
         invalid = ErrorCode.invalid_request
@@ -88,7 +87,7 @@ class ShareMembership:
             raise refuse(invalid, "MemberEpoch is invalid.")
 
     def _heartbeat(self, hb: ShareHeartbeat, client_id: str, client_host: str, now: float
-                   ) -> ShareHeartbeatResult:
+                   ) -> HeartbeatResult:
         current = self._group(hb.group_id, create=hb.member_epoch == JOIN)
         group = _copy(current)
         entries: list[Entry] = []
@@ -97,7 +96,7 @@ class ShareMembership:
                 raise refuse(ErrorCode.unknown_member_id,
                               f"Member {hb.member_id} is not a member of group {hb.group_id}.")
             self.remove_member(group, hb.member_id, entries)
-            return ShareHeartbeatResult(member_id=hb.member_id, member_epoch=LEAVE)
+            return HeartbeatResult(member_id=hb.member_id, member_epoch=LEAVE)
         member = self._member(group, hb, client_id, client_host)
         before = group.members.get(member.member_id)
         if before is None or _facts(member) != _facts(before):
@@ -125,7 +124,7 @@ class ShareMembership:
         self.sessions[(group.group_id, updated.member_id)] = \
             now + self.config["group.share.session.timeout.ms"] / 1000
         changed = before is None or before.assigned != updated.assigned
-        return ShareHeartbeatResult(
+        return HeartbeatResult(
             member_id=updated.member_id, member_epoch=updated.member_epoch,
             heartbeat_interval_ms=self.config["group.share.heartbeat.interval.ms"],
             assignment=updated.assigned if hb.member_epoch == JOIN or changed else None)

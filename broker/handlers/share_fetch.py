@@ -125,6 +125,26 @@ async def _acknowledge(ctx: RequestContext, answer: _Answer, group_id: str, memb
             answer.entry(tp)
 
 
+def _refused(request: Any, lock_ms: timedelta, code: ErrorCode, message: str | None) -> Any:
+    """A ShareFetch or ShareAcknowledge answered with a top-level error."""
+    return build_response(request, {
+        "throttle_time": NO_TIME, "error_code": code, "error_message": message,
+        "acquisition_lock_timeout": lock_ms, "responses": [], "node_endpoints": []})
+
+
+def _check(ctx: RequestContext, group_id: str | None, member_id: str | None
+           ) -> tuple[ErrorCode, str | None] | None:
+    """What both share APIs refuse first: no group or member, a group id no record key
+    holds, no READ on the group."""
+    if not group_id or not member_id:
+        return ErrorCode.invalid_request, "GroupId and MemberId must be set."
+    if len(group_id.encode()) > MAX_NAME_BYTES:
+        return ErrorCode.invalid_request, "GroupId is too long to be stored."
+    if not may(ctx, Operation.READ, group_id):
+        return ErrorCode.group_authorization_failed, None
+    return None
+
+
 @handles(78, 1, 2)
 async def handle_share_fetch(ctx: RequestContext, request: Any) -> Any:
     services = ctx.services
@@ -132,16 +152,11 @@ async def handle_share_fetch(ctx: RequestContext, request: Any) -> Any:
     lock_ms = timedelta(milliseconds=services.shares.lock_ms(group_id or ""))
 
     def refuse(code: ErrorCode, message: str | None = None) -> Any:
-        return build_response(request, {
-            "throttle_time": NO_TIME, "error_code": code, "error_message": message,
-            "acquisition_lock_timeout": lock_ms, "responses": [], "node_endpoints": []})
+        return _refused(request, lock_ms, code, message)
 
-    if not group_id or not member_id:
-        return refuse(ErrorCode.invalid_request, "GroupId and MemberId must be set.")
-    if len(group_id.encode()) > MAX_NAME_BYTES:
-        return refuse(ErrorCode.invalid_request, "GroupId is too long to be stored.")
-    if not may(ctx, Operation.READ, group_id):
-        return refuse(ErrorCode.group_authorization_failed)
+    refused = _check(ctx, group_id, member_id)
+    if refused is not None:
+        return refuse(*refused)
     named = [(t.topic_id, p.partition_index) for t in request.topics for p in t.partitions]
     forgotten = [(f.topic_id, p) for f in request.forgotten_topics_data for p in f.partitions]
     epoch = request.share_session_epoch
@@ -224,16 +239,11 @@ async def handle_share_acknowledge(ctx: RequestContext, request: Any) -> Any:
     lock_ms = timedelta(milliseconds=services.shares.lock_ms(group_id or ""))
 
     def refuse(code: ErrorCode, message: str | None = None) -> Any:
-        return build_response(request, {
-            "throttle_time": NO_TIME, "error_code": code, "error_message": message,
-            "acquisition_lock_timeout": lock_ms, "responses": [], "node_endpoints": []})
+        return _refused(request, lock_ms, code, message)
 
-    if not group_id or not member_id:
-        return refuse(ErrorCode.invalid_request, "GroupId and MemberId must be set.")
-    if len(group_id.encode()) > MAX_NAME_BYTES:
-        return refuse(ErrorCode.invalid_request, "GroupId is too long to be stored.")
-    if not may(ctx, Operation.READ, group_id):
-        return refuse(ErrorCode.group_authorization_failed)
+    refused = _check(ctx, group_id, member_id)
+    if refused is not None:
+        return refuse(*refused)
     epoch = request.share_session_epoch
     if epoch == OPEN:
         return refuse(ErrorCode.invalid_share_session_epoch,

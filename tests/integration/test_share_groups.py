@@ -45,15 +45,18 @@ PARTITIONS, PER_PARTITION = 2, 2500
 Record = tuple[int, int]  # partition, offset
 
 
-def share_groups_on(kafka_tools, bootstrap: str, group: str, topic: str) -> None:
+def share_groups_on(kafka_tools, bootstrap: str, group: str, topic: str,
+                    partitions: int = PARTITIONS, replication: int = 3) -> None:
+    """share.version 1, the group reading from the earliest offset, and the topic: set up as
+    a Kafka user does, with Kafka's tools."""
     kafka_tools.run(FEATURE_COMMAND, "--bootstrap-server", bootstrap, "upgrade",
                     "--feature", "share.version=1")
     kafka_tools.run(CONFIG_COMMAND, "--bootstrap-server", bootstrap, "--alter",
                     "--entity-type", "groups", "--entity-name", group,
                     "--add-config", "share.auto.offset.reset=earliest")
     kafka_tools.run("org.apache.kafka.tools.TopicCommand", "--bootstrap-server", bootstrap,
-                    "--create", "--topic", topic, "--partitions", str(PARTITIONS),
-                    "--replication-factor", "3")
+                    "--create", "--topic", topic, "--partitions", str(partitions),
+                    "--replication-factor", str(replication))
 
 
 def events(tool, name: str) -> list[dict]:
@@ -193,14 +196,7 @@ def test_kafka_share_groups_describes_a_share_group(cluster_factory, kafka_tools
     offset and lag, as the Kafka tool prints them."""
     cluster = cluster_factory(1, {**SETTINGS, "min.insync.replicas": "1"})
     bootstrap, group, topic = cluster.bootstrap, "queue", "work"
-    kafka_tools.run(FEATURE_COMMAND, "--bootstrap-server", bootstrap, "upgrade",
-                    "--feature", "share.version=1")
-    kafka_tools.run(CONFIG_COMMAND, "--bootstrap-server", bootstrap, "--alter",
-                    "--entity-type", "groups", "--entity-name", group,
-                    "--add-config", "share.auto.offset.reset=earliest")
-    kafka_tools.run("org.apache.kafka.tools.TopicCommand", "--bootstrap-server", bootstrap,
-                    "--create", "--topic", topic, "--partitions", str(PARTITIONS),
-                    "--replication-factor", "1")
+    share_groups_on(kafka_tools, bootstrap, group, topic, replication=1)
     produce(bootstrap, topic, PARTITIONS, 100)
     args = ("--bootstrap-server", bootstrap, "--topic", topic, "--group-id", group,
             "--acknowledgement-mode", "sync", "--verbose")
@@ -305,14 +301,7 @@ def test_released_records_come_back_up_to_the_limit_and_rejected_ones_never(
     cluster = cluster_factory(1, {**SETTINGS, "min.insync.replicas": "1",
                                   "group.share.delivery.count.limit": "3"})
     bootstrap, group, topic = cluster.bootstrap, "picky", "work"
-    kafka_tools.run(FEATURE_COMMAND, "--bootstrap-server", bootstrap, "upgrade",
-                    "--feature", "share.version=1")
-    kafka_tools.run(CONFIG_COMMAND, "--bootstrap-server", bootstrap, "--alter",
-                    "--entity-type", "groups", "--entity-name", group,
-                    "--add-config", "share.auto.offset.reset=earliest")
-    kafka_tools.run("org.apache.kafka.tools.TopicCommand", "--bootstrap-server", bootstrap,
-                    "--create", "--topic", topic, "--partitions", "1",
-                    "--replication-factor", "1")
+    share_groups_on(kafka_tools, bootstrap, group, topic, partitions=1, replication=1)
     per_partition = 300
     produce(bootstrap, topic, 1, per_partition)
     args = ("--bootstrap-server", bootstrap, "--topic", topic, "--group-id", group,
