@@ -25,6 +25,7 @@ from broker.common.metrics import BrokerMetrics, PartitionSample, ReplicationSam
 from broker.common.repeated_failure import RepeatedFailure
 from broker.common.watchdog import EventLoopWatchdog, GcPauses
 from broker.config.broker_config import BrokerConfig
+from broker.config.group_settings import GroupSettings
 from broker.config.listeners import listener_plan, parse_listener
 from broker.controller.controller import Controller
 from broker.coordinator.group_coordinator import GroupCoordinator
@@ -107,7 +108,10 @@ class BrokerApp:
         peer_security = inter_broker_security(config, self.listener_plan)
         peer_listener = self.listener_plan.inter_broker
         self.replicas = ReplicaManager(config, self.store, peer_security, peer_listener)
-        self.groups = GroupCoordinator(config, self.replicas)
+        # A group's own configs (kafka-configs.sh --entity-type groups) over the broker's.
+        group_settings = GroupSettings(
+            config, lambda group: self.store.image.group_configs.get(group, {}))
+        self.groups = GroupCoordinator(config, self.replicas, group_settings)
         request_timeout = config["request.timeout.ms"] / 1000
         self.transactions = TransactionCoordinator(
             config, self.replicas, self.store,
@@ -126,7 +130,7 @@ class BrokerApp:
         self.shares = SharePartitionManager(config, self.replicas, SharePersister(
             self.share_coordinator, self.store, PeerChannels(
                 self.store, f"share-state-{config.node_id}", request_timeout, peer_security,
-                peer_listener)), lambda group: self.store.image.group_configs.get(group, {}))
+                peer_listener)), group_settings)
         # A share group's member left or expired: what it holds here goes back at once.
         self.groups.shares.on_member_left = self.shares.release_later
         self._share_expiry: asyncio.Task[None] | None = None

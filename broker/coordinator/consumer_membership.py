@@ -31,6 +31,7 @@ import re2
 from kio.schema.errors import ErrorCode
 
 from broker.config.broker_config import BrokerConfig
+from broker.config.group_settings import GroupSettings
 from broker.coordinator import consumer_records as cr
 from broker.coordinator import group_migration as migration
 from broker.coordinator.assignors import GroupSpec, assign
@@ -96,9 +97,10 @@ def refuse(code: ErrorCode, message: str) -> CoordinatorError:
 class ConsumerMembership:
     def __init__(self, config: BrokerConfig, store: GroupStore, writer: OffsetsTopicWriter,
                  topics: Topics,
-                 on_downgrade: Callable[[Group, float], None] = lambda group, now: None
-                 ) -> None:
+                 on_downgrade: Callable[[Group, float], None] = lambda group, now: None,
+                 settings: GroupSettings | None = None) -> None:
         self.config = config
+        self.settings = settings or GroupSettings(config)
         # Called with a classic group a consumer group became, stored: it must rebalance.
         self.on_downgrade = on_downgrade
         self.store = store
@@ -186,7 +188,8 @@ class ConsumerMembership:
         for old in replaced:
             self.forget(group.group_id, old.member_id)
         key = (group.group_id, updated.member_id)
-        self.sessions[key] = now + self.config["group.consumer.session.timeout.ms"] / 1000
+        self.sessions[key] = now + self.settings.number(
+            group.group_id, "consumer.session.timeout.ms") / 1000
         if updated.state is MemberState.UNREVOKED_PARTITIONS:
             self.deadlines.setdefault(key, now + updated.rebalance_timeout_ms / 1000)
         else:
@@ -195,7 +198,8 @@ class ConsumerMembership:
         changed = previous is None or previous.assigned != updated.assigned
         return HeartbeatResult(
             member_id=updated.member_id, member_epoch=updated.member_epoch,
-            heartbeat_interval_ms=self.config["group.consumer.heartbeat.interval.ms"],
+            heartbeat_interval_ms=self.settings.number(group.group_id,
+                                                       "consumer.heartbeat.interval.ms"),
             assignment=updated.assigned if hb.is_full or changed else None)
 
     def advance(self, group: ConsumerGroup, member: ConsumerMember,
@@ -418,7 +422,7 @@ class ConsumerMembership:
     def resume(self, group: ConsumerGroup, now: float) -> None:
         """A group loaded by a new coordinator: every member has a session to heartbeat in,
         and one revoking partitions its rebalance timeout."""
-        session = self.config["group.consumer.session.timeout.ms"] / 1000
+        session = self.settings.number(group.group_id, "consumer.session.timeout.ms") / 1000
         for member in group.members.values():
             self.sessions[(group.group_id, member.member_id)] = now + (
                 member.classic.session_timeout_ms / 1000 if member.classic else session)

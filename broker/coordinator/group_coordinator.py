@@ -30,6 +30,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.common.metrics import ConsumerGroupSample
 from broker.config.broker_config import BrokerConfig
+from broker.config.group_settings import GroupSettings
 from broker.coordinator import offsets_topic as ot
 from broker.coordinator.classic_membership import ClassicMembership, JoinResult
 from broker.coordinator.consumer_group import ConsumerGroup
@@ -64,8 +65,10 @@ TICK_SECONDS = 0.05
 
 
 class GroupCoordinator:
-    def __init__(self, config: BrokerConfig, replicas: ReplicaManager) -> None:
+    def __init__(self, config: BrokerConfig, replicas: ReplicaManager,
+                 settings: GroupSettings | None = None) -> None:
         self.config = config
+        settings = settings or GroupSettings(config)
         self.replicas = replicas
         self.store = GroupStore(config["offsets.topic.num.partitions"])
         self.writer = OffsetsTopicWriter(config, replicas, self.store)
@@ -74,10 +77,11 @@ class GroupCoordinator:
         self.cleanup = GroupCleanup(config, self.store, self.writer)
         self.consumers = ConsumerMembership(config, self.store, self.writer,
                                             lambda: replicas.metadata.topics,
-                                            on_downgrade=self.membership.adopt)
+                                            on_downgrade=self.membership.adopt,
+                                            settings=settings)
         self.mixed = MixedMembership(config, self.store, self.consumers)
         self.shares = ShareMembership(config, self.store, self.writer,
-                                      lambda: replicas.metadata.topics)
+                                      lambda: replicas.metadata.topics, settings)
         self.loader = GroupLoader(self.store, self.commits, self.consumers, self.shares,
                                   self.membership.adopt)
         self._tick_task: asyncio.Task[None] | None = None

@@ -173,18 +173,20 @@ class ShareCoordinator:
         if not self.owns(key):
             return ErrorCode.not_coordinator, None
         known = self.states.get(key)
-        if known is not None:
-            if state_epoch < known.state_epoch:
-                return ErrorCode.fenced_state_epoch, \
-                    f"state epoch {state_epoch} is older than {known.state_epoch}"
-            if leader_epoch < known.leader_epoch:
-                return ErrorCode.fenced_leader_epoch, \
-                    f"leader epoch {leader_epoch} is older than {known.leader_epoch}"
+        if known is None:
+            # Deleted (its group or its offsets) or never initialized: a leader still serving
+            # it must read it again rather than bring it back.
+            return ErrorCode.fenced_state_epoch, "the share-partition has no state"
+        if state_epoch < known.state_epoch:
+            return ErrorCode.fenced_state_epoch, \
+                f"state epoch {state_epoch} is older than {known.state_epoch}"
+        if leader_epoch < known.leader_epoch:
+            return ErrorCode.fenced_leader_epoch, \
+                f"leader epoch {leader_epoch} is older than {known.leader_epoch}"
         now = int(time.time() * 1000)
         snapshot = ShareSnapshot(
-            max(state_epoch, known.state_epoch if known else 0), leader_epoch, start_offset,
-            tuple(batches), known.snapshot_epoch + 1 if known else 0,
-            known.create_timestamp if known else now, now, delivery_complete_count)
+            max(state_epoch, known.state_epoch), leader_epoch, start_offset, tuple(batches),
+            known.snapshot_epoch + 1, known.create_timestamp, now, delivery_complete_count)
         return await self._store(key, snapshot), None
 
     async def delete(self, key: ShareKey) -> ErrorCode:

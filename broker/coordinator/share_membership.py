@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
 from broker.config.broker_config import BrokerConfig
+from broker.config.group_settings import GroupSettings
 from broker.coordinator import share_records as sr
 from broker.coordinator.consumer_membership import HeartbeatResult, refuse, topics_hash
 from broker.coordinator.consumer_records import Entry
@@ -52,8 +54,9 @@ class ShareHeartbeat:
 
 class ShareMembership:
     def __init__(self, config: BrokerConfig, store: GroupStore, writer: OffsetsTopicWriter,
-                 topics: Topics) -> None:
+                 topics: Topics, settings: GroupSettings | None = None) -> None:
         self.config = config
+        self.settings = settings or GroupSettings(config)
         self.store = store
         self.writer = writer
         self.topics = topics
@@ -122,11 +125,12 @@ class ShareMembership:
         group.members[updated.member_id] = updated
         self.store_group(group, entries)
         self.sessions[(group.group_id, updated.member_id)] = \
-            now + self.config["group.share.session.timeout.ms"] / 1000
+            now + self.settings.number(group.group_id, "share.session.timeout.ms") / 1000
         changed = before is None or before.assigned != updated.assigned
         return HeartbeatResult(
             member_id=updated.member_id, member_epoch=updated.member_epoch,
-            heartbeat_interval_ms=self.config["group.share.heartbeat.interval.ms"],
+            heartbeat_interval_ms=self.settings.number(group.group_id,
+                                                       "share.heartbeat.interval.ms"),
             assignment=updated.assigned if hb.member_epoch == JOIN or changed else None)
 
     def _group(self, group_id: str, create: bool) -> ShareGroup:
@@ -187,6 +191,32 @@ class ShareMembership:
             entries.append(sr.state_partitions_entry(group))
         return entries
 
+    # -- what an administrator changes -------------------------------------------------------
+
+    def empty_group(self, group_id: str) -> ShareGroup:
+        """The share group an administrator may reset the offsets of, or delete: it must
+        have no member (Kafka's NON_EMPTY_GROUP otherwise)."""
+        group = self.store.share_groups.get(group_id)
+        if group is None:
+            raise refuse(ErrorCode.group_id_not_found, f"Group {group_id} is not a share group.")
+        if group.members:
+            raise refuse(ErrorCode.non_empty_group,
+                         f"Share group {group_id} has {len(group.members)} members: offsets "
+                         f"are changed, and a group deleted, only while it has none.")
+        return group
+
+    def set_initialized(self, group_id: str,
+                        initialized: dict[uuid.UUID, tuple[str, frozenset[int]]]) -> None:
+        """Store the partitions the group has share state of, after an administrator
+        initialized (AlterShareGroupOffsets) or deleted (DeleteShareGroupOffsets) some."""
+        current = self.store.share_groups.get(group_id)
+        if current is None:
+            raise refuse(ErrorCode.group_id_not_found, f"Group {group_id} is not a share group.")
+        group = _copy(current)
+        group.initialized = {t: v for t, v in initialized.items() if v[1]}
+        if group.initialized != current.initialized:
+            self.store_group(group, [sr.state_partitions_entry(group)])
+
     def remove_member(self, group: ShareGroup, member_id: str, entries: list[Entry]) -> None:
         """Remove a member from ``group`` (a copy) and store it; its records are released."""
         del group.members[member_id]
@@ -209,7 +239,7 @@ class ShareMembership:
 
     def resume(self, group: ShareGroup, now: float) -> None:
         """A group loaded by a new coordinator: every member has a session to heartbeat in."""
-        session = self.config["group.share.session.timeout.ms"] / 1000
+        session = self.settings.number(group.group_id, "share.session.timeout.ms") / 1000
         for member_id in group.members:
             self.sessions[(group.group_id, member_id)] = now + session
 

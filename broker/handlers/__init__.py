@@ -64,6 +64,7 @@ def load_all() -> dict[int, ApiSpec]:
         scram_credentials,
         share_fetch,
         share_groups,
+        share_offsets,
         share_state,
         transactions,
     )

@@ -18,8 +18,9 @@ from broker.protocol.messages import build_response
 
 # APIs served only while a feature is finalized at a level, as Kafka lists them: a client
 # (franz-go, the Java consumer) picks KIP-848 by ConsumerGroupHeartbeat being listed.
-GATED: dict[int, tuple[str, int]] = {68: (GROUP_VERSION, 1), 69: (GROUP_VERSION, 1),
-                                     **{key: (SHARE_VERSION, 1) for key in (76, 77, 78, 79, 90)}}
+GATED: dict[int, tuple[str, int]] = {
+    68: (GROUP_VERSION, 1), 69: (GROUP_VERSION, 1),
+    **{key: (SHARE_VERSION, 1) for key in (76, 77, 78, 79, 90, 91, 92)}}
 
 
 def _ranges(features: dict[str, int] | None = None) -> list[dict[str, int]]:

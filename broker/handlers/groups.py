@@ -29,6 +29,7 @@ from broker.handlers import handles
 from broker.handlers.context import DENIED_MESSAGES, RequestContext, cooperatively
 from broker.protocol.messages import build_long_response, build_response
 from broker.security.acl import OPERATIONS_OMITTED, Operation, ResourceType
+from broker.share.share_admin import ShareGroupAdmin
 
 KEY_TYPE_GROUP = 0
 KEY_TYPE_TRANSACTION = 1
@@ -452,7 +453,16 @@ async def handle_delete_groups(ctx: RequestContext, request: Any) -> Any:
     names = list(dict.fromkeys(request.groups_names))
     deletable = ctx.authorized_names(Operation.DELETE, ResourceType.GROUP, names)
     ours = [g for g in names if g in deletable and not not_ours(ctx, g)]
-    results = coordinator_of(ctx).delete_groups(ours)
+    coordinator = coordinator_of(ctx)
+    kept: dict[str, ErrorCode] = {}
+    for group_id in [g for g in ours if coordinator.describe_share_group(g) is not None]:
+        # A share group's delivery state goes first: if it cannot, the group stays.
+        error, _ = await ShareGroupAdmin(coordinator.shares, ctx.services.shares.persister,
+                                         ctx.services.store.topics).delete_group_state(group_id)
+        if error != ErrorCode.none:
+            kept[group_id] = error
+    results = coordinator.delete_groups([g for g in ours if g not in kept])
+    results.update(kept)
     results.update({g: ErrorCode.not_coordinator for g in names
                     if g in deletable and not_ours(ctx, g)})
     results.update({g: ErrorCode.group_authorization_failed for g in names

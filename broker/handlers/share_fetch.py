@@ -164,6 +164,8 @@ async def handle_share_fetch(ctx: RequestContext, request: Any) -> Any:
     if acks and epoch == OPEN:
         return refuse(ErrorCode.invalid_request,
                       "Acknowledge data present on initial fetch for a share session.")
+    if epoch == OPEN:
+        services.shares.revalidate(group_id)  # its offsets may have been reset meanwhile
     try:
         session, _ = services.share_sessions.open_or_continue(
             group_id, member_id, epoch, named, forgotten, connection=ctx.head_of_line)

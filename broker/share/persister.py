@@ -1,8 +1,8 @@
 """Where a share-partition's leader reads and writes the share-partition's state: its share
 coordinator (Kafka's DefaultStatePersister), on this broker or on the one leading the
 share-partition's partition of ``__share_group_state``, reached with the share-state APIs
-(InitializeShareGroupState 83, ReadShareGroupState 84, WriteShareGroupState 85) as Kafka's
-brokers reach each other."""
+(InitializeShareGroupState 83, ReadShareGroupState 84, WriteShareGroupState 85,
+DeleteShareGroupState 86, ReadShareGroupStateSummary 87) as Kafka's brokers reach each other."""
 
 from __future__ import annotations
 
@@ -10,6 +10,13 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from kio.schema.delete_share_group_state.v0.request import (
+    DeleteShareGroupStateRequest,
+    DeleteStateData,
+)
+from kio.schema.delete_share_group_state.v0.request import (
+    PartitionData as DeletePartition,
+)
 from kio.schema.errors import ErrorCode
 from kio.schema.initialize_share_group_state.v0.request import (
     InitializeShareGroupStateRequest,
@@ -125,6 +132,16 @@ class SharePersister:
                     delivery_state=int(b.state), delivery_count=b.delivery_count)
                     for b in batches)),)),))
         return self._error(await self._send(key, 85, 1, body))
+
+    async def delete(self, key: ShareKey) -> ErrorCode:
+        """Remove a share-partition's state (its group deleted, or its offsets for the
+        topic): the next leader to serve the group starts it again."""
+        await self.coordinator.ensure_topic()
+        if self.coordinator.owns(key):
+            return await self.coordinator.delete(key)
+        body = DeleteShareGroupStateRequest(group_id=key.group_id, topics=(DeleteStateData(
+            topic_id=key.topic_id, partitions=(DeletePartition(partition=key.partition),)),))
+        return self._error(await self._send(key, 86, 0, body))
 
     async def summary(self, key: ShareKey) -> tuple[ErrorCode, int, int, int]:
         """(error, start offset, leader epoch, records done past it; -1 when not known) of a

@@ -17,13 +17,14 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
 from broker.common.metrics import ShareGroupSample
 from broker.config.broker_config import BrokerConfig
+from broker.config.group_settings import GroupSettings
 from broker.coordinator.share_state_log import ShareKey
 from broker.protocol.records import HEADER_SIZE, parse_header
 from broker.server.partition import Partition
@@ -39,10 +40,8 @@ from broker.share.share_partition import (
 from broker.share.share_sessions import ShareSessions
 from broker.storage.log import OffsetOutOfRange
 from broker.storage.txn_index import AbortedTxn
-from kafkube_contract.group_keys import BROKER_DEFAULTS, GROUP_KEYS
 
 log = logging.getLogger(__name__)
-GroupConfig = Callable[[str], Mapping[str, str]]
 EXPIRY_RETRY_SECONDS = 1.0  # a group's configs (share.auto.offset.reset)
 
 
@@ -57,6 +56,9 @@ class Slot:
     leader_epoch: int
     writing: asyncio.Lock = field(default_factory=asyncio.Lock)
     retry_at: float = 0.0  # an expiry that could not be stored is tried again from then
+    # Read again before its next use: its group may have been reset (offsets altered or
+    # deleted, the group deleted) while no member of it fetched here.
+    stale: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,36 +73,28 @@ class Fetched:
 
 class SharePartitionManager:
     def __init__(self, config: BrokerConfig, replicas: ReplicaManager,
-                 persister: SharePersister, group_config: GroupConfig = lambda group: {}
-                 ) -> None:
+                 persister: SharePersister, settings: GroupSettings | None = None) -> None:
         self.config = config
         self.replicas = replicas
         self.persister = persister
-        self.group_config = group_config
+        self.settings = settings or GroupSettings(config)
         self.slots: dict[ShareKey, Slot] = {}
         self._loading: dict[ShareKey, asyncio.Future[Slot | ErrorCode]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
     def setting(self, group_id: str, name: str) -> str:
-        """A group config's value for ``group_id``: its own, else the broker key it
-        overrides, else the default (kafka-configs.sh --entity-type groups sets them)."""
-        own = self.group_config(group_id)
-        if name in own:
-            return own[name]
-        broker_key = BROKER_DEFAULTS.get(name)
-        if broker_key is not None:
-            return str(self.config[broker_key])
-        key = GROUP_KEYS[name]
-        return key.render(key.default)
+        """A group config's effective value for ``group_id`` (kafka-configs.sh --entity-type
+        groups sets them; the broker's keys bound them)."""
+        return self.settings.get(group_id, name)
 
     def _settings(self, group_id: str) -> dict[str, float]:
-        return {"max_delivery": int(self.setting(group_id, "share.delivery.count.limit")),
-                "max_in_flight": int(self.setting(group_id, "share.partition.max.record.locks")),
-                "lock_seconds": int(self.setting(group_id, "share.record.lock.duration.ms"))
-                / 1000}
+        number = self.settings.number
+        return {"max_delivery": number(group_id, "share.delivery.count.limit"),
+                "max_in_flight": number(group_id, "share.partition.max.record.locks"),
+                "lock_seconds": number(group_id, "share.record.lock.duration.ms") / 1000}
 
     def lock_ms(self, group_id: str) -> int:
-        return int(self.setting(group_id, "share.record.lock.duration.ms"))
+        return self.settings.number(group_id, "share.record.lock.duration.ms")
 
     def read_committed(self, group_id: str) -> bool:
         return self.setting(group_id, "share.isolation.level") == "read_committed"
@@ -118,20 +112,41 @@ class SharePartitionManager:
             return ErrorCode.not_leader_or_follower
         key = ShareKey(group_id, topic_id, index)
         known = self.slots.get(key)
-        if known is not None and known.partition is partition and \
-                known.leader_epoch == partition.leader_epoch:
-            return known
-        loading = self._loading.get(key)
-        if loading is None:
-            loading = self._loading[key] = asyncio.ensure_future(self._load(key, partition))
-            loading.add_done_callback(lambda _: self._loading.pop(key, None))
-        return await asyncio.shield(loading)
+        slot: Slot | ErrorCode | None = known
+        if known is None or known.partition is not partition or \
+                known.leader_epoch != partition.leader_epoch or known.stale:
+            loading = self._loading.get(key)
+            if loading is None:
+                loading = self._loading[key] = asyncio.ensure_future(
+                    self._load(key, partition, known))
+                loading.add_done_callback(lambda _: self._loading.pop(key, None))
+            slot = await asyncio.shield(loading)
+        if isinstance(slot, Slot):
+            for name, value in self._settings(group_id).items():  # a group config changed
+                setattr(slot.share, name, value)
+        assert slot is not None
+        return slot
 
-    async def _load(self, key: ShareKey, partition: Partition) -> Slot | ErrorCode:
+    def revalidate(self, group_id: str) -> None:
+        """A member of ``group_id`` opens a share session here: the group's share-partitions
+        are checked against the stored state before their next use, because an
+        administrator may have reset or deleted it while the group was empty (Kafka's
+        AlterShareGroupOffsets / DeleteShareGroupOffsets / DeleteGroups tell no leader)."""
+        for key, slot in self.slots.items():
+            if key.group_id == group_id:
+                slot.stale = True
+
+    async def _load(self, key: ShareKey, partition: Partition, known: Slot | None = None
+                    ) -> Slot | ErrorCode:
         epoch = partition.leader_epoch
         error, stored = await self.persister.read(key, epoch)
         if error != ErrorCode.none:
             return client_error(error)
+        if known is not None and known.partition is partition and \
+                known.leader_epoch == epoch and known.state_epoch == stored.state_epoch and \
+                stored.start_offset != NEVER_INITIALIZED:
+            known.stale = False  # not reset: what is in memory is what is stored
+            return known
         if stored.start_offset == NEVER_INITIALIZED:
             reset = self.setting(key.group_id, "share.auto.offset.reset")
             start = partition.log.log_start_offset if reset == "earliest" \
@@ -148,6 +163,9 @@ class SharePartitionManager:
         share = SharePartition.restored(stored.start_offset, stored.batches,
                                         **self._settings(key.group_id))
         share.archive_before(partition.log.log_start_offset)
+        if known is not None and known.partition is partition:  # counters never go back
+            share.redeliveries = known.share.redeliveries
+            share.lock_expiries = known.share.lock_expiries
         slot = Slot(key, partition, share, stored.state_epoch, epoch)
         if not partition.is_leader or partition.leader_epoch != epoch:
             return ErrorCode.not_leader_or_follower
@@ -276,9 +294,9 @@ class SharePartitionManager:
                 share.abort(change)
                 log.warning("share-partition %s: storing a change failed: %s", slot.key,
                             error.name)
-                if error in (ErrorCode.fenced_state_epoch, ErrorCode.fenced_leader_epoch):
-                    # Another leader or a reset owns the state now: read it again.
-                    self.slots.pop(slot.key, None)
+                if error in (ErrorCode.fenced_state_epoch, ErrorCode.fenced_leader_epoch) \
+                        and self.slots.get(slot.key) is slot:
+                    del self.slots[slot.key]  # another leader or a reset owns the state now
                 return client_error(error)
             share.commit(change)
             slot.partition.wake_fetchers()  # released records may be what a fetch waits for

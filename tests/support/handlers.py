@@ -16,6 +16,7 @@ from kio.index import load_request_schema
 
 from broker.common.metrics import BrokerMetrics
 from broker.config.broker_config import BrokerConfig
+from broker.config.group_settings import GroupSettings
 from broker.controller.controller import Controller
 from broker.coordinator.group_coordinator import GroupCoordinator
 from broker.coordinator.share_coordinator import ShareCoordinator
@@ -48,19 +49,20 @@ def make_services(tmp_path: Path, **settings: str) -> BrokerServices:
     config = BrokerConfig.from_dict(raw)
     store, replicas = open_replicas(config, rack="rack-a")
     share_coordinator = ShareCoordinator(config, replicas)
+    settings = GroupSettings(config, lambda group: store.image.group_configs.get(group, {}))
     replicas.leadership_listeners.append(share_coordinator.on_leadership)
     transactions = TransactionCoordinator(
         config, replicas, store, MarkerSender(store, PeerChannels(store, "markers", 1.0)))
     return BrokerServices(
         config, store, replicas, BrokerMetrics(), {"PLAINTEXT": Endpoint("", 9092, "rack-a")},
-        GroupCoordinator(config, replicas), Controller(config, store, lambda: 1),
+        GroupCoordinator(config, replicas, settings), Controller(config, store, lambda: 1),
         transactions, TransactionVerifier(store, NODE_ID, 50, PeerChannels(store, "v", 1.0),
                                           transactions.verify_partitions,
                                           transactions.add_partitions),
         acl.from_config(config, lambda: store.image.acls),
         shares=SharePartitionManager(config, replicas, SharePersister(share_coordinator, store,
                                                                       None),
-                                     lambda group: store.image.group_configs.get(group, {})),
+                                     settings),
         share_coordinator=share_coordinator,
     )
 

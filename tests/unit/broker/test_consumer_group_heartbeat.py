@@ -372,3 +372,17 @@ def test_a_static_member_back_under_a_new_id_does_not_rebalance(
     assert partitions(back) == [0, 1, 2, 3]
     assert describe(services).group_epoch == epoch
     assert [m.member_id for m in describe(services).members] == ["a2"]
+
+
+def test_the_groups_own_session_and_heartbeat_configs_apply(services: BrokerServices) -> None:
+    """consumer.session.timeout.ms / consumer.heartbeat.interval.ms of the group (kafka-configs
+    --entity-type groups) over the broker's, clamped into its min/max keys."""
+    services.groups.consumers.settings.own = lambda group: {
+        "consumer.session.timeout.ms": "55000", "consumer.heartbeat.interval.ms": "1000"}
+    started = time.monotonic()
+    answer = beat(services, "a", 0, join=True)
+    assert answer.heartbeat_interval == timedelta(seconds=5)  # below the broker's minimum
+    services.groups.tick(now=started + 54)
+    assert len(describe(services).members) == 1  # past the broker's 45 s, within the 55
+    services.groups.tick(now=time.monotonic() + 55)
+    assert not describe(services).members

@@ -80,3 +80,22 @@ def test_a_read_committed_share_group_never_gets_aborted_records(
     append(data_batch([(None, b"committed")], pid=7, seq=2))  # 4
     assert partition.append_marker(7, 0, True, 0).error == ErrorCode.none  # 5
     assert acquired(fetch(services, "a", 0)) == [(3, 4, 1)]
+
+
+def test_values_outside_the_brokers_bounds_take_effect_clamped(
+        services: BrokerServices) -> None:
+    """Kafka 4.4 accepts a group value past group.share.min/max.* and clamps it where it
+    is used: the bounds are the operator's and may change after the value was stored."""
+    produce(services, 3)
+    ok = alter(services, 1, (GROUP, "queue", [("share.auto.offset.reset", SET, "earliest"),
+                                              ("share.record.lock.duration.ms", SET, "5000"),
+                                              ("share.delivery.count.limit", SET, "50")]))
+    assert ok == [(GROUP, "queue", ErrorCode.none, None)]
+    answer = fetch(services, "a", 0)
+    assert answer.acquisition_lock_timeout.total_seconds() == 15  # the broker's minimum
+    assert services.shares.settings.number("queue", "share.delivery.count.limit") == 10
+    (slot,) = services.shares.slots.values()
+    assert (slot.share.lock_seconds, slot.share.max_delivery) == (15, 10)
+    alter(services, 1, (GROUP, "queue", [("share.delivery.count.limit", SET, "3")]))
+    fetch(services, "b", 0)  # a share-partition already loaded takes the new value
+    assert slot.share.max_delivery == 3

@@ -70,6 +70,7 @@ def test_a_deposed_leader_and_an_old_state_are_fenced(coordinator: ShareCoordina
 
 
 def test_kafkas_update_records_are_merged_when_loaded(coordinator: ShareCoordinator) -> None:
+    finish_now(coordinator.initialize(KEY, 0, 10))
     finish_now(coordinator.write(KEY, 0, 1, 10, BATCHES))
     partition = coordinator.replicas.get(ssl.TOPIC, coordinator.partition_of(KEY))
     update = ssl.encode_update(0, 2, 11, (StateBatch(12, 13, RecordState.ARCHIVED, 2),))
@@ -84,7 +85,20 @@ def test_kafkas_update_records_are_merged_when_loaded(coordinator: ShareCoordina
 
 
 def test_deleted_state_stays_deleted(coordinator: ShareCoordinator) -> None:
+    finish_now(coordinator.initialize(KEY, 0, 10))
     finish_now(coordinator.write(KEY, 0, 1, 10, BATCHES))
     assert finish_now(coordinator.delete(KEY)) == ErrorCode.none
+    end = log_end(coordinator)
+    # A leader that still serves the deleted state (it learns of it by this error, and
+    # reads again) must not bring it back.
+    error, message = finish_now(coordinator.write(KEY, 0, 1, 12, BATCHES))
+    assert error == ErrorCode.fenced_state_epoch and "no state" in message
+    assert log_end(coordinator) == end
     reload(coordinator)
+    assert finish_now(coordinator.read(KEY)).state is None
+
+
+def test_a_state_never_initialized_is_not_written(coordinator: ShareCoordinator) -> None:
+    assert finish_now(coordinator.write(KEY, 0, 1, 10, BATCHES))[0] == \
+        ErrorCode.fenced_state_epoch
     assert finish_now(coordinator.read(KEY)).state is None

@@ -30,7 +30,7 @@ ACCEPT, RELEASE, REJECT = 1, 2, 3
 def services(tmp_path: Path) -> BrokerServices:
     services = make_services(tmp_path, **{"share.coordinator.state.topic.num.partitions": "2"})
     asyncio.run(services.replicas.create_topic(TOPIC, 1, {}))
-    services.shares.group_config = lambda group: {"share.auto.offset.reset": "earliest"}
+    services.shares.settings.own = lambda group: {"share.auto.offset.reset": "earliest"}
     return services
 
 

@@ -5,6 +5,7 @@ coordinator loads the group from its records."""
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -147,3 +148,24 @@ def test_listed_as_share_groups_and_deleted_once_empty(services: BrokerServices)
     beat(services, "a", 1, member_epoch=-1)
     assert services.groups.delete_groups([GROUP]) == {GROUP: ErrorCode.none}
     assert services.groups.describe_share_group(GROUP) is None
+
+
+def test_the_groups_own_session_and_heartbeat_configs_apply(services: BrokerServices) -> None:
+    services.groups.shares.settings.own = lambda group: {
+        "share.heartbeat.interval.ms": "7000", "share.session.timeout.ms": "50000"} \
+        if group == GROUP else {"share.heartbeat.interval.ms": "99000"}
+    before = time.monotonic()
+    assert join(services, "a").heartbeat_interval == timedelta(seconds=7)
+    after = time.monotonic()
+    other = beat(services, "b", 0, ["orders"], group="other")
+    assert other.heartbeat_interval == timedelta(seconds=15)  # the broker's maximum
+    deadline = services.groups.shares.sessions[(GROUP, "a")]
+    assert before + 50 <= deadline <= after + 50  # the group's 50 s, not the broker's 45
+    services.groups.shares.expire(deadline - 0.001)
+    assert "a" in describe_members(services)
+    services.groups.shares.expire(deadline)
+    assert "a" not in describe_members(services)
+
+
+def describe_members(services: BrokerServices) -> list[str]:
+    return [m.member_id for m in describe(services).members]
