@@ -132,22 +132,27 @@ def share_metrics(cluster, group: str) -> Counter[str]:
 
 
 def test_five_share_consumers_split_a_topic_exactly_once(cluster_factory, kafka_tools) -> None:
+    """The issue's figure: 100,000 records of 2 partitions, 5 Java share consumers, 3 brokers;
+    each record delivered once and acknowledged once."""
     cluster = cluster_factory(3, SETTINGS)
     bootstrap, group, topic = cluster.bootstrap, "queue", "work"
     share_groups_on(kafka_tools, bootstrap, group, topic)
-    produce(bootstrap, topic, PARTITIONS, PER_PARTITION)
+    per_partition = 50_000
+    produce(bootstrap, topic, PARTITIONS, per_partition)
+    every = {(p, o) for p in range(PARTITIONS) for o in range(per_partition)}
     args = ("--bootstrap-server", bootstrap, "--topic", topic, "--group-id", group,
             "--acknowledgement-mode", "sync", "--verbose")
     with share_consumers(kafka_tools, args, 5) as tools:
-        wait_until(lambda: set().union(*(acknowledged(t) for t in tools)) >= EVERY, 120,
-                   "every record acknowledged by the five share consumers")
+        wait_until(lambda: set().union(*(acknowledged(t) for t in tools)) >= every, 300,
+                   "every record acknowledged by the five share consumers", interval=2.0)
     acks = sum((acknowledged(t) for t in tools), Counter())
     deliveries = sum((delivered(t) for t in tools), Counter())
-    assert set(acks) == EVERY and max(acks.values()) == 1, acks.most_common(3)
-    assert max(deliveries.values()) == 1, deliveries.most_common(3)  # nobody died
+    assert set(acks) == every and max(acks.values()) == 1, acks.most_common(3)
+    assert set(deliveries) == every and max(deliveries.values()) == 1, \
+        deliveries.most_common(3)  # nobody died
     assert sum(1 for t in tools if acknowledged(t)) >= 2  # shared, not one consumer's
     assert stored_start_offsets(cluster, group, topic) == {
-        p: PER_PARTITION for p in range(PARTITIONS)}
+        p: per_partition for p in range(PARTITIONS)}
     metrics = share_metrics(cluster, group)
     assert metrics["kafkube_share_group_in_flight_records"] == 0, metrics
     assert metrics["kafkube_share_group_backlog_records"] == 0, metrics
@@ -223,6 +228,43 @@ def test_kafka_share_groups_describes_a_share_group(cluster_factory, kafka_tools
     header, *rows = table("--describe", "--group", group)
     assert sorted((int(r[2]), int(r[3]), int(r[4])) for r in rows) == [
         (p, 100, 5) for p in range(PARTITIONS)], rows
+
+
+def test_kafka_share_groups_resets_and_deletes_offsets(cluster_factory, kafka_tools) -> None:
+    """kafka-share-groups.sh --reset-offsets (refused while a member is there), then
+    --delete-offsets and --delete on 3 brokers: the next consumer reads every record again
+    after the reset, the state is gone after the deletes (so a share coordinator on another
+    broker is reached through DeleteShareGroupState), and the group too."""
+    cluster = cluster_factory(3, SETTINGS)
+    bootstrap, group, topic = cluster.bootstrap, "queue", "work"
+    share_groups_on(kafka_tools, bootstrap, group, topic)
+    produce(bootstrap, topic, PARTITIONS, 100)
+    args = ("--bootstrap-server", bootstrap, "--topic", topic, "--group-id", group,
+            "--acknowledgement-mode", "sync", "--verbose")
+    tool = ("--bootstrap-server", bootstrap, "--group", group)
+    reset = (*tool, "--reset-offsets", "--topic", topic, "--to-earliest", "--execute")
+    every = {(p, o) for p in range(PARTITIONS) for o in range(100)}
+    with kafka_tools.spawn(SHARE_CONSUMER, *args) as consumer:
+        wait_until(lambda: set(acknowledged(consumer)) == every, 60, "the 200 records read")
+        refused = kafka_tools.run(SHARE_GROUPS_COMMAND, *reset, check=False)
+        assert refused.returncode == 1 and f"Share group '{group}' is not empty." in \
+            refused.stderr, (refused.stdout, refused.stderr)  # the tool checks first
+        assert stored_start_offsets(cluster, group, topic) == {0: 100, 1: 100}
+    wait_until(lambda: assigned_members(kafka_tools, bootstrap, group) == 0, 60,
+               "the group empty")
+    kafka_tools.run(SHARE_GROUPS_COMMAND, *reset)
+    assert stored_start_offsets(cluster, group, topic) == {0: 0, 1: 0}
+    with kafka_tools.spawn(SHARE_CONSUMER, *args) as again:
+        wait_until(lambda: set(acknowledged(again)) == every, 60, "the 200 records again")
+    assert max(delivered(again).values()) == 1  # each once, after the reset
+    wait_until(lambda: assigned_members(kafka_tools, bootstrap, group) == 0, 60,
+               "the group empty")
+    kafka_tools.run(SHARE_GROUPS_COMMAND, *tool, "--delete-offsets", "--topic", topic)
+    assert stored_start_offsets(cluster, group, topic) == {0: -1, 1: -1}  # no state
+    kafka_tools.run(SHARE_GROUPS_COMMAND, *tool, "--delete")
+    listed = kafka_tools.run(SHARE_GROUPS_COMMAND, "--bootstrap-server", bootstrap,
+                             "--list").stdout.split()
+    assert group not in listed, listed
 
 
 def test_librdkafka_and_java_share_consumers_share_one_group(cluster_factory,
