@@ -6,12 +6,15 @@ framing only, logs no handler failure, keeps serving a fresh client, and keeps i
 
 from __future__ import annotations
 
+import struct
+import time
+
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from bench.fuzz import GROUP, TOPIC, run
+from bench.fuzz import GROUP, TOPIC, Fuzzer, run
 from kafkube.harness.procstat import rss_bytes
 from kafkube.harness.waiting import wait_until
-from kafkube.harness.wire import WireClient, create_topic
+from kafkube.harness.wire import WireClient, api_versions_request, create_topic
 from tests.support.broker_log import broker_errors, log_barrier
 
 FRAMES = 3000
@@ -55,3 +58,32 @@ def test_structure_aware_fuzz(broker_factory):
     assert stats.peak_rss - start_rss < 150 * MiB, stats.summary()
     log_barrier(broker)
     assert broker_errors(broker) == []
+
+
+def test_seed_7s_100_mb_find_coordinator_is_answered_not_hung(broker):
+    """``bench fuzz --seed 7``'s frame: FindCoordinator v4 with 2,500 keys of 40,000
+    characters, 100 MB, inside socket.request.max.bytes (its default, 104857600). The broker
+    reads it and answers (echoing the keys: 100 MB back) in about a second; the fuzzer
+    buffered that answer quadratically and reported a 30 s hang. One byte over the limit,
+    the size alone is refused: the connection is closed at once, no body read."""
+    from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
+
+    from broker.protocol.codec import RequestHeader, encode_request
+
+    request = FindCoordinatorRequest(key_type=0, coordinator_keys=("n" * 40_000,) * 2500)
+    fuzzer = Fuzzer(broker.bootstrap, seed=7)
+    frame = encode_request(RequestHeader(10, 4, fuzzer.correlation_id, "fuzz"), request)
+    assert 100_000_000 < len(frame) - 4 <= 104_857_600
+    started = time.monotonic()
+    outcome = fuzzer.send(10, 4, frame, mangled=False)
+    took = time.monotonic() - started
+    fuzzer._drop()
+    print(f"a {len(frame) / MiB:.0f} MiB FindCoordinator: {outcome} in {took:.2f} s")
+    assert outcome == "answered", f"{outcome} after {took:.1f} s"
+    with WireClient.connect(broker.bootstrap) as client:
+        started = time.monotonic()
+        client.send_raw(struct.pack(">i", 104_857_601))
+        assert client.closed_by_peer(timeout=10)
+        assert time.monotonic() - started < 2.0
+    with WireClient.connect(broker.bootstrap) as other:
+        other.request(api_versions_request())
