@@ -56,7 +56,7 @@ class ShareCoordinator:
         self._writing: dict[ShareKey, asyncio.Lock] = {}
 
     def partition_of(self, key: ShareKey) -> int:
-        return partition_for(key.coordinator_key(), self.partitions)
+        return partition_for(key.coordinator_suffix(), self.partitions, prefix=key.group_id)
 
     def owns(self, key: ShareKey) -> bool:
         return self.partition_of(key) in self.owned

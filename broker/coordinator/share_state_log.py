@@ -50,6 +50,11 @@ class ShareKey:
     topic_id: uuid.UUID
     partition: int
 
+    def coordinator_suffix(self) -> str:
+        """``coordinator_key`` after ``group_id``: hashed apart, the group's part once."""
+        topic = base64.urlsafe_b64encode(self.topic_id.bytes).decode().rstrip("=")
+        return f":{topic}:{self.partition}"
+
     def coordinator_key(self) -> str:
         """Kafka's SharePartitionKey.asCoordinatorKey (the topic id as Kafka prints it), whose
         Java hash places the share-partition's state in a partition of the topic."""

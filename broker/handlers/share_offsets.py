@@ -11,6 +11,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.coordinator.group_store import MAX_NAME_BYTES
 from broker.coordinator.share_state_log import ShareKey
 from broker.handlers import handles
 from broker.handlers.consumer_groups import describe_refused
@@ -35,6 +36,8 @@ async def handle_describe_share_group_offsets(ctx: RequestContext, request: Any)
 async def _offsets(ctx: RequestContext, requested: Any) -> dict[str, Any]:
     group_id = requested.group_id
     refused = describe_refused(ctx, group_id)
+    if refused is None and (not group_id or len(group_id.encode()) > MAX_NAME_BYTES):
+        refused = ErrorCode.invalid_group_id
     if refused is not None:
         return {"group_id": group_id, "topics": [], "error_code": refused,
                 "error_message": None}
@@ -55,7 +58,13 @@ async def _offsets(ctx: RequestContext, requested: Any) -> dict[str, Any]:
                 for p in partitions or ()]})
             continue
         answered = []
-        for index in partitions if partitions is not None else range(topic.partitions):
+        for index in dict.fromkeys(partitions if partitions is not None
+                                   else range(topic.partitions)):
+            if not 0 <= index < topic.partitions:  # nothing to read: no hash, no round trip
+                answered.append({"partition_index": index, "start_offset": -1,
+                                 "leader_epoch": -1, "lag": -1, "error_message": None,
+                                 "error_code": ErrorCode.unknown_topic_or_partition})
+                continue
             error, start, epoch, done = await services.shares.persister.summary(
                 ShareKey(group_id, topic.uuid, index))
             lag = -1
@@ -92,8 +101,8 @@ def _group_refused(ctx: RequestContext, group_id: str, operation: Operation
                    ) -> AdminOutcome | None:
     if not may(ctx, operation, group_id):
         return AdminOutcome((ErrorCode.group_authorization_failed, None))
-    if not group_id:
-        return AdminOutcome((ErrorCode.invalid_group_id, "The group id is empty."))
+    if not group_id or len(group_id.encode()) > MAX_NAME_BYTES:
+        return AdminOutcome((ErrorCode.invalid_group_id, "The group id is empty or too long."))
     if not_ours(ctx, group_id):
         return AdminOutcome((ErrorCode.not_coordinator, None))
     return None

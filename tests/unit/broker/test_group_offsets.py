@@ -147,3 +147,11 @@ def test_java_string_hash(group, hash_code, partition):
 @pytest.mark.parametrize(("group", "hash_code", "partition"), JAVA)
 def test_partition_for_is_kafkas_rule(group, hash_code, partition):
     assert partition_for(group, 50) == partition
+
+
+@pytest.mark.parametrize(("group", "hash_code", "partition"), JAVA)
+def test_partition_for_a_prefixed_key_is_that_of_the_whole_key(group, hash_code, partition):
+    """The prefix's hash is remembered apart (a share-partition's key starts with its group
+    id): every split of the key gives the whole key's partition."""
+    for cut in range(len(group) + 1):
+        assert partition_for(group[cut:], 50, prefix=group[:cut]) == partition

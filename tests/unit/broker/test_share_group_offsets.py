@@ -158,3 +158,27 @@ def test_bad_offset_changes_are_refused_and_change_nothing(services: BrokerServi
         assert response.error_code == ErrorCode.group_id_not_found
     assert alter(services, {0: 1}, group="").error_code == ErrorCode.invalid_group_id
     assert stored(services) == state
+
+
+def test_describing_offsets_of_a_huge_request_is_bounded(services: BrokerServices) -> None:
+    """Fuzzing found it (seed 2): a 2 MB DescribeShareGroupOffsets naming a 32 KB group and
+    thousands of partitions held the event loop for 39 s, hashing the group id once per
+    partition. Partitions the topic does not have are answered without a read, a group id
+    too long is refused, and a long valid one is hashed once."""
+    produce(services, 1)
+    consume_then_leave(services, "a", accepted=1)
+    long_group = "g" * 32767
+
+    def describe(group: str, partitions: list[int]) -> Any:
+        (answer,) = call(services, request(90, 1, {"groups": [
+            {"group_id": group, "topics": [{"topic_name": TOPIC,
+                                            "partitions": partitions}]}]})).groups
+        return answer
+
+    assert describe("g" * 32768, [0]).error_code == ErrorCode.invalid_group_id
+    answer = describe(long_group, [0, *range(1, 20_000)])
+    (topic,) = answer.topics
+    assert [p.error_code for p in topic.partitions[:2]] == [
+        ErrorCode.none, ErrorCode.unknown_topic_or_partition]
+    assert len(topic.partitions) == 20_000
+    assert describe(GROUP, [0]).topics[0].partitions[0].start_offset == 1
