@@ -26,6 +26,7 @@ from broker.common.metrics import ShareGroupSample
 from broker.config.broker_config import BrokerConfig
 from broker.config.group_settings import GroupSettings
 from broker.coordinator.share_state_log import ShareKey
+from broker.protocol.file_region import FileRegion
 from broker.protocol.records import HEADER_SIZE, parse_header
 from broker.server.partition import Partition
 from broker.server.replica_manager import ReplicaManager
@@ -66,9 +67,18 @@ class Fetched:
     """What one partition gives a ShareFetch: the batches read, and the runs acquired."""
 
     error: ErrorCode = ErrorCode.none
-    records: bytes | None = None
+    # The batches read: a file region, sent by sendfile as Fetch sends it (read_committed
+    # reads them into bytes, to find the transaction markers and aborted batches).
+    records: bytes | FileRegion | None = None
     acquired: tuple[Acquired, ...] = ()
     message: str | None = None
+
+    @property
+    def size(self) -> int:
+        """The bytes of ``records``."""
+        if isinstance(self.records, FileRegion):
+            return self.records.length
+        return len(self.records or b"")
 
 
 class SharePartitionManager:
@@ -197,18 +207,23 @@ class SharePartitionManager:
     def fetch(self, slot: Slot, member_id: str, max_records: int, max_bytes: int,
               read_committed: bool = False) -> Fetched:
         """Acquire records of ``slot`` for ``member_id``: read whole batches from the next
-        available offset and acquire what is available of them."""
+        available offset and acquire what is available of them. The records go out as the
+        log's file region (no copy through Python: profiled, the copies were about a tenth
+        of the broker at 1 consumer)."""
         share, partition = slot.share, slot.partition
         share.archive_before(partition.log.log_start_offset)
         offset = share.next_fetch_offset()
+        if offset >= share.end_offset and len(share.records) >= share.max_in_flight:
+            return Fetched()  # nothing available and no room for more: nothing to read
         try:
             read = partition.read(offset, max_bytes, True, read_committed=read_committed)
         except OffsetOutOfRange:
             return Fetched()
         if read.region is None or read.next_offset <= offset:
             return Fetched()
-        records = os.pread(read.region.fd, read.region.length, read.region.position)
+        records: bytes | FileRegion = read.region
         if read_committed:
+            records = os.pread(read.region.fd, read.region.length, read.region.position)
             for first, last in _not_committed(records, partition.log.collect_aborted_transactions(
                     read.first_offset, read.next_offset)):
                 share.archive_range(first, last)

@@ -9,6 +9,7 @@ built a message of the right version.
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,8 @@ from broker.protocol.codec import (
     encode_request,
     encode_response,
 )
+from broker.protocol.fetch import EncodedResponse
+from broker.protocol.file_region import FileRegion
 from broker.protocol.messages import build
 from broker.security import acl
 from broker.server.txn_verification import TransactionVerifier
@@ -82,6 +85,8 @@ def call(services: BrokerServices, req: Any) -> Any:
     spec = REGISTRY[req.__api_key__]
     assert spec.min_version <= req.__version__ <= spec.max_version
     response = asyncio.run(spec.handler(ctx, decoded_request.body))
+    if isinstance(response, EncodedResponse):  # file regions read as the socket sends them
+        response = inline(response)
     if isinstance(response, bytes):
         frame = response
     else:
@@ -91,6 +96,12 @@ def call(services: BrokerServices, req: Any) -> Any:
     assert correlation_id == 42
     assert isinstance(response, bytes) or decoded == response
     return decoded
+
+
+def inline(response: EncodedResponse) -> bytes:
+    """A frame of bytes and file regions as bytes, its regions read."""
+    return b"".join(os.pread(c.fd, c.length, c.position) if isinstance(c, FileRegion) else c
+                    for c in response.chunks)
 
 
 def new_topic(name: str, partitions: int = 1, rf: int = 1, configs: dict | None = None,

@@ -7,6 +7,8 @@ and the acknowledged state surviving the partition's leadership moving away and 
 from __future__ import annotations
 
 import asyncio
+import os
+import uuid
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -15,11 +17,14 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from broker.coordinator import share_state_log as ssl
-from broker.handlers import share_fetch  # noqa: F401 (registers)
+from broker.handlers import share_fetch  # registers; its encoder is tested here
 from broker.handlers.context import BrokerServices
+from broker.protocol.codec import encode_response
+from broker.protocol.file_region import FileRegion
+from broker.protocol.messages import build_response
 from broker.share.share_partition import AckBatch
 from kafkube.harness.wire import build_batch
-from tests.support.handlers import call, make_services, request
+from tests.support.handlers import call, inline, make_services, request
 
 TOPIC = "orders"
 GROUP = "queue"
@@ -205,3 +210,51 @@ def test_a_closed_connection_ends_its_sessions(services: BrokerServices) -> None
     sessions.open_or_continue(GROUP, "b", 0, [], [], connection=other)
     assert [s.member_id for s in sessions.closed_connection(first)] == ["a"]
     assert list(sessions.sessions) == [(GROUP, "b")]
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_the_hand_encoded_response_is_kio_s_bytes_with_records_sent_from_the_file(
+        tmp_path: Path, version: int) -> None:
+    """ShareFetch's response carries file regions (sent by sendfile); read back, the frame
+    is byte for byte what kio encodes, errors, leaders, runs and endpoints included."""
+    log = tmp_path / "segment"
+    log.write_bytes(b"x" * 10 + b"records-from-the-log" + b"y" * 10)
+    t1, t2 = uuid.UUID(int=1), uuid.UUID(int=2)
+    entry = {"error_code": ErrorCode.none, "error_message": None,
+             "acknowledge_error_code": ErrorCode.none, "acknowledge_error_message": None,
+             "current_leader": {"leader_id": -1, "leader_epoch": -1}, "records": b"",
+             "acquired_records": []}
+    with log.open("rb") as f:
+        parts: dict[Any, dict[str, Any]] = {
+            (t1, 0): {**entry, "partition_index": 0,
+                      "records": FileRegion(f.fileno(), 10, 20),
+                      "acquired_records": [
+                          {"first_offset": 5, "last_offset": 9, "delivery_count": 1},
+                          {"first_offset": 10, "last_offset": 300, "delivery_count": 2}]},
+            (t2, 3): {**entry, "partition_index": 3, "records": b"\x01" * 200},
+            (t1, 1): {**entry, "partition_index": 1,
+                      "error_code": ErrorCode.not_leader_or_follower,
+                      "error_message": "moved", "acknowledge_error_message": "é",
+                      "acknowledge_error_code": ErrorCode.invalid_record_state,
+                      "current_leader": {"leader_id": 2, "leader_epoch": 7}}}
+        nodes = [{"node_id": 2, "host": "b2", "port": 9092, "rack": None},
+                 {"node_id": 3, "host": "b3", "port": 9093, "rack": "r1"}]
+        lock = timedelta(milliseconds=15_000)
+        frame = inline(share_fetch._encode(42, lock, parts, nodes))
+        by_topic: dict[Any, list[dict[str, Any]]] = {}
+        for (tid, _), e in parts.items():
+            records = e["records"]
+            if isinstance(records, FileRegion):
+                records = os.pread(records.fd, records.length, records.position)
+            by_topic.setdefault(tid, []).append({**e, "records": records})
+        req = request(78, version, {
+            "group_id": GROUP, "member_id": "m", "share_session_epoch": 0,
+            "max_wait": timedelta(0), "min_bytes": 1, "max_bytes": 1, "max_records": 1,
+            "batch_size": 1, "share_acquire_mode": 0, "is_renew_ack": False, "topics": [],
+            "forgotten_topics_data": []})
+        expected = encode_response(42, build_response(req, {
+            "throttle_time": timedelta(0), "error_code": ErrorCode.none,
+            "error_message": None, "acquisition_lock_timeout": lock,
+            "responses": [{"topic_id": tid, "partitions": ps} for tid, ps in by_topic.items()],
+            "node_endpoints": nodes}))
+    assert frame == expected

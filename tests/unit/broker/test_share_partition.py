@@ -5,12 +5,16 @@ resume after a failover."""
 
 from __future__ import annotations
 
+import random
+from copy import deepcopy
+
 import pytest
 
 from broker.share.share_partition import (
     AckBatch,
     AckType,
     Acquired,
+    InFlight,
     InvalidRecordState,
     RecordState,
     SharePartition,
@@ -148,3 +152,116 @@ def test_the_stored_state_restores_the_partition() -> None:
     assert restored.acquire("b", 11, 19, 100, now=0) == [Acquired(11, 11, 2),
                                                          Acquired(13, 13, 2),
                                                          Acquired(15, 19, 2)]
+
+
+def _first_available(share: SharePartition) -> int:
+    """next_fetch_offset as a scan of the whole window (what the index must agree with)."""
+    for i, record in enumerate(share.records):
+        if record.state is RecordState.AVAILABLE and share.start_offset + i not in share.pending:
+            return share.start_offset + i
+    return share.end_offset
+
+
+def _acquired_by_scan(share: SharePartition, member: str, first: int, last: int,
+                      max_records: int, now: float) -> tuple[list[Acquired], list[tuple]]:
+    """acquire written record by record, on a copy: the runs and the window it leaves."""
+    copy = deepcopy(share)
+    first = max(first, copy.start_offset)
+    if first > copy.end_offset:
+        if not copy.records:
+            copy.start_offset = first
+        while copy.end_offset < first:
+            copy.records.append(InFlight(RecordState.ARCHIVED))
+    runs: list[Acquired] = []
+    offset, taken = first, 0
+    while offset <= last and taken < max_records:
+        if offset >= copy.end_offset:
+            if len(copy.records) >= copy.max_in_flight:
+                break
+            copy.records.append(InFlight())
+        record = copy.records[offset - copy.start_offset]
+        if record.state is RecordState.AVAILABLE and offset not in copy.pending:
+            record.state, record.member_id = RecordState.ACQUIRED, member
+            record.delivery_count += 1
+            record.lock_deadline = now + copy.lock_seconds
+            taken += 1
+            if runs and runs[-1].last_offset == offset - 1 and \
+                    runs[-1].delivery_count == record.delivery_count:
+                runs[-1] = Acquired(runs[-1].first_offset, offset, record.delivery_count)
+            else:
+                runs.append(Acquired(offset, offset, record.delivery_count))
+        offset += 1
+    return runs, [(copy.start_offset, r.state, r.delivery_count, r.member_id, r.lock_deadline)
+                  for r in copy.records]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_indexes_agree_with_a_scan_of_the_window(seed: int) -> None:
+    """Random fetches, acknowledgements (accept, release, reject, renew), releases, lock
+    expiries, failed stores and transaction markers: after each, the next available offset
+    (kept as a lower bound) is the first available record, acquire gives what a record by
+    record walk gives, and an expiry round releases exactly the expired records although
+    it skips its scan until the soonest lock."""
+    rng = random.Random(seed)
+    share = SharePartition(max_in_flight=rng.choice((20, 200)), lock_seconds=5, max_delivery=3)
+    now, members = 0.0, ["a", "b", "c"]
+    open_changes: list = []
+    for _ in range(1500):
+        now += rng.choice((0, 0.5, 2))
+        op = rng.random()
+        if op < 0.35:
+            member, count = rng.choice(members), rng.randint(1, 25)
+            first = share.next_fetch_offset()
+            assert first == _first_available(share)
+            last = first + rng.randint(0, 40)
+            runs, window = _acquired_by_scan(share, member, first, last, count, now)
+            assert share.acquire(member, first, last, count, now) == runs
+            assert [(share.start_offset, r.state, r.delivery_count, r.member_id,
+                     r.lock_deadline) for r in share.records] == window
+        elif op < 0.65:
+            member = rng.choice(members)
+            held = [share.start_offset + i for i, r in enumerate(share.records)
+                    if r.state is RecordState.ACQUIRED and r.member_id == member
+                    and share.start_offset + i not in share.pending]
+            if held:
+                first = rng.choice(held)
+                last = first
+                while last + 1 in held and last - first < 10:
+                    last += 1
+                ack_type = rng.choice((ACCEPT, ACCEPT, RELEASE, REJECT, RENEW))
+                change = share.plan_acknowledge(member, [AckBatch(first, last, (ack_type,))],
+                                                now)
+                share.begin(change)
+                open_changes.append(change)
+        elif op < 0.75:
+            expired = {share.start_offset + i for i, r in enumerate(share.records)
+                       if r.state is RecordState.ACQUIRED and r.lock_deadline <= now
+                       and share.start_offset + i not in share.pending}
+            change = share.plan_expiry(now)
+            assert set(change.updates) == expired
+            share.begin(change)
+            open_changes.append(change)
+        elif op < 0.8:
+            change = share.plan_release(rng.choice(members))
+            share.begin(change)
+            open_changes.append(change)
+        elif op < 0.9:
+            first = share.start_offset + rng.randrange(len(share.records) + 5)
+            share.archive_range(first, first + rng.randint(0, 3))
+        if open_changes and rng.random() < 0.6:  # stores land in order; some fail
+            change = open_changes.pop(0)
+            if rng.random() < 0.15:
+                share.abort(change)
+            else:
+                share.commit(change)
+        assert share.next_fetch_offset() == _first_available(share)
+        assert all(r.lock_deadline >= share.next_deadline for r in share.records
+                   if r.state is RecordState.ACQUIRED)
+
+
+def test_a_run_continues_past_the_end_offset() -> None:
+    """Records in the window never delivered, then new ones past the SPEO: one run."""
+    share = SharePartition(start_offset=10)
+    share.records.extend([InFlight(), InFlight()])
+    assert share.acquire("a", 10, 14, 100, now=0) == [Acquired(10, 14, 1)]
+    assert share.next_fetch_offset() == 15 and share.next_deadline == 30
