@@ -40,8 +40,11 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True, slots=True)
 class ReadResult:
     error: ErrorCode
-    state: ShareSnapshot | None = None  # None: never initialized
+    state: ShareSnapshot | None = None  # None: never initialized, or deleted
     message: str | None = None
+    # With no state: the epoch of the one deleted last, so the next is initialized above it
+    # (a leader still holding the deleted state must never match the new one).
+    deleted_epoch: int = 0
 
 
 class ShareCoordinator:
@@ -50,6 +53,10 @@ class ShareCoordinator:
         self.replicas = replicas
         self.partitions = config["share.coordinator.state.topic.num.partitions"]
         self.states: dict[ShareKey, ShareSnapshot] = {}
+        # The state epoch of each state deleted while this broker coordinated it. Lost
+        # with the coordinator (a tombstone carries no epoch): only a leader that kept a
+        # deleted state through a coordinator failover could then meet a reused epoch.
+        self.deleted: dict[ShareKey, int] = {}
         self.owned: dict[int, int] = {}  # partition of the topic led here -> leader epoch
         # One write per share-partition at a time: each stores a whole state, so two in
         # flight could land in either order.
@@ -129,11 +136,13 @@ class ShareCoordinator:
         if not self.owns(key):
             return ReadResult(ErrorCode.not_coordinator)
         state = self.states.get(key)
-        if state is not None and 0 <= leader_epoch < state.leader_epoch:
+        if state is None:
+            return ReadResult(ErrorCode.none, None, deleted_epoch=self.deleted.get(key, 0))
+        if 0 <= leader_epoch < state.leader_epoch:
             return ReadResult(ErrorCode.fenced_leader_epoch, None,
                               f"leader epoch {leader_epoch} is older than "
                               f"{state.leader_epoch}")
-        if state is not None and leader_epoch > state.leader_epoch:
+        if leader_epoch > state.leader_epoch:
             # The new leader is the writer from now on (stored with its first write).
             state = self.states[key] = replace(state, leader_epoch=leader_epoch)
         return ReadResult(ErrorCode.none, state)
@@ -149,12 +158,15 @@ class ShareCoordinator:
         if not self.owns(key):
             return ErrorCode.not_coordinator, None
         known = self.states.get(key)
-        if known is not None and state_epoch <= known.state_epoch:
+        last = known.state_epoch if known is not None else self.deleted.get(key, -1)
+        if state_epoch <= last:
             return ErrorCode.fenced_state_epoch, \
-                f"state epoch {state_epoch} is not newer than {known.state_epoch}"
+                f"state epoch {state_epoch} is not newer than {last}"
         now = int(time.time() * 1000)
-        snapshot = ShareSnapshot(state_epoch, -1, start_offset, (),
-                                 known.snapshot_epoch + 1 if known else 0, now, now)
+        # The last writer's leader epoch is kept: a deposed leader stays fenced.
+        snapshot = ShareSnapshot(state_epoch, known.leader_epoch if known else -1,
+                                 start_offset, (), known.snapshot_epoch + 1 if known else 0,
+                                 now, now)
         return await self._store(key, snapshot), None
 
     async def write(self, key: ShareKey, state_epoch: int, leader_epoch: int,
@@ -177,15 +189,15 @@ class ShareCoordinator:
             # Deleted (its group or its offsets) or never initialized: a leader still serving
             # it must read it again rather than bring it back.
             return ErrorCode.fenced_state_epoch, "the share-partition has no state"
-        if state_epoch < known.state_epoch:
+        if state_epoch != known.state_epoch:  # a leader that read another state
             return ErrorCode.fenced_state_epoch, \
-                f"state epoch {state_epoch} is older than {known.state_epoch}"
+                f"state epoch {state_epoch} is not the state's {known.state_epoch}"
         if leader_epoch < known.leader_epoch:
             return ErrorCode.fenced_leader_epoch, \
                 f"leader epoch {leader_epoch} is older than {known.leader_epoch}"
         now = int(time.time() * 1000)
         snapshot = ShareSnapshot(
-            max(state_epoch, known.state_epoch), leader_epoch, start_offset, tuple(batches),
+            known.state_epoch, leader_epoch, start_offset, tuple(batches),
             known.snapshot_epoch + 1, known.create_timestamp, now, delivery_complete_count)
         return await self._store(key, snapshot), None
 
@@ -221,7 +233,9 @@ class ShareCoordinator:
             log.warning("storing share state of %s: %s", key, error.name)
             return ErrorCode.coordinator_not_available
         if snapshot is None:
-            self.states.pop(key, None)
+            gone = self.states.pop(key, None)
+            if gone is not None:
+                self.deleted[key] = max(gone.state_epoch, self.deleted.get(key, 0))
         else:
             known = self.states.get(key)
             if known is not None and known.leader_epoch > snapshot.leader_epoch:

@@ -14,10 +14,11 @@ stop heartbeating for ``group.share.session.timeout.ms`` are removed by ``expire
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
@@ -61,6 +62,7 @@ class ShareMembership:
         self.writer = writer
         self.topics = topics
         self.sessions: dict[tuple[str, str], float] = {}  # (group, member) -> deadline
+        self.administered: set[str] = set()  # groups whose offsets are being changed
         # Called with (group id, member id) once a member is gone: the records it holds on
         # the partitions' leaders are released (broker.share).
         self.on_member_left: Callable[[str, str], None] = lambda group_id, member_id: None
@@ -91,6 +93,10 @@ class ShareMembership:
 
     def _heartbeat(self, hb: ShareHeartbeat, client_id: str, client_host: str, now: float
                    ) -> HeartbeatResult:
+        if hb.member_epoch == JOIN and hb.group_id in self.administered:
+            raise refuse(ErrorCode.coordinator_load_in_progress,
+                         f"The offsets of share group {hb.group_id} are being changed: "
+                         f"join again in a moment.")
         current = self._group(hb.group_id, create=hb.member_epoch == JOIN)
         group = _copy(current)
         entries: list[Entry] = []
@@ -193,29 +199,53 @@ class ShareMembership:
 
     # -- what an administrator changes -------------------------------------------------------
 
-    def empty_group(self, group_id: str) -> ShareGroup:
-        """The share group an administrator may reset the offsets of, or delete: it must
-        have no member (Kafka's NON_EMPTY_GROUP otherwise)."""
-        group = self.store.share_groups.get(group_id)
+    @contextlib.contextmanager
+    def administering(self, group_id: str, create: bool = False) -> Iterator[ShareGroup]:
+        """The share group while an administrator resets or deletes its offsets, or deletes
+        it: it must have no member (Kafka's NON_EMPTY_GROUP otherwise), and none may join
+        until the change is done, since the state changes over several awaited steps.
+        ``create``: a group not known yet is made (AlterShareGroupOffsets may come before
+        any consumer, as in Kafka)."""
+        if group_id in self.administered:
+            raise refuse(ErrorCode.coordinator_load_in_progress,
+                         f"Another change of share group {group_id} is under way.")
+        known = self.store.share_groups.get(group_id)
+        group = known if known is not None or not create else self._group(group_id, True)
         if group is None:
             raise refuse(ErrorCode.group_id_not_found, f"Group {group_id} is not a share group.")
         if group.members:
             raise refuse(ErrorCode.non_empty_group,
                          f"Share group {group_id} has {len(group.members)} members: offsets "
                          f"are changed, and a group deleted, only while it has none.")
-        return group
+        self.administered.add(group_id)
+        try:
+            yield group
+        finally:
+            self.administered.discard(group_id)
 
-    def set_initialized(self, group_id: str,
-                        initialized: dict[uuid.UUID, tuple[str, frozenset[int]]]) -> None:
+    def change_initialized(self, group_id: str,
+                           added: Mapping[uuid.UUID, tuple[str, frozenset[int]]],
+                           removed: Mapping[uuid.UUID, frozenset[int]]) -> None:
         """Store the partitions the group has share state of, after an administrator
-        initialized (AlterShareGroupOffsets) or deleted (DeleteShareGroupOffsets) some."""
-        current = self.store.share_groups.get(group_id)
-        if current is None:
-            raise refuse(ErrorCode.group_id_not_found, f"Group {group_id} is not a share group.")
+        initialized (AlterShareGroupOffsets) or deleted (DeleteShareGroupOffsets, a failed
+        DeleteGroups) some; a group made by the change is stored with it."""
+        current = self.store.share_groups.get(group_id) or ShareGroup(group_id)
         group = _copy(current)
-        group.initialized = {t: v for t, v in initialized.items() if v[1]}
+        for topic_id, (name, partitions) in added.items():
+            known = group.initialized.get(topic_id, (name, frozenset()))[1]
+            group.initialized[topic_id] = (name, known | partitions)
+        for topic_id, partitions in removed.items():
+            name, known = group.initialized.get(topic_id, ("", frozenset()))
+            group.initialized[topic_id] = (name, known - partitions)
+        group.initialized = {t: v for t, v in group.initialized.items() if v[1]}
+        entries: list[Entry] = []
+        if group_id not in self.store.share_groups:
+            group.group_epoch = 1  # an empty group of epoch 0 is not loaded again
+            entries.append(sr.group_metadata_entry(group))
         if group.initialized != current.initialized:
-            self.store_group(group, [sr.state_partitions_entry(group)])
+            entries.append(sr.state_partitions_entry(group))
+        if entries:
+            self.store_group(group, entries)
 
     def remove_member(self, group: ShareGroup, member_id: str, entries: list[Entry]) -> None:
         """Remove a member from ``group`` (a copy) and store it; its records are released."""

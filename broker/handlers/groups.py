@@ -454,15 +454,13 @@ async def handle_delete_groups(ctx: RequestContext, request: Any) -> Any:
     deletable = ctx.authorized_names(Operation.DELETE, ResourceType.GROUP, names)
     ours = [g for g in names if g in deletable and not not_ours(ctx, g)]
     coordinator = coordinator_of(ctx)
-    kept: dict[str, ErrorCode] = {}
-    for group_id in [g for g in ours if coordinator.describe_share_group(g) is not None]:
-        # A share group's delivery state goes first: if it cannot, the group stays.
-        error, _ = await ShareGroupAdmin(coordinator.shares, ctx.services.shares.persister,
-                                         ctx.services.store.topics).delete_group_state(group_id)
-        if error != ErrorCode.none:
-            kept[group_id] = error
-    results = coordinator.delete_groups([g for g in ours if g not in kept])
-    results.update(kept)
+    shares = [g for g in ours if coordinator.describe_share_group(g) is not None]
+    results = coordinator.delete_groups([g for g in ours if g not in shares])
+    admin = ShareGroupAdmin(coordinator.shares, ctx.services.shares.persister,
+                            ctx.services.store.topics,
+                            lambda group_id: coordinator.delete_groups([group_id])[group_id])
+    for group_id in shares:  # its delivery state first: if that cannot go, the group stays
+        results[group_id] = await admin.delete_group(group_id)
     results.update({g: ErrorCode.not_coordinator for g in names
                     if g in deletable and not_ours(ctx, g)})
     results.update({g: ErrorCode.group_authorization_failed for g in names

@@ -128,10 +128,10 @@ async def handle_alter_share_group_offsets(ctx: RequestContext, request: Any) ->
         done = outcome.topics.get(t.topic_name)
         partitions = []
         for p in t.partitions:
-            if t.topic_name not in readable:
-                code, text = ErrorCode.topic_authorization_failed, None
-            elif error != ErrorCode.none:
+            if error != ErrorCode.none:  # the whole request's (the group's) error
                 code, text = error, message
+            elif t.topic_name not in readable:
+                code, text = ErrorCode.topic_authorization_failed, None
             else:
                 code, text = done.partitions[p.partition_index] if done else (error, message)
             partitions.append({"partition_index": p.partition_index, "error_code": code,
@@ -156,9 +156,11 @@ async def handle_delete_share_group_offsets(ctx: RequestContext, request: Any) -
     topics = []
     for name in names:
         done = outcome.topics.get(name)
-        if name not in readable:
+        if error != ErrorCode.none:
+            code, text = error, message
+        elif name not in readable:
             code, text = ErrorCode.topic_authorization_failed, None
-        elif done is None or error != ErrorCode.none:
+        elif done is None:
             code, text = error, message
         else:
             code, text = done.outcome

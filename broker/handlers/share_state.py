@@ -68,7 +68,8 @@ async def handle_read_share_group_state(ctx: RequestContext, request: Any) -> An
         assert coordinator is not None
         result = await coordinator.read(key, p.leader_epoch)
         if result.error != ErrorCode.none or result.state is None:
-            return {**empty, "error_code": result.error, "error_message": result.message}
+            return {**empty, "error_code": result.error, "error_message": result.message,
+                    "state_epoch": result.deleted_epoch}
         s = result.state
         return {"error_code": ErrorCode.none, "error_message": None,
                 "state_epoch": s.state_epoch, "start_offset": s.start_offset,

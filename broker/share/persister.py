@@ -65,7 +65,7 @@ NEVER_INITIALIZED = -1  # the start offset a read answers for a share-partition 
 
 @dataclass(frozen=True, slots=True)
 class StoredState:
-    state_epoch: int
+    state_epoch: int  # with no state: that of the state deleted last, if known (else 0)
     start_offset: int  # NEVER_INITIALIZED: no state yet
     batches: tuple[StateBatch, ...] = ()
 
@@ -91,8 +91,8 @@ class SharePersister:
         if self.coordinator.owns(key):
             result = await self.coordinator.read(key, leader_epoch)
             state = result.state
-            if state is None:
-                return result.error, StoredState(0, NEVER_INITIALIZED)
+            if state is None:  # the epoch to initialize above
+                return result.error, StoredState(result.deleted_epoch, NEVER_INITIALIZED)
             return result.error, StoredState(state.state_epoch, state.start_offset,
                                              state.batches)
         body = ReadShareGroupStateRequest(group_id=key.group_id, topics=(ReadStateData(

@@ -60,6 +60,9 @@ class Slot:
     # Read again before its next use: its group may have been reset (offsets altered or
     # deleted, the group deleted) while no member of it fetched here.
     stale: bool = False
+    # Replaced by another slot of the same key (a reset read, a leadership change, a fenced
+    # write): nothing more is acquired or stored through it.
+    retired: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +105,11 @@ class SharePartitionManager:
         return {"max_delivery": number(group_id, "share.delivery.count.limit"),
                 "max_in_flight": number(group_id, "share.partition.max.record.locks"),
                 "lock_seconds": number(group_id, "share.record.lock.duration.ms") / 1000}
+
+    def session_timeout(self, group_id: str) -> float:
+        """Seconds a share session of ``group_id`` may stay unused: the group's session
+        timeout, as its membership uses it."""
+        return self.settings.number(group_id, "share.session.timeout.ms") / 1000
 
     def lock_ms(self, group_id: str) -> int:
         return self.settings.number(group_id, "share.record.lock.duration.ms")
@@ -152,8 +160,11 @@ class SharePartitionManager:
         error, stored = await self.persister.read(key, epoch)
         if error != ErrorCode.none:
             return client_error(error)
-        if known is not None and known.partition is partition and \
-                known.leader_epoch == epoch and known.state_epoch == stored.state_epoch and \
+        if not partition.is_leader or partition.leader_epoch != epoch:
+            return ErrorCode.not_leader_or_follower
+        if known is not None and self.slots.get(key) is known and \
+                known.partition is partition and known.leader_epoch == epoch and \
+                known.state_epoch == stored.state_epoch and \
                 stored.start_offset != NEVER_INITIALIZED:
             known.stale = False  # not reset: what is in memory is what is stored
             return known
@@ -161,7 +172,10 @@ class SharePartitionManager:
             reset = self.setting(key.group_id, "share.auto.offset.reset")
             start = partition.log.log_start_offset if reset == "earliest" \
                 else partition.high_watermark
-            error = await self.persister.initialize(key, stored.state_epoch, start)
+            # Above any state epoch this share-partition had: a slot kept somewhere from a
+            # deleted state must not match the new one.
+            state_epoch = stored.state_epoch + 1
+            error = await self.persister.initialize(key, state_epoch, start)
             if error not in (ErrorCode.none, ErrorCode.fenced_state_epoch):
                 return client_error(error)
             if error == ErrorCode.fenced_state_epoch:  # initialized meanwhile: read it
@@ -169,7 +183,7 @@ class SharePartitionManager:
                 if error != ErrorCode.none:
                     return client_error(error)
             else:
-                stored = type(stored)(stored.state_epoch, start)
+                stored = type(stored)(state_epoch, start)
         share = SharePartition.restored(stored.start_offset, stored.batches,
                                         **self._settings(key.group_id))
         share.archive_before(partition.log.log_start_offset)
@@ -179,6 +193,9 @@ class SharePartitionManager:
         slot = Slot(key, partition, share, stored.state_epoch, epoch)
         if not partition.is_leader or partition.leader_epoch != epoch:
             return ErrorCode.not_leader_or_follower
+        replaced = self.slots.get(key)
+        if replaced is not None:
+            replaced.retired = True
         self.slots[key] = slot
         log.info("share-partition %s:%s-%d starts at %d", key.group_id, partition.topic,
                  key.partition, share.start_offset)
@@ -200,7 +217,7 @@ class SharePartitionManager:
         """Leadership moved: the share-partitions of ``partition`` are read again (as stored)
         by whichever broker leads it now; their locks here are gone."""
         for key in [k for k, s in self.slots.items() if s.partition is partition]:
-            del self.slots[key]
+            self.slots.pop(key).retired = True
 
     # -- fetching --------------------------------------------------------------------------
 
@@ -211,6 +228,8 @@ class SharePartitionManager:
         log's file region (no copy through Python: profiled, the copies were about a tenth
         of the broker at 1 consumer)."""
         share, partition = slot.share, slot.partition
+        if slot.retired:  # a request that found it before it was replaced
+            return Fetched()
         share.archive_before(partition.log.log_start_offset)
         offset = share.next_fetch_offset()
         if offset >= share.end_offset and len(share.records) >= share.max_in_flight:
@@ -293,6 +312,8 @@ class SharePartitionManager:
 
     async def _apply_now(self, slot: Slot, plan: Callable[[], Change]) -> ErrorCode:
         async with slot.writing:
+            if slot.retired:  # replaced meanwhile: its state is not the stored one
+                return ErrorCode.not_leader_or_follower
             change = plan()
             if not change:
                 return ErrorCode.none
@@ -309,9 +330,10 @@ class SharePartitionManager:
                 share.abort(change)
                 log.warning("share-partition %s: storing a change failed: %s", slot.key,
                             error.name)
-                if error in (ErrorCode.fenced_state_epoch, ErrorCode.fenced_leader_epoch) \
-                        and self.slots.get(slot.key) is slot:
-                    del self.slots[slot.key]  # another leader or a reset owns the state now
+                if error in (ErrorCode.fenced_state_epoch, ErrorCode.fenced_leader_epoch):
+                    slot.retired = True  # another leader or a reset owns the state now
+                    if self.slots.get(slot.key) is slot:
+                        del self.slots[slot.key]
                 return client_error(error)
             share.commit(change)
             slot.partition.wake_fetchers()  # released records may be what a fetch waits for
@@ -327,8 +349,7 @@ class SharePartitionManager:
             try:
                 await self.expire(now)
                 if sessions is not None:
-                    idle = self.config["group.share.session.timeout.ms"] / 1000
-                    for session in sessions.evict_idle(now, idle):
+                    for session in sessions.evict_idle(now, self.session_timeout):
                         self.release_later(session.group_id, session.member_id)
             except Exception:
                 log.exception("share-partition lock expiry failed")

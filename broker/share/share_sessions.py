@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
@@ -87,10 +88,10 @@ class ShareSessions:
     def close(self, group_id: str, member_id: str) -> ShareSession | None:
         return self.sessions.pop((group_id, member_id), None)
 
-    def evict_idle(self, now: float, idle: float) -> list[ShareSession]:
-        """Sessions nobody used for ``idle`` seconds (their consumer died or went away):
-        removed, so dead consumers do not fill the cache."""
-        gone = [key for key, s in self.sessions.items() if now - s.last_used >= idle]
+    def evict_idle(self, now: float, idle: Callable[[str], float]) -> list[ShareSession]:
+        """Sessions nobody used for their group's ``idle`` seconds (their consumer died or
+        went away): removed, so dead consumers do not fill the cache."""
+        gone = [key for key, s in self.sessions.items() if now - s.last_used >= idle(key[0])]
         return [self.sessions.pop(key) for key in gone]
 
     def closed_connection(self, connection: object) -> list[ShareSession]:

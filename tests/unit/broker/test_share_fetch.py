@@ -149,7 +149,7 @@ def test_idle_sessions_are_evicted_and_their_records_released(
     produce(services, 2)
     assert acquired(fetch(services, "a", 0)) == [(0, 1, 1)]
     sessions = services.share_sessions
-    assert [s.member_id for s in sessions.evict_idle(10**9, 45)] == ["a"]
+    assert [s.member_id for s in sessions.evict_idle(10**9, lambda group: 45)] == ["a"]
 
     async def release() -> None:
         await services.shares.release(GROUP, "a")

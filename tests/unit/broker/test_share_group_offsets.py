@@ -17,6 +17,7 @@ from kio.schema.errors import ErrorCode
 from broker.coordinator.share_state_log import ShareKey
 from broker.handlers import groups, share_fetch, share_groups, share_offsets  # noqa: F401
 from broker.handlers.context import BrokerServices
+from broker.share.share_partition import AckBatch
 from tests.support.group_calls import finish_now
 from tests.support.handlers import call, make_services, request
 from tests.unit.broker.test_share_fetch import (
@@ -153,9 +154,7 @@ def test_bad_offset_changes_are_refused_and_change_nothing(services: BrokerServi
     assert stored(services) == state
     unknown = alter(services, {0: 1}, topic="nope")
     assert partition_errors(unknown) == [ErrorCode.unknown_topic_or_partition]
-    for response in (alter(services, {0: 1}, group="nobody"),
-                     delete_offsets(services, group="nobody")):
-        assert response.error_code == ErrorCode.group_id_not_found
+    assert delete_offsets(services, group="nobody").error_code == ErrorCode.group_id_not_found
     assert alter(services, {0: 1}, group="").error_code == ErrorCode.invalid_group_id
     assert stored(services) == state
 
@@ -182,3 +181,49 @@ def test_describing_offsets_of_a_huge_request_is_bounded(services: BrokerService
         ErrorCode.none, ErrorCode.unknown_topic_or_partition]
     assert len(topic.partitions) == 20_000
     assert describe(GROUP, [0]).topics[0].partitions[0].start_offset == 1
+
+
+def test_offsets_of_a_group_not_known_yet_make_it_as_kafka_does(
+        services: BrokerServices) -> None:
+    produce(services, 5)
+    assert alter(services, {0: 3}, group="later").error_code == ErrorCode.none
+    group = services.groups.describe_share_group("later")
+    assert group is not None and not group.members
+    assert group.initialized == {topic_id(services): (TOPIC, frozenset({0}))}
+    services.groups.load()  # a new coordinator finds it in __consumer_offsets
+    assert services.groups.describe_share_group("later").initialized == group.initialized
+
+
+def test_no_member_joins_while_the_offsets_are_changed(services: BrokerServices) -> None:
+    """Resetting or deleting takes several awaited steps: a member let in between would
+    start from a half-changed state (DeleteGroups: at share.auto.offset.reset, past records
+    never delivered)."""
+    produce(services, 1)
+    consume_then_leave(services, "a", accepted=0)
+    with services.groups.shares.administering(GROUP):
+        refused = beat(services, "b", 0, [TOPIC])
+        assert refused.error_code == ErrorCode.coordinator_load_in_progress
+        assert alter(services, {0: 0}).error_code == ErrorCode.coordinator_load_in_progress
+    assert beat(services, "b", 0, [TOPIC]).error_code == ErrorCode.none
+
+
+def test_a_deleted_state_is_never_matched_by_one_kept_in_memory(
+        services: BrokerServices) -> None:
+    """The state epoch goes on after a delete: the leader's replaced share-partition (a
+    request still holding it) neither acquires nor stores anything, and its epoch cannot
+    match the new state's."""
+    produce(services, 10)
+    consume_then_leave(services, "a", accepted=5)
+    old_slot = next(iter(services.shares.slots.values()))
+    old_epoch = stored(services).state_epoch
+    assert delete_offsets(services).error_code == ErrorCode.none
+    assert acquired(fetch(services, "b", 0)) == [(0, 9, 1)]  # started again, earliest
+    assert stored(services).state_epoch > old_epoch
+    assert old_slot.retired and services.shares.slots[old_slot.key] is not old_slot
+    assert services.shares.fetch(old_slot, "c", 100, 1 << 20).acquired == ()
+    error, _ = asyncio.run(services.shares.acknowledge(old_slot, "a", [AckBatch(5, 9, [1])]))
+    assert error == ErrorCode.not_leader_or_follower
+    before = stored(services)
+    error, _ = asyncio.run(services.share_coordinator.write(
+        old_slot.key, old_epoch, old_slot.leader_epoch, 5, ()))
+    assert error == ErrorCode.fenced_state_epoch and stored(services) == before
