@@ -339,3 +339,44 @@ def test_kubectl_scale_adds_brokers_that_take_replicas_and_drains_them_back(
                                         timeout=600), history)
     print(f"scaled 3 → 5 → 3 during a stream: {checked(history, produced, drained)}")
     my_cluster.size = 3
+
+
+def topic_status(cluster: Cluster, namespace: str, name: str) -> dict:
+    return json.loads(cluster.kubectl("-n", namespace, "get", "topic", name,
+                                      "-o", "json")).get("status", {})
+
+
+def test_a_topics_replication_factor_goes_1_3_2_under_an_acks_all_stream(
+        my_cluster: Brokers) -> None:
+    """spec.replicationFactor edited with kubectl on a live topic: a throttled, rack-aware
+    reassignment each way, followed in the Topic's status; every acknowledged record is
+    read back."""
+    operator, namespace = my_cluster.cluster, my_cluster.namespace
+    operator.apply(json.dumps({
+        "apiVersion": "kafkube.io/v1alpha1", "kind": "Topic", "metadata": {"name": "e2e-rf"},
+        "spec": {"cluster": "my-cluster", "partitions": 3, "replicationFactor": 1,
+                 "config": {"min.insync.replicas": "1"}}}), namespace=namespace)
+    operator.kubectl("-n", namespace, "wait", "topic/e2e-rf", "--for=condition=Ready",
+                     "--timeout=120s", timeout=130)
+    history = History()
+    pod = stream(my_cluster, "e2e-rf", 90_000, 150, 3000)
+    seen = []
+    for factor in (3, 2):
+        patch(operator, namespace, "topic/e2e-rf", {"spec": {"replicationFactor": factor}})
+        wait_until(lambda f=factor: topic_status(operator, namespace, "e2e-rf").get(
+            "replicationFactor") == f and "reassignment" not in topic_status(
+            operator, namespace, "e2e-rf"), 300, f"replication factor {factor}", 2.0)
+        operator.kubectl("-n", namespace, "wait", "topic/e2e-rf", "--for=condition=Ready",
+                         "--timeout=120s", timeout=130)
+        described = my_cluster.describe("e2e-rf")
+        racks = {b["id"]: b.get("rack") for b in status(operator, namespace,
+                                                           "my-cluster")["brokers"]}
+        assert all(len(replicas) == factor and len({racks[b] for b in replicas}) == factor
+                   for _, replicas, _ in described.values()), described
+        seen.append(get_table(operator, namespace, "topic/e2e-rf")[1])
+    end_stream(my_cluster, pod, 3)
+    produced = read_produce(my_cluster.finish(pod, 300), history)
+    drained = read_drain(my_cluster.run("drain", my_cluster.bootstrap, "e2e-rf",
+                                        timeout=600), history)
+    print(f"kubectl get topic e2e-rf after each change: {seen}; replication factor 1 → 3 → 2 "
+          f"during a stream: {checked(history, produced, drained)}")

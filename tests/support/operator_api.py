@@ -91,7 +91,8 @@ def condition(status: dict, kind: str) -> dict:
     return next((c for c in status.get("conditions", []) if c["type"] == kind), {})
 
 
-def events_of(api: k8s.ApiClient, namespace: str, name: str) -> list[tuple[str, str, str]]:
+def events_of(api: k8s.ApiClient, namespace: str, name: str, kind: str = "KafkaCluster"
+              ) -> list[tuple[str, str, str]]:
     found = k8s.CoreV1Api(api).list_namespaced_event(
-        namespace, field_selector=f"involvedObject.name={name},involvedObject.kind=KafkaCluster")
+        namespace, field_selector=f"involvedObject.name={name},involvedObject.kind={kind}")
     return [(e.type, e.reason, e.message) for e in found.items]

@@ -1,23 +1,25 @@
 """A Topic resource and the cluster image → what to do to the topic, and the Topic's status.
 
-The plan is a value (create, add partitions, change configs, or refuse with a reason);
-reconcile/topic.py carries it out through the Kafka API. It names counts, never replicas: a
-topic is created with CreateTopics(partitions, replication factor) and grown with
-CreatePartitions(total), and the brokers' controller places the replicas, rack-aware and
-away from cordoned brokers, as it does for `kafka-topics` (Kafka's and Strimzi's topic
-operators do the same). So placement has one author, the brokers, whatever version the
-operator is.
+The plan is a value (create, add partitions, change configs, move replicas, or refuse with
+a reason); reconcile/topic.py carries it out through the Kafka API. Creating and growing name
+counts, never replicas: a topic is created with CreateTopics(partitions, replication factor)
+and grown with CreatePartitions(total), and the brokers' controller places the replicas,
+rack-aware and away from cordoned brokers, as it does for `kafka-topics` (Kafka's and
+Strimzi's topic operators do the same). A changed replication factor is the one exception,
+since Kafka has no API for it: a throttled reassignment planned by model/replication.py.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from kafkube_contract.image import NO_LEADER, TopicMetadata
+from kafkube_operator.model.replication import Partition, moving, replication_moves
 from kafkube_operator.model.scale import THROTTLED_REPLICAS
 from kafkube_operator.model.status import TRUE, Condition
 
@@ -53,6 +55,16 @@ def _as_text(value: object) -> str:
 
 
 @dataclass(frozen=True)
+class Placement:
+    """What a replication-factor change needs to know of the cluster."""
+
+    racks: Mapping[int, str | None]  # the brokers that may take new replicas, id -> rack
+    load: Counter[int]  # replicas per broker
+    min_isr: int = 1  # the topic's effective min.insync.replicas
+    busy: str | None = None  # why no reassignment may start now (a scale, another move)
+
+
+@dataclass(frozen=True)
 class TopicPlan:
     """What brings the topic to its spec. ``refused`` says why part of it cannot be done;
     whatever else can be done is still in the plan."""
@@ -61,17 +73,27 @@ class TopicPlan:
     add_partitions: int = 0  # how many partitions CreatePartitions adds
     set_configs: dict[str, str] = field(default_factory=dict)
     delete_configs: list[str] = field(default_factory=list)
+    reassign: dict[Partition, tuple[int, ...]] = field(default_factory=dict)  # RF change
     refused: list[tuple[str, str]] = field(default_factory=list)  # (reason, message)
+    waiting: str | None = None  # a replication-factor change that must wait, and why
 
     @property
     def empty(self) -> bool:
         return not self.create and not self.add_partitions and not self.set_configs \
-            and not self.delete_configs
+            and not self.delete_configs and not self.reassign
 
 
-def topic_plan(spec: TopicSpec, current: TopicMetadata | None, brokers: int) -> TopicPlan:
+def replication_factor(topic: TopicMetadata) -> int:
+    """The topic's replication factor once any reassignment is done (its first partition's;
+    a topic whose partitions differ is moved to the spec's factor everywhere)."""
+    return max((len(s.target_replicas) for s in topic.assignments), default=0)
+
+
+def topic_plan(spec: TopicSpec, current: TopicMetadata | None, brokers: int,
+               placement: Placement | None = None) -> TopicPlan:
     """The steps from ``current`` (None: the topic does not exist) to ``spec``; ``brokers``
-    is how many live brokers may take new replicas (not cordoned)."""
+    is how many live brokers may take new replicas (not cordoned). Without ``placement`` a
+    changed replication factor is left alone (only the other steps are planned)."""
     if current is None:
         if spec.replication_factor > brokers:
             return TopicPlan(refused=[("ReplicationFactorTooLarge", (
@@ -80,12 +102,6 @@ def topic_plan(spec: TopicSpec, current: TopicMetadata | None, brokers: int) -> 
                 "created once enough brokers are up"))])
         return TopicPlan(create=True)
     refused: list[tuple[str, str]] = []
-    current_rf = len(current.assignments[0].target_replicas) if current.assignments else 0
-    if spec.replication_factor != current_rf:
-        refused.append(("ReplicationFactorChange", (
-            f"replicationFactor {spec.replication_factor} differs from the topic's "
-            f"{current_rf}: changing it needs a partition reassignment, which this operator "
-            "does not start for a Topic edit; the topic keeps its replicas")))
     added = max(0, spec.partitions - current.partitions)
     if spec.partitions < current.partitions:
         refused.append(("PartitionsDecrease", (
@@ -94,13 +110,41 @@ def topic_plan(spec: TopicSpec, current: TopicMetadata | None, brokers: int) -> 
     configs = user_configs(current)
     set_configs = {k: v for k, v in spec.config.items() if configs.get(k) != v}
     delete_configs = sorted(set(configs) - set(spec.config))
+    reassign, waiting = _replication_change(spec, current, brokers, placement, refused)
     return TopicPlan(add_partitions=added, set_configs=set_configs,
-                     delete_configs=delete_configs, refused=refused)
+                     delete_configs=delete_configs, reassign=reassign, refused=refused,
+                     waiting=waiting)
+
+
+def _replication_change(spec: TopicSpec, current: TopicMetadata, brokers: int,
+                        placement: Placement | None, refused: list[tuple[str, str]]
+                        ) -> tuple[dict[Partition, tuple[int, ...]], str | None]:
+    rf = spec.replication_factor
+    uneven = any(len(s.target_replicas) != rf for s in current.assignments)
+    if placement is None or not uneven:
+        return {}, None
+    if rf > brokers:
+        refused.append(("ReplicationFactorTooLarge", (
+            f"replicationFactor {rf} is above the {brokers} live broker(s) of cluster "
+            f"{spec.cluster} that may take replicas; the topic keeps "
+            f"{replication_factor(current)} until enough brokers are up")))
+        return {}, None
+    if rf < placement.min_isr:
+        refused.append(("ReplicationFactorBelowMinIsr", (
+            f"replicationFactor {rf} is below the topic's min.insync.replicas "
+            f"{placement.min_isr}: producers with acks=all could not write; lower "
+            "min.insync.replicas first")))
+        return {}, None
+    if moving(current):
+        return {}, f"{moving(current)} partition(s) of the topic are being moved"
+    if placement.busy is not None:
+        return {}, placement.busy
+    return replication_moves(current, rf, placement.racks, placement.load), None
 
 
 def topic_status(spec: TopicSpec, current: TopicMetadata | None, generation: int,
                  problems: list[tuple[str, str]], previous: list[Mapping], now: str,
-                 ) -> dict[str, Any]:
+                 waiting: str | None = None) -> dict[str, Any]:
     """Per-partition replicas, leader and ISR from the cluster image; Ready once the topic
     exists with the spec's partitions and configs and nothing was refused."""
     before = {c["type"]: c for c in previous if "type" in c}
@@ -113,17 +157,33 @@ def topic_status(spec: TopicSpec, current: TopicMetadata | None, generation: int
         partitions = [{"partition": i, "leader": p.leader, "replicas": list(p.replicas),
                        "isr": list(p.isr)} for i, p in enumerate(current.assignments)]
         status["topicId"] = current.topic_id
-        in_spec = current.partitions == spec.partitions and all(
+        rf = status["replicationFactor"] = replication_factor(current)
+        moved = sum(1 for s in current.assignments
+                    if len(s.target_replicas) == spec.replication_factor and not s.adding
+                    and not s.removing)
+        reassigning = moved < current.partitions
+        status["reassignment"] = None  # a merge patch: None removes the last one shown
+        if reassigning:  # a replication-factor change (or another move) under way
+            status["reassignment"] = {
+                "targetReplicationFactor": spec.replication_factor,
+                "partitionsDone": moved, "partitions": current.partitions,
+                "partitionsMoving": moving(current), **({"waiting": waiting} if waiting else {})}
+        in_spec = current.partitions == spec.partitions and not reassigning and all(
             current.configs.get(k) == v for k, v in spec.config.items())
         offline = [i for i, p in enumerate(current.assignments) if p.leader == NO_LEADER]
-        message = f"{current.partitions} partition(s) in cluster {spec.cluster}"
+        message = f"{current.partitions} partition(s) in cluster {spec.cluster}, " \
+            f"replication factor {rf}"
+        if reassigning:
+            message += (f"; moving to {spec.replication_factor}: {moved} of "
+                        f"{current.partitions} partition(s) done"
+                        + (f" (waiting: {waiting})" if waiting else ""))
         if offline:
             # No leader: no replica in the ISR is alive, and none outside it is elected.
             message += (f"; {len(offline)} offline (no in-sync replica alive): "
                         + ", ".join(str(i) for i in offline[:10]))
         ready = Condition("Ready", TRUE if in_spec and not problems and not offline else "False",
-                          "PartitionsOffline" if offline else
-                          "Applied" if in_spec else "Applying", message)
+                          "PartitionsOffline" if offline else "Applied" if in_spec else
+                          "Reassigning" if reassigning else "Applying", message)
     status["partitions"] = partitions
     status["underReplicated"] = sum(1 for p in partitions if len(p["isr"]) < len(p["replicas"]))
     conditions = [ready]

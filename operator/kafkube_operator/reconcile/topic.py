@@ -1,5 +1,9 @@
 """Apply a Topic's plan through its cluster's Kafka API, read its state back from the cluster
-image, and keep `kubectl get topics` in step with the topics that exist in Kafka."""
+image, and keep `kubectl get topics` in step with the topics that exist in Kafka.
+
+A changed replication factor is a throttled reassignment (model/replication.py), started when
+no other move runs in the cluster (a scale, another topic's change) and followed in the
+Topic's status; its throttle goes once the topic's partitions are all moved."""
 
 from __future__ import annotations
 
@@ -7,12 +11,15 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 
-from kafkube_contract.image import ImageFormatError, ImageView
+from kafkube_contract.image import ImageFormatError, ImageView, TopicMetadata
 from kafkube_operator.cluster_view import ClusterView, MetadataMissing
 from kafkube_operator.kafka import AdminClients, KafkaAdmin, KafkaRefused
 from kafkube_operator.kube import ApplyError, Kube
 from kafkube_operator.model.cluster import API_VERSION, ClusterRef
+from kafkube_operator.model.replication import replica_load
+from kafkube_operator.model.scale import THROTTLED_REPLICAS, in_progress, throttled_replicas
 from kafkube_operator.model.topic import (
+    Placement,
     TopicSpec,
     deleted_through_kafka,
     mirror_name,
@@ -30,6 +37,7 @@ from kafkube_operator.reconcile.views import (
 )
 
 log = logging.getLogger(__name__)
+DEFAULT_THROTTLE = 52_428_800  # crds/kafkacluster.yaml's default of throttleBytesPerSecond
 # How long a change waits to show in the cluster image before the pass ends (the next pass
 # picks it up anyway; waiting avoids a second CreateTopics for a topic made a moment ago),
 # and how often it looks meanwhile: each look is a GET of the image, so at most ten.
@@ -102,8 +110,13 @@ def reconcile_topic(kube: Kube, views: ClusterViews, admins: AdminClients, resou
         # Not created again: the cluster's pass would remove the resource a moment later.
         _remove_mirror(kube, resource, events)
         return dict(resource.get("status") or {})
-    plan = topic_plan(spec, current, brokers)
+    live = {b: r.rack for b, r in view.live_brokers().items() if b not in cordoned}
+    placement = _placement(cluster, trusted.image, current, live)
+    plan = topic_plan(spec, current, brokers, placement)
     problems = list(plan.refused)
+    if current is not None and not plan.reassign and not in_progress(trusted.image) and \
+            set(THROTTLED_REPLICAS) & set(current.configs):
+        _unthrottle(admins, ref, view, spec.name, cluster, events)
     if not plan.empty:
         admin: KafkaAdmin | None = None
         try:
@@ -121,6 +134,14 @@ def reconcile_topic(kube: Kube, views: ClusterViews, admins: AdminClients, resou
                 admin.alter_topic_configs(spec.name, plan.set_configs, plan.delete_configs)
                 changed = sorted([*plan.set_configs, *plan.delete_configs])
                 events.info("ConfigChanged", f"topic {spec.name}: {', '.join(changed)} changed")
+            if plan.reassign:
+                rate = _throttle_rate(cluster)
+                admin.throttle(rate, view.live_brokers(),
+                               throttled_replicas(trusted.image, plan.reassign))
+                admin.reassign(plan.reassign)
+                events.info("ReplicationFactorChanging", (
+                    f"topic {spec.name}: {len(plan.reassign)} partition(s) moving to "
+                    f"replication factor {spec.replication_factor}, throttled at {rate} B/s"))
         except KafkaRefused as e:
             problems.append(("KafkaRefused", str(e)))
             events.warning("KafkaRefused", str(e))
@@ -131,7 +152,48 @@ def reconcile_topic(kube: Kube, views: ClusterViews, admins: AdminClients, resou
             current = _wait_image(view, lambda image: topic_plan(
                 spec, image.topics.get(spec.name), brokers).empty,
                 trusted.image).topics.get(spec.name)
-    return topic_status(spec, current, generation, problems, previous, utc_now())
+    return topic_status(spec, current, generation, problems, previous, utc_now(),
+                        plan.waiting)
+
+
+def _throttle_rate(cluster: Mapping) -> int:
+    spec = cluster.get("spec") or {}
+    return int((spec.get("rebalance") or {}).get("throttleBytesPerSecond") or DEFAULT_THROTTLE)
+
+
+def _placement(cluster: Mapping, image: ImageView, current: TopicMetadata | None,
+               live: Mapping[int, str | None]) -> Placement:
+    """What a replication-factor change needs: the brokers that may take replicas, the
+    load, the topic's effective min.insync.replicas (its own, else the cluster's dynamic
+    default, else the KafkaCluster's config, else Kafka's 1), and whether a move runs."""
+    spec = cluster.get("spec") or {}
+    configs = current.configs if current is not None else {}
+    min_isr = configs.get("min.insync.replicas") or \
+        image.broker_configs.get("", {}).get("min.insync.replicas") or \
+        (spec.get("config") or {}).get("min.insync.replicas") or 1
+    scaling = ((cluster.get("status") or {}).get("scaling") or {}).get("phase")
+    moving = in_progress(image)
+    busy = f"the cluster is {scaling.lower()}" if scaling else \
+        f"{moving} partition(s) of the cluster are being moved" if moving else None
+    return Placement(live, replica_load(image.topics), int(min_isr), busy)
+
+
+def _unthrottle(admins: AdminClients, ref: ClusterRef, view: ClusterView, topic: str,
+                cluster: Mapping, events: Events) -> None:
+    """The topic's moves are done: its throttled-replica lists go, and the brokers' rates
+    too unless the cluster is scaling (its own pass removes them then)."""
+    scaling = ((cluster.get("status") or {}).get("scaling") or {}).get("phase")
+    admin: KafkaAdmin | None = None
+    try:
+        admin = cluster_admin(admins, ref, view)
+        admin.throttle(None, [] if scaling else view.live_brokers(),
+                       {topic: dict.fromkeys(THROTTLED_REPLICAS)})
+        events.info("ReplicationFactorChanged", f"topic {topic}: moves done, replication "
+                    "throttle removed")
+    except KafkaRefused as e:
+        events.warning("KafkaRefused", str(e))
+        if admin is not None:
+            admins.drop((ref.namespace, ref.name), admin)
 
 
 def delete_topic(kube: Kube, views: ClusterViews, admins: AdminClients, resource: Mapping,

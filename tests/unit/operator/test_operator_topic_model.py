@@ -1,13 +1,16 @@
 """Topic resource + cluster image → plan and status (kafkube_operator.model.topic): plans in
-counts (the brokers place replicas) that only add; refusals with Kafka's reasons; names for
-topics found in Kafka."""
+counts (the brokers place replicas) that only add, a changed replication factor as a
+reassignment; refusals with Kafka's reasons; names for topics found in Kafka."""
 
 from __future__ import annotations
+
+from collections import Counter
 
 import pytest
 
 from kafkube_contract.image import PartitionState, TopicMetadata
 from kafkube_operator.model.topic import (
+    Placement,
     TopicSpec,
     deleted_through_kafka,
     mirrored_topic,
@@ -63,14 +66,64 @@ def test_more_partitions_are_a_count_to_add_and_configs_are_diffed() -> None:
                       len(brokers)).empty
 
 
-@pytest.mark.parametrize(("partitions", "rf", "reason"), [
-    (3, 3, "PartitionsDecrease"), (6, 2, "ReplicationFactorChange")])
-def test_what_kafka_cannot_do_to_a_topic_is_refused_with_why(partitions: int, rf: int,
-                                                             reason: str) -> None:
+def test_fewer_partitions_are_refused_with_why() -> None:
     current = existing(placement("orders", {0: None, 1: None, 2: None}, 6, 3))
-    plan = topic_plan(spec(partitions, rf), current, 3)
+    plan = topic_plan(spec(3, 3), current, 3)
+    assert [r for r, _ in plan.refused] == ["PartitionsDecrease"]
+    assert plan.empty
+
+
+RACKS = {0: "a", 1: "b", 2: "c", 3: "a"}
+
+
+def cluster(min_isr: int = 1, busy: str | None = None, racks: dict | None = None
+            ) -> Placement:
+    racks = RACKS if racks is None else racks
+    return Placement(racks, Counter({b: 1 for b in racks}), min_isr, busy)
+
+
+def test_a_changed_replication_factor_is_a_reassignment_of_every_partition() -> None:
+    current = existing(placement("orders", {0: "a", 1: "b", 2: "c"}, 3, 1))
+    plan = topic_plan(spec(3, 3), current, 4, cluster())
+    assert sorted(plan.reassign) == [("orders", 0), ("orders", 1), ("orders", 2)]
+    for (_, index), target in plan.reassign.items():
+        first = current.assignments[index].replicas[0]
+        assert target[0] == first and len(set(target)) == 3  # the leader stays first
+        assert len({RACKS[b] for b in target}) == 3  # one per rack
+    assert not plan.refused and not plan.empty
+    # Down again to 2, keeping the preferred leader.
+    three = existing([plan.reassign[("orders", i)] for i in range(3)])
+    down = topic_plan(spec(3, 2), three, 4, cluster())
+    assert all(len(t) == 2 and t[0] == three.assignments[i].replicas[0]
+               for (_, i), t in down.reassign.items())
+    assert len(down.reassign) == 3
+
+
+@pytest.mark.parametrize(("rf", "brokers", "min_isr", "reason"), [
+    (4, 3, 1, "ReplicationFactorTooLarge"), (1, 4, 2, "ReplicationFactorBelowMinIsr")])
+def test_a_replication_factor_that_cannot_hold_is_refused_with_why(
+        rf: int, brokers: int, min_isr: int, reason: str) -> None:
+    current = existing(placement("orders", {0: "a", 1: "b", 2: "c"}, 3, 2))
+    plan = topic_plan(spec(3, rf), current, brokers, cluster(min_isr))
     assert [r for r, _ in plan.refused] == [reason]
     assert plan.empty
+
+
+def test_a_replication_factor_change_waits_for_moves_under_way() -> None:
+    current = existing(placement("orders", {0: "a", 1: "b", 2: "c"}, 3, 1))
+    busy = topic_plan(spec(3, 2), current, 3, cluster(busy="the cluster is scaling"))
+    assert busy.empty and busy.waiting == "the cluster is scaling" and not busy.refused
+    moving = TopicMetadata(current.name, current.topic_id, {}, (
+        PartitionState((0, 1), (0,), 0, adding=(1,)), *current.assignments[1:]))
+    plan = topic_plan(spec(3, 2), moving, 3, cluster())
+    assert plan.empty and plan.waiting == "1 partition(s) of the topic are being moved"
+    status = topic_status(spec(3, 2), moving, 2, [], [], NOW, plan.waiting)
+    assert status["reassignment"] == {"targetReplicationFactor": 2, "partitionsDone": 0,
+                                      "partitions": 3, "partitionsMoving": 1,
+                                      "waiting": plan.waiting}
+    (ready, _) = status["conditions"]
+    assert (ready["status"], ready["reason"]) == ("False", "Reassigning")
+    assert "moving to 2: 0 of 3 partition(s) done" in ready["message"]
 
 
 def test_status_lists_every_partition_and_counts_the_under_replicated() -> None:

@@ -1,0 +1,88 @@
+"""A Topic's replication factor changed (``spec.replicationFactor`` up or down): each
+partition's new replica list, as a pure function of the topic, the brokers that may take
+replicas (id → rack) and how many replicas each broker holds.
+
+The moves are Kafka's reassignment (KIP-455): replicas are added first and join the ISR, then
+the ones leaving are dropped, so raising the factor never shrinks the ISR. Raising adds each
+new replica on the least loaded broker of a rack the partition does not use yet (a broker of a
+used rack only when every rack has one; equal loads taken in turn). Lowering keeps the
+preferred leader and the current leader, and drops first the replicas out of the ISR, then
+those sharing a rack, then those on the most loaded brokers: so the partition keeps as many
+in-sync replicas as it can (never fewer than the new factor while the ISR had them) and one
+per rack while racks suffice. The same inputs give the same moves, so an operator restarted
+half-way plans the same thing.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+
+from kafkube_contract.image import PartitionState, TopicMetadata
+
+Partition = tuple[str, int]
+
+
+def replication_moves(topic: TopicMetadata, factor: int, racks: Mapping[int, str | None],
+                      load: Counter[int]) -> dict[Partition, tuple[int, ...]]:
+    """The partitions of ``topic`` whose replica count is not ``factor``, each with its new
+    replica list. ``load`` is counted on (moves already planned count); ``racks`` holds the
+    brokers new replicas may go to, and ``factor`` must not exceed them when raising."""
+    moves: dict[Partition, tuple[int, ...]] = {}
+    for index, state in enumerate(topic.assignments):
+        current = list(state.target_replicas)
+        if len(current) < factor:
+            target = _raised(current, factor, racks, load, index)
+        elif len(current) > factor:
+            target = _lowered(state, current, factor, racks, load)
+        else:
+            continue
+        if tuple(target) != tuple(current):
+            moves[(topic.name, index)] = tuple(target)
+    return moves
+
+
+def _raised(current: list[int], factor: int, racks: Mapping[int, str | None],
+            load: Counter[int], index: int) -> list[int]:
+    target = list(current)
+    order = {b: i for i, b in enumerate(sorted(racks))}
+    while len(target) < factor:
+        candidates = [b for b in racks if b not in target]
+        if not candidates:
+            break  # fewer brokers than the factor: the caller refuses that first
+        used = {racks.get(b) for b in target}
+        fresh = [b for b in candidates if racks[b] not in used]
+        # Equal loads: the brokers taken in turn from the partition's index on, so a
+        # topic's partitions do not all pick the lowest ids first.
+        chosen = min(fresh or candidates,
+                     key=lambda b: (load[b], (order[b] - index) % len(order)))
+        target.append(chosen)
+        load[chosen] += 1
+    return target
+
+
+def _lowered(state: PartitionState, current: list[int], factor: int,
+             racks: Mapping[int, str | None], load: Counter[int]) -> list[int]:
+    target = list(current)
+    kept = {current[0], state.leader}
+    while len(target) > factor:
+        droppable = [b for b in target if b not in kept] or target[1:]
+        rack_count = Counter(racks.get(b) for b in target)
+        # Out of the ISR first, then a rack another replica shares, then the most loaded
+        # broker, then the highest id (only for a stable order).
+        dropped = min(droppable, key=lambda b, shared=rack_count: (
+            b in state.isr, shared[racks.get(b)] <= 1, -load[b], -b))
+        target.remove(dropped)
+        load[dropped] -= 1
+    return target
+
+
+def replica_load(topics: Mapping[str, TopicMetadata]) -> Counter[int]:
+    """Replicas per broker, counting where each partition's replicas will be."""
+    return Counter(b for t in topics.values() for s in t.assignments
+                   for b in s.target_replicas)
+
+
+def moving(topic: TopicMetadata) -> int:
+    """Partitions of ``topic`` with a reassignment in progress."""
+    return sum(1 for s in topic.assignments if s.adding or s.removing)
