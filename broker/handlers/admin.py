@@ -215,7 +215,7 @@ async def create_topics(ctx: RequestContext, request: Any) -> Any:
                                  topic.name in describable, _mutation_charge(ctx))
         for topic in topics
     ]
-    return build_response(request, {"throttle_time": NO_THROTTLE, "topics": results})
+    return build_response(request, {"throttle_time": ctx.throttle_time, "topics": results})
 
 
 # -- DeleteTopics -----------------------------------------------------------------------
@@ -275,7 +275,7 @@ async def delete_topics(ctx: RequestContext, request: Any) -> Any:
             services.groups.delete_topic_offsets(name)
             services.metrics.forget_topic(name)
         results.append(_deletion(Deletion(name, topic_id, ErrorCode.none, None)))
-    return build_response(request, {"throttle_time": NO_THROTTLE, "responses": results})
+    return build_response(request, {"throttle_time": ctx.throttle_time, "responses": results})
 
 
 # -- CreatePartitions -------------------------------------------------------------------
@@ -345,7 +345,7 @@ async def create_partitions(ctx: RequestContext, request: Any) -> Any:
             if result["error_code"] == ErrorCode.none and not request.validate_only:
                 _mutation_charge(ctx)(added)
             results.append(result)
-    return build_response(request, {"throttle_time": NO_THROTTLE, "results": results})
+    return build_response(request, {"throttle_time": ctx.throttle_time, "results": results})
 
 
 # -- DescribeCluster --------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import datetime
 import time
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
@@ -153,6 +154,11 @@ class RequestContext:
     @property
     def client_id(self) -> str:
         return self.header.client_id or ""
+
+    @property
+    def throttle_time(self) -> datetime.timedelta:
+        """The request's throttle so far, as kio responses carry it."""
+        return datetime.timedelta(milliseconds=self.throttle.ms)
 
     def authorize(self, operation: Operation, resource_type: ResourceType, name: str,
                   log_denied: bool = True) -> bool:
