@@ -10,10 +10,12 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+import pytest
 from confluent_kafka import KafkaError, Producer
 
 from kafkube.harness.metadata import Cluster
 from kafkube.harness.waiting import wait_until
+from kafkube_operator.kafka import KafkaAdmin, KafkaRefused
 from tests.support.kafka_tools import CONFIG_COMMAND, KafkaTools
 
 QUOTA = 200 * 1024  # bytes per second
@@ -111,3 +113,24 @@ def test_a_user_is_held_to_its_produce_quota_and_others_are_not(
 
     configs(kafka_tools, cluster, "--alter", "--delete-config", "producer_byte_rate")
     assert "producer_byte_rate" not in configs(kafka_tools, cluster, "--describe")
+
+
+def test_the_operators_admin_client_sets_and_reads_a_users_quotas(cluster_factory,
+                                                                  kafka_tools: KafkaTools
+                                                                  ) -> None:
+    """What reconcile/user.py sends (kafka.py's alter_quotas and quotas_of), against the
+    broker, and read back by ConfigCommand."""
+    cluster = cluster_factory(1)
+    admin = KafkaAdmin([cluster.bootstrap])
+    try:
+        admin.alter_quotas("alice", [("producer_byte_rate", 1024.0),
+                                     ("controller_mutation_rate", 2.5)], [])
+        assert admin.quotas_of(["alice", "bob"]) == {
+            "alice": {"producer_byte_rate": 1024.0, "controller_mutation_rate": 2.5}}
+        assert "controller_mutation_rate=2.5" in configs(kafka_tools, cluster, "--describe")
+        admin.alter_quotas("alice", [], ["producer_byte_rate"])
+        assert admin.quotas_of(["alice"]) == {"alice": {"controller_mutation_rate": 2.5}}
+        with pytest.raises(KafkaRefused, match="must be greater than 0"):
+            admin.alter_quotas("alice", [("consumer_byte_rate", 0.0)], [])
+    finally:
+        admin.close()
