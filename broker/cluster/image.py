@@ -13,6 +13,7 @@ import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from broker.cluster.client_quotas import QuotaEntity, quotas_of_doc, quotas_to_doc
 from broker.security.acl import AclBinding
 from broker.security.scram import ScramCredential
 from kafkube_contract.image import (
@@ -46,6 +47,8 @@ class ClusterImage(ImageReads):
     ``scram_credentials`` holds each user's SCRAM credential per mechanism (Kafka's
     UserScramCredentialRecords); ``acls`` the ACLs (AccessControlEntryRecords).
     ``group_configs`` each group's configs (Kafka's ConfigRecords of GROUP resources).
+    ``client_quotas`` the client quotas by entity (Kafka's ClientQuotaRecords; KIP-546,
+    broker/cluster/client_quotas.py): an entity without values is not kept.
     ``features`` the finalized feature levels (Kafka's FeatureLevelRecords), a feature not
     named being at level 0, as for a cluster made before kafkube knew it.
     ``deleted_topics`` the ids of the topics deleted (Kafka's RemoveTopicRecords), the newest
@@ -63,6 +66,7 @@ class ClusterImage(ImageReads):
     features: dict[str, int] = field(default_factory=dict)
     # Group configs (Kafka's ConfigRecords of GROUP resources): by group id.
     group_configs: dict[str, dict[str, str]] = field(default_factory=dict)
+    client_quotas: dict[QuotaEntity, dict[str, float]] = field(default_factory=dict)
     # Top-level keys this code does not know, written back as read (kafkube_contract rule
     # 4): a newer broker's additions outlive an older controller's writes.
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
@@ -114,6 +118,11 @@ class ClusterImage(ImageReads):
             all_configs.pop(group_id, None)
         return replace(self, group_configs=all_configs)
 
+    def with_client_quotas(self, quotas: dict[QuotaEntity, dict[str, float]]) -> ClusterImage:
+        """Every entity's values at once (AlterClientQuotas changes a request's entities in
+        one write); entities left without values are dropped."""
+        return replace(self, client_quotas={e: dict(v) for e, v in quotas.items() if v})
+
     def with_scram_credential(self, user: str, mechanism: str,
                               credential: ScramCredential | None) -> ClusterImage:
         """Set (or, with None, remove) one user's credential for one mechanism."""
@@ -151,6 +160,8 @@ class ClusterImage(ImageReads):
             doc["features"] = self.features
         if self.group_configs:
             doc["group_configs"] = self.group_configs
+        if self.client_quotas:
+            doc["client_quotas"] = quotas_to_doc(self.client_quotas)
         return json.dumps({**doc, **self.extra}, separators=(",", ":"))
 
     @classmethod
@@ -167,10 +178,11 @@ class ClusterImage(ImageReads):
             scram = {user: {m: ScramCredential.from_doc(c) for m, c in mechanisms.items()}
                      for user, mechanisms in doc.get("scram_credentials", {}).items()}
             acls = tuple(AclBinding.from_doc(a) for a in doc.get("acls", ()))
+            quotas = quotas_of_doc(doc.get("client_quotas"))
         except (KeyError, TypeError, ValueError, AttributeError) as e:
-            raise ImageUnreadable(f"the cluster image's credentials or ACLs are malformed: "
-                                  f"{e!r}") from e
+            raise ImageUnreadable(f"the cluster image's credentials, ACLs or client quotas "
+                                  f"are malformed: {e!r}") from e
         return cls(topics, version, broker_configs_of_doc(doc), scram, acls,
                    tuple(doc.get("deleted_topics", ())), features_of_doc(doc),
                    {g: dict(c) for g, c in doc.get("group_configs", {}).items()},
-                   unknown_keys(doc, IMAGE_KEYS))
+                   quotas, unknown_keys(doc, IMAGE_KEYS))

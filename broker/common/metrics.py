@@ -203,6 +203,44 @@ class _ReplicationCollector(Collector):
             yield CounterMetricFamily(name, doc, value=value)
 
 
+class QuotaSensor(Protocol):
+    """One client-quota sensor as the metrics read it (broker/server/client_quotas.py)."""
+
+    @property
+    def quota_type(self) -> str: ...
+    @property
+    def user(self) -> str: ...
+    @property
+    def client_id(self) -> str: ...
+    @property
+    def rate(self) -> float: ...
+    @property
+    def bound(self) -> float: ...
+
+
+class _QuotaCollector(Collector):
+    """Each client-quota sensor's measured rate and its quota (Kafka's per user/client-id
+    ``byte-rate`` and ``request-time`` metrics)."""
+
+    def __init__(self, sample: Callable[[], Iterable[QuotaSensor]]) -> None:
+        self._sample = sample
+
+    def collect(self):
+        labels = ["quota_type", "user", "client_id"]
+        rate = GaugeMetricFamily(
+            "kafka_server_quota_rate", "A client's measured rate against its quota (bytes/s; "
+            "Request: percent of the event loop; ControllerMutation: tokens left)",
+            labels=labels)
+        bound = GaugeMetricFamily("kafka_server_quota_bound", "The quota that applies",
+                                  labels=labels)
+        for s in self._sample():
+            values = [s.quota_type, s.user, s.client_id]
+            rate.add_metric(values, s.rate)
+            bound.add_metric(values, s.bound)
+        yield rate
+        yield bound
+
+
 class TopicCounters:
     __slots__ = ("bytes_in", "bytes_out", "messages_in", "messages_out")
 
@@ -261,6 +299,11 @@ class BrokerMetrics:
         self._memory_pools: list[HoldsBytes] = []
         self.memory_pool_used.set_function(
             lambda: sum(pool.reserved for pool in self._memory_pools))
+        # Kafka's per user/client-id throttle-time metrics, as a running total.
+        self.quota_throttle_time = Counter(
+            "kafka_server_quota_throttle_time_seconds",
+            "Time clients were throttled for exceeding a quota", ["quota_type", "user",
+                                                                   "client_id"], registry=r)
         self._topics: dict[str, TopicCounters] = {}
         self._request_meters: dict[tuple[str, int], tuple[Any, Any]] = {}
 
@@ -287,6 +330,12 @@ class BrokerMetrics:
         if self._topics.pop(name, None) is not None:
             for family in (self.bytes_in, self.bytes_out, self.messages_in, self.messages_out):
                 family.remove(name)
+
+    def throttled(self, quota_type: str, user: str, client_id: str, seconds: float) -> None:
+        self.quota_throttle_time.labels(quota_type, user, client_id).inc(seconds)
+
+    def watch_quotas(self, sample: Callable[[], Iterable[QuotaSensor]]) -> None:
+        self.registry.register(_QuotaCollector(sample))
 
     def watch_fetch_sessions(self, count: Callable[[], int]) -> None:
         gauge = Gauge("kafka_server_fetchsessioncache_numincrementalfetchsessions",

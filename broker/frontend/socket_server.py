@@ -30,16 +30,18 @@ import socket
 import ssl
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from broker.frontend import eager
 from broker.frontend.memory_pool import MemoryPool
+from broker.frontend.regions import inline, slices
+from broker.frontend.throttling import Mute, settle
 from broker.frontend.transport import PlainTransport, TlsTransport, Transport
 from broker.handlers import REGISTRY
 from broker.handlers.api_versions import unsupported_version_response
 from broker.handlers.append_order import AppendOrder
-from broker.handlers.context import BrokerServices, RequestContext
+from broker.handlers.context import BrokerServices, RequestContext, RequestThrottle
 from broker.handlers.head_of_line import HeadOfLine
 from broker.protocol.codec import (
     API_VERSIONS_KEY,
@@ -202,6 +204,7 @@ class Connection:
         self._backlog = 0  # responses queued, or being written by the writer
         self._writer: asyncio.Task[None] | None = None
         self.metrics = services.metrics
+        self.mute = Mute()  # client quotas: no request is read while muted (KIP-219)
 
     async def run(self) -> None:
         self.metrics.connections.inc()
@@ -316,6 +319,7 @@ class Connection:
                     return
             self.last_active = self.loop.time()
             for frame in frames:
+                await self.mute.wait()
                 if self._reserved:  # the frame that was in progress, reserved already
                     held, self._reserved = self._reserved, 0
                 else:  # arrived whole within this read
@@ -389,7 +393,8 @@ class Connection:
         # A fetch waiting before it answers now (broker/handlers/head_of_line.py).
         self.head_of_line.request_arrived(request.header.api_key, request.body)
         ctx = RequestContext(self.services, request.header, self.client_host, self.local_host,
-                             session, self.append_order, self.head_of_line)
+                             session, self.append_order, self.head_of_line, RequestThrottle(),
+                             len(frame))
         try:
             step = eager.start(self._handle(spec.handler, ctx, request, started, large))
         except Exception as e:  # a handler bug: the writer logs it and closes, in order
@@ -398,6 +403,7 @@ class Connection:
             await self._respond(failed)
             return True, None
         if not step.done:
+            ctx.throttle.first_step_s = time.perf_counter() - started  # what held the loop
             await self._respond(step.task)
             return True, step.task
         elif self._backlog == 0:
@@ -455,7 +461,8 @@ class Connection:
         self, handler: Callable[..., Any], ctx: RequestContext, request: Request, started: float,
         large: bool = False,
     ) -> bytes | EncodedResponse | None:
-        response = await handler(ctx, request.body)
+        response = settle(ctx, request.body, await handler(ctx, request.body), started)
+        self.mute.extend(ctx.throttle)
         api = type(request.body).__name__.removesuffix("Request")
         count, latency = self.metrics.request_meters(api, request.header.api_version)
         count.inc()
@@ -482,7 +489,7 @@ class Connection:
         if isinstance(response, EncodedResponse):
             if response.size > INLINE_LIMIT:
                 return response
-            response = _inline(response)
+            response = inline(response)
         return self.transport.try_send(response)
 
     async def _write_loop(self) -> None:
@@ -518,12 +525,12 @@ class Connection:
 
     async def _send_chunks(self, response: EncodedResponse) -> None:
         if response.size <= INLINE_LIMIT:
-            await self.transport.sendall(_inline(response))
+            await self.transport.sendall(inline(response))
             return
         transport = self.transport
         if isinstance(transport, TlsTransport):  # each region read, then encrypted
             for chunk in response.chunks:
-                pieces = _slices(chunk, TLS_FLUSH_BYTES) if isinstance(chunk, FileRegion) \
+                pieces = slices(chunk, TLS_FLUSH_BYTES) if isinstance(chunk, FileRegion) \
                     else (chunk,)
                 for piece in pieces:
                     if transport.write(piece) >= TLS_FLUSH_BYTES:
@@ -577,24 +584,3 @@ class Connection:
         finally:
             self.loop.remove_writer(fd)
 
-
-def _inline(response: EncodedResponse) -> bytes:
-    """The whole response frame as bytes, its file regions read with pread."""
-    return b"".join(_read_region(chunk) if isinstance(chunk, FileRegion) else chunk
-                    for chunk in response.chunks)
-
-
-def _slices(region: FileRegion, size: int) -> Iterator[bytes]:
-    """A region read ``size`` bytes at a time: under TLS a fetch of a large partition
-    holds at most that much plaintext at once."""
-    for start in range(0, region.length, size):
-        yield _read_region(FileRegion(region.fd, region.position + start,
-                                      min(size, region.length - start)))
-
-
-def _read_region(region: FileRegion) -> bytes:
-    data = os.pread(region.fd, region.length, region.position) if region.length else b""
-    if len(data) != region.length:
-        # The file shrank under us: the frame can no longer be completed.
-        raise ConnectionError("segment file truncated during a fetch")
-    return data

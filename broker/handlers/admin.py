@@ -17,7 +17,7 @@ from __future__ import annotations
 import datetime
 import functools
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -98,6 +98,27 @@ def _created_configs(config: BrokerConfig, overrides: Mapping[str, str]) -> list
     ]
 
 
+# KIP-599: a client over its controller_mutation_rate gets this for each topic it would change,
+# from the first version of each request that knows the error (CreateTopics v6, DeleteTopics
+# v5, CreatePartitions v3); older ones are served and throttled afterwards, as in Kafka.
+THROTTLED = TopicChangeError(ErrorCode.throttling_quota_exceeded,
+                             "The throttling quota has been exceeded.")
+_STRICT_FROM = {19: 6, 20: 5, 37: 3}
+
+
+def _over_mutation_quota(ctx: RequestContext) -> bool:
+    """Whether the client's mutation quota refuses its next topic (its throttle noted)."""
+    throttle = ctx.services.client_quotas.mutation_throttle(ctx.principal, ctx.client_id)
+    ctx.throttle.add(throttle)
+    return throttle > 0 and ctx.version >= _STRICT_FROM[ctx.header.api_key]
+
+
+def _mutation_charge(ctx: RequestContext) -> Callable[[int], None]:
+    """What charges the client's mutation quota with partitions created or deleted."""
+    return lambda count: ctx.services.client_quotas.record_mutations(
+        ctx.principal, ctx.client_id, count)
+
+
 def _creation_error(name: str, error: TopicChangeError) -> dict[str, Any]:
     return {
         "name": name,
@@ -111,7 +132,8 @@ def _creation_error(name: str, error: TopicChangeError) -> dict[str, Any]:
 
 
 async def _create_topic(services: BrokerServices, topic: TopicRequest, validate_only: bool,
-                        describable: bool) -> dict[str, Any]:
+                        describable: bool, charge: Callable[[int], None] = lambda _: None
+                        ) -> dict[str, Any]:
     """One topic created (or validated). Its configs, partitions and replication factor are
     returned only to a principal that may describe its configs; without that permission the
     topic is created all the same and ``topic_config_error_code`` says why they are missing,
@@ -145,6 +167,7 @@ async def _create_topic(services: BrokerServices, topic: TopicRequest, validate_
             return _creation_error(topic.name,
                                    TopicChangeError(ErrorCode.request_timed_out, str(e)))
         topic_id = created.uuid
+        charge(new.partitions)
     result: dict[str, Any] = {
         "name": new.name, "topic_id": topic_id, "error_code": ErrorCode.none,
         "error_message": None, "num_partitions": -1, "replication_factor": -1, "configs": [],
@@ -187,11 +210,12 @@ async def create_topics(ctx: RequestContext, request: Any) -> Any:
     results = [
         _creation_error(topic.name, duplicate) if counts[topic.name] > 1
         else _creation_error(topic.name, denied) if topic.name not in creatable
+        else _creation_error(topic.name, THROTTLED) if _over_mutation_quota(ctx)
         else await _create_topic(services, topic, request.validate_only,
-                                 topic.name in describable)
+                                 topic.name in describable, _mutation_charge(ctx))
         for topic in topics
     ]
-    return build_response(request, {"throttle_time": NO_THROTTLE, "topics": results})
+    return build_response(request, {"throttle_time": ctx.throttle_time, "topics": results})
 
 
 # -- DeleteTopics -----------------------------------------------------------------------
@@ -236,17 +260,22 @@ async def delete_topics(ctx: RequestContext, request: Any) -> Any:
                              may_delete=lambda name: may(Operation.DELETE, name))
     results = [_deletion(refused) for refused in plan.refused]
     for topic_id, name in plan.targets.items():
+        if _over_mutation_quota(ctx):
+            results.append(_deletion(Deletion(name, topic_id, THROTTLED.code, THROTTLED.message)))
+            continue
+        held = services.store.topics.get(name)
         try:
             await services.replicas.delete_topic(name, str(topic_id))
         except ConcurrentUpdate as e:
             results.append(_deletion(
                 Deletion(name, topic_id, ErrorCode.request_timed_out, str(e))))
             continue
+        _mutation_charge(ctx)(held.partitions if held is not None else 0)
         if name not in services.store.topics:  # not one of the same name made meanwhile
             services.groups.delete_topic_offsets(name)
             services.metrics.forget_topic(name)
         results.append(_deletion(Deletion(name, topic_id, ErrorCode.none, None)))
-    return build_response(request, {"throttle_time": NO_THROTTLE, "responses": results})
+    return build_response(request, {"throttle_time": ctx.throttle_time, "responses": results})
 
 
 # -- CreatePartitions -------------------------------------------------------------------
@@ -308,9 +337,15 @@ async def create_partitions(ctx: RequestContext, request: Any) -> Any:
                                               None))
         elif refusal is not None:
             results.append(_partitions_result(topic.name, refusal.code, refusal.message))
+        elif _over_mutation_quota(ctx):
+            results.append(_partitions_result(topic.name, THROTTLED.code, THROTTLED.message))
         else:
-            results.append(await _add_partitions(services, topic, request.validate_only))
-    return build_response(request, {"throttle_time": NO_THROTTLE, "results": results})
+            added = added_partitions(services.store.topics, topic)
+            result = await _add_partitions(services, topic, request.validate_only)
+            if result["error_code"] == ErrorCode.none and not request.validate_only:
+                _mutation_charge(ctx)(added)
+            results.append(result)
+    return build_response(request, {"throttle_time": ctx.throttle_time, "results": results})
 
 
 # -- DescribeCluster --------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import datetime
 import time
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from broker.handlers.head_of_line import HeadOfLine
 from broker.protocol.codec import RequestHeader, api_name
 from broker.security.acl import CLUSTER_NAME, Authorizer, Operation, ResourceType
 from broker.security.session import Session, plaintext_session
+from broker.server.client_quotas import ClientQuotaManager
 from broker.server.fetch_session import FetchSessionCache
 from broker.server.replica_manager import ReplicaManager
 from broker.server.txn_verification import TransactionVerifier
@@ -84,10 +86,42 @@ class BrokerServices:
     shares: SharePartitionManager | None = None
     share_coordinator: ShareCoordinator | None = None
     share_sessions: ShareSessions = field(default_factory=lambda: ShareSessions(2000))
+    # Client quotas (broker/server/client_quotas.py): made from the config and the image
+    # when not given.
+    quotas: ClientQuotaManager | None = None
+
+    def __post_init__(self) -> None:
+        if self.quotas is None:
+            config, metrics = self.config, self.metrics
+            self.quotas = ClientQuotaManager(
+                lambda: self.store.image, config["quota.window.num"],
+                config["quota.window.size.seconds"], config["controller.quota.window.num"],
+                config["controller.quota.window.size.seconds"], metrics.throttled)
+            metrics.watch_quotas(self.quotas.samples_now)
+
+    @property
+    def client_quotas(self) -> ClientQuotaManager:
+        assert self.quotas is not None
+        return self.quotas
 
     @property
     def node_id(self) -> int:
         return self.config.node_id
+
+
+@dataclass(slots=True)
+class RequestThrottle:
+    """The throttle time (ms) one request earned against its client's quotas: the handler
+    reports it in its response, and the front end mutes the connection for it (KIP-219).
+    ``first_step_s`` is set by the front end when the handler had to wait: only its first
+    step held the event loop (the request quota's measure)."""
+
+    ms: int = 0
+    first_step_s: float | None = None
+
+    def add(self, ms: int) -> int:
+        self.ms = max(self.ms, ms)
+        return self.ms
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +135,9 @@ class RequestContext:
     append_order: AppendOrder = field(default_factory=AppendOrder)
     # The connection's waiting fetches, woken by a request behind them (the front end's).
     head_of_line: HeadOfLine = field(default_factory=HeadOfLine)
+    # This request's throttle time against the client's quotas, and its size on the wire.
+    throttle: RequestThrottle = field(default_factory=RequestThrottle)
+    size: int = 0
 
     @property
     def version(self) -> int:
@@ -113,6 +150,15 @@ class RequestContext:
     @property
     def principal(self) -> str:
         return self.session.principal
+
+    @property
+    def client_id(self) -> str:
+        return self.header.client_id or ""
+
+    @property
+    def throttle_time(self) -> datetime.timedelta:
+        """The request's throttle so far, as kio responses carry it."""
+        return datetime.timedelta(milliseconds=self.throttle.ms)
 
     def authorize(self, operation: Operation, resource_type: ResourceType, name: str,
                   log_denied: bool = True) -> bool:

@@ -208,10 +208,15 @@ async def handle_fetch(ctx: RequestContext, request: FetchRequest) -> EncodedRes
     if follower is not None:
         metrics.replication_bytes_out.inc(sum(size for _, size, _ in found.sent))
     else:
+        # consumer_byte_rate counts the records sent (followers are exempt, as in Kafka);
+        # the response is sent whole, and the connection muted for the throttle after it.
+        ctx.throttle.add(ctx.services.client_quotas.record_fetch(
+            ctx.principal, ctx.client_id, found.total))
         for topic, size, records in found.sent:
             counters = metrics.topic(topic)
             counters.bytes_out.inc(size)
             counters.messages_out.inc(records)
     return encode_fetch_response(
         ctx.version, ctx.header.correlation_id, _by_topic(results),
-        session_id=session.session_id if session is not None else NO_SESSION)
+        session_id=session.session_id if session is not None else NO_SESSION,
+        throttle_time_ms=ctx.throttle.ms)

@@ -158,6 +158,10 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> bytes 
             responses, waits = _append(ctx, request, refused, guards)
     else:
         responses, waits = _append(ctx, request, refused, guards)
+    # The whole request counts against producer_byte_rate, refused or not (Kafka's
+    # request.sizeInBytes); with acks=0 the muted connection is the only throttle.
+    throttle = ctx.throttle.add(ctx.services.client_quotas.record_produce(
+        ctx.principal, ctx.client_id, ctx.size))
     if request.acks == 0:
         return None
     if waits:
@@ -166,7 +170,8 @@ async def handle_produce(ctx: RequestContext, request: ProduceRequest) -> bytes 
             if error != ErrorCode.none:
                 response.error_code = error
                 response.base_offset = -1
-    return encode_produce_response(ctx.version, ctx.header.correlation_id, responses)
+    return encode_produce_response(ctx.version, ctx.header.correlation_id, responses,
+                                   throttle_time_ms=throttle)
 
 
 def _append(ctx: RequestContext, request: ProduceRequest,

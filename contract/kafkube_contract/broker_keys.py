@@ -124,6 +124,14 @@ BROKER_KEYS = keys_by_name(
     ConfigKey("max.request.partition.size.limit", "int", 2000,
               "Most partitions one DescribeTopicPartitions response carries; the client pages "
               "through the rest with the cursor.", at_least(1)),
+    ConfigKey("quota.window.num", "int", 11,
+              "Samples kept in memory for client quotas (KIP-13).", at_least(1)),
+    ConfigKey("quota.window.size.seconds", "int", 1,
+              "Time span of each sample of client quotas.", at_least(1)),
+    ConfigKey("controller.quota.window.num", "int", 11,
+              "Samples kept for controller mutation quotas (KIP-599).", at_least(1)),
+    ConfigKey("controller.quota.window.size.seconds", "int", 1,
+              "Time span of each sample of controller mutation quotas.", at_least(1)),
     ConfigKey("queued.max.request.bytes", "long", -1,
               "Request bytes all connections may hold at once; a connection that would go "
               "over waits before reading more (-1: no limit).", at_least(-1)),

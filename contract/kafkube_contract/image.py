@@ -17,6 +17,8 @@ The document, format 1 (``IMAGE_FORMAT``)::
      "broker_configs": {"<broker id>" | "": {key: value}},   # optional
      "features": {name: level},                              # optional
      "group_configs": {"<group id>": {key: value}},          # optional
+     "client_quotas": [{"entity": {"user" | "client-id" | "ip": name | null},
+                        "values": {key: number}}, ..],       # optional (KIP-546)
      "scram_credentials", "acls", "deleted_topics"}          # the brokers' own, optional
 
 Documents written before the contract carry no ``format`` key: they are format 1. A reader
@@ -54,7 +56,7 @@ CORDONED_LOG_DIRS = "cordoned.log.dirs"
 # The keys of format 1 at each level of the document. A reader keeps any other key it meets
 # and writes it back as read (``kafkube_contract`` rule 4).
 IMAGE_KEYS = frozenset({FORMAT_KEY, "topics", "broker_configs", "features", "group_configs",
-                        "scram_credentials", "acls", "deleted_topics"})
+                        "client_quotas", "scram_credentials", "acls", "deleted_topics"})
 TOPIC_KEYS = frozenset({"name", "topic_id", "configs", "assignments"})
 PARTITION_KEYS = frozenset({"replicas", "isr", "leader", "leader_epoch", "partition_epoch",
                             "adding", "removing"})

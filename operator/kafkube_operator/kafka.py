@@ -38,12 +38,16 @@ from kafka.admin import (
     UserScramCredentialUpsertion,
 )
 from kafka.errors import KafkaError
+from kafka.protocol.admin import AlterClientQuotasRequest, DescribeClientQuotasRequest
 from kafka.structs import TopicPartition
 
 from kafkube_contract.image import CORDONED_LOG_DIRS
 
 log = logging.getLogger(__name__)
 REQUEST_TIMEOUT_MS = 15_000
+
+
+USER_ENTITY, MATCH_EXACT = "user", 0  # ClientQuotaEntity.USER, MATCH_TYPE_EXACT
 
 
 class KafkaRefused(Exception):
@@ -228,6 +232,40 @@ class KafkaAdmin:
         refused = {user: error for user, error in (result or {}).items() if error}
         if refused:
             raise KafkaRefused(what, refused)
+
+    # Client quotas (KIP-546): kafka-python has the messages, not the admin calls.
+
+    def _send(self, what: str, request: Any) -> Any:
+        manager = self._client._manager
+
+        async def send() -> Any:
+            return await manager.send(request)
+
+        return self._call(what, manager.run, send)
+
+    def quotas_of(self, users: Iterable[str]) -> dict[str, dict[str, float]]:
+        """The quotas of each user entity named (the user alone, without a client-id)."""
+        found: dict[str, dict[str, float]] = {}
+        for user in users:
+            what = f"describing the client quotas of {user}"
+            response = self._send(what, DescribeClientQuotasRequest(
+                components=[(USER_ENTITY, MATCH_EXACT, user)], strict=True))
+            if response.error_code:
+                raise KafkaRefused(what, response.error_message or response.error_code)
+            for entry in response.entries or ():
+                found.setdefault(user, {}).update({v.key: v.value for v in entry.values})
+        return found
+
+    def alter_quotas(self, user: str, set_values: Iterable[tuple[str, float]],
+                     remove: Iterable[str]) -> None:
+        what = f"altering the client quotas of {user}"
+        ops = [(key, float(value), False) for key, value in set_values]
+        ops += [(key, 0.0, True) for key in remove]
+        response = self._send(what, AlterClientQuotasRequest(
+            entries=[([(USER_ENTITY, user)], ops)], validate_only=False))
+        refused = [e.error_message or e.error_code for e in response.entries if e.error_code]
+        if refused:
+            raise KafkaRefused(what, refused[0])
 
     def acls_of(self, principal: str) -> list[ACL]:
         """Every ACL of ``principal``, whatever its resource."""

@@ -1,5 +1,6 @@
-"""DescribeClientQuotas on the wire: no quotas exist, so a valid filter matches nothing, and a
-bad filter gets Kafka's error and message (ClientQuotasImage.describe)."""
+"""DescribeClientQuotas on the wire, on a broker where no quota was set: a valid filter
+matches nothing, and a bad filter gets Kafka's error and message (ClientQuotasImage.describe).
+Quotas set and enforced: test_client_quota_enforcement.py."""
 
 from __future__ import annotations
 

@@ -87,10 +87,20 @@ def test_a_kafka_user_gets_its_acl_defaults(api: k8s.ApiClient) -> None:
      "Unsupported value"),
     (user(acls=[{"resource": {"type": "topic", "name": "a"}, "operations": ["Read"],
                  "type": "maybe"}]), "Unsupported value"),
+    ({**user(), "quotas": {"producerByteRate": -1}}, "spec.quotas.producerByteRate"),
+    ({**user(), "quotas": {"requestPercentage": 1.5}}, "spec.quotas.requestPercentage"),
+    ({**user(), "quotas": {"controllerMutationRate": -0.5}},
+     "spec.quotas.controllerMutationRate"),
 ])
 def test_kafka_user_fields_admission_can_judge_are_refused(api: k8s.ApiClient, spec: dict,
                                                            message: str) -> None:
     assert message in refused(create, api, "kafkausers", spec)
+
+
+def test_a_kafka_user_keeps_its_quotas(api: k8s.ApiClient) -> None:
+    quotas = {"producerByteRate": 204800, "consumerByteRate": 0, "requestPercentage": 50,
+              "controllerMutationRate": 2.5}
+    assert create(api, "kafkausers", {**user(), "quotas": quotas})["spec"]["quotas"] == quotas
 
 
 def test_a_user_name_must_be_simple(api: k8s.ApiClient) -> None:

@@ -10,7 +10,9 @@ kept) and ``sasl.jaas.config``; a TLS user's ``user.crt``, ``user.key`` and ``ca
 clients CA, as Strimzi does; clients verify brokers with ``<cluster>-cluster-ca-cert``).
 
 ACLs are reconciled as Strimzi does: the operator owns every ACL of the user's principal, so
-one the spec no longer lists (or one added by hand with ``kafka-acls``) is deleted.
+one the spec no longer lists (or one added by hand with ``kafka-acls``) is deleted. So are
+the client quotas of the user's name (``spec.quotas``, Strimzi's field names, set as Kafka's
+quota keys with AlterClientQuotas): a key the spec no longer has is removed.
 """
 
 from __future__ import annotations
@@ -37,6 +39,10 @@ SCRAM_LOGIN_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
 RESOURCE_TYPES = {"topic": "TOPIC", "group": "GROUP", "cluster": "CLUSTER",
                   "transactionalId": "TRANSACTIONAL_ID"}
 PATTERN_TYPES = {"literal": "LITERAL", "prefix": "PREFIXED"}
+# spec.quotas (Strimzi's names) -> Kafka's client quota keys (KIP-546).
+QUOTA_KEYS = {"producerByteRate": "producer_byte_rate", "consumerByteRate": "consumer_byte_rate",
+              "requestPercentage": "request_percentage",
+              "controllerMutationRate": "controller_mutation_rate"}
 OPERATIONS = ("All", "Read", "Write", "Create", "Delete", "Alter", "Describe", "ClusterAction",
               "DescribeConfigs", "AlterConfigs", "IdempotentWrite")
 
@@ -74,19 +80,30 @@ class UserSpec:
     authentication: str | None
     acls: tuple[Mapping, ...]
     authorization: str | None
+    quotas: tuple[tuple[str, float], ...] = ()  # (Kafka's key, value), in QUOTA_KEYS order
 
     @classmethod
     def of(cls, resource: Mapping) -> UserSpec:
         meta = resource["metadata"]
         spec = resource.get("spec") or {}
         authorization = spec.get("authorization") or {}
+        quotas = spec.get("quotas") or {}
         return cls(meta["name"], meta.get("namespace", ""), meta.get("uid", ""),
                    str(spec.get("cluster", "")), (spec.get("authentication") or {}).get("type"),
-                   tuple(authorization.get("acls") or ()), authorization.get("type"))
+                   tuple(authorization.get("acls") or ()), authorization.get("type"),
+                   tuple((key, float(quotas[field])) for field, key in QUOTA_KEYS.items()
+                         if quotas.get(field) is not None))
 
     @property
     def principal(self) -> str:
         return principal(f"CN={self.name}" if self.authentication == TLS else self.name)
+
+    @property
+    def quota_names(self) -> tuple[str, ...]:
+        """The user entity names of both principals: the first holds the user's quotas,
+        the other (left by a change of authentication) none."""
+        return tuple(p.removeprefix("User:") for p in (self.principal, *(
+            p for p in self.principals if p != self.principal)))
 
     @property
     def principals(self) -> tuple[str, ...]:
@@ -159,6 +176,34 @@ def acl_plan(desired: Iterable[AclBinding], current: Iterable[AclBinding]) -> Ac
     the user's principals)."""
     want, have = set(desired), set(current)
     return AclPlan(tuple(sorted(want - have)), tuple(sorted(have - want)))
+
+
+@dataclass(frozen=True)
+class QuotaPlan:
+    """One user entity's AlterClientQuotas: keys to set and keys to remove."""
+
+    user: str
+    set: tuple[tuple[str, float], ...]
+    remove: tuple[str, ...]
+
+    @property
+    def empty(self) -> bool:
+        return not self.set and not self.remove
+
+
+def quota_plans(user: UserSpec, current: Mapping[str, Mapping[str, float]]) -> list[QuotaPlan]:
+    """What to change so the user's name holds exactly ``spec.quotas`` and its other
+    principal's name none (``current``: each name's quotas as the cluster describes them;
+    Kafka's keys the spec cannot name are kept, not the operator's). Only changes."""
+    plans = []
+    for i, name in enumerate(user.quota_names):
+        want = dict(user.quotas) if i == 0 else {}
+        have = {k: v for k, v in (current.get(name) or {}).items() if k in QUOTA_KEYS.values()}
+        plan = QuotaPlan(name, tuple((k, v) for k, v in want.items() if have.get(k) != v),
+                         tuple(sorted(set(have) - set(want))))
+        if not plan.empty:
+            plans.append(plan)
+    return plans
 
 
 def new_password(length: int = PASSWORD_LENGTH) -> str:

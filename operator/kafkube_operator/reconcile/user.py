@@ -1,13 +1,14 @@
-"""Apply a KafkaUser's model (model/user.py): its Secret through the Kubernetes API, its SCRAM
-credential and its ACLs through its cluster's Kafka API (the operator's admin client, on the
-replication listener of a secured cluster), and the status that says how far it got."""
+"""Apply a KafkaUser's model (model/user.py): its Secret through the Kubernetes API, its
+SCRAM credential, its ACLs and its client quotas through its cluster's Kafka API (the
+operator's admin client, on the replication listener of a secured cluster), and the status
+that says how far it got."""
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
 from collections.abc import Mapping
-from dataclasses import astuple
+from dataclasses import astuple, replace
 
 from kafkube_operator.kafka import AdminClients, KafkaAdmin, KafkaRefused, acl_fields, make_acl
 from kafkube_operator.kube import ApplyError, Kube
@@ -23,6 +24,7 @@ from kafkube_operator.model.user import (
     acl_bindings,
     acl_plan,
     problems,
+    quota_plans,
     secret_conflict,
     user_secret,
     user_status,
@@ -98,6 +100,7 @@ def reconcile_user(kube: Kube, views: ClusterViews, admins: AdminClients, resour
                 return user_status(user, generation, [failed], None, previous, utc_now())
         if SecuritySpec.of(cluster_spec).authorization:
             _apply_acls(admin, user, events)
+        _apply_quotas(admin, user, events)
     except KafkaRefused as e:
         events.warning("KafkaRefused", str(e))
         if admin is not None:
@@ -152,6 +155,18 @@ def _apply_acls(admin: KafkaAdmin, user: UserSpec, events: Events) -> None:
                     f"{len(plan.delete)} removed")
 
 
+def _apply_quotas(admin: KafkaAdmin, user: UserSpec, events: Events,
+                  keep: bool = True) -> None:
+    """The user's name holds spec.quotas, nothing else of its keys (``keep`` False: none)."""
+    if not keep:
+        user = replace(user, quotas=())
+    for plan in quota_plans(user, admin.quotas_of(user.quota_names)):
+        admin.alter_quotas(plan.user, plan.set, plan.remove)
+        events.info("QuotasChanged", f"client quotas of user {plan.user}: "
+                    f"{', '.join(f'{k}={v:g}' for k, v in plan.set) or 'none'} set, "
+                    f"{', '.join(plan.remove) or 'none'} removed")
+
+
 def delete_user(kube: Kube, views: ClusterViews, admins: AdminClients, resource: Mapping,
                 events: Events) -> bool:
     """Remove the user's credential and ACLs from its cluster; True when done (or when the
@@ -171,10 +186,11 @@ def delete_user(kube: Kube, views: ClusterViews, admins: AdminClients, resource:
             existing = _current_acls(admin, user)
             if existing:
                 admin.delete_acls([make_acl(*astuple(b)) for b in sorted(existing)])
+        _apply_quotas(admin, user, events, keep=False)
     except KafkaRefused as e:
         events.warning("KafkaRefused", str(e))
         if admin is not None:
             admins.drop((ref.namespace, ref.name), admin)
         return False
-    events.info("UserDeleted", f"credential and ACLs of {user.principal} removed")
+    events.info("UserDeleted", f"credential, ACLs and quotas of {user.principal} removed")
     return True

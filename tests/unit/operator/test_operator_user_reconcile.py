@@ -81,6 +81,8 @@ class FakeAdmin:
         self.refuse: str | None = None
         self.refuse_upsert: str | None = None
         self.upserts = 0
+        self.quotas: dict[str, dict[str, float]] = {}  # client quotas by user entity
+        self.refuse_quotas: str | None = None
 
     def _check(self) -> None:
         if self.refuse:
@@ -99,6 +101,20 @@ class FakeAdmin:
 
     def delete_scram(self, user: str) -> None:
         self.credentials.pop(user, None)
+
+    def quotas_of(self, users: Iterable[str]) -> dict[str, dict[str, float]]:
+        self._check()
+        return {u: dict(self.quotas[u]) for u in users if u in self.quotas}
+
+    def alter_quotas(self, user: str, set_values: Iterable[tuple[str, float]],
+                     remove: Iterable[str]) -> None:
+        if self.refuse_quotas:
+            raise KafkaRefused("altering the client quotas", self.refuse_quotas)
+        values = {**self.quotas.get(user, {}), **dict(set_values)}
+        for key in remove:
+            values.pop(key, None)
+        self.quotas = {**self.quotas, user: values} if values else {
+            u: v for u, v in self.quotas.items() if u != user}
 
     def acls_of(self, principal: str) -> list[ACL]:
         self._check()
