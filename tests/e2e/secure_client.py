@@ -24,6 +24,9 @@ It prints what the client saw, one line per event, for the test to judge:
     produce-one BOOTSTRAP TOPIC
         E <error> <message>
         P ok <partition> <offset> | P failed <error> | P none
+    flood BOOTSTRAP TOPIC --seconds S
+        D flood <bytes acknowledged> <seconds>   1 KiB records to partition 0 as fast as
+                                                 the cluster takes them, for S seconds
 
 Bounded by time, so a broken cluster ends the pod, not the test's patience. login and
 produce-one exit 0 whatever they saw: the test judges.
@@ -224,6 +227,36 @@ def produce_one(args: argparse.Namespace) -> int:
     return 0
 
 
+def flood(args: argparse.Namespace) -> int:
+    """Produce to partition 0 (one broker: quotas are per broker) for ``args.seconds``; the
+    bytes acknowledged in that time, from the first acknowledgement on (so connecting and
+    the metadata round trips are not counted)."""
+    acked: list[float] = []
+    value = b"x" * 1024
+
+    def delivered(err: KafkaError | None, msg: Any) -> None:
+        if err is None:
+            acked.append(time.monotonic())
+
+    producer = Producer(settings(args, **{"linger.ms": 5, "acks": "all",
+                                          "queue.buffering.max.kbytes": 4096}))
+    deadline = time.monotonic() + 120  # for the first acknowledgement; then S seconds on
+    started = False
+    while time.monotonic() < deadline:
+        if not started and acked:
+            started, deadline = True, acked[0] + args.seconds
+        try:
+            producer.produce(args.topic, value=value, partition=0, on_delivery=delivered)
+        except BufferError:
+            producer.poll(0.05)
+        producer.poll(0)
+    start = acked[0] if acked else 0.0
+    counted = [t for t in acked if t <= start + args.seconds]
+    producer.purge()
+    say(f"D flood {len(counted) * 1024} {args.seconds}")
+    return 0
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="secure_client", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -243,11 +276,16 @@ def main(argv: list[str]) -> int:
     p.add_argument("bootstrap")
     p.add_argument("topic")
     p.add_argument("--seconds", type=float, default=20.0)
-    for each in (r, lo, p):
+    f = sub.add_parser("flood")
+    f.add_argument("bootstrap")
+    f.add_argument("topic")
+    f.add_argument("--seconds", type=float, default=15.0)
+    for each in (r, lo, p, f):
         each.add_argument("--config", action="append", default=[],
                           help="K=V, a librdkafka property (repeatable)")
     args = parser.parse_args(argv)
-    modes = {"roundtrip": roundtrip, "login": login, "produce-one": produce_one}
+    modes = {"roundtrip": roundtrip, "login": login, "produce-one": produce_one,
+             "flood": flood}
     return modes[args.mode](args)
 
 

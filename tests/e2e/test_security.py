@@ -386,6 +386,37 @@ def test_alice_may_not_write_to_a_topic_outside_her_acls(secured: Brokers) -> No
     assert outcome(lines, "P") == "P failed TOPIC_AUTHORIZATION_FAILED", lines[-10:]
 
 
+def flood_rate(brokers: Brokers, user: str, seconds: int = 15, **kw: str) -> float:
+    """Bytes/s a client of ``user`` got acknowledged on one partition (one broker)."""
+    credentials = scram(user) if "password_of" in kw else configs({**MTLS, **CERTIFICATE})
+    lines = run_client(brokers, "flood", bootstrap(brokers, "scram" if "password_of" in kw
+                                                   else "tls"), TOPIC, "--seconds",
+                       str(seconds), *credentials, timeout=240, **kw)
+    _, _, acked, took = outcome(lines, "D").split()
+    return int(acked) / float(took)
+
+
+def test_a_quota_holds_one_users_producer_to_its_rate_and_not_another(
+        secured: Brokers) -> None:
+    """KafkaUser spec.quotas.producerByteRate, applied by the operator as Kafka's client
+    quota: alice's producer is held to 100 KiB/s on the broker it writes to, bob's is not."""
+    operator, namespace = secured.cluster, secured.namespace
+    quota = 102_400
+    operator.kubectl("-n", namespace, "patch", "kafkauser/alice", "--type=merge", "-p",
+                     json.dumps({"spec": {"quotas": {"producerByteRate": quota}}}))
+    wait_until(lambda: resource(secured, "kafkauser", "alice").get("status", {}).get(
+        "observedGeneration") == resource(secured, "kafkauser", "alice")["metadata"][
+        "generation"], 120, "alice's quota applied", 2.0)
+    operator.kubectl("-n", namespace, "wait", "kafkauser/alice", "--for=condition=Ready",
+                     "--timeout=120s", timeout=130)
+    alice = flood_rate(secured, "alice", password_of="alice")
+    bob = flood_rate(secured, "bob", certificate_of="bob")
+    print(f"producer rate with producerByteRate {quota} B/s: alice {alice:,.0f} B/s, bob "
+          f"(no quota) {bob:,.0f} B/s")
+    assert 0.75 * quota <= alice <= 1.35 * quota, alice
+    assert bob > 3 * quota, bob
+
+
 def test_deleting_a_kafka_user_removes_its_secret_and_its_credential(secured: Brokers) -> None:
     password = secret_data(secured, "alice")["password"]
     # The operator's finalizer removes the credential and the ACLs first.
@@ -405,3 +436,4 @@ def test_deleting_a_kafka_user_removes_its_secret_and_its_credential(secured: Br
     accepted = lines.count("S accepted")
     print(f"alice deleted: Secret gone, her password refused after {accepted} accepted "
           f"login(s): {told}")
+
