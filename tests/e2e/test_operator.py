@@ -363,9 +363,9 @@ def test_a_topics_replication_factor_goes_1_3_2_under_an_acks_all_stream(
     seen = []
     for factor in (3, 2):
         patch(operator, namespace, "topic/e2e-rf", {"spec": {"replicationFactor": factor}})
-        wait_until(lambda f=factor: topic_status(operator, namespace, "e2e-rf").get(
-            "replicationFactor") == f and "reassignment" not in topic_status(
-            operator, namespace, "e2e-rf"), 300, f"replication factor {factor}", 2.0)
+        wait_until(lambda f=factor: (s := topic_status(operator, namespace, "e2e-rf")).get(
+            "replicationFactor") == f and "reassignment" not in s and
+            "replicationThrottle" not in s, 300, f"replication factor {factor}", 2.0)
         operator.kubectl("-n", namespace, "wait", "topic/e2e-rf", "--for=condition=Ready",
                          "--timeout=120s", timeout=130)
         described = my_cluster.describe("e2e-rf")

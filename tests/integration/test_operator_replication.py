@@ -45,8 +45,9 @@ def test_a_replication_factor_change_is_a_throttled_move_losing_no_acknowledged_
         for factor in (3, 2):
             topics.patch("moving", {"replicationFactor": factor})
             status = topics.status_when("moving", lambda s, f=factor: s.get(
-                "replicationFactor") == f and "reassignment" not in s and condition(
-                s, "Ready").get("status") == "True", 120, f"replication factor {factor}")
+                "replicationFactor") == f and "reassignment" not in s and
+                "replicationThrottle" not in s and condition(s, "Ready").get("status")
+                == "True", 120, f"replication factor {factor}, its throttle removed")
             assert condition(status, "Warning").get("status") == "False", status
             placed = cluster.partitions("moving") or {}
             for p, state in placed.items():

@@ -114,9 +114,12 @@ def reconcile_topic(kube: Kube, views: ClusterViews, admins: AdminClients, resou
     placement = _placement(cluster, trusted.image, current, live)
     plan = topic_plan(spec, current, brokers, placement)
     problems = list(plan.refused)
-    if current is not None and not plan.reassign and not in_progress(trusted.image) and \
-            set(THROTTLED_REPLICAS) & set(current.configs):
-        _unthrottle(admins, ref, view, spec.name, cluster, events)
+    # The throttle this Topic's change set (its status remembers it, across operator
+    # restarts) goes once nothing moves; a scale's throttle is the scale's to remove.
+    throttled = bool((resource.get("status") or {}).get("replicationThrottle"))
+    if throttled and current is not None and not plan.reassign and \
+            not in_progress(trusted.image):
+        throttled = not _unthrottle(admins, ref, view, spec.name, cluster, events)
     if not plan.empty:
         admin: KafkaAdmin | None = None
         try:
@@ -138,6 +141,7 @@ def reconcile_topic(kube: Kube, views: ClusterViews, admins: AdminClients, resou
                 rate = _throttle_rate(cluster)
                 admin.throttle(rate, view.live_brokers(),
                                throttled_replicas(trusted.image, plan.reassign))
+                throttled = True
                 admin.reassign(plan.reassign)
                 events.info("ReplicationFactorChanging", (
                     f"topic {spec.name}: {len(plan.reassign)} partition(s) moving to "
@@ -152,8 +156,10 @@ def reconcile_topic(kube: Kube, views: ClusterViews, admins: AdminClients, resou
             current = _wait_image(view, lambda image: topic_plan(
                 spec, image.topics.get(spec.name), brokers).empty,
                 trusted.image).topics.get(spec.name)
-    return topic_status(spec, current, generation, problems, previous, utc_now(),
-                        plan.waiting)
+    status = topic_status(spec, current, generation, problems, previous, utc_now(),
+                          plan.waiting)
+    status["replicationThrottle"] = True if throttled else None  # None: removed (merge)
+    return status
 
 
 def _throttle_rate(cluster: Mapping) -> int:
@@ -179,9 +185,10 @@ def _placement(cluster: Mapping, image: ImageView, current: TopicMetadata | None
 
 
 def _unthrottle(admins: AdminClients, ref: ClusterRef, view: ClusterView, topic: str,
-                cluster: Mapping, events: Events) -> None:
+                cluster: Mapping, events: Events) -> bool:
     """The topic's moves are done: its throttled-replica lists go, and the brokers' rates
-    too unless the cluster is scaling (its own pass removes them then)."""
+    too unless the cluster is scaling (its own pass removes them then). False: not now (the
+    next pass tries again)."""
     scaling = ((cluster.get("status") or {}).get("scaling") or {}).get("phase")
     admin: KafkaAdmin | None = None
     try:
@@ -190,10 +197,12 @@ def _unthrottle(admins: AdminClients, ref: ClusterRef, view: ClusterView, topic:
                        {topic: dict.fromkeys(THROTTLED_REPLICAS)})
         events.info("ReplicationFactorChanged", f"topic {topic}: moves done, replication "
                     "throttle removed")
+        return True
     except KafkaRefused as e:
         events.warning("KafkaRefused", str(e))
         if admin is not None:
             admins.drop((ref.namespace, ref.name), admin)
+        return False
 
 
 def delete_topic(kube: Kube, views: ClusterViews, admins: AdminClients, resource: Mapping,
