@@ -150,6 +150,10 @@ class BrokerApp:
         self.gc_pauses = GcPauses(self.metrics.registry)
         self.long_lived = LongLivedObjects(lambda: self.replicas.opened_or_dropped)
         self._stopped = asyncio.Event()
+        self.storage_failed = False
+        self._reporting: asyncio.Task[None] | None = None
+        self.replicas.on_offline.append(self._log_dir_failed)
+        self.store.offline_dirs = self.replicas.logs.failures.offline
         self.readiness = Readiness()
         self.health_port: int | None = None
         self._judged_at = 0.0
@@ -161,6 +165,22 @@ class BrokerApp:
                 tp.topic, tp.partition, log_.size_bytes, log_.log_start_offset,
                 log_.log_end_offset, p.high_watermark, len(log_.segments),
             )
+
+    def _offline_dirs(self) -> tuple[str, ...]:
+        return tuple(str(d) for d in self.replicas.logs.failures.offline)
+
+    def _log_dir_failed(self) -> None:
+        """A log dir went offline (the replica manager has stopped serving its replicas):
+        tell the controller through the registration; with no dir left, stop, as Kafka
+        halts a broker whose every log dir failed."""
+        if not self.replicas.logs.online_dirs:
+            log.error("every log dir is offline: stopping the broker")
+            self.storage_failed = True
+            self._stopped.set()
+            return
+        if self.membership is not None:
+            self._reporting = asyncio.create_task(self.membership.report_offline(
+                self._offline_dirs(), self.replicas.offline_replicas()))
 
     def _broker_epoch(self) -> int:
         return self.membership.broker_epoch if self.membership else -1
@@ -216,7 +236,9 @@ class BrokerApp:
             BrokerRegistration(
                 self.config.node_id, inter_broker.host or "127.0.0.1", inter_broker.port, rack,
                 listeners=",".join(f"{name}://{e.host or '127.0.0.1'}:{e.port}"
-                                   for name, e in services.advertised.items())),
+                                   for name, e in services.advertised.items()),
+                offline_log_dirs=self._offline_dirs(),
+                offline_replicas=self.replicas.offline_replicas()),
             self.config["broker.session.timeout.ms"],
             self.config["broker.heartbeat.interval.ms"],
         )
@@ -392,6 +414,8 @@ class BrokerApp:
                               frame.f_code.co_name)
             raise SystemExit(f"broker {self.config.node_id} did not stop within "
                              f"{STOP_TIMEOUT_SECONDS}s") from None
+        if self.storage_failed:
+            raise SystemExit(f"broker {self.config.node_id} stopped: every log dir is offline")
 
 
 def run(config: BrokerConfig) -> None:

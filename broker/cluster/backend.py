@@ -100,6 +100,12 @@ class CoordinationBackend(ABC):
         """Extend the lease; False if this registration expired or was replaced (fenced)."""
 
     @abstractmethod
+    def update_registration(self, registration: BrokerRegistration, broker_epoch: int) -> bool:
+        """Replace what the live registration of ``broker_epoch`` announces of the broker
+        (its offline log dirs and their replicas), keeping its epoch and lease: KRaft's
+        broker heartbeat carrying offline dirs. False if that registration is gone."""
+
+    @abstractmethod
     def unregister_broker(self, node_id: int, broker_epoch: int) -> None:
         """Give the lease up at once (clean shutdown), if it is still ours."""
 

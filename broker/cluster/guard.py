@@ -295,6 +295,9 @@ class MetadataGuard(CoordinationBackend):
     def renew_broker(self, node_id: int, broker_epoch: int, ttl_ms: int) -> bool:
         return self.store.renew_broker(node_id, broker_epoch, ttl_ms)
 
+    def update_registration(self, registration: BrokerRegistration, broker_epoch: int) -> bool:
+        return self.store.update_registration(registration, broker_epoch)
+
     def unregister_broker(self, node_id: int, broker_epoch: int) -> None:
         self.store.unregister_broker(node_id, broker_epoch)
 

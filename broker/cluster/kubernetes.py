@@ -52,6 +52,8 @@ from kafkube_contract.objects import (
     A_HOST,
     A_IMAGE_VERSION,
     A_LISTENERS,
+    A_OFFLINE_LOG_DIRS,
+    A_OFFLINE_REPLICAS,
     A_POD,
     A_POD_UID,
     A_PORT,
@@ -73,6 +75,7 @@ from kafkube_contract.objects import (
     lease_duration_ms,
     metadata_name,
     micro_time,
+    offline_annotations,
     registration_of,
     role_of,
     stored_identity,
@@ -385,6 +388,7 @@ class KubernetesBackend(CoordinationBackend):
             annotations[A_LISTENERS] = r.listeners
         if (pod := self.settings.pod) is not None:
             annotations |= {A_POD: pod.name, A_POD_UID: pod.uid, A_CONTAINER: pod.container}
+        annotations |= offline_annotations(r)
         current = self._leases.get(name)
         while True:
             rv = current.metadata.resource_version if current is not None else None
@@ -404,6 +408,26 @@ class KubernetesBackend(CoordinationBackend):
                 return False
             body = self._lease_body(
                 name, "broker", node_id, ttl_ms, dict(lease.metadata.annotations),
+                acquired_ms=epoch_ms(lease.spec.acquire_time),
+                transitions=lease.spec.lease_transitions or 0,
+                resource_version=lease.metadata.resource_version)
+            if self._write_lease(body):
+                return True
+            lease = self._leases.get(name)
+        return False
+
+    def update_registration(self, registration: BrokerRegistration, broker_epoch: int) -> bool:
+        name = self.broker_lease_name(registration.node_id)
+        lease = self._leases.get(name)
+        for _ in range(2):  # once more after a conflict, from a fresh read
+            if lease is None or int(self._annotation(lease, A_EPOCH)) != broker_epoch \
+                    or not self._alive(lease):
+                return False
+            annotations = {k: v for k, v in (lease.metadata.annotations or {}).items()
+                           if k not in (A_OFFLINE_LOG_DIRS, A_OFFLINE_REPLICAS)}
+            body = self._lease_body(
+                name, "broker", registration.node_id, lease_duration_ms(lease),
+                annotations | offline_annotations(registration),
                 acquired_ms=epoch_ms(lease.spec.acquire_time),
                 transitions=lease.spec.lease_transitions or 0,
                 resource_version=lease.metadata.resource_version)

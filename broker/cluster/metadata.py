@@ -16,7 +16,7 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Container, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -30,6 +30,7 @@ from broker.cluster.local_copy import (
     write_image_copy,
     write_meta_properties,
 )
+from broker.storage.log_dir_failure import KafkaStorageError, probe_log_dir
 from kafkube_contract.image import PartitionState, TopicMetadata
 from kafkube_contract.registration import BrokerRegistration
 
@@ -74,10 +75,14 @@ class ClusterMetadata:
                  wait: Callable[[float], None] = time.sleep) -> None:
         """Waits, saying why, until the store holds an image this broker may trust
         (``guard.bootstrap``)."""
-        self.log_dirs = log_dirs
         self.node_id = node_id
-        for d in log_dirs:
-            d.mkdir(parents=True, exist_ok=True)
+        # A log dir failing at start-up is passed over here, as by the log manager (JBOD:
+        # Kafka starts without it); with none usable there is nothing to serve.
+        usable = [d for d in log_dirs if probe_log_dir(d) is None]
+        if not usable:
+            raise KafkaStorageError("log.dirs: every log dir is offline: "
+                                    + ", ".join(f"{d} ({probe_log_dir(d)})" for d in log_dirs))
+        log_dirs = self.log_dirs = usable
         local_id = read_cluster_id(log_dirs, node_id)
         cluster_id, image = bootstrap(backend, local_id, read_image_copy(log_dirs, local_id),
                                       backend.where, wait)
@@ -88,6 +93,7 @@ class ClusterMetadata:
         self._copied = (-1, 0.0)  # (version, time.monotonic()) of the last copy kept
         self.brokers: dict[int, BrokerRegistration] = backend.live_brokers()
         self.controller_id = -1
+        self.offline_dirs: Container[Path] = ()
         # Called with each newer image, from refresh() or our own update(): the replica
         # manager takes its new roles before anything else can read the image.
         self.listeners: list[Callable[[ClusterImage], None]] = []
@@ -187,6 +193,11 @@ class ClusterMetadata:
             return False
         return await self.call(self.backend.repair)
 
+    def copy_dir(self) -> Path:
+        """Where the image copy goes: the first log dir not offline (``offline_dirs``, the
+        log manager's, given by the app)."""
+        return next((d for d in self.log_dirs if d not in self.offline_dirs), self.log_dirs[0])
+
     async def keep_copy(self, force: bool = False) -> None:
         """Keep the applied image in the first log dir, at most every COPY_EVERY_S (it is
         rebuilt whole: tens of milliseconds at 10,000 partitions), on a worker thread."""
@@ -196,7 +207,7 @@ class ClusterMetadata:
             return
         image = self.image
         self._copied = (version, now)  # no second writer meanwhile; a failure retries later
-        await asyncio.to_thread(write_image_copy, self.log_dirs[0], self.cluster_id, image)
+        await asyncio.to_thread(write_image_copy, self.copy_dir(), self.cluster_id, image)
         self._copied = (image.version, now)
 
     async def next_producer_id(self) -> int:

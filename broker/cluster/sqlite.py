@@ -17,7 +17,12 @@ from pathlib import Path
 from broker.cluster.backend import CoordinationBackend, MetadataMissing
 from broker.cluster.image import ClusterImage
 from kafkube_contract.image import StoredIdentity
-from kafkube_contract.registration import BrokerRegistration, ControllerLease
+from kafkube_contract.registration import (
+    BrokerRegistration,
+    ControllerLease,
+    join_list,
+    split_list,
+)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS cluster (
@@ -32,7 +37,9 @@ CREATE TABLE IF NOT EXISTS brokers (
     host TEXT NOT NULL, port INTEGER NOT NULL, rack TEXT,
     broker_epoch INTEGER NOT NULL,
     expires_ms INTEGER NOT NULL,
-    listeners TEXT NOT NULL DEFAULT ''
+    listeners TEXT NOT NULL DEFAULT '',
+    offline_log_dirs TEXT NOT NULL DEFAULT '',
+    offline_replicas TEXT NOT NULL DEFAULT ''
 );
 CREATE TABLE IF NOT EXISTS controller (
     id INTEGER PRIMARY KEY CHECK (id = 0),
@@ -79,6 +86,10 @@ class SqliteBackend(CoordinationBackend):
             columns = {row[1] for row in db.execute("PRAGMA table_info(brokers)")}
             if "listeners" not in columns:  # a store written before listeners were kept
                 db.execute("ALTER TABLE brokers ADD COLUMN listeners TEXT NOT NULL DEFAULT ''")
+            for column in ("offline_log_dirs", "offline_replicas"):  # added for JBOD
+                if column not in columns:
+                    db.execute(f"ALTER TABLE brokers ADD COLUMN {column} TEXT NOT NULL "
+                               "DEFAULT ''")
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
@@ -135,10 +146,24 @@ class SqliteBackend(CoordinationBackend):
         with self._write() as db:
             epoch = self._next_epoch(db, "broker")
             db.execute(
-                "INSERT OR REPLACE INTO brokers VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (r.node_id, r.host, r.port, r.rack, epoch, _now_ms() + ttl_ms, r.listeners),
+                "INSERT OR REPLACE INTO brokers (node_id, host, port, rack, broker_epoch, "
+                "expires_ms, listeners, offline_log_dirs, offline_replicas) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (r.node_id, r.host, r.port, r.rack, epoch, _now_ms() + ttl_ms, r.listeners,
+                 join_list(r.offline_log_dirs), join_list(r.offline_replicas)),
             )
         return epoch
+
+    def update_registration(self, registration: BrokerRegistration, broker_epoch: int) -> bool:
+        r = registration
+        with self._write() as db:
+            cursor = db.execute(
+                "UPDATE brokers SET offline_log_dirs = ?, offline_replicas = ? "
+                "WHERE node_id = ? AND broker_epoch = ? AND expires_ms > ?",
+                (join_list(r.offline_log_dirs), join_list(r.offline_replicas), r.node_id,
+                 broker_epoch, _now_ms()),
+            )
+            return cursor.rowcount == 1
 
     def renew_broker(self, node_id: int, broker_epoch: int, ttl_ms: int) -> bool:
         now = _now_ms()
@@ -157,11 +182,13 @@ class SqliteBackend(CoordinationBackend):
 
     def live_brokers(self) -> dict[int, BrokerRegistration]:
         rows = self._db.execute(
-            "SELECT node_id, host, port, rack, broker_epoch, listeners FROM brokers "
-            "WHERE expires_ms > ?",
+            "SELECT node_id, host, port, rack, broker_epoch, listeners, offline_log_dirs, "
+            "offline_replicas FROM brokers WHERE expires_ms > ?",
             (_now_ms(),),
         ).fetchall()
-        return {row[0]: BrokerRegistration(*row) for row in rows}
+        return {row[0]: BrokerRegistration(*row[:6], split_list(row[6]),
+                                           frozenset(split_list(row[7])))
+                for row in rows}
 
     def lease_expiries(self) -> dict[int, int]:
         rows = self._db.execute(

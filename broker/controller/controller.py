@@ -23,7 +23,9 @@ from broker.config.broker_config import BrokerConfig
 from broker.controller.elections import (
     elect_preferred,
     fence_and_elect,
-    map_partitions,
+    live_for,
+    map_indexed,
+    offline_replicas,
     step_reassignment,
 )
 from kafkube_contract.image import PartitionState
@@ -48,8 +50,9 @@ class Controller:
         self._renewed = 0.0
         self._task: asyncio.Task[None] | None = None
         # What a round's passes read (image version, live brokers, the broker's unclean
-        # election default), kept when they changed nothing.
-        self._settled: tuple[int, frozenset[int], bool] | None = None
+        # election default, the replicas on offline log dirs), kept when they changed nothing.
+        self._settled: tuple[int, frozenset[int], bool, frozenset[tuple[str, frozenset[int]]]
+                             ] | None = None
 
     @property
     def active(self) -> bool:
@@ -104,16 +107,21 @@ class Controller:
             self._settled = None
         if epoch is None:
             return
-        live = frozenset(self.backend.live_brokers())
+        brokers = self.backend.live_brokers()
+        live = frozenset(brokers)
+        offline = offline_replicas(brokers)
         before = (self.backend.read_image().version, live,
-                  bool(self.config["unclean.leader.election.enable"]))
+                  bool(self.config["unclean.leader.election.enable"]),
+                  frozenset(offline.items()))
         if before != self._settled:
             # The passes are pure functions of what ``before`` holds, so a round that finds
             # it as a pass left it, with nothing to do, skips them: at 10,000 partitions the
             # two passes took ~30 ms of the event loop, four times a second.
-            written = await self._write(lambda image: self._fence_and_elect(image, live))
-            written &= await self._write(lambda image: map_partitions(
-                image, lambda _, state: step_reassignment(state, live)))
+            written = await self._write(
+                lambda image: self._fence_and_elect(image, live, offline))
+            written &= await self._write(lambda image: map_indexed(
+                image, lambda topic, index, state: step_reassignment(
+                    state, live_for(live, offline, image.topics[topic].topic_id, index))))
             after = self.backend.read_image().version
             # A refused write (metadata not to be trusted) is done again when it is.
             self._settled = before if written and after == before[0] else None
@@ -147,17 +155,21 @@ class Controller:
             return bool(self.config["unclean.leader.election.enable"])
         return raw.strip().lower() == "true"
 
-    def _fence_and_elect(self, image: ClusterImage, live: frozenset[int]
+    def _fence_and_elect(self, image: ClusterImage, live: frozenset[int],
+                         offline: dict[str, frozenset[int]] | None = None
                          ) -> ClusterImage | None:
-        def change(topic: str, state: PartitionState) -> PartitionState:
-            new = fence_and_elect(state, live, self._unclean(topic, image))
+        """Dead brokers, and replicas on offline log dirs, out of every ISR; leaders elected
+        where the leader is either."""
+        def change(topic: str, index: int, state: PartitionState) -> PartitionState:
+            here = live_for(live, offline or {}, image.topics[topic].topic_id, index)
+            new = fence_and_elect(state, here, self._unclean(topic, image))
             if new.leader != state.leader:
                 self.elections += 1
                 log.info("%s: leader %d -> %d (epoch %d), ISR %s", topic, state.leader,
                          new.leader, new.leader_epoch, list(new.isr))
             return new
 
-        return map_partitions(image, change)
+        return map_indexed(image, change)
 
     def rebalance(self, image: ClusterImage, live: frozenset[int]) -> ClusterImage | None:
         moves = preferred_leader_moves(

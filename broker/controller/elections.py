@@ -9,7 +9,9 @@ The rules are Kafka's (ReplicationControlManager and PartitionChangeBuilder in K
   with ``unclean.leader.election.enable`` may an out-of-sync live replica be chosen;
 * every leadership change bumps the leader epoch, which fences the old leader's requests;
 * a reassignment (KIP-455) first adds the target replicas, then, once all of them are in
-  the ISR, drops the ones leaving, moving leadership if the leader is among them.
+  the ISR, drops the ones leaving, moving leadership if the leader is among them;
+* a replica on a broker's offline log dir (KIP-112, KIP-858) counts as a replica of a dead
+  broker for its partition alone: ``live_for`` takes it out of the live set there.
 """
 
 from __future__ import annotations
@@ -19,6 +21,26 @@ from dataclasses import dataclass, field, replace
 
 from broker.cluster.image import ClusterImage
 from kafkube_contract.image import NO_LEADER, PartitionState
+from kafkube_contract.registration import BrokerRegistration, replica_key
+
+
+def offline_replicas(brokers: Mapping[int, BrokerRegistration]) -> dict[str, frozenset[int]]:
+    """Replica key -> the live brokers whose registration says that replica sits on an
+    offline log dir."""
+    found: dict[str, set[int]] = {}
+    for node, registration in brokers.items():
+        for key in registration.offline_replicas:
+            found.setdefault(key, set()).add(node)
+    return {key: frozenset(nodes) for key, nodes in found.items()}
+
+
+def live_for(live: frozenset[int], offline: Mapping[str, frozenset[int]], topic_id: str,
+             index: int) -> frozenset[int]:
+    """The brokers that can serve this partition: live, and its replica's dir not offline."""
+    if not offline:
+        return live
+    gone = offline.get(replica_key(topic_id, index))
+    return live - gone if gone else live
 
 
 def choose_leader(

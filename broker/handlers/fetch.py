@@ -41,6 +41,7 @@ from broker.server.fetch_session import (
 )
 from broker.server.partition import Partition
 from broker.storage.log import OffsetOutOfRange
+from broker.storage.log_dir_failure import KafkaStorageError
 
 
 @dataclass(slots=True)
@@ -80,7 +81,8 @@ def _read_all(ctx: RequestContext, follower: int | None, wanted: Wanted, max_byt
         partition = replicas.get(name, p.partition)
         if partition is None:
             found.results.append((name, FetchPartition(
-                p.partition, ErrorCode.unknown_topic_or_partition, -1, -1, -1, None)))
+                p.partition, ErrorCode.kafka_storage_error if (name, p.partition) in
+                replicas.offline else ErrorCode.unknown_topic_or_partition, -1, -1, -1, None)))
             continue
         log = partition.log
         error = partition.check_leader_epoch(p.current_leader_epoch)
@@ -115,6 +117,8 @@ def _read_all(ctx: RequestContext, follower: int | None, wanted: Wanted, max_byt
                                         read_committed=read_committed)
             except OffsetOutOfRange:
                 error = ErrorCode.offset_out_of_range
+            except KafkaStorageError:
+                error = ErrorCode.kafka_storage_error
             else:
                 region = result.region
                 found.watched.append(partition)

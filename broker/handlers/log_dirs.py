@@ -4,7 +4,9 @@ What Kafka's ReplicaManager.describeLogDirs answers: for every log dir its absol
 total and usable bytes (v4+), and for each hosted partition of the requested topics (all
 of them when the request names none) its size on disk and how far its log end is behind
 its high watermark. A requested partition this broker does not host is simply absent, as in
-Kafka: the admin client asks every broker and merges the answers. It needs DESCRIBE on the
+Kafka: the admin client asks every broker and merges the answers. An offline log dir (its
+disk failed, KIP-112) is listed with KAFKA_STORAGE_ERROR and nothing in it, as Kafka lists
+one. It needs DESCRIBE on the
 cluster: without it the answer is CLUSTER_AUTHORIZATION_FAILED (v3+) and no log dirs.
 """
 
@@ -62,7 +64,13 @@ async def handle_describe_log_dirs(ctx: RequestContext, request: Any) -> Any:
             "is_future_key": False,
         })
     results = []
+    offline = replicas.logs.failures.offline
     for log_dir, topics in by_dir.items():
+        if log_dir in offline:
+            results.append({"error_code": ErrorCode.kafka_storage_error,
+                            "log_dir": str(log_dir.absolute()), "topics": [],
+                            "total_bytes": -1, "usable_bytes": -1, "is_cordoned": False})
+            continue
         total, usable = _space(log_dir)
         results.append({
             "error_code": ErrorCode.none,

@@ -205,7 +205,8 @@ def _append(ctx: RequestContext, request: ProduceRequest,
             index = data.index
             partition = replicas.get(name, index)
             if partition is None:
-                error = (ErrorCode.not_leader_or_follower
+                error = (ErrorCode.kafka_storage_error if (name, index) in replicas.offline
+                         else ErrorCode.not_leader_or_follower
                          if meta is not None and index < meta.partitions
                          else ErrorCode.unknown_topic_or_partition)
                 partitions.append(PartitionResponse(index, error))

@@ -8,6 +8,10 @@ leadership only to brokers it sees renewing their leases: a broker killed a mome
 still holds an unexpired one. A failed
 renewal means the lease lapsed and the controller may already have fenced us: register
 again and rejoin the same way.
+
+The registration also says which log dirs are offline and the replicas they held
+(``report_offline``, KIP-858's heartbeat field): written as soon as a dir fails, and again
+with each heartbeat until a write succeeds.
 """
 
 from __future__ import annotations
@@ -15,8 +19,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import replace
 
-from broker.cluster.backend import CoordinationBackend
+from broker.cluster.backend import CoordinationBackend, StoreUnavailable
 from broker.cluster.metadata import ClusterMetadata
 from broker.controller.elections import Handover, step_down
 from kafkube_contract.registration import BrokerRegistration
@@ -36,6 +41,8 @@ class Membership:
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.broker_epoch = -1
         self.fenced_count = 0
+        # The offline facts the store holds for this registration (None: not known to).
+        self._reported: tuple[tuple[str, ...], frozenset[str]] | None = None
 
     @property
     def node_id(self) -> int:
@@ -45,6 +52,7 @@ class Membership:
         self.broker_epoch = await self.metadata.call(
             self.backend.register_broker, self.registration, self.session_timeout_ms)
         log.info("broker %d registered with broker epoch %d", self.node_id, self.broker_epoch)
+        self._reported = self._offline()
         live = await self.renewing_brokers() if self._leads_with_others() else None
         await self.leave_roles(live=live)
 
@@ -52,12 +60,41 @@ class Membership:
         """Renew the lease; on a lapsed lease rejoin. False if we had been fenced."""
         if await self.metadata.call(self.backend.renew_broker, self.node_id, self.broker_epoch,
                                     self.session_timeout_ms):
+            await self._send_offline()
             return True
         self.fenced_count += 1
         log.warning("broker %d: liveness lease lapsed (epoch %d was fenced); rejoining",
                     self.node_id, self.broker_epoch)
         await self.join()
         return False
+
+    def _offline(self) -> tuple[tuple[str, ...], frozenset[str]]:
+        r = self.registration
+        return r.offline_log_dirs, r.offline_replicas
+
+    async def report_offline(self, log_dirs: tuple[str, ...], replicas: frozenset[str]) -> None:
+        """Announce the offline log dirs and their replicas now (the controller then takes
+        those replicas out of their ISRs and elects other leaders)."""
+        self.registration = replace(self.registration, offline_log_dirs=log_dirs,
+                                    offline_replicas=replicas)
+        await self._send_offline()
+
+    async def _send_offline(self) -> None:
+        """Write the offline facts if the store does not hold them yet; a failed write is
+        tried again at the next heartbeat."""
+        if self._reported == self._offline() or self.broker_epoch < 0:
+            return
+        wanted = self._offline()
+        try:
+            written = await self.metadata.call(self.backend.update_registration,
+                                               self.registration, self.broker_epoch)
+        except StoreUnavailable as e:
+            log.warning("broker %d: offline log dirs not reported yet: %s", self.node_id, e)
+            return
+        if written:
+            self._reported = wanted
+            log.info("broker %d: registration now says log dirs %s are offline (%d replicas)",
+                     self.node_id, list(wanted[0]), len(wanted[1]))
 
     def _leads_with_others(self) -> bool:
         """We lead, on record, a partition whose ISR has other members to hand it to."""

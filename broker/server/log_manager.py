@@ -11,11 +11,18 @@ replica manager's ``partitions`` (a shared dict, never copied) because retention
 cleaner and the high-watermark checkpoint need each partition's high watermark. Every loop
 is a ``periodic`` task on the event loop: one failed round is logged and the next comes
 anyway.
+
+With several log dirs (JBOD), a dir whose I/O fails goes offline (``failures``, Kafka's
+LogDirFailureChannel): no new log is placed there, its checkpoints are no longer written,
+and at start-up a dir still failing is passed over; the replica manager stops serving what
+it held. A replica the metadata had given us before (not ``is_new``) and that no working
+dir holds is taken to be on an offline dir, never created empty elsewhere: Kafka's rule.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import inspect
 import logging
 import os
@@ -46,6 +53,7 @@ from broker.server.replica_dirs import (
 )
 from broker.storage.cleaner import CleanResult, CleanTarget, LogCleaner
 from broker.storage.log import Log, LogConfig
+from broker.storage.log_dir_failure import KafkaStorageError, LogDirFailures, probe_log_dir
 from broker.storage.segment import LogSegment
 from kafkube_contract.image import TopicMetadata
 
@@ -98,28 +106,57 @@ class LogManager:
         # Replica dirs set aside (``*-stray``) by partition and topic id: taken back if the
         # metadata gives that partition that topic again.
         self._strays: dict[tuple[TopicPartition, str], Path] = {}
+        self.failures = LogDirFailures()
+
+    @property
+    def online_dirs(self) -> list[Path]:
+        """The log dirs not offline, in ``log.dirs`` order."""
+        return [d for d in self.log_dirs if not self.failures.is_offline(d)]
+
+    def _guard(self, log_dir: Path, action: Callable[[], object]) -> None:
+        """Run ``action`` on ``log_dir`` unless it is offline; an I/O error takes it
+        offline instead of propagating (the dir's replicas then stop being served)."""
+        if self.failures.is_offline(log_dir):
+            return
+        try:
+            action()
+        except OSError as e:
+            self.failures.report(log_dir, e)
 
     # -- loading -------------------------------------------------------------------------
 
     def load_dirs(self) -> None:
         """Read what each log dir remembers (clean shutdown, checkpoints) and what it holds:
-        replica dirs to open, strays set aside, and removals a crash interrupted."""
+        replica dirs to open, strays set aside, and removals a crash interrupted. A dir that
+        fails (unreadable, unwritable, not a directory) is offline from the start; with none
+        left the broker cannot start (Kafka stops when every log dir has failed)."""
         for log_dir in self.log_dirs:
-            self._clean[log_dir] = (log_dir / CLEAN_SHUTDOWN_FILE).exists()
-            self._recovery.update(read_offset_checkpoint(log_dir / RECOVERY_CHECKPOINT))
-            self._high_watermarks.update(read_offset_checkpoint(log_dir / REPLICATION_CHECKPOINT))
-            self._log_starts.update(read_offset_checkpoint(log_dir / LOG_START_CHECKPOINT))
-            self.cleaner.checkpoints.update(read_offset_checkpoint(log_dir / CLEANER_CHECKPOINT))
-            for child in log_dir.iterdir():
-                if child.is_dir() and child.name.endswith(DELETE_SUFFIX):
-                    shutil.rmtree(child, ignore_errors=True)
-                    continue
-                if child.is_dir() and (stray := parse_stray_dir(child.name)) is not None:
-                    self._strays[stray] = child
-                    continue
-                tp = parse_partition_dir(child.name) if child.is_dir() else None
-                if tp is not None:
-                    self._existing[tp] = child
+            error = probe_log_dir(log_dir)
+            if error is not None:
+                self.failures.report(log_dir, error)
+                continue
+            self._guard(log_dir, lambda log_dir=log_dir: self._load_dir(log_dir))
+        if not self.online_dirs:
+            raise KafkaStorageError("every log dir is offline: " + "; ".join(
+                f"{d}: {why}" for d, why in self.failures.offline.items()))
+
+    def _load_dir(self, log_dir: Path) -> None:
+        """One working log dir's checkpoints, markers and replica dirs."""
+        self._clean[log_dir] = (log_dir / CLEAN_SHUTDOWN_FILE).exists()
+        self._recovery.update(read_offset_checkpoint(log_dir / RECOVERY_CHECKPOINT))
+        self._high_watermarks.update(read_offset_checkpoint(log_dir / REPLICATION_CHECKPOINT))
+        self._log_starts.update(read_offset_checkpoint(log_dir / LOG_START_CHECKPOINT))
+        self.cleaner.checkpoints.update(read_offset_checkpoint(log_dir / CLEANER_CHECKPOINT))
+        for child in log_dir.iterdir():
+            if child.is_dir() and child.name.endswith(DELETE_SUFFIX):
+                shutil.rmtree(child, ignore_errors=True)
+                continue
+            if child.is_dir() and (stray := parse_stray_dir(child.name)) is not None:
+                self._strays[stray] = child
+                continue
+            tp = parse_partition_dir(child.name) if child.is_dir() else None
+            if tp is not None:
+                self._existing[tp] = child
 
     def finish_loading(self, image: ClusterImage, started: float) -> None:
         """After the replicas the image assigns us are open: remove the dirs of topics deleted
@@ -135,8 +172,9 @@ class LogManager:
                 log.warning("keeping %s as a stray: no replica of %s here and its topic was "
                             "not deleted on record", directory, tp.topic)
         unclean = [str(d) for d, was_clean in self._clean.items() if not was_clean]
-        for log_dir in self.log_dirs:
-            (log_dir / CLEAN_SHUTDOWN_FILE).unlink(missing_ok=True)
+        for log_dir in self.online_dirs:
+            self._guard(log_dir, lambda d=log_dir: (d / CLEAN_SHUTDOWN_FILE).unlink(
+                missing_ok=True))
         self.write_checkpoints()
         log.info("loaded %d partitions in %.2fs", len(self.partitions), time.monotonic() - started)
         if unclean and self.partitions:
@@ -154,18 +192,24 @@ class LogManager:
         return config
 
     def _pick_log_dir(self) -> Path:
-        """The log dir holding the fewest partitions, as Kafka places new ones. Counted as
-        partitions come and go: counting on every pick made creating N partitions cost N²
-        (2,048 at once blocked the event loop for 20 s, past the broker's own lease)."""
-        return min(self.log_dirs, key=lambda d: self._per_log_dir[d])
+        """The online log dir holding the fewest partitions, as Kafka places new ones.
+        Counted as partitions come and go: counting on every pick made creating N partitions
+        cost N² (2,048 at once blocked the event loop for 20 s, past the broker's own lease)."""
+        online = self.online_dirs
+        if not online:
+            raise KafkaStorageError("every log dir is offline")
+        return min(online, key=lambda d: self._per_log_dir[d])
 
     def get_or_create_log(self, tp: TopicPartition, topic: TopicMetadata,
-                          image: ClusterImage) -> tuple[Log, int]:
+                          image: ClusterImage, is_new: bool = True) -> tuple[Log, int]:
         """Open the replica's log (created if new) and its checkpointed high watermark.
 
         A dir found at start-up is used if it holds this topic id; one of an older topic is
         deleted if that topic was deleted on record (``image``), else set aside as a stray;
-        a stray of this very topic is taken back."""
+        a stray of this very topic is taken back. A replica not ``is_new`` (assigned before
+        this start) found in no working dir while a dir is offline raises
+        ``KafkaStorageError``: it is on the failed disk, and an empty log elsewhere would
+        be a replica that lost its data (Kafka's LogManager refuses the same)."""
         directory = self._existing.pop(tp, None)
         if directory is not None and not same_topic(directory, topic.topic_id):
             older = topic_id_of(directory)
@@ -187,16 +231,23 @@ class LogManager:
             log.warning("%s: taking back the replica set aside in %s", tp, stray)
             os.rename(stray, directory)
         if directory is None:
+            if not is_new and self.failures.offline:
+                offline = ", ".join(map(str, self.failures.offline))
+                raise KafkaStorageError(f"{tp}: in no online log dir while {offline} is offline")
             directory = self._pick_log_dir() / partition_dir_name(topic.name, tp.partition)
-        partition_log = Log(
-            directory,
-            self.log_config(topic),
-            recovery_point=self._recovery.get(tp, 0),
-            clean_shutdown=self._clean.get(directory.parent, True),
-            scheduler=self.schedule,
-            log_start_offset=self._log_starts.get(tp, 0),
-        )
-        write_partition_metadata(directory, topic.topic_id)
+        try:
+            partition_log = Log(
+                directory,
+                self.log_config(topic),
+                recovery_point=self._recovery.get(tp, 0),
+                clean_shutdown=self._clean.get(directory.parent, True),
+                scheduler=self.schedule,
+                log_start_offset=self._log_starts.get(tp, 0),
+            )
+            write_partition_metadata(directory, topic.topic_id)
+        except OSError as e:
+            self.failures.report(directory.parent, e)
+            raise KafkaStorageError(f"{tp}: log dir {directory.parent} failed: {e}") from e
         self._per_log_dir[directory.parent] += 1
         return partition_log, self._high_watermarks.get(tp, 0)
 
@@ -250,12 +301,12 @@ class LogManager:
         """Once the replicas are closed: everything on disk, checkpoints written, the logs
         closed and the clean-shutdown markers left, so the next start recovers nothing."""
         for partition in self.partitions.values():
-            partition.log.flush()
+            self._guard(partition.log.dir.parent, partition.log.flush)
         self.write_checkpoints()
         for partition in self.partitions.values():
             partition.log.close()
-        for log_dir in self.log_dirs:
-            (log_dir / CLEAN_SHUTDOWN_FILE).touch()
+        for log_dir in self.online_dirs:
+            self._guard(log_dir, (log_dir / CLEAN_SHUTDOWN_FILE).touch)
 
     # -- checkpoints ---------------------------------------------------------------------
 
@@ -270,10 +321,11 @@ class LogManager:
             if partition_log.log_start_offset > partition_log.segments[0].base_offset:
                 # Only a start inside the first segment needs remembering, as in Kafka.
                 starts[partition_log.dir.parent][tp] = partition_log.log_start_offset
-        for log_dir in self.log_dirs:
-            write_offset_checkpoint(log_dir / RECOVERY_CHECKPOINT, recovery[log_dir])
-            write_offset_checkpoint(log_dir / REPLICATION_CHECKPOINT, hws[log_dir])
-            write_offset_checkpoint(log_dir / LOG_START_CHECKPOINT, starts[log_dir])
+        for log_dir in self.online_dirs:
+            self._guard(log_dir, lambda d=log_dir: (
+                write_offset_checkpoint(d / RECOVERY_CHECKPOINT, recovery[d]),
+                write_offset_checkpoint(d / REPLICATION_CHECKPOINT, hws[d]),
+                write_offset_checkpoint(d / LOG_START_CHECKPOINT, starts[d])))
 
     async def _checkpoint_round(self) -> None:
         """High watermarks (and recovery points) every
@@ -293,9 +345,11 @@ class LogManager:
         if not work:
             return
         synced = await asyncio.to_thread(_sync_all, [segments for _, segments, _ in work])
-        for (partition_log, _, target), ok in zip(work, synced, strict=True):
-            if ok:
+        for (partition_log, _, target), error in zip(work, synced, strict=True):
+            if error is None:
                 partition_log.advance_recovery_point(target)
+            elif error.errno not in (errno.ENOENT, errno.EBADF):  # not a segment just deleted
+                self.failures.report(partition_log.dir.parent, error)
 
     # -- retention -----------------------------------------------------------------------
 
@@ -350,7 +404,8 @@ class LogManager:
             if offset is not None:
                 by_dir[partition.log.dir.parent][tp] = offset
         for log_dir, offsets in by_dir.items():
-            write_offset_checkpoint(log_dir / CLEANER_CHECKPOINT, offsets)
+            self._guard(log_dir, lambda d=log_dir, o=offsets: write_offset_checkpoint(
+                d / CLEANER_CHECKPOINT, o))
 
     async def _cleaner_loop(self) -> None:
         """Clean logs back to back while any needs it, else sleep log.cleaner.backoff.ms."""
@@ -365,16 +420,16 @@ class LogManager:
                 await asyncio.sleep(backoff)
 
 
-def _sync_all(batches: list[list[LogSegment]]) -> list[bool]:
-    """Each batch's segments fsynced (on a worker thread); False where one was closed or
-    deleted meanwhile."""
-    synced = []
+def _sync_all(batches: list[list[LogSegment]]) -> list[OSError | None]:
+    """Each batch's segments fsynced (on a worker thread); the error where one was closed
+    or deleted meanwhile (ENOENT, EBADF), or where the disk failed."""
+    synced: list[OSError | None] = []
     for segments in batches:
         try:
             for segment in segments:
                 segment.sync_files()
-        except OSError:
-            synced.append(False)
+        except OSError as e:
+            synced.append(e)
         else:
-            synced.append(True)
+            synced.append(None)
     return synced

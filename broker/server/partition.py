@@ -23,6 +23,7 @@ from kio.schema.errors import ErrorCode
 from broker.protocol.records import InvalidRecordError, validate_produce_payload
 from broker.protocol.validation import RecordRules, validate_records
 from broker.storage.log import Log, LogConfig, ReadResult
+from broker.storage.log_dir_failure import KafkaStorageError, LogDirFailures
 from broker.storage.producer_state import VerificationGuard
 from kafkube_contract.image import NO_LEADER, PartitionState
 
@@ -85,6 +86,13 @@ class Partition:
         self._acks: list[tuple[int, int, asyncio.Future[ErrorCode]]] = []
         self._rules_for: LogConfig | None = None
         self._rules = RecordRules()
+        self.failures: LogDirFailures | None = None  # where an I/O error of the log goes
+
+    def _failed(self, error: OSError) -> KafkaStorageError:
+        """An I/O error of this replica's files: its log dir goes offline (KIP-112)."""
+        if self.failures is not None:
+            self.failures.report(self.log.dir.parent, error)
+        return KafkaStorageError(f"{self}: log dir {self.log.dir.parent} is offline: {error}")
 
     def __repr__(self) -> str:
         return f"Partition({self.topic}-{self.index})"
@@ -208,7 +216,11 @@ class Partition:
                     message=f"producer {header.producer_id} epoch {header.producer_epoch} "
                     f"sequence {header.base_sequence}",
                 )
-        result = self.log.append_as_leader(records, header, self.leader_epoch, max_timestamp)
+        try:
+            result = self.log.append_as_leader(records, header, self.leader_epoch,
+                                               max_timestamp)
+        except OSError as e:
+            return ProduceOutcome(ErrorCode.kafka_storage_error, message=str(self._failed(e)))
         self.wake_fetchers()  # followers wait for new data, consumers for a new HW
         self.maybe_advance_high_watermark()
         return ProduceOutcome(
@@ -238,8 +250,11 @@ class Partition:
         if error is not None:
             return ProduceOutcome(error, message=f"marker of producer {producer_id} epoch "
                                   f"{producer_epoch}, coordinator epoch {coordinator_epoch}")
-        result = self.log.append_control_as_leader(producer_id, producer_epoch, commit,
-                                                   coordinator_epoch, self.leader_epoch)
+        try:
+            result = self.log.append_control_as_leader(producer_id, producer_epoch, commit,
+                                                       coordinator_epoch, self.leader_epoch)
+        except OSError as e:
+            return ProduceOutcome(ErrorCode.kafka_storage_error, message=str(self._failed(e)))
         self.wake_fetchers()
         self.maybe_advance_high_watermark()
         return ProduceOutcome(base_offset=result.first_offset, last_offset=result.last_offset)
@@ -408,7 +423,10 @@ class Partition:
     # -- replication, as follower ---------------------------------------------------------
 
     def append_as_follower(self, records: bytes, leader_high_watermark: int) -> int:
-        count = self.log.append_as_follower(records) if records else 0
+        try:
+            count = self.log.append_as_follower(records) if records else 0
+        except OSError as e:
+            raise self._failed(e) from e
         self.update_follower_high_watermark(leader_high_watermark)
         return count
 
@@ -424,7 +442,10 @@ class Partition:
                 min(leader_log_start_offset, self.high_watermark))
 
     def truncate_to(self, offset: int) -> None:
-        self.log.truncate_to(offset)
+        try:
+            self.log.truncate_to(offset)
+        except OSError as e:
+            raise self._failed(e) from e
         self.high_watermark = min(self.high_watermark, self.log.log_end_offset)
 
     # -- fetch waiting and reads ------------------------------------------------------------
@@ -450,7 +471,10 @@ class Partition:
             limit = self.last_stable_offset
         else:
             limit = self.high_watermark
-        return self.log.read(offset, max_bytes, limit, min_one_batch)
+        try:
+            return self.log.read(offset, max_bytes, limit, min_one_batch)
+        except OSError as e:
+            raise self._failed(e) from e
 
     def check_leader_epoch(self, current_leader_epoch: int) -> ErrorCode:
         """Fence requests from clients with an epoch newer or older than ours (KIP-320)."""

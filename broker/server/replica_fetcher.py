@@ -29,6 +29,7 @@ from broker.protocol.records import InvalidRecordError
 from broker.security.client import ClientSecurity
 from broker.server.partition import Partition, now_ms
 from broker.server.throttle import Throttle
+from broker.storage.log_dir_failure import KafkaStorageError
 from kafkube_contract.registration import BrokerRegistration
 
 log = logging.getLogger(__name__)
@@ -313,5 +314,8 @@ class ReplicaFetcher:
             log.warning("%s: fetched data does not continue our log (%s); truncating",
                         partition, e)
             state.truncating = True
+            return
+        except KafkaStorageError as e:
+            log.warning("%s", e)  # the replica manager stops fetching it
             return
         partition.follow_log_start_offset(p.log_start_offset)

@@ -10,12 +10,14 @@ Handlers call it with topic/partition names; it never builds protocol responses.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import random
 import time
 import uuid
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -32,7 +34,9 @@ from broker.server.replica_dirs import TopicPartition
 from broker.server.replica_fetcher import FetcherConfig, ReplicaFetcher
 from broker.server.throttle import Throttle, lists_replica
 from broker.storage.log import LogConfig
+from broker.storage.log_dir_failure import KafkaStorageError
 from kafkube_contract.image import NO_LEADER, PartitionState, TopicMetadata
+from kafkube_contract.registration import replica_key
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +57,12 @@ class ReplicaManager:
         self.logs = LogManager(config, self.partitions)
         self.log_dirs = self.logs.log_dirs  # the same list (DescribeLogDirs reads it here)
         self._topic_ids: dict[TopicPartition, str] = {}
+        # Replicas on offline log dirs (KIP-112), with their topic ids: never served again
+        # by this process. ``on_offline`` hears when a dir fails (the registration).
+        self.offline: dict[TopicPartition, str] = {}
+        self.on_offline: list[Callable[[], None]] = []
+        self.logs.failures.defer = lambda fn: self.logs.schedule(0, fn)
+        self.logs.failures.listeners.append(self._log_dir_failed)
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self._fetchers_stopped = False
         self._more_pending = False  # a pass opening the partitions past OPEN_PER_SLICE
@@ -88,7 +98,7 @@ class ReplicaManager:
         for topic in image.topics.values():
             for index, state in enumerate(topic.assignments):
                 if self.node_id in state.replicas:
-                    self._open_partition(topic, index)
+                    self._open_partition(topic, index, is_new=False)
         self.logs.finish_loading(image, started)
 
     def start_background_tasks(self) -> None:
@@ -123,11 +133,20 @@ class ReplicaManager:
         """Producer ids known in all logs here (Kafka's ReplicaManager ProducerIdCount)."""
         return self.logs.producer_id_count()
 
-    def _open_partition(self, topic: TopicMetadata, index: int) -> Partition:
+    def _open_partition(self, topic: TopicMetadata, index: int,
+                        is_new: bool = True) -> Partition | None:
+        """The replica opened; None if its log dir is offline (it is then ``offline``)."""
         tp = TopicPartition(topic.name, index)
         self.opened_or_dropped += 1
-        partition_log, hw = self.logs.get_or_create_log(tp, topic, self.metadata.image)
+        try:
+            partition_log, hw = self.logs.get_or_create_log(tp, topic, self.metadata.image,
+                                                            is_new)
+        except KafkaStorageError as e:
+            log.error("%s", e)
+            self.offline[tp] = topic.topic_id
+            return None
         partition = Partition(topic.name, index, partition_log, self.node_id, hw)
+        partition.failures = self.logs.failures
         self.partitions[tp] = partition
         self._topic_ids[tp] = topic.topic_id
         return partition
@@ -151,6 +170,8 @@ class ReplicaManager:
                     continue
                 tp = TopicPartition(topic.name, index)
                 wanted.add(tp)
+                if self.offline.get(tp) == topic.topic_id:
+                    continue  # on an offline log dir: not served by this broker
                 partition = self.partitions.get(tp)
                 if partition is not None and self._topic_ids.get(tp) != topic.topic_id:
                     if image.was_deleted(self._topic_ids.get(tp)):
@@ -164,7 +185,11 @@ class ReplicaManager:
                         continue
                     partition = self._open_partition(topic, index)
                     opened += 1
+                    if partition is None:
+                        continue
                 self._take_role(tp, partition, state)
+        for tp in [tp for tp in self.offline if tp not in wanted]:
+            del self.offline[tp]  # reassigned away or deleted: nothing here to report
         dropped = [tp for tp in self.partitions if tp not in wanted]
         for tp in dropped:
             topic = image.topics.get(tp.topic)
@@ -244,6 +269,28 @@ class ReplicaManager:
     def _stop_fetching(self, tp: TopicPartition) -> None:
         for fetcher in self.fetchers.values():
             fetcher.remove(tp.topic, tp.partition)
+
+    def _log_dir_failed(self, log_dir: Path) -> None:
+        """A log dir went offline: every replica in it stops being served here at once (a
+        leader's produce waits fail, its followers' fetches get NOT_LEADER_OR_FOLLOWER, our
+        fetchers drop it) and ``on_offline`` tells the controller, which moves leadership
+        and ISR places to the replicas on other brokers (Kafka's handleLogDirFailure)."""
+        failed = [tp for tp, p in self.partitions.items() if p.log.dir.parent == log_dir]
+        for tp in failed:
+            topic_id = self._topic_ids[tp]
+            partition = self._stop_hosting(tp)
+            with contextlib.suppress(OSError):
+                partition.log.close()
+            self.offline[tp] = topic_id
+        log.error("log dir %s offline: %d replicas no longer served here: %s", log_dir,
+                  len(failed), ", ".join(f"{tp.topic}-{tp.partition}" for tp in failed[:20]))
+        for listener in self.on_offline:
+            listener()
+
+    def offline_replicas(self) -> frozenset[str]:
+        """The replicas on offline log dirs, as the registration names them."""
+        return frozenset(replica_key(topic_id, tp.partition)
+                         for tp, topic_id in self.offline.items())
 
     def _drop(self, tp: TopicPartition, why: str) -> None:
         """Stop hosting a replica and delete its files: its topic was deleted on record, or
@@ -348,6 +395,8 @@ class ReplicaManager:
         partition = self.partitions.get((topic, index))
         if partition is not None and partition.is_leader:
             return partition, ErrorCode.none
+        if (topic, index) in self.offline:
+            return None, ErrorCode.kafka_storage_error
         if self.metadata.partition(topic, index) is not None:
             return None, ErrorCode.not_leader_or_follower
         return None, ErrorCode.unknown_topic_or_partition

@@ -38,7 +38,7 @@ from typing import Any
 from kubernetes import client as k8s
 
 from kafkube_contract.image import ImageUnreadable, StoredIdentity, parse_image_json
-from kafkube_contract.registration import BrokerRegistration, ControllerLease
+from kafkube_contract.registration import BrokerRegistration, ControllerLease, join_list, split_list
 
 GROUP = "kafkube.io"
 CLUSTER_LABEL = f"{GROUP}/cluster"
@@ -48,6 +48,8 @@ A_CONTROLLER_EPOCH = f"{GROUP}/controller-epoch"
 A_TTL_MS = f"{GROUP}/lease-duration-ms"
 A_HOST, A_PORT, A_RACK = f"{GROUP}/host", f"{GROUP}/port", f"{GROUP}/rack"
 A_LISTENERS = f"{GROUP}/listeners"
+A_OFFLINE_LOG_DIRS = f"{GROUP}/offline-log-dirs"
+A_OFFLINE_REPLICAS = f"{GROUP}/offline-replicas"
 A_IMAGE_VERSION, A_CLUSTER_ID = f"{GROUP}/image-version", f"{GROUP}/cluster-id"
 A_POD, A_POD_UID, A_CONTAINER = f"{GROUP}/pod", f"{GROUP}/pod-uid", f"{GROUP}/container"
 IMAGE_KEY = "image.json.gz"
@@ -169,7 +171,17 @@ def registration_of(lease: Any) -> BrokerRegistration:
     a = lease.metadata.annotations or {}
     return BrokerRegistration(
         int(lease.spec.holder_identity), a.get(A_HOST, ""), int(a.get(A_PORT, "0")),
-        a.get(A_RACK), int(a.get(A_EPOCH, "-1")), a.get(A_LISTENERS, ""))
+        a.get(A_RACK), int(a.get(A_EPOCH, "-1")), a.get(A_LISTENERS, ""),
+        split_list(a.get(A_OFFLINE_LOG_DIRS)), frozenset(split_list(a.get(A_OFFLINE_REPLICAS))))
+
+
+def offline_annotations(registration: BrokerRegistration) -> dict[str, str]:
+    """The annotations saying which log dirs of the broker are offline and the replicas
+    they held; empty when none is (an older reader ignores them)."""
+    if not registration.offline_log_dirs and not registration.offline_replicas:
+        return {}
+    return {A_OFFLINE_LOG_DIRS: join_list(registration.offline_log_dirs),
+            A_OFFLINE_REPLICAS: join_list(registration.offline_replicas)}
 
 
 def controller_of(lease: Any) -> ControllerLease | None:

@@ -11,7 +11,15 @@ from dataclasses import dataclass, replace
 class BrokerRegistration:
     """A live broker. ``host``/``port`` is its inter-broker listener (what peers dial);
     ``listeners`` every advertised listener as ``NAME://host:port,...`` (Kafka's
-    advertised.listeners), so clients get the addresses of the listener they came in on."""
+    advertised.listeners), so clients get the addresses of the listener they came in on.
+
+    ``offline_log_dirs`` are the broker's log dirs that failed (KIP-112/KIP-858's offline
+    dirs, as a KRaft broker sends them in its registration and heartbeats), and
+    ``offline_replicas`` the replicas they held, as ``replica_key``s. KRaft's controller
+    knows each replica's dir from the metadata (AssignReplicasToDirs); kafkube's image does
+    not record dirs, so the broker names the replicas itself, and the controller treats
+    each as it treats a replica of a dead broker: out of the ISR, never elected. Both
+    change while the broker runs (``CoordinationBackend.update_registration``)."""
 
     node_id: int
     host: str
@@ -19,6 +27,8 @@ class BrokerRegistration:
     rack: str | None = None
     broker_epoch: int = -1
     listeners: str = ""
+    offline_log_dirs: tuple[str, ...] = ()
+    offline_replicas: frozenset[str] = frozenset()
 
     def endpoint(self, listener: str) -> tuple[str, int] | None:
         """The broker's address on ``listener``; a broker registered without listeners
@@ -44,6 +54,23 @@ class BrokerRegistration:
         if address is None:
             return None
         return replace(self, host=address[0], port=address[1])
+
+
+def replica_key(topic_id: str, partition: int) -> str:
+    """How a registration names a replica: its topic id (never reused, unlike a name) and
+    partition index."""
+    return f"{topic_id}:{partition}"
+
+
+def join_list(values: tuple[str, ...] | frozenset[str]) -> str:
+    """A registration's list as one annotation or column value: sorted, comma-separated
+    (log dir paths and replica keys hold no commas)."""
+    return ",".join(sorted(values))
+
+
+def split_list(text: str | None) -> tuple[str, ...]:
+    """``join_list`` read back; an absent value (an older broker) is empty."""
+    return tuple(v for v in (text or "").split(",") if v)
 
 
 @dataclass(frozen=True, slots=True)

@@ -85,6 +85,24 @@ def test_the_storage_size_cannot_shrink(api: k8s.ApiClient) -> None:
     assert patch(api, "kafkaclusters", name, {"storage": {"size": "22548578304"}})  # 21Gi
 
 
+def test_jbod_volumes_are_added_never_removed_shrunk_or_duplicated(api: k8s.ApiClient) -> None:
+    two = [{"id": 1, "size": "20Gi"}, {"id": 2, "size": "30Gi", "class": "fast"}]
+    assert "Duplicate value" in refused(create, api, "kafkaclusters", {"storage": {
+        "volumes": [{"id": 1, "size": "1Gi"}, {"id": 1, "size": "2Gi"}]}})
+    assert refused(create, api, "kafkaclusters", {"storage": {"volumes": [{"id": 0,
+                                                                            "size": "1Gi"}]}})
+    name = create(api, "kafkaclusters", {"storage": {"volumes": two[:1]}})["metadata"]["name"]
+    assert patch(api, "kafkaclusters", name, {"storage": {"volumes": two}})  # added
+    assert "storage.volumes cannot be removed" in refused(
+        patch, api, "kafkaclusters", name, {"storage": {"volumes": two[1:]}})
+    assert "cannot shrink" in refused(patch, api, "kafkaclusters", name, {"storage": {
+        "volumes": [{"id": 1, "size": "10Gi"}, two[1]]}})
+    assert "cannot be changed" in refused(patch, api, "kafkaclusters", name, {"storage": {
+        "volumes": [two[0], {**two[1], "class": "slow"}]}})
+    assert patch(api, "kafkaclusters", name, {"storage": {  # grown, in another order
+        "volumes": [two[1], {"id": 1, "size": "25Gi"}]}})
+
+
 def test_kubectl_scale_sets_the_replicas(api: k8s.ApiClient) -> None:
     name = create(api, "kafkaclusters", {})["metadata"]["name"]
     objects = k8s.CustomObjectsApi(api)

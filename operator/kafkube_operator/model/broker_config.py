@@ -19,6 +19,7 @@ from kafkube_contract.broker_keys import BROKER_KEYS, IGNORED_KAFKA_KEYS
 from kafkube_contract.config_keys import ConfigError
 from kafkube_contract.properties import render_properties
 from kafkube_operator.model.listeners import ListenerLayout, SecuritySpec, security_properties
+from kafkube_operator.model.storage import log_dirs
 
 # Set per pod (--pod-identity, the downward API) or by the operator for the whole cluster.
 OWNED_KEYS = frozenset({
@@ -33,7 +34,7 @@ OWNED_KEYS = frozenset({
 # With spec.listeners, from spec.authorization only: a step of a listener change
 # (model/listener_change.py) decides when ACLs are enforced.
 SECURED_KEYS = frozenset({"authorizer.class.name", "super.users"})
-DATA_DIR = "/var/lib/kafkube/data"
+DATA_DIR = "/var/lib/kafkube/data"  # volume 0's log dir (model/storage.py)
 PORT = 9092
 METRICS_PORT = 9404
 HEALTH_PORT = 9405  # /ready: the readiness probe (broker/health.py)
@@ -71,7 +72,7 @@ def broker_properties(cluster: str, spec: Mapping, brokers: int | None = None,
     metrics = (spec.get("metrics") or {}).get("enabled", True)
     properties = {
         "listeners": f"PLAINTEXT://0.0.0.0:{PORT}",
-        "log.dirs": DATA_DIR,
+        "log.dirs": log_dirs(spec),
         "kafkube.coordination.backend": "kubernetes",
         "kafkube.cluster.name": cluster,
         "kafkube.metrics.port": str(METRICS_PORT if metrics else -1),

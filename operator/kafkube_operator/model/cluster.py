@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from kafkube_operator.model.broker_config import (
-    DATA_DIR,
     HEALTH_PORT,
     METRICS_PORT,
     PORT,
@@ -34,6 +33,7 @@ from kafkube_operator.model.listeners import (
     SecuritySpec,
     advertised_listeners,
 )
+from kafkube_operator.model.storage import Volume, volumes
 
 GROUP = "kafkube.io"
 VERSION = "v1alpha1"
@@ -291,6 +291,14 @@ def _certificate_mounts(layout: ListenerLayout) -> list[Manifest]:
     return mounts
 
 
+def _claim_spec(volume: Volume) -> Manifest:
+    spec: Manifest = {"accessModes": ["ReadWriteOnce"],
+                      "resources": {"requests": {"storage": volume.size}}}
+    if volume.storage_class:
+        spec["storageClassName"] = volume.storage_class
+    return spec
+
+
 def stateful_set(ref: ClusterRef, spec: Mapping, properties_text: str,
                  replicas: int | None = None,
                  pod_annotations: Mapping[str, str] | None = None,
@@ -302,10 +310,7 @@ def stateful_set(ref: ClusterRef, spec: Mapping, properties_text: str,
     storage = spec.get("storage") or {}
     metrics = (spec.get("metrics") or {}).get("enabled", True)
     claim_policy = "Delete" if storage.get("deleteClaim", False) else "Retain"
-    claim_spec: Manifest = {"accessModes": ["ReadWriteOnce"],
-                            "resources": {"requests": {"storage": storage.get("size", "10Gi")}}}
-    if storage.get("class"):
-        claim_spec["storageClassName"] = storage["class"]
+    disks = volumes(spec)
     layout = layout or ListenerLayout.of(SecuritySpec.of(spec))
     ports = [{"name": p["name"], "containerPort": p["port"]}
              for p in _kafka_ports(layout, replication=True)]
@@ -324,7 +329,7 @@ def stateful_set(ref: ClusterRef, spec: Mapping, properties_text: str,
         "readinessProbe": {"httpGet": {"path": "/ready", "port": "health"},
                            "periodSeconds": 2, "failureThreshold": 1},
         "resources": spec.get("resources") or DEFAULT_RESOURCES,
-        "volumeMounts": [{"name": "data", "mountPath": DATA_DIR.rsplit("/", 1)[0]},
+        "volumeMounts": [*({"name": v.claim, "mountPath": v.mount} for v in disks),
                          {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
                          *_certificate_mounts(layout)],
     }
@@ -359,8 +364,8 @@ def stateful_set(ref: ClusterRef, spec: Mapping, properties_text: str,
                                              **(pod_annotations or {})}},
                 "spec": pod_spec,
             },
-            "volumeClaimTemplates": [{"metadata": {"name": "data", "labels": selector(ref)},
-                                      "spec": claim_spec}],
+            "volumeClaimTemplates": [{"metadata": {"name": v.claim, "labels": selector(ref)},
+                                      "spec": _claim_spec(v)} for v in disks],
         },
     }
 

@@ -2,6 +2,10 @@
 templates are immutable, and an apply that changes them fails whole, so an edit of
 ``storage.size`` used to freeze every later change (image, config, replicas, certificates).
 
+Several volumes per broker (JBOD, ``spec.storage.volumes``) are several claim templates, each
+mounted at its own path and listed in ``log.dirs``. Adding one is a new StatefulSet object
+too (its pods orphaned, then rolled by the config change that adds the log dir).
+
 Growing ``storage.size`` is done the Kubernetes way: each broker's claim is patched (the
 StorageClass must allow expansion), then the StatefulSet object is recreated with the new
 template and its pods orphaned, not restarted. What cannot be done (a refused expansion, a
@@ -17,39 +21,110 @@ from typing import Any
 
 from kubernetes.utils.quantity import parse_quantity
 
+# Volume 0 is spec.storage's size and class, its claim template named "data" and mounted
+# where a cluster made before JBOD has it; volume N (spec.storage.volumes) is "data-N".
+BASE_MOUNT = "/var/lib/kafkube"
+MAX_VOLUMES = 16
+
+
+@dataclass(frozen=True)
+class Volume:
+    """One of each broker's volumes (JBOD): its own claim, mount and log dir."""
+
+    id: int
+    size: str
+    storage_class: str | None = None
+
+    @property
+    def claim(self) -> str:
+        """The claim template's name (the PVCs are ``<claim>-<statefulset>-<ordinal>``)."""
+        return "data" if self.id == 0 else f"data-{self.id}"
+
+    @property
+    def mount(self) -> str:
+        return BASE_MOUNT if self.id == 0 else f"{BASE_MOUNT}-{self.id}"
+
+    @property
+    def log_dir(self) -> str:
+        """A directory inside the mount, as a volume's root may hold lost+found."""
+        return f"{self.mount}/data"
+
+
+def volumes(spec: Mapping) -> list[Volume]:
+    """Every broker volume: spec.storage (id 0), then spec.storage.volumes by id. An extra
+    volume without a class takes spec.storage.class."""
+    storage = spec.get("storage") or {}
+    base_class = storage.get("class") or None
+    found = [Volume(0, storage.get("size", "10Gi"), base_class)]
+    extra = sorted(storage.get("volumes") or [], key=lambda v: int(v["id"]))
+    found += [Volume(int(v["id"]), v.get("size", storage.get("size", "10Gi")),
+                     v.get("class") or base_class) for v in extra if int(v["id"]) != 0]
+    return found
+
+
+def log_dirs(spec: Mapping) -> str:
+    """``log.dirs``: one log dir per volume, in id order."""
+    return ",".join(v.log_dir for v in volumes(spec))
+
 
 @dataclass(frozen=True)
 class ClaimChange:
-    """The claim size to grow to, or why the claim templates stay as they are."""
+    """The claims to grow (template name -> size), whether templates were added (a new
+    StatefulSet object, like a growth), or why the claim templates stay as they are."""
 
-    size: str | None = None
+    grow: tuple[tuple[str, str], ...] = ()
+    added: tuple[str, ...] = ()
     refused: str | None = None
 
+    @property
+    def size(self) -> str | None:
+        """The size volume 0 grows to, if it does."""
+        return dict(self.grow).get("data")
 
-def _claim(sts: Mapping) -> tuple[str | None, str | None]:
-    templates = (sts.get("spec") or {}).get("volumeClaimTemplates") or [{}]
-    spec = templates[0].get("spec") or {}
-    return (((spec.get("resources") or {}).get("requests") or {}).get("storage"),
-            spec.get("storageClassName"))
+
+def _claims(sts: Mapping) -> dict[str, tuple[str | None, str | None]]:
+    templates = (sts.get("spec") or {}).get("volumeClaimTemplates") or []
+    found = {}
+    for template in templates:
+        spec = template.get("spec") or {}
+        name = (template.get("metadata") or {}).get("name", "data")
+        found[name] = ((((spec.get("resources") or {}).get("requests") or {}).get("storage")),
+                       spec.get("storageClassName"))
+    return found
 
 
 def claim_change(live: Mapping | None, desired: Mapping) -> ClaimChange | None:
     """None when the live StatefulSet's claim templates are what ``desired`` says (or none
-    exists yet)."""
+    exists yet). Volumes may be added and grown, never removed, shrunk or reclassed (the
+    CRD refuses those at admission; a spec that got past it is refused here)."""
     if live is None:
         return None
-    (live_size, live_class), (size, storage_class) = _claim(live), _claim(desired)
-    if live_class != storage_class:
+    before, after = _claims(live), _claims(desired)
+    removed = sorted(set(before) - set(after))
+    if removed:
         return ClaimChange(refused=(
-            f"storage.class {storage_class or '(the default)'} differs from the class the "
-            f"brokers' volumes were made with, {live_class or '(the default)'}: a volume "
-            "cannot change class; the brokers keep theirs"))
-    if live_size is None or size is None or parse_quantity(size) == parse_quantity(live_size):
+            f"volume claim templates {removed} would be removed: a broker volume cannot be "
+            "removed (its partitions live there); the brokers keep theirs"))
+    grow = []
+    for name, (live_size, live_class) in sorted(before.items()):
+        size, storage_class = after[name]
+        what = "storage" if name == "data" else f"storage volume {name}"
+        if live_class != storage_class:
+            return ClaimChange(refused=(
+                f"{what}: class {storage_class or '(the default)'} differs from the class the "
+                f"brokers' volumes were made with, {live_class or '(the default)'}: a volume "
+                "cannot change class; the brokers keep theirs"))
+        if live_size is None or size is None or parse_quantity(size) == parse_quantity(live_size):
+            continue
+        if parse_quantity(size) < parse_quantity(live_size):
+            return ClaimChange(refused=(
+                f"{what}: size {size} is below the brokers' {live_size}: a volume cannot "
+                "shrink"))
+        grow.append((name, size))
+    added = tuple(sorted(set(after) - set(before)))
+    if not grow and not added:
         return None
-    if parse_quantity(size) < parse_quantity(live_size):
-        return ClaimChange(refused=(
-            f"storage.size {size} is below the brokers' {live_size}: a volume cannot shrink"))
-    return ClaimChange(size=size)
+    return ClaimChange(grow=tuple(grow), added=added)
 
 
 def with_claims_of(desired: Mapping, live: Mapping) -> dict[str, Any]:

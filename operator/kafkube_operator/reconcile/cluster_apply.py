@@ -211,30 +211,41 @@ def _storage_change(kube: Kube, desired: Mapping, live: Mapping, events: Events
         return with_claims_of(desired, live), SpecWarning("StorageChangeRefused",
                                                           change.refused)
     meta = desired["metadata"]
-    claims = [c for c in kube.list("v1", "PersistentVolumeClaim", meta["namespace"],
-                                   desired["spec"]["selector"]["matchLabels"])
-              if c["metadata"]["name"].startswith(f"data-{meta['name']}-")]
+    all_claims = kube.list("v1", "PersistentVolumeClaim", meta["namespace"],
+                           desired["spec"]["selector"]["matchLabels"])
+    grown = 0
     try:
-        for claim in claims:
-            # deleteClaim: true makes the StatefulSet the claims' owner: they are let go
-            # first, so its deletion can never take them along, whatever the propagation.
-            owners = claim["metadata"].get("ownerReferences") or []
-            kept = [o for o in owners if o.get("uid") != live["metadata"]["uid"]]
-            patch: dict = {"spec": {"resources": {"requests": {"storage": change.size}}}}
-            if len(kept) != len(owners):
-                patch["metadata"] = {"ownerReferences": kept or None}
-            kube.merge_patch("v1", "PersistentVolumeClaim", claim["metadata"]["name"],
-                             meta["namespace"], patch)
+        for template, size in change.grow:
+            for claim in all_claims:
+                if not claim["metadata"]["name"].startswith(f"{template}-{meta['name']}-"):
+                    continue
+                # deleteClaim: true makes the StatefulSet the claims' owner: they are let go
+                # first, so its deletion can never take them along, whatever the propagation.
+                owners = claim["metadata"].get("ownerReferences") or []
+                kept = [o for o in owners if o.get("uid") != live["metadata"]["uid"]]
+                patch: dict = {"spec": {"resources": {"requests": {"storage": size}}}}
+                if len(kept) != len(owners):
+                    patch["metadata"] = {"ownerReferences": kept or None}
+                kube.merge_patch("v1", "PersistentVolumeClaim", claim["metadata"]["name"],
+                                 meta["namespace"], patch)
+                grown += 1
     except ApplyError as e:
         events.warning("StorageExpansionRefused", str(e))
+        sizes = ", ".join(f"{t} {s}" for t, s in change.grow)
         return with_claims_of(desired, live), SpecWarning("StorageExpansionRefused", (
-            f"storage.size {change.size} not applied: {e} (the StorageClass must allow volume "
+            f"storage size ({sizes}) not applied: {e} (the StorageClass must allow volume "
             "expansion); the brokers keep their volumes and every other change is applied"))
     # The template can only change with a new StatefulSet object; its pods are orphaned,
-    # not stopped, and the new one adopts them (OnDelete: none restarts for this).
+    # not stopped, and the new one adopts them (OnDelete: none restarts for this; a volume
+    # added reaches each broker when the roll for its new log.dirs recreates the pod).
     kube.delete("apps/v1", "StatefulSet", meta["name"], meta["namespace"], orphan=True)
-    events.info("VolumesExpanded", f"{len(claims)} claim(s) grown to {change.size}; "
-                f"StatefulSet {meta['name']} recreated with the new claim template")
+    if change.grow:
+        events.info("VolumesExpanded", f"{grown} claim(s) grown ("
+                    + ", ".join(f"{t} to {s}" for t, s in change.grow)
+                    + f"); StatefulSet {meta['name']} recreated with the new claim templates")
+    if change.added:
+        events.info("VolumesAdded", f"claim templates {list(change.added)} added; StatefulSet "
+                    f"{meta['name']} recreated; each broker mounts them when it is rolled")
     return None, None
 
 

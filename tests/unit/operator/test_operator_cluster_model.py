@@ -41,6 +41,13 @@ CASES = {
         rack={"topologyKey": "example.com/rack"}, metrics={"enabled": False},
         config={"log.retention.ms": 604_800_000, "num.partitions": 6,
                 "auto.create.topics.enable": "false", "node.id": 4}),
+    # JBOD: spec.storage is volume 0, two more volumes, one of another class.
+    "jbod": kafka_cluster(replicas=3, image="localhost/kafkube:dev",
+                          storage={"size": "10Gi", "class": "standard", "deleteClaim": False,
+                                   "volumes": [{"id": 2, "size": "50Gi", "class": "fast-ssd"},
+                                               {"id": 1, "size": "20Gi"}]},
+                          rack={"topologyKey": "topology.kubernetes.io/zone"},
+                          metrics={"enabled": True}),
 }
 
 
