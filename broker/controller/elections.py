@@ -81,13 +81,18 @@ def fence_and_elect(state: PartitionState, live: Set[int], unclean: bool) -> Par
 
 
 def step_reassignment(state: PartitionState, live: Set[int]) -> PartitionState:
-    """Finish a reassignment once every added replica is in the ISR (KIP-455)."""
+    """Finish a reassignment once every added replica is in the ISR (KIP-455), unless no
+    in-sync replica would remain."""
     if not state.adding and not state.removing:
         return state
     if any(r not in state.isr for r in state.adding):
         return state
     target = state.target_replicas
     isr = tuple(r for r in state.isr if r in target)
+    if not isr:
+        # Every in-sync replica is among those leaving: finishing would leave no replica
+        # with the acknowledged records (Kafka's controller does not complete it either).
+        return state
     done = replace(state, replicas=target, isr=isr, adding=(), removing=(),
                    partition_epoch=state.partition_epoch + 1)
     if state.leader in target:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kafkube_contract.image import NO_LEADER, TopicMetadata
-from kafkube_operator.model.replication import Partition, moving, replication_moves
+from kafkube_operator.model.replication import Partition, moving, offline, replication_moves
 from kafkube_operator.model.scale import THROTTLED_REPLICAS
 from kafkube_operator.model.status import TRUE, Condition
 
@@ -123,7 +123,8 @@ def _replication_change(spec: TopicSpec, current: TopicMetadata, brokers: int,
     uneven = any(len(s.target_replicas) != rf for s in current.assignments)
     if placement is None or not uneven:
         return {}, None
-    if rf > brokers:
+    raising = any(len(s.target_replicas) < rf for s in current.assignments)
+    if raising and rf > brokers:
         refused.append(("ReplicationFactorTooLarge", (
             f"replicationFactor {rf} is above the {brokers} live broker(s) of cluster "
             f"{spec.cluster} that may take replicas; the topic keeps "
@@ -137,6 +138,8 @@ def _replication_change(spec: TopicSpec, current: TopicMetadata, brokers: int,
         return {}, None
     if moving(current):
         return {}, f"{moving(current)} partition(s) of the topic are being moved"
+    if offline(current):
+        return {}, f"{offline(current)} partition(s) of the topic have no leader"
     if placement.busy is not None:
         return {}, placement.busy
     return replication_moves(current, rf, placement.racks, placement.load), None
@@ -158,6 +161,9 @@ def topic_status(spec: TopicSpec, current: TopicMetadata | None, generation: int
                        "isr": list(p.isr)} for i, p in enumerate(current.assignments)]
         status["topicId"] = current.topic_id
         rf = status["replicationFactor"] = replication_factor(current)
+        # Kafka's replication throttle on the topic's moving replicas (None: removed).
+        status["replicationThrottle"] = True if set(THROTTLED_REPLICAS) & set(
+            current.configs) else None
         moved = sum(1 for s in current.assignments
                     if len(s.target_replicas) == spec.replication_factor and not s.adding
                     and not s.removing)
@@ -167,7 +173,7 @@ def topic_status(spec: TopicSpec, current: TopicMetadata | None, generation: int
             status["reassignment"] = {
                 "targetReplicationFactor": spec.replication_factor,
                 "partitionsDone": moved, "partitions": current.partitions,
-                "partitionsMoving": moving(current), **({"waiting": waiting} if waiting else {})}
+                "partitionsMoving": moving(current), "waiting": waiting}  # None: removed
         in_spec = current.partitions == spec.partitions and not reassigning and all(
             current.configs.get(k) == v for k, v in spec.config.items())
         offline = [i for i, p in enumerate(current.assignments) if p.leader == NO_LEADER]
@@ -250,7 +256,7 @@ def mirrored_topic(cluster: str, namespace: str, topic: TopicMetadata,
                    name: str | None = None) -> dict[str, Any]:
     """A Topic resource for a topic created through the Kafka API (kafka-topics, a client's
     auto-creation), so `kubectl get topics` lists it; from then on the resource rules it."""
-    rf = len(topic.assignments[0].target_replicas) if topic.assignments else 1
+    rf = replication_factor(topic) or 1  # the largest: a mixed topic is not lowered
     return {"apiVersion": "kafkube.io/v1alpha1", "kind": "Topic",
             "metadata": {"name": name or resource_name(topic.name), "namespace": namespace,
                          "labels": {"kafkube.io/cluster": cluster},

@@ -11,7 +11,8 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 
-from kafkube_contract.image import ImageFormatError, ImageView, TopicMetadata
+from kafkube_contract.image import DEFAULT_BROKER, ImageFormatError, ImageView, TopicMetadata
+from kafkube_contract.properties import parse_properties
 from kafkube_operator.cluster_view import ClusterView, MetadataMissing
 from kafkube_operator.kafka import AdminClients, KafkaAdmin, KafkaRefused
 from kafkube_operator.kube import ApplyError, Kube
@@ -111,15 +112,15 @@ def reconcile_topic(kube: Kube, views: ClusterViews, admins: AdminClients, resou
         _remove_mirror(kube, resource, events)
         return dict(resource.get("status") or {})
     live = {b: r.rack for b, r in view.live_brokers().items() if b not in cordoned}
-    placement = _placement(cluster, trusted.image, current, live)
+    placement = _placement(cluster, trusted.image, current, spec, live,
+                           _deployed_min_isr(kube, ref))
     plan = topic_plan(spec, current, brokers, placement)
     problems = list(plan.refused)
-    # The throttle this Topic's change set (its status remembers it, across operator
-    # restarts) goes once nothing moves; a scale's throttle is the scale's to remove.
-    throttled = bool((resource.get("status") or {}).get("replicationThrottle"))
-    if throttled and current is not None and not plan.reassign and \
-            not in_progress(trusted.image):
-        throttled = not _unthrottle(admins, ref, view, spec.name, cluster, events)
+    # A throttle left on the topic goes once nothing moves in the cluster (read from Kafka,
+    # not from the last status: a pass may get a body older than the last status written).
+    if current is not None and not plan.reassign and not in_progress(trusted.image) and \
+            set(THROTTLED_REPLICAS) & set(current.configs):
+        _unthrottle(admins, ref, view, spec.name, cluster, events)
     if not plan.empty:
         admin: KafkaAdmin | None = None
         try:
@@ -141,7 +142,6 @@ def reconcile_topic(kube: Kube, views: ClusterViews, admins: AdminClients, resou
                 rate = _throttle_rate(cluster)
                 admin.throttle(rate, view.live_brokers(),
                                throttled_replicas(trusted.image, plan.reassign))
-                throttled = True
                 admin.reassign(plan.reassign)
                 events.info("ReplicationFactorChanging", (
                     f"topic {spec.name}: {len(plan.reassign)} partition(s) moving to "
@@ -156,10 +156,8 @@ def reconcile_topic(kube: Kube, views: ClusterViews, admins: AdminClients, resou
             current = _wait_image(view, lambda image: topic_plan(
                 spec, image.topics.get(spec.name), brokers).empty,
                 trusted.image).topics.get(spec.name)
-    status = topic_status(spec, current, generation, problems, previous, utc_now(),
-                          plan.waiting)
-    status["replicationThrottle"] = True if throttled else None  # None: removed (merge)
-    return status
+    return topic_status(spec, current, generation, problems, previous, utc_now(),
+                        plan.waiting)
 
 
 def _throttle_rate(cluster: Mapping) -> int:
@@ -167,21 +165,37 @@ def _throttle_rate(cluster: Mapping) -> int:
     return int((spec.get("rebalance") or {}).get("throttleBytesPerSecond") or DEFAULT_THROTTLE)
 
 
+def _deployed_min_isr(kube: Kube, ref: ClusterRef) -> int | None:
+    """The default min.insync.replicas the brokers were given (their server.properties in
+    the ConfigMap the operator wrote), None if not known."""
+    config_map = kube.get("v1", "ConfigMap", ref.config_map, ref.namespace)
+    text = ((config_map or {}).get("data") or {}).get("server.properties", "")
+    value = parse_properties(text).get("min.insync.replicas")
+    return int(value) if value and value.isdigit() else None
+
+
 def _placement(cluster: Mapping, image: ImageView, current: TopicMetadata | None,
-               live: Mapping[int, str | None]) -> Placement:
+               spec: TopicSpec, live: Mapping[int, str | None],
+               deployed_min_isr: int | None) -> Placement:
     """What a replication-factor change needs: the brokers that may take replicas, the
-    load, the topic's effective min.insync.replicas (its own, else the cluster's dynamic
-    default, else the KafkaCluster's config, else Kafka's 1), and whether a move runs."""
-    spec = cluster.get("spec") or {}
-    configs = current.configs if current is not None else {}
-    min_isr = configs.get("min.insync.replicas") or \
-        image.broker_configs.get("", {}).get("min.insync.replicas") or \
-        (spec.get("config") or {}).get("min.insync.replicas") or 1
+    load, the topic's effective min.insync.replicas and whether a move runs. The topic's own
+    value is the larger of what it has and what its spec sets (both apply this pass);
+    without one, the cluster's dynamic default, else the brokers' server.properties, else
+    Kafka's 1."""
+    own = [int(v) for v in ((current.configs if current is not None else {}).get(
+        "min.insync.replicas"), spec.config.get("min.insync.replicas")) if v and v.isdigit()]
+    cluster_default = image.broker_configs.get(DEFAULT_BROKER, {}).get("min.insync.replicas")
+    if own:
+        min_isr = max(own)
+    elif cluster_default and cluster_default.isdigit():
+        min_isr = int(cluster_default)
+    else:
+        min_isr = deployed_min_isr or 1
     scaling = ((cluster.get("status") or {}).get("scaling") or {}).get("phase")
     moving = in_progress(image)
     busy = f"the cluster is {scaling.lower()}" if scaling else \
         f"{moving} partition(s) of the cluster are being moved" if moving else None
-    return Placement(live, replica_load(image.topics), int(min_isr), busy)
+    return Placement(live, replica_load(image.topics), min_isr, busy)
 
 
 def _unthrottle(admins: AdminClients, ref: ClusterRef, view: ClusterView, topic: str,

@@ -10,13 +10,14 @@ from __future__ import annotations
 import random
 import uuid
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker.cluster.image import ClusterImage
-from broker.controller.elections import elect_preferred
+from broker.controller.elections import elect_preferred, start_reassignment, step_reassignment
 from broker.controller.placement import PlacementError, assign_replicas, rack_alternated_brokers
 from kafkube_contract.image import NO_LEADER, PartitionState, TopicMetadata
 from kafkube_contract.leadership import leader_imbalance, preferred_leader_moves
@@ -329,3 +330,13 @@ def test_elect_preferred_bumps_epochs_by_one() -> None:
 def test_elect_preferred_outside_isr_is_refused() -> None:
     with pytest.raises(ValueError, match="not in the ISR"):
         elect_preferred(led((2, 0, 1), 0, isr=(0, 1)))
+
+
+def test_a_reassignment_that_would_leave_no_in_sync_replica_is_not_finished() -> None:
+    """Replicas [1, 2, 3] moving to [1]: broker 1 never caught up (ISR {2, 3}). Finishing
+    would drop every replica with the acknowledged records; the move waits instead (a
+    second reassignment, or broker 1 joining the ISR, ends it)."""
+    state = start_reassignment(PartitionState((1, 2, 3), (2, 3), 2), (1,))
+    assert step_reassignment(state, {1, 2, 3}) == state
+    caught_up = step_reassignment(replace(state, isr=(1, 2, 3)), {1, 2, 3})
+    assert (caught_up.replicas, caught_up.isr, caught_up.removing) == ((1,), (1,), ())
