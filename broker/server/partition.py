@@ -85,6 +85,11 @@ class Partition:
         self._acks: list[tuple[int, int, asyncio.Future[ErrorCode]]] = []
         self._rules_for: LogConfig | None = None
         self._rules = RecordRules()
+        # Bytes produced to and fetched by consumers from this partition while this broker
+        # led it: two int adds a request, read at scrape time (the operator's load balancer
+        # turns them into rates).
+        self.leader_bytes_in = 0
+        self.leader_bytes_out = 0
 
     def __repr__(self) -> str:
         return f"Partition({self.topic}-{self.index})"

@@ -77,16 +77,18 @@ class BalanceInput:
     """The cluster as the planner sees it. ``placement``: each partition's replicas,
     preferred leader first; ``pinned``: partitions not to touch (offline, or already being
     moved); ``remove``: brokers to empty (mode remove-brokers); ``only_onto``: the only
-    brokers replicas may move to (mode add-brokers), None for any."""
+    brokers replicas may move to (mode add-brokers), None for any; ``goals``: the goals to
+    pursue (the rack goal always is)."""
 
     placement: Mapping[Partition, tuple[int, ...]]
     load: Mapping[Partition, PartitionLoad]
     brokers: Mapping[int, Broker]
-    tolerances: Tolerances = Tolerances()
+    tolerances: Tolerances = field(default_factory=Tolerances)
     max_moves: int = 50
     pinned: Collection[Partition] = ()
     remove: Collection[int] = ()
     only_onto: Collection[int] | None = None
+    goals: Collection[str] = GOALS
 
 
 @dataclass(frozen=True)
@@ -149,6 +151,7 @@ class Proposal:
     after: tuple[BrokerLoad, ...]
     steps: tuple[Step, ...] = ()
     stopped: str | None = None
+    origin: Mapping[Partition, tuple[int, ...]] = field(default_factory=dict)  # moved ones'
 
     @property
     def empty(self) -> bool:
@@ -287,10 +290,10 @@ def _candidates(state: _State, goals: _Goals, data: BalanceInput, goal: str
     return found
 
 
-def _effect(state: _State, goals: _Goals, p: Partition, replicas: tuple[int, ...],
-            upto: int) -> list[float]:
-    """How the move changes each goal's violation, for the goals in priority order up to
-    (and including) index ``upto``, and the ones below it too (for the tie-break)."""
+def _effect(state: _State, goals: _Goals, p: Partition, replicas: tuple[int, ...]
+            ) -> list[float]:
+    """How the move changes each goal's violation, in the order of GOALS (judged on the
+    brokers it touches: no other broker's figures change)."""
     old = state.placement[p]
     touched = sorted(set(old) | set(replicas))
     before = [goals.broker_violation(g, state, b) for g in GOALS[1:] for b in touched]
@@ -310,7 +313,8 @@ def plan_balance(data: BalanceInput) -> Proposal:
     """The proposal for ``data``: see the module's docstring for the goals and the search."""
     state = _State(dict(data.placement), data.load, data.brokers)
     goals = _Goals(data, state)
-    active = [g for g in GOALS if g != REMOVED or goals.removed]
+    active = [g for g in GOALS if (g in data.goals or g == RACK)
+              and (g != REMOVED or goals.removed)]
     before_goals = {g: (goals.total(g, state), goals.spread(g, state)) for g in active}
     before_loads = _loads(state, goals)
     steps: list[Step] = []
@@ -322,7 +326,7 @@ def plan_balance(data: BalanceInput) -> Proposal:
         if len(steps) >= data.max_moves:
             stopped = f"maxMovesPerProposal ({data.max_moves}) reached"
             break
-        step = _best_step(state, goals, data, violated)
+        step = _best_step(state, goals, data, violated, active)
         if step is None:
             stopped = "no single move improves " + ", ".join(violated) + \
                 " without worsening a goal above it"
@@ -339,24 +343,27 @@ def plan_balance(data: BalanceInput) -> Proposal:
             if set(r) == set(data.placement[p]) and r[0] != data.placement[p][0]),
         sum(data.load.get(p, PartitionLoad()).size * len(set(r) - set(data.placement[p]))
             for p, r in moves.items()),
-        summaries, before_loads, _loads(state, goals), tuple(steps), stopped)
+        summaries, before_loads, _loads(state, goals), tuple(steps), stopped,
+        {p: tuple(data.placement[p]) for p in moves})
 
 
 def _best_step(state: _State, goals: _Goals, data: BalanceInput,
-               violated: list[str]) -> Step | None:
+               violated: list[str], active: list[str]) -> Step | None:
     """The move that lowers the first violated goal it can most, raising none above it;
     the next goals down break ties, then a leadership change before a replica move, then
     fewer bytes copied, then the candidates' sorted order."""
     for goal in violated:
         k = GOALS.index(goal)
+        above = [GOALS.index(g) for g in active if GOALS.index(g) < k]
+        below = [GOALS.index(g) for g in active if GOALS.index(g) > k]
         current = goals.total(goal, state)
         best: tuple | None = None
         for p, replicas, leadership in _candidates(state, goals, data, goal):
-            deltas = _effect(state, goals, p, replicas, k)
-            if deltas[k] >= -EPSILON or any(d > EPSILON for d in deltas[:k]):
+            deltas = _effect(state, goals, p, replicas)
+            if deltas[k] >= -EPSILON or any(deltas[j] > EPSILON for j in above):
                 continue
             size = 0 if leadership else data.load.get(p, PartitionLoad()).size
-            key = (round(deltas[k], 9), tuple(round(d, 9) for d in deltas[k + 1:]),
+            key = (round(deltas[k], 9), tuple(round(deltas[j], 9) for j in below),
                    not leadership, size)
             if best is None or key < best[0]:
                 best = (key, Step(goal, p, replicas, leadership, current, -deltas[k]))

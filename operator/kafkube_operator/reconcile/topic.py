@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 
 from kafkube_contract.image import ImageFormatError, ImageView, TopicMetadata
 from kafkube_operator.cluster_view import ClusterView, MetadataMissing
@@ -25,9 +26,11 @@ from kafkube_operator.model.topic import (
     mirror_name,
     mirrored_topic,
     owner_of,
+    replication_factor,
     topic_plan,
     topic_status,
 )
+from kafkube_operator.reconcile.rebalance import rebalance_running
 from kafkube_operator.reconcile.views import (
     ClusterViews,
     Events,
@@ -112,6 +115,12 @@ def reconcile_topic(kube: Kube, views: ClusterViews, admins: AdminClients, resou
         return dict(resource.get("status") or {})
     live = {b: r.rack for b, r in view.live_brokers().items() if b not in cordoned}
     placement = _placement(cluster, trusted.image, current, live)
+    # A factor to change waits for a KafkaRebalance moving partitions (asked only then: one
+    # LIST of them).
+    if placement.busy is None and current is not None and \
+            replication_factor(current) != spec.replication_factor and \
+            (other := rebalance_running(kube, namespace, spec.cluster)):
+        placement = replace(placement, busy=f"KafkaRebalance {other} is moving partitions")
     plan = topic_plan(spec, current, brokers, placement)
     problems = list(plan.refused)
     if current is not None and not plan.reassign and not in_progress(trusted.image) and \
