@@ -26,6 +26,7 @@ from kafkube_operator.kube import Kube
 from kafkube_operator.model.cluster import GROUP, VERSION
 from kafkube_operator.reconcile.cluster import delete_cluster, reconcile_cluster, stop_brokers
 from kafkube_operator.reconcile.rebalance import reconcile_rebalance
+from kafkube_operator.reconcile.rebalance_auto import auto_pass
 from kafkube_operator.reconcile.topic import delete_topic, mirror_cluster_topics, reconcile_topic
 from kafkube_operator.reconcile.user import delete_user, reconcile_user
 from kafkube_operator.reconcile.views import ClusterViews
@@ -135,6 +136,19 @@ def cluster_topics(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     with context.locks[body.metadata["uid"]]:
         mirror_cluster_topics(context.kube, context.views, copy.deepcopy(dict(body)),
                               KopfEvents(body))
+
+
+@kopf.timer(*CLUSTERS, id="rebalance_auto", interval=STATUS_INTERVAL_S, sharp=True)
+def cluster_auto_rebalance(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """spec.rebalance.auto: a KafkaRebalance when a goal drifts beyond its threshold
+    (reconcile/rebalance_auto.py; it looks at the load once a minute at most)."""
+    if body.metadata.get("deletionTimestamp") or not (
+            (body.get("spec") or {}).get("rebalance") or {}).get("auto", {}).get("enabled"):
+        return
+    context = _context(memo)
+    with context.locks[body.metadata["uid"]]:
+        auto_pass(context.kube, context.views, context.admins, copy.deepcopy(dict(body)),
+                  KopfEvents(body))
 
 
 def _reconcile(kind: str, step: Callable[..., dict], body: kopf.Body, patch: kopf.Patch,

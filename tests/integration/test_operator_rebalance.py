@@ -15,6 +15,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import ConfigResource, NewTopic
 from kubernetes import client as k8s
 
+from kafkube.harness.metadata import Cluster
 from kafkube.harness.queue_checker import History
 from kafkube.harness.waiting import wait_until
 from kafkube_operator.kafka import KafkaAdmin
@@ -59,11 +60,14 @@ def _fill(bootstrap: str) -> None:
     assert producer.flush(60) == 0 and not failed, failed[:3]
 
 
-def test_a_kafka_rebalance_evens_out_disk_usage_under_the_throttle(
-        crd_api: k8s.ApiClient, control_plane: Any, namespace: str,
-        operators: list[OperatorProcess], cluster_factory) -> None:
+def _skewed_cluster(crd_api: k8s.ApiClient, control_plane: Any, namespace: str,
+                    operators: list[OperatorProcess], cluster_factory, rebalance: dict
+                    ) -> tuple[Cluster, dict[int, float]]:
+    """An operator, KafkaCluster rho (``rebalance``: its spec.rebalance) and its three
+    brokers in racks a, b, c, with ``heavy`` filled so broker 0 is well above the mean;
+    each broker's disk usage."""
     operators.append(OperatorProcess(control_plane.kubeconfig, namespace))
-    kafka_clusters(crd_api, namespace).create("rho", {"replicas": 3,
+    kafka_clusters(crd_api, namespace).create("rho", {"replicas": 3, "rebalance": rebalance,
                                                       "storage": {"size": "48Mi"}})
     cluster = cluster_factory(3, {
         "kafkube.coordination.backend": "kubernetes", "kafkube.cluster.name": "rho",
@@ -82,7 +86,20 @@ def test_a_kafka_rebalance_evens_out_disk_usage_under_the_throttle(
     before = _disk_usage(cluster.bootstrap)
     fill = sum(before.values()) / len(before)
     assert before[0] - fill > TOLERANCE, before  # broker 0 well above the others
+    return cluster, before
 
+
+def _within_tolerance(bootstrap: str) -> dict[int, float]:
+    after = _disk_usage(bootstrap)
+    fill = sum(after.values()) / len(after)
+    return after if all(abs(u - fill) <= TOLERANCE for u in after.values()) else {}
+
+
+def test_a_kafka_rebalance_evens_out_disk_usage_under_the_throttle(
+        crd_api: k8s.ApiClient, control_plane: Any, namespace: str,
+        operators: list[OperatorProcess], cluster_factory) -> None:
+    cluster, before = _skewed_cluster(crd_api, control_plane, namespace, operators,
+                                      cluster_factory, {})
     rebalances = Resources(crd_api, namespace, "KafkaRebalance", "kafkarebalances")
     history = History()
     with Workload(cluster.bootstrap, "heavy", history, idempotent=True) as workload:
@@ -96,6 +113,8 @@ def test_a_kafka_rebalance_evens_out_disk_usage_under_the_throttle(
         disk = next(g for g in proposal["goals"] if g["goal"] == "DiskUsage")
         assert not disk["metBefore"] and disk["metAfter"], disk
         assert all(g["metAfter"] for g in proposal["goals"] if g["goal"] == "RackAware")
+        # The acks=all workload's rates, read from the brokers' counters, reached the plan.
+        assert sum(b["before"]["leaderBytesIn"] for b in proposal["brokers"]) > 0, proposal
 
         started = time.monotonic()
         k8s.CustomObjectsApi(crd_api).patch_namespaced_custom_object(
@@ -115,9 +134,8 @@ def test_a_kafka_rebalance_evens_out_disk_usage_under_the_throttle(
     drain(cluster, "heavy", history)
     check("heavy", history, True, workload)
 
-    after = _disk_usage(cluster.bootstrap)
-    fill = sum(after.values()) / len(after)
-    assert all(abs(u - fill) <= TOLERANCE for u in after.values()), (before, after)
+    after = _within_tolerance(cluster.bootstrap)
+    assert after, (before, _disk_usage(cluster.bootstrap))
     # The copy ran under the throttle: at most THROTTLE bytes a second (with slack for the
     # first second's burst).
     assert took >= proposal["dataToMoveBytes"] / THROTTLE * 0.5, (took, proposal)
@@ -132,4 +150,30 @@ def test_a_kafka_rebalance_evens_out_disk_usage_under_the_throttle(
     assert {"ProposalReady", "RebalanceStarted", "RebalanceDone"} <= reasons, reasons
     print(f"disk usage before {before}, after {after}; {proposal['replicaMoves']} replica "
           f"move(s), {proposal['dataToMoveBytes']} bytes, {took:.1f} s")
+    cluster.stop()
+
+
+def test_the_automatic_mode_rebalances_a_cluster_that_drifted(
+        crd_api: k8s.ApiClient, control_plane: Any, namespace: str,
+        operators: list[OperatorProcess], cluster_factory) -> None:
+    """spec.rebalance.auto: the operator makes rho-auto-rebalance itself, auto-approved,
+    throttled at the cluster's rate, and it ends Ready with disk usage within tolerance."""
+    cluster, before = _skewed_cluster(crd_api, control_plane, namespace, operators,
+                                      cluster_factory, {
+                                          "throttleBytesPerSecond": THROTTLE,
+                                          "auto": {"enabled": True,
+                                                   "thresholds": {"diskUsage": TOLERANCE}}})
+    rebalances = Resources(crd_api, namespace, "KafkaRebalance", "kafkarebalances")
+    status = rebalances.status_when("rho-auto-rebalance", lambda s: s.get("state") == "Ready"
+                                    and "progress" in s, 240, "the automatic rebalance done")
+    made = rebalances.get("rho-auto-rebalance")
+    assert made["metadata"]["ownerReferences"][0]["kind"] == "KafkaCluster"
+    assert status["proposal"]["replicaMoves"] >= 1
+    after = wait_until(lambda: _within_tolerance(cluster.bootstrap), 30, "disk evened out")
+    reasons = {reason for _, reason, _ in events_of(crd_api, namespace, "rho")}
+    assert "AutoRebalance" in reasons, reasons
+    started = [m for _, r, m in events_of(crd_api, namespace, "rho-auto-rebalance",
+                                          "KafkaRebalance") if r == "RebalanceStarted"]
+    assert len(started) == 1 and f"throttled at {THROTTLE} B/s" in started[0], started
+    print(f"auto: disk usage before {before}, after {after}")
     cluster.stop()

@@ -251,3 +251,62 @@ def rebalance_status(state: str, generation: int, reason: str, message: str,
 def plain(values: Iterable[Partition]) -> str:
     """Partitions as a user reads them: ``orders-3, orders-7``."""
     return ", ".join(f"{t}-{i}" for t, i in values)
+
+
+# The automatic mode: a KafkaCluster's spec.rebalance.auto.
+
+FINAL_STATES = (READY, STOPPED, NOT_READY)
+
+
+@dataclass(frozen=True)
+class AutoSpec:
+    """``spec.rebalance.auto`` of a KafkaCluster: when a goal is violated beyond its
+    threshold (a tolerance wider than the KafkaRebalance's own, so the cluster is not
+    rebalanced for every small drift), a KafkaRebalance is made and run without approval."""
+
+    enabled: bool = False
+    thresholds: Tolerances = field(default_factory=lambda: Tolerances(
+        disk=0.2, bytes_in=0.5, bytes_out=0.5))
+    max_moves: int = 50
+
+    @classmethod
+    def of(cls, cluster: Mapping) -> AutoSpec:
+        auto = (((cluster.get("spec") or {}).get("rebalance") or {}).get("auto")) or {}
+        t = auto.get("thresholds") or {}
+        default = cls().thresholds
+        return cls(bool(auto.get("enabled", False)), Tolerances(
+            disk=float(t.get("diskUsage", default.disk)),
+            bytes_in=float(t.get("leaderBytesIn", default.bytes_in)),
+            bytes_out=float(t.get("leaderBytesOut", default.bytes_out)),
+            min_rate=float(t.get("minRateBytesPerSecond", default.min_rate))),
+            int(auto.get("maxMovesPerProposal", 50)))
+
+
+AUTO_GOALS = ("DiskUsage", "LeaderBytesIn", "LeaderBytesOut")  # what auto mode watches
+
+
+def auto_name(cluster: str) -> str:
+    return f"{cluster}-auto-rebalance"
+
+
+def auto_trigger(violations: Mapping[str, float], running: str | None) -> str | None:
+    """Why to start an automatic rebalance now (None: not now): a watched goal violated
+    beyond its threshold (``violations``: goal → violation under the thresholds), and no
+    other KafkaRebalance of the cluster under way (``running``: its name), so at most one
+    runs at a time."""
+    beyond = [g for g in AUTO_GOALS if violations.get(g, 0.0) > 0.0]
+    if not beyond or running is not None:
+        return None
+    return ", ".join(beyond) + " beyond the thresholds of spec.rebalance.auto"
+
+
+def auto_rebalance(cluster: Mapping, auto: AutoSpec, owner: Mapping[str, Any]) -> dict:
+    """The KafkaRebalance the automatic mode applies: owned by the cluster, auto-approved,
+    with the default tolerances (tighter than the thresholds that started it)."""
+    meta = cluster["metadata"]
+    return {"apiVersion": "kafkube.io/v1alpha1", "kind": "KafkaRebalance",
+            "metadata": {"name": auto_name(meta["name"]), "namespace": meta["namespace"],
+                         "labels": {"kafkube.io/cluster": meta["name"], AUTO_LABEL: "true"},
+                         "annotations": {AUTO_APPROVAL: "true"},
+                         "ownerReferences": [dict(owner)]},
+            "spec": {"cluster": meta["name"], "maxMovesPerProposal": auto.max_moves}}

@@ -132,7 +132,8 @@ def _unannotate(kube: Kube, resource: Mapping) -> None:
             log.warning("%s: annotation not removed: %s", meta["name"], e)
 
 
-def _claim_bytes(cluster: Mapping) -> int | None:
+def claim_bytes(cluster: Mapping) -> int | None:
+    """Each broker's claim (spec.storage.size) in bytes: the cap of its capacity."""
     size = ((cluster.get("spec") or {}).get("storage") or {}).get("size")
     return int(parse_quantity(size)) if size else None
 
@@ -151,7 +152,7 @@ def _propose(kube: Kube, view: ClusterView, admin: KafkaAdmin, cluster: Mapping,
                     f"{seconds:.0f} s of the {MIN_WINDOW_S:.0f} s the rates take")
     answers = admin.log_dirs(live)
     log_dirs = {b: LogDirs(total, sizes) for b, (total, sizes) in answers.items()}
-    proposal = plan_balance(balance_input(spec, image, racks, log_dirs, _claim_bytes(cluster),
+    proposal = plan_balance(balance_input(spec, image, racks, log_dirs, claim_bytes(cluster),
                                           rates))
     if refresh:
         _unannotate(kube, resource)

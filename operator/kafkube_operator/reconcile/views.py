@@ -53,6 +53,7 @@ class ClusterMemory:
     listener_step: str | None = None  # the description of the listener step under way
     # Readings of the brokers' partition byte counters, for a rebalance's rates.
     load: RateWindow = field(default_factory=RateWindow)
+    next_auto_check: float = 0.0  # time.monotonic() of spec.rebalance.auto's next check
 
 
 @dataclass

@@ -13,10 +13,14 @@ import yaml
 from kafkube_contract.image import ImageView, PartitionState, TopicMetadata
 from kafkube_operator.model.balance import GOALS, plan_balance
 from kafkube_operator.model.rebalance import (
+    AUTO_APPROVAL,
     NOT_READY,
     READY,
+    AutoSpec,
     LogDirs,
     RebalanceSpec,
+    auto_rebalance,
+    auto_trigger,
     balance_input,
     counter_rates,
     disk_capacity,
@@ -137,3 +141,20 @@ def test_the_rate_window_waits_for_its_minimum_length() -> None:
     assert rates is None and seconds == pytest.approx(MIN_WINDOW_S / 2)
     rates, seconds = window.add(100.0 + MIN_WINDOW_S, {0: {("orders", 0): (500, 0)}})
     assert seconds == MIN_WINDOW_S and rates == {("orders", 0): (500 / MIN_WINDOW_S, 0.0)}
+
+
+def test_the_automatic_mode_starts_one_rebalance_beyond_its_thresholds() -> None:
+    assert not AutoSpec.of({"spec": {}}).enabled
+    auto = AutoSpec.of({"spec": {"rebalance": {"auto": {
+        "enabled": True, "thresholds": {"diskUsage": 0.3}, "maxMovesPerProposal": 9}}}})
+    assert auto.enabled and auto.thresholds.disk == 0.3 and auto.thresholds.bytes_in == 0.5
+    assert auto_trigger({"DiskUsage": 0.0, "ReplicaCount": 3.0}, None) is None  # not watched
+    assert auto_trigger({"DiskUsage": 0.05}, None) == \
+        "DiskUsage beyond the thresholds of spec.rebalance.auto"
+    assert auto_trigger({"DiskUsage": 0.05}, "manual") is None  # one at a time
+    cluster = {"metadata": {"name": "c", "namespace": "ns", "uid": "u"}}
+    made = auto_rebalance(cluster, auto, {"kind": "KafkaCluster", "uid": "u"})
+    assert made["metadata"]["name"] == "c-auto-rebalance"
+    assert made["metadata"]["annotations"] == {AUTO_APPROVAL: "true"}
+    assert made["spec"] == {"cluster": "c", "maxMovesPerProposal": 9}
+    assert RebalanceSpec.of(made).tolerances.disk == 0.1  # tighter than the threshold
