@@ -81,7 +81,7 @@ def test_a_proposal_and_its_status() -> None:
     proposal = plan_balance(data)
     assert not proposal.empty and ("orders", 5) not in proposal.moves
     shown = proposal_status(proposal)
-    assert_golden(GOLDEN / "rebalance-proposal.yaml",
+    assert_golden(GOLDEN / "rebalance" / "proposal.yaml",
                   yaml.safe_dump(shown, sort_keys=False))
     # What the status keeps is what gets executed: the moves, from and to.
     moves = stored_moves({"proposal": shown})
