@@ -228,11 +228,13 @@ class _Goals:
         return {BYTES_IN: state.rate_in, BYTES_OUT: state.rate_out, REPLICAS: state.replicas,
                 LEADERS: state.leaders}[goal][b]
 
-    def broker_violation(self, goal: str, state: _State, b: int) -> float:
+    def broker_violation(self, goal: str, state: _State, b: int, shift: float = 0.0
+                         ) -> float:
+        """The broker's part of the goal's violation, its figure moved by ``shift``."""
         if b not in state.replicas:  # a broker not live: the caller pins its partitions
             return 0.0
         if goal == REMOVED:
-            return float(state.replicas[b]) if b in self.removed else 0.0
+            return float(state.replicas[b] + shift) if b in self.removed else 0.0
         if b in self.removed or goal == RACK:
             return 0.0
         mean, band = {DISK: (self.fill, self.data.tolerances.disk),
@@ -240,7 +242,7 @@ class _Goals:
                       BYTES_OUT: (self.mean_out, self.band_out),
                       REPLICAS: (self.mean_replicas, 1.0),
                       LEADERS: (self.mean_leaders, 1.0)}[goal]
-        return max(0.0, abs(self.value(goal, state, b) - mean) - band)
+        return max(0.0, abs(self.value(goal, state, b) + shift - mean) - band)
 
     def total(self, goal: str, state: _State) -> float:
         if goal == RACK:
@@ -258,21 +260,23 @@ class _Goals:
         return (min(values), max(values)) if values else (0.0, 0.0)
 
 
-def _candidates(state: _State, goals: _Goals, data: BalanceInput, goal: str
+def _hot(state: _State, goals: _Goals, goal: str) -> list[int]:
+    """The brokers outside the goal's band, the furthest first."""
+    off = {b: goals.broker_violation(goal, state, b) for b in sorted(state.brokers)}
+    return sorted((b for b, v in off.items() if v > EPSILON), key=lambda b: -off[b])
+
+
+def _candidates(state: _State, goals: _Goals, data: BalanceInput, goal: str,
+                hot: Collection[int] | None, only: Collection[Partition] | None = None
                 ) -> list[tuple[Partition, tuple[int, ...], bool]]:
-    """Every single move that touches a broker outside the goal's band (only those can lower
-    its violation): leadership changes (a replica made first) and replica moves (one
-    replica put on another broker, in its place in the list)."""
+    """Every single move that touches a broker of ``hot`` (None: any), the ones outside
+    the goal's band (only those can lower its violation): leadership changes (a replica
+    made first) and replica moves (one replica put on another broker, in its place in the
+    list)."""
     pinned = set(data.pinned)
-    if goal == RACK:
-        hot = None
-    else:
-        hot = {b for b in state.brokers if goals.broker_violation(goal, state, b) > EPSILON}
-        if not hot:
-            return []
     onto = [b for b in goals.balanced if data.only_onto is None or b in data.only_onto]
     found = []
-    for p in sorted(state.placement):
+    for p in sorted(state.placement) if only is None else only:
         if p in pinned:
             continue
         replicas = state.placement[p]
@@ -290,23 +294,42 @@ def _candidates(state: _State, goals: _Goals, data: BalanceInput, goal: str
     return found
 
 
-def _effect(state: _State, goals: _Goals, p: Partition, replicas: tuple[int, ...]
-            ) -> list[float]:
-    """How the move changes each goal's violation, in the order of GOALS (judged on the
-    brokers it touches: no other broker's figures change)."""
+def _shifts(state: _State, goals: _Goals, p: Partition, replicas: tuple[int, ...]
+            ) -> dict[str, dict[int, float]]:
+    """How the move changes each goal's figure on the brokers it touches (no other
+    broker's figures change): bytes and a replica where a replica goes and comes, the
+    leader's rates and a leadership where the first replica changes."""
     old = state.placement[p]
-    touched = sorted(set(old) | set(replicas))
-    before = [goals.broker_violation(g, state, b) for g in GOALS[1:] for b in touched]
-    rack_before = goals.rack_violation(old)
-    state.set(p, replicas)
-    after = [goals.broker_violation(g, state, b) for g in GOALS[1:] for b in touched]
-    rack_after = goals.rack_violation(replicas)
-    state.set(p, old)
-    n = len(touched)
-    deltas = [float(rack_after - rack_before)]
-    for k in range(len(GOALS) - 1):
-        deltas.append(sum(after[k * n:(k + 1) * n]) - sum(before[k * n:(k + 1) * n]))
-    return deltas
+    load = state.load.get(p, PartitionLoad())
+    shifts: dict[str, dict[int, float]] = {g: {} for g in GOALS[1:]}
+    capacity = {b: goals.data.brokers[b].capacity for b in (*old, *replicas)
+                if b in goals.data.brokers}
+    for b, sign in [(b, -1) for b in old if b not in replicas] + \
+            [(b, 1) for b in replicas if b not in old]:
+        shifts[REMOVED][b] = shifts[REPLICAS][b] = float(sign)
+        shifts[DISK][b] = sign * load.size / capacity[b] if capacity.get(b) else 0.0
+    if old[0] != replicas[0]:
+        for b, sign in ((old[0], -1), (replicas[0], 1)):
+            shifts[BYTES_IN][b] = sign * load.bytes_in
+            shifts[BYTES_OUT][b] = sign * load.bytes_out
+            shifts[LEADERS][b] = float(sign)
+    return shifts
+
+
+def _delta(state: _State, goals: _Goals, goal: str, shifts: Mapping[int, float]) -> float:
+    return sum(goals.broker_violation(goal, state, b, shift)
+               - goals.broker_violation(goal, state, b) for b, shift in shifts.items())
+
+
+def _effect(state: _State, goals: _Goals, p: Partition, replicas: tuple[int, ...],
+            k: int) -> list[float] | None:
+    """How the move changes each goal's violation, in the order of GOALS; None when it
+    does not lower goal ``k``'s (most candidates: judged first, the rest only then)."""
+    rack = float(goals.rack_violation(replicas) - goals.rack_violation(state.placement[p]))
+    shifts = _shifts(state, goals, p, replicas)
+    if k and _delta(state, goals, GOALS[k], shifts[GOALS[k]]) >= -EPSILON:
+        return None
+    return [rack, *(_delta(state, goals, g, shifts[g]) for g in GOALS[1:])]
 
 
 def plan_balance(data: BalanceInput) -> Proposal:
@@ -349,26 +372,38 @@ def plan_balance(data: BalanceInput) -> Proposal:
 
 def _best_step(state: _State, goals: _Goals, data: BalanceInput,
                violated: list[str], active: list[str]) -> Step | None:
-    """The move that lowers the first violated goal it can most, raising none above it;
-    the next goals down break ties, then a leadership change before a replica move, then
-    fewer bytes copied, then the candidates' sorted order."""
+    """The move that lowers the first violated goal it can most, raising none above it
+    (among the moves touching the broker furthest off that goal's band, else among all
+    touching a broker off it); the next goals down break ties, then a leadership change
+    before a replica move, then fewer bytes copied, then the candidates' sorted order."""
     for goal in violated:
         k = GOALS.index(goal)
         above = [GOALS.index(g) for g in active if GOALS.index(g) < k]
         below = [GOALS.index(g) for g in active if GOALS.index(g) > k]
         current = goals.total(goal, state)
-        best: tuple | None = None
-        for p, replicas, leadership in _candidates(state, goals, data, goal):
-            deltas = _effect(state, goals, p, replicas)
-            if deltas[k] >= -EPSILON or any(deltas[j] > EPSILON for j in above):
-                continue
-            size = 0 if leadership else data.load.get(p, PartitionLoad()).size
-            key = (round(deltas[k], 9), tuple(round(deltas[j], 9) for j in below),
-                   not leadership, size)
-            if best is None or key < best[0]:
-                best = (key, Step(goal, p, replicas, leadership, current, -deltas[k]))
-        if best is not None:
-            return best[1]
+        hot = _hot(state, goals, goal)
+        # The moves touching the broker furthest off first (fewer candidates, the likeliest
+        # to help), then those touching any broker off its band; the rack goal: the moves
+        # of one partition in a rack twice at a time, in their sorted order.
+        if goal == RACK:
+            searches = [(None, [p]) for p in sorted(state.placement)
+                        if goals.rack_violation(state.placement[p])]
+        else:
+            searches = [(hot[:1], None), (hot, None)] if len(hot) > 1 else [(hot, None)]
+        for focus, only in searches:
+            best: tuple | None = None
+            for p, replicas, leadership in _candidates(state, goals, data, goal, focus, only):
+                deltas = _effect(state, goals, p, replicas, k)
+                if deltas is None or deltas[k] >= -EPSILON or \
+                        any(deltas[j] > EPSILON for j in above):
+                    continue
+                size = 0 if leadership else data.load.get(p, PartitionLoad()).size
+                key = (round(deltas[k], 9), tuple(round(deltas[j], 9) for j in below),
+                       not leadership, size)
+                if best is None or key < best[0]:
+                    best = (key, Step(goal, p, replicas, leadership, current, -deltas[k]))
+            if best is not None:
+                return best[1]
     return None
 
 
