@@ -164,6 +164,7 @@ class BrokerApp:
             yield PartitionSample(
                 tp.topic, tp.partition, log_.size_bytes, log_.log_start_offset,
                 log_.log_end_offset, p.high_watermark, len(log_.segments),
+                p.leader_bytes_in, p.leader_bytes_out,
             )
 
     def _offline_dirs(self) -> tuple[str, ...]:
@@ -231,6 +232,14 @@ class BrokerApp:
                     else services.advertised[adv.listener].port)
             services.advertised[adv.listener] = Endpoint(adv.host, port, rack)
         inter_broker = services.advertised[self.listener_plan.inter_broker]
+        # Before registering: the registration names the metrics port (the operator reads the
+        # partitions' rates there to balance the cluster).
+        metrics_port = self.config["kafkube.metrics.port"]
+        if metrics_port >= 0:
+            host = parse_listener(self.config.listeners[0])[1] or "0.0.0.0"
+            httpd, _ = start_http_server(metrics_port, addr=host, registry=self.metrics.registry)
+            self.metrics_port = httpd.server_port
+            self._httpd = httpd
         self.membership = Membership(
             self.store,
             BrokerRegistration(
@@ -238,7 +247,8 @@ class BrokerApp:
                 listeners=",".join(f"{name}://{e.host or '127.0.0.1'}:{e.port}"
                                    for name, e in services.advertised.items()),
                 offline_log_dirs=self._offline_dirs(),
-                offline_replicas=self.replicas.offline_replicas()),
+                offline_replicas=self.replicas.offline_replicas(),
+                metrics_port=self.metrics_port or 0),
             self.config["broker.session.timeout.ms"],
             self.config["broker.heartbeat.interval.ms"],
         )
@@ -263,12 +273,6 @@ class BrokerApp:
         if health_port >= 0:
             host = parse_listener(self.config.listeners[0])[1] or "0.0.0.0"
             self.health_port = self.readiness.serve(host, health_port)
-        metrics_port = self.config["kafkube.metrics.port"]
-        if metrics_port >= 0:
-            host = parse_listener(self.config.listeners[0])[1] or "0.0.0.0"
-            httpd, _ = start_http_server(metrics_port, addr=host, registry=self.metrics.registry)
-            self.metrics_port = httpd.server_port
-            self._httpd = httpd
         log.info("broker %d started", self.config.node_id)
 
     def bound_listeners(self) -> list[str]:

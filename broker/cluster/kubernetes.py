@@ -52,6 +52,7 @@ from kafkube_contract.objects import (
     A_HOST,
     A_IMAGE_VERSION,
     A_LISTENERS,
+    A_METRICS_PORT,
     A_OFFLINE_LOG_DIRS,
     A_OFFLINE_REPLICAS,
     A_POD,
@@ -386,6 +387,8 @@ class KubernetesBackend(CoordinationBackend):
             annotations[A_RACK] = r.rack
         if r.listeners:
             annotations[A_LISTENERS] = r.listeners
+        if r.metrics_port:
+            annotations[A_METRICS_PORT] = str(r.metrics_port)
         if (pod := self.settings.pod) is not None:
             annotations |= {A_POD: pod.name, A_POD_UID: pod.uid, A_CONTAINER: pod.container}
         annotations |= offline_annotations(r)

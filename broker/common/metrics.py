@@ -36,6 +36,8 @@ class PartitionSample:
     log_end_offset: int
     high_watermark: int
     segments: int
+    leader_bytes_in: int = 0  # produced while this broker led it
+    leader_bytes_out: int = 0  # fetched by consumers while this broker led it
 
 
 class _LogCollector(Collector):
@@ -54,14 +56,24 @@ class _LogCollector(Collector):
             "hw": gauge("kafka_partition_high_watermark", "High watermark"),
             "segments": gauge("kafka_log_segments", "Segments in the log"),
         }
+        leader_in = CounterMetricFamily(
+            "kafkube_partition_leader_bytes_in", "Bytes produced to the partition while this "
+            "broker led it (a rate per partition for load balancing)", labels=labels)
+        leader_out = CounterMetricFamily(
+            "kafkube_partition_leader_bytes_out", "Bytes consumers fetched from the partition "
+            "while this broker led it (followers' fetches not counted)", labels=labels)
         for s in self._sample():
             values = [s.topic, str(s.partition)]
+            leader_in.add_metric(values, s.leader_bytes_in)
+            leader_out.add_metric(values, s.leader_bytes_out)
             families["size"].add_metric(values, s.size_bytes)
             families["start"].add_metric(values, s.log_start_offset)
             families["end"].add_metric(values, s.log_end_offset)
             families["hw"].add_metric(values, s.high_watermark)
             families["segments"].add_metric(values, s.segments)
         yield from families.values()
+        yield leader_in
+        yield leader_out
 
 
 class _GroupCollector(Collector):

@@ -128,6 +128,8 @@ def _read_all(ctx: RequestContext, follower: int | None, wanted: Wanted, max_byt
                     found.total += region.length
                     records = result.next_offset - max(p.fetch_offset, result.first_offset)
                     found.sent.append((name, region.length, records))
+                    if follower is None:
+                        partition.leader_bytes_out += region.length
                     if read_committed:
                         aborted = [(a.producer_id, a.first_offset) for a in
                                    log.collect_aborted_transactions(result.first_offset,

@@ -227,6 +227,7 @@ def _append(ctx: RequestContext, request: ProduceRequest,
             partitions.append(response)
             if outcome.error == ErrorCode.none:
                 bytes_in += outcome.bytes
+                partition.leader_bytes_in += outcome.bytes
                 messages_in += outcome.records
                 if acks == -1:
                     waits.append((response, partition.wait_committed(

@@ -86,6 +86,11 @@ class Partition:
         self._acks: list[tuple[int, int, asyncio.Future[ErrorCode]]] = []
         self._rules_for: LogConfig | None = None
         self._rules = RecordRules()
+        # Bytes produced to and fetched by consumers from this partition while this broker
+        # led it: two int adds a request, read at scrape time (the operator's load balancer
+        # turns them into rates).
+        self.leader_bytes_in = 0
+        self.leader_bytes_out = 0
         self.failures: LogDirFailures | None = None  # where an I/O error of the log goes
 
     def _failed(self, error: OSError) -> KafkaStorageError:

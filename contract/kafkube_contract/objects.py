@@ -50,6 +50,7 @@ A_HOST, A_PORT, A_RACK = f"{GROUP}/host", f"{GROUP}/port", f"{GROUP}/rack"
 A_LISTENERS = f"{GROUP}/listeners"
 A_OFFLINE_LOG_DIRS = f"{GROUP}/offline-log-dirs"
 A_OFFLINE_REPLICAS = f"{GROUP}/offline-replicas"
+A_METRICS_PORT = f"{GROUP}/metrics-port"  # added in contract 1: optional, 0 when absent
 A_IMAGE_VERSION, A_CLUSTER_ID = f"{GROUP}/image-version", f"{GROUP}/cluster-id"
 A_POD, A_POD_UID, A_CONTAINER = f"{GROUP}/pod", f"{GROUP}/pod-uid", f"{GROUP}/container"
 IMAGE_KEY = "image.json.gz"
@@ -172,7 +173,8 @@ def registration_of(lease: Any) -> BrokerRegistration:
     return BrokerRegistration(
         int(lease.spec.holder_identity), a.get(A_HOST, ""), int(a.get(A_PORT, "0")),
         a.get(A_RACK), int(a.get(A_EPOCH, "-1")), a.get(A_LISTENERS, ""),
-        split_list(a.get(A_OFFLINE_LOG_DIRS)), frozenset(split_list(a.get(A_OFFLINE_REPLICAS))))
+        split_list(a.get(A_OFFLINE_LOG_DIRS)), frozenset(split_list(a.get(A_OFFLINE_REPLICAS))),
+        int(a.get(A_METRICS_PORT, "0") or 0))
 
 
 def offline_annotations(registration: BrokerRegistration) -> dict[str, str]:

@@ -29,6 +29,9 @@ class BrokerRegistration:
     listeners: str = ""
     offline_log_dirs: tuple[str, ...] = ()
     offline_replicas: frozenset[str] = frozenset()
+    # The port of its Prometheus /metrics on ``host`` (0: none or not said, as an older
+    # broker registers): where the operator reads the partitions' rates.
+    metrics_port: int = 0
 
     def endpoint(self, listener: str) -> tuple[str, int] | None:
         """The broker's address on ``listener``; a broker registered without listeners

@@ -25,6 +25,8 @@ from kafkube_operator.kafka import AdminClients
 from kafkube_operator.kube import Kube
 from kafkube_operator.model.cluster import GROUP, VERSION
 from kafkube_operator.reconcile.cluster import delete_cluster, reconcile_cluster, stop_brokers
+from kafkube_operator.reconcile.rebalance import reconcile_rebalance
+from kafkube_operator.reconcile.rebalance_auto import auto_pass
 from kafkube_operator.reconcile.topic import delete_topic, mirror_cluster_topics, reconcile_topic
 from kafkube_operator.reconcile.user import delete_user, reconcile_user
 from kafkube_operator.reconcile.views import ClusterViews
@@ -33,6 +35,7 @@ log = logging.getLogger(__name__)
 CLUSTERS = (GROUP, VERSION, "kafkaclusters")
 TOPICS = (GROUP, VERSION, "topics")
 USERS = (GROUP, VERSION, "kafkausers")
+REBALANCES = (GROUP, VERSION, "kafkarebalances")
 FINALIZER = f"{GROUP}/operator"
 # How often a KafkaCluster's status is refreshed when nothing changes in its spec.
 STATUS_INTERVAL_S = 5.0
@@ -135,6 +138,19 @@ def cluster_topics(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
                               KopfEvents(body))
 
 
+@kopf.timer(*CLUSTERS, id="rebalance_auto", interval=STATUS_INTERVAL_S, sharp=True)
+def cluster_auto_rebalance(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """spec.rebalance.auto: a KafkaRebalance when a goal drifts beyond its threshold
+    (reconcile/rebalance_auto.py; it looks at the load once a minute at most)."""
+    if body.metadata.get("deletionTimestamp") or not (
+            (body.get("spec") or {}).get("rebalance") or {}).get("auto", {}).get("enabled"):
+        return
+    context = _context(memo)
+    with context.locks[body.metadata["uid"]]:
+        auto_pass(context.kube, context.views, context.admins, copy.deepcopy(dict(body)),
+                  KopfEvents(body))
+
+
 def _reconcile(kind: str, step: Callable[..., dict], body: kopf.Body, patch: kopf.Patch,
                context: OperatorContext) -> None:
     """One pass of ``step`` for a resource not being deleted, timed and counted; its status
@@ -194,6 +210,17 @@ def topic_deleted(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
 @kopf.timer(*USERS, id="user_tick", interval=USER_INTERVAL_S, sharp=True)
 def user_reconcile(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
     _reconcile("KafkaUser", reconcile_user, body, patch, _context(memo))
+
+
+@kopf.on.resume(*REBALANCES)
+@kopf.on.create(*REBALANCES)
+@kopf.on.update(*REBALANCES)
+@kopf.timer(*REBALANCES, id="rebalance_tick", interval=STATUS_INTERVAL_S, sharp=True)
+def rebalance_reconcile(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
+    """A KafkaRebalance's next step (reconcile/rebalance.py): measure, propose, wait for
+    approval, execute, follow. No finalizer: deleting one mid-move leaves the moves to end
+    under their throttle, which the next mover's pass removes."""
+    _reconcile("KafkaRebalance", reconcile_rebalance, body, patch, _context(memo))
 
 
 @kopf.on.delete(*USERS)

@@ -202,6 +202,35 @@ class KafkaAdmin:
         if refused:
             raise KafkaRefused("reassigning partitions", refused)
 
+    def cancel_reassignments(self, partitions: Iterable[tuple[str, int]]) -> None:
+        """AlterPartitionReassignments with no target (KIP-455): the moves stop, the
+        replicas go back to the ones before them."""
+        wanted = {TopicPartition(t, i): None for t, i in partitions}
+        if wanted:
+            self._call("cancelling reassignments", self._client.alter_partition_reassignments,
+                       wanted, timeout_ms=REQUEST_TIMEOUT_MS)
+
+    def log_dirs(self, brokers: Iterable[int]
+                 ) -> dict[int, tuple[int, dict[tuple[str, int], int]]]:
+        """DescribeLogDirs of each broker: its log dirs' total bytes (v4's TotalBytes, -1
+        when the broker does not say) and each partition's size, the largest copy where a
+        broker has it in two dirs (a move between dirs)."""
+        answers = self._call("describing log dirs", self._client.describe_log_dirs,
+                             None, sorted(brokers))
+        found: dict[int, tuple[int, dict[tuple[str, int], int]]] = {}
+        for answer in answers or ():
+            total, sizes = 0, {}
+            for log_dir in answer.get("log_dirs") or ():
+                if log_dir.get("error_code"):
+                    continue
+                total += max(int(log_dir.get("total_bytes", -1)), 0)
+                for topic in log_dir.get("topics") or ():
+                    for p in topic.get("partitions") or ():
+                        key = (topic["name"], int(p["partition_index"]))
+                        sizes[key] = max(sizes.get(key, 0), int(p["partition_size"]))
+            found[int(answer["broker"])] = (total or -1, sizes)
+        return found
+
     def elect_preferred(self, partitions: Iterable[tuple[str, int]]) -> None:
         wanted: dict[str, list[int]] = {}
         for topic, index in partitions:

@@ -155,7 +155,7 @@ def test_the_bundle_and_every_chart_option_are_accepted_by_the_api_server(
     bundle = [d for d in yaml.safe_load_all(BUNDLE.read_text()) if d]
     assert sorted(dry_run_all(kube, bundle)) == sorted([
         "Namespace", "CustomResourceDefinition", "CustomResourceDefinition",
-        "CustomResourceDefinition", "ServiceAccount",
+        "CustomResourceDefinition", "CustomResourceDefinition", "ServiceAccount",
         "ClusterRole", "ClusterRole", "ClusterRoleBinding", "Service", "Deployment"])
     every = dry_run_all(kube, render(helm, *EVERY_OPTION))
     assert {"ServiceMonitor", "PodMonitor", "ConfigMap"} <= set(every)

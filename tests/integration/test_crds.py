@@ -16,7 +16,8 @@ from tests.support import REPO
 
 CRDS = REPO / "crds"
 GROUP, VERSION, NAMESPACE = "kafkube.io", "v1alpha1", "default"
-KINDS = {"kafkaclusters": "KafkaCluster", "topics": "Topic", "kafkausers": "KafkaUser"}
+KINDS = {"kafkaclusters": "KafkaCluster", "topics": "Topic", "kafkausers": "KafkaUser",
+         "kafkarebalances": "KafkaRebalance"}
 
 
 @pytest.fixture(scope="module")
@@ -143,8 +144,11 @@ def test_kubectl_get_shows_the_printer_columns(api: k8s.ApiClient) -> None:
     """What `kubectl get kafkaclusters,topics` prints: the server's Table rendering."""
     expected = {"kafkaclusters": ["Name", "Desired", "Ready", "Controller", "Status", "Age"],
                 "topics": ["Name", "Cluster", "Partitions", "RF", "Under-replicated", "Ready",
-                           "Age"]}
+                           "Age"],
+                "kafkarebalances": ["Name", "Cluster", "State", "Replica-moves",
+                                    "Leader-moves", "Moved", "Age"]}
     create(api, "topics", {"cluster": "c", "partitions": 4, "replicationFactor": 2})
+    create(api, "kafkarebalances", {"cluster": "c"})
     create(api, "kafkaclusters", {"replicas": 5})
     for plural, columns in expected.items():
         request = api.param_serialize(
@@ -157,3 +161,17 @@ def test_kubectl_get_shows_the_printer_columns(api: k8s.ApiClient) -> None:
         shown = [c["name"] for c in table["columnDefinitions"] if c.get("priority", 0) == 0]
         assert shown == columns
         assert table["rows"]
+
+
+def test_a_kafka_rebalance_gets_the_defaults_and_its_mode_needs_brokers(
+        api: k8s.ApiClient) -> None:
+    spec = create(api, "kafkarebalances", {"cluster": "c", "tolerances": {}})["spec"]
+    assert spec["mode"] == "full" and spec["maxMovesPerProposal"] == 50
+    assert spec["tolerances"] == {"diskUsage": 0.1, "leaderBytesIn": 0.2,
+                                  "leaderBytesOut": 0.2, "minRateBytesPerSecond": 10240}
+    assert "need spec.brokers" in refused(create, api, "kafkarebalances",
+                                          {"cluster": "c", "mode": "remove-brokers"})
+    assert "spec.goals" in refused(create, api, "kafkarebalances",
+                                   {"cluster": "c", "goals": ["Fastest"]})
+    auto = create(api, "kafkaclusters", {"rebalance": {"auto": {"enabled": True}}})
+    assert auto["spec"]["rebalance"]["auto"] == {"enabled": True, "maxMovesPerProposal": 50}

@@ -19,6 +19,12 @@ def test_metrics_count_traffic_per_topic_and_api(broker):
     assert m['kafka_log_end_offset{partition="0",topic="metered"}'] == 40
     assert m['kafka_partition_high_watermark{partition="0",topic="metered"}'] == 40
     assert m['kafka_log_size_bytes{partition="0",topic="metered"}'] == bytes_in
+    # Per partition, while this broker leads it (a rebalance's rates, reconcile/load.py):
+    # what was produced, and what consumers fetched.
+    assert m['kafkube_partition_leader_bytes_in_total{partition="0",topic="metered"}'] == \
+        bytes_in
+    assert m['kafkube_partition_leader_bytes_out_total{partition="0",topic="metered"}'] == \
+        m['kafka_server_bytes_out_total{topic="metered"}']
     produce_requests = sum(v for k, v in m.items()
                            if k.startswith('kafka_network_requests_total{api="Produce"'))
     assert produce_requests >= 1

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kafkube_operator.cluster_view import ClusterView
 from kafkube_operator.kafka import AdminClients, KafkaAdmin, KafkaRefused
@@ -38,6 +38,7 @@ from kafkube_operator.model.scale import (
 from kafkube_operator.model.status import SpecWarning
 from kafkube_operator.model.storage import claim_change, with_claims_of
 from kafkube_operator.reconcile.outcome import ApplyOutcome
+from kafkube_operator.reconcile.rebalance import rebalance_running
 from kafkube_operator.reconcile.security import apply_cluster_pki
 from kafkube_operator.reconcile.snapshot import ClusterSnapshot
 from kafkube_operator.reconcile.views import ClusterMemory, Events, cluster_admin
@@ -63,7 +64,7 @@ def apply_pass(kube: Kube, view: ClusterView, admins: AdminClients, resource: Ma
     ref = snapshot.ref
     spec = resource.get("spec") or {}
     image = snapshot.trusted.image
-    scaling, moved = scale(view, snapshot, admins, resource, memory, events)
+    scaling, moved = scale(view, snapshot, admins, resource, memory, events, kube)
     pki, warnings = apply_cluster_pki(kube, resource, events)
     wanted_min_isr = min(2, scaling.statefulset_replicas)
     # Never raised above what existing topics meet (a cluster grown from one broker); once
@@ -250,7 +251,7 @@ def _storage_change(kube: Kube, desired: Mapping, live: Mapping, events: Events
 
 
 def scale(view: ClusterView, snapshot: ClusterSnapshot, admins: AdminClients,
-          resource: Mapping, memory: ClusterMemory, events: Events
+          resource: Mapping, memory: ClusterMemory, events: Events, kube: Kube
           ) -> tuple[ScaleDecision, bool]:
     """The StatefulSet's size for this pass, and the partition moves a change of
     spec.replicas needs first (model/scale.py), started here; and whether it asked the
@@ -265,6 +266,10 @@ def scale(view: ClusterView, snapshot: ClusterSnapshot, admins: AdminClients,
     spec = resource.get("spec") or {}
     pods = snapshot.broker_pods()
     decision = scale_decision(int(spec.get("replicas", 3)), current, image, live, phase, pods)
+    if decision.moves and (other := rebalance_running(kube, ref.namespace, ref.name)):
+        # One mover at a time: the scale's moves start once the rebalance is done.
+        decision = replace(decision, moves={}, waiting=f"waiting for KafkaRebalance {other} "
+                           "to finish moving partitions")
     memory.scaling_phase = decision.phase
     if decision.refused and decision.refused != memory.last_refusal:
         events.warning("ScaleDownRefused", decision.refused)

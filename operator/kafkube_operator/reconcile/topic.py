@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 
 from kafkube_contract.image import DEFAULT_BROKER, ImageFormatError, ImageView, TopicMetadata
 from kafkube_contract.properties import parse_properties
@@ -29,6 +30,7 @@ from kafkube_operator.model.topic import (
     topic_plan,
     topic_status,
 )
+from kafkube_operator.reconcile.rebalance import rebalance_running
 from kafkube_operator.reconcile.views import (
     ClusterViews,
     Events,
@@ -114,6 +116,12 @@ def reconcile_topic(kube: Kube, views: ClusterViews, admins: AdminClients, resou
     live = {b: r.rack for b, r in view.live_brokers().items() if b not in cordoned}
     placement = _placement(cluster, trusted.image, current, spec, live,
                            _deployed_min_isr(kube, ref))
+    # A factor to change waits for a KafkaRebalance moving partitions (asked only then: one
+    # LIST of them).
+    if placement.busy is None and current is not None and any(
+            len(s.target_replicas) != spec.replication_factor for s in current.assignments) \
+            and (other := rebalance_running(kube, namespace, spec.cluster)):
+        placement = replace(placement, busy=f"KafkaRebalance {other} is moving partitions")
     plan = topic_plan(spec, current, brokers, placement)
     problems = list(plan.refused)
     # A throttle left on the topic goes once nothing moves in the cluster (read from Kafka,

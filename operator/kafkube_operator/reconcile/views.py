@@ -9,7 +9,7 @@ import datetime as dt
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from kubernetes import client as k8s
@@ -21,6 +21,7 @@ from kafkube_operator.kafka import AdminClients, KafkaAdmin
 from kafkube_operator.model.cluster import ClusterRef
 from kafkube_operator.model.listeners import PLAINTEXT_DEFAULT, REPLICATION
 from kafkube_operator.model.status import SpecWarning, metadata_problem
+from kafkube_operator.reconcile.load import RateWindow
 from kafkube_operator.reconcile.outcome import ApplyOutcome
 
 
@@ -50,6 +51,9 @@ class ClusterMemory:
     running_min_isr: int | None = None  # the default min ISR every broker last ran with
     applied: ApplyOutcome | None = None  # the last apply pass's decisions
     listener_step: str | None = None  # the description of the listener step under way
+    # Readings of the brokers' partition byte counters, for a rebalance's rates.
+    load: RateWindow = field(default_factory=RateWindow)
+    next_auto_check: float = 0.0  # time.monotonic() of spec.rebalance.auto's next check
 
 
 @dataclass
