@@ -346,6 +346,11 @@ class BrokerMetrics:
     def throttled(self, quota_type: str, user: str, client_id: str, seconds: float) -> None:
         self.quota_throttle_time.labels(quota_type, user, client_id).inc(seconds)
 
+    def forget_quota_sensor(self, quota_type: str, user: str, client_id: str) -> None:
+        """Remove the throttle-time series of a quota sensor dropped after its idle hour: a
+        client with a new client-id per connection would otherwise add series for ever."""
+        self.quota_throttle_time.remove(quota_type, user, client_id)
+
     def watch_quotas(self, sample: Callable[[], Iterable[QuotaSensor]]) -> None:
         self.registry.register(_QuotaCollector(sample))
 

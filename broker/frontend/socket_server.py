@@ -36,7 +36,7 @@ from typing import Any
 from broker.frontend import eager
 from broker.frontend.memory_pool import MemoryPool
 from broker.frontend.regions import inline, slices
-from broker.frontend.throttling import Mute, settle
+from broker.frontend.throttling import Mute, peer_closed, settle
 from broker.frontend.transport import PlainTransport, TlsTransport, Transport
 from broker.handlers import REGISTRY
 from broker.handlers.api_versions import unsupported_version_response
@@ -204,7 +204,8 @@ class Connection:
         self._backlog = 0  # responses queued, or being written by the writer
         self._writer: asyncio.Task[None] | None = None
         self.metrics = services.metrics
-        self.mute = Mute()  # client quotas: no request is read while muted (KIP-219)
+        # Client quotas: no request is read while muted (KIP-219), until the client goes.
+        self.mute = Mute(lambda: peer_closed(self.sock))
 
     async def run(self) -> None:
         self.metrics.connections.inc()
@@ -290,6 +291,10 @@ class Connection:
 
     async def _read_loop(self) -> None:
         while True:
+            # A muted client's next frame is neither reserved nor read until the mute is
+            # over: its pool bytes would keep other connections waiting meanwhile.
+            if self.mute.muted and not await self.mute.wait():
+                return
             pending = self.frames.in_progress
             if pending is not None and not self._reserved:
                 # A frame begun in the last read: its whole size from the shared pool before
@@ -319,7 +324,8 @@ class Connection:
                     return
             self.last_active = self.loop.time()
             for frame in frames:
-                await self.mute.wait()
+                if self.mute.muted and not await self.mute.wait():
+                    return
                 if self._reserved:  # the frame that was in progress, reserved already
                     held, self._reserved = self._reserved, 0
                 else:  # arrived whole within this read

@@ -114,9 +114,11 @@ def _over_mutation_quota(ctx: RequestContext) -> bool:
 
 
 def _mutation_charge(ctx: RequestContext) -> Callable[[int], None]:
-    """What charges the client's mutation quota with partitions created or deleted."""
-    return lambda count: ctx.services.client_quotas.record_mutations(
-        ctx.principal, ctx.client_id, count)
+    """What charges the client's mutation quota with partitions created or deleted, and
+    notes the throttle the charge leaves: the request that takes the bucket into debt is
+    accepted and throttled (KIP-599), not only the next one."""
+    return lambda count: ctx.throttle.add(ctx.services.client_quotas.record_mutations(
+        ctx.principal, ctx.client_id, count))
 
 
 def _creation_error(name: str, error: TopicChangeError) -> dict[str, Any]:

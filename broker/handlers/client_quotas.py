@@ -17,6 +17,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from broker.cluster.backend import ClusterImageTooLarge
 from broker.cluster.client_quotas import CLIENT_ID, IP, USER, ClientQuotas, QuotaEntity
 from broker.cluster.image import ClusterImage
 from broker.cluster.metadata import ConcurrentUpdate
@@ -126,6 +127,13 @@ def _entry(outcome: QuotaOutcome) -> dict[str, Any]:
             "entity": [{"entity_type": k, "entity_name": v} for k, v in outcome.entity.pairs]}
 
 
+def _failed(outcomes: list[QuotaOutcome], code: ErrorCode, message: str
+            ) -> list[QuotaOutcome]:
+    """The outcomes once the write failed: each accepted entry gets ``code``."""
+    return [o if o.code != ErrorCode.none else QuotaOutcome(o.entity, code, message)
+            for o in outcomes]
+
+
 @handles(49, 0, 1)
 async def alter_client_quotas(ctx: RequestContext, request: Any) -> Any:
     """Every entry refused with CLUSTER_AUTHORIZATION_FAILED without ALTER_CONFIGS on the
@@ -140,18 +148,22 @@ async def alter_client_quotas(ctx: RequestContext, request: Any) -> Any:
     if request.validate_only:
         _, outcomes = alter_quotas(ctx.services.store.image.client_quotas, alterations)
     else:
-        outcomes = []
+        # Each entry accepted until decided: a write failing before it decides fails them all.
+        outcomes = [QuotaOutcome(a) for a in alterations]
 
         def change(image: ClusterImage) -> ClusterImage | None:
             nonlocal outcomes  # decided again on a fresh image if another writer won the race
             quotas, outcomes = alter_quotas(image.client_quotas, alterations)
             return None if quotas is None else image.with_client_quotas(quotas)
 
+        # As the topic handlers answer them: an image too large for its object is a policy
+        # the cluster refuses, a write that kept losing (or metadata not to be trusted now)
+        # is REQUEST_TIMED_OUT, which clients retry.
         try:
             await ctx.services.store.update(change)
+        except ClusterImageTooLarge as e:
+            outcomes = _failed(outcomes, ErrorCode.policy_violation, str(e))
         except ConcurrentUpdate as e:
-            outcomes = [o if o.code != ErrorCode.none
-                        else QuotaOutcome(o.entity, ErrorCode.unknown_server_error, str(e))
-                        for o in outcomes]
+            outcomes = _failed(outcomes, ErrorCode.request_timed_out, str(e))
     return build_response(request, {"throttle_time": NO_THROTTLE,
                                     "entries": [_entry(o) for o in outcomes]})

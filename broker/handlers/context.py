@@ -23,7 +23,7 @@ from broker.handlers.head_of_line import HeadOfLine
 from broker.protocol.codec import RequestHeader, api_name
 from broker.security.acl import CLUSTER_NAME, Authorizer, Operation, ResourceType
 from broker.security.session import Session, plaintext_session
-from broker.server.client_quotas import ClientQuotaManager
+from broker.server.client_quotas import MAX_THROTTLE_MS, ClientQuotaManager
 from broker.server.fetch_session import FetchSessionCache
 from broker.server.replica_manager import ReplicaManager
 from broker.server.txn_verification import TransactionVerifier
@@ -96,7 +96,8 @@ class BrokerServices:
             self.quotas = ClientQuotaManager(
                 lambda: self.store.image, config["quota.window.num"],
                 config["quota.window.size.seconds"], config["controller.quota.window.num"],
-                config["controller.quota.window.size.seconds"], metrics.throttled)
+                config["controller.quota.window.size.seconds"], metrics.throttled,
+                on_forget=metrics.forget_quota_sensor)
             metrics.watch_quotas(self.quotas.samples_now)
 
     @property
@@ -120,7 +121,8 @@ class RequestThrottle:
     first_step_s: float | None = None
 
     def add(self, ms: int) -> int:
-        self.ms = max(self.ms, ms)
+        """Keep the largest throttle, at most what an int32 ``throttle_time_ms`` holds."""
+        self.ms = min(max(self.ms, ms), MAX_THROTTLE_MS)
         return self.ms
 
 

@@ -28,15 +28,23 @@ if it ignores the field. A throttle never exceeds the whole window.
   CreatePartitions and DeleteTopics. As in KIP-599 it is a token bucket holding up to
   ``bound x num x window`` mutations: a topic is refused with THROTTLING_QUOTA_EXCEEDED while
   the bucket is in debt, and accepted (and charged, possibly into debt) otherwise; the
-  throttle time is the time the debt takes to be repaid.
+  throttle time is the time the debt takes to be repaid, counted after the charge, so the
+  request that takes the bucket into debt is accepted and throttled.
+
+Every throttle time is at most what the responses' int32 ``throttle_time_ms`` holds (a
+mutation debt has no other bound: 1,000 partitions at 0.01 a second is 100,000 s).
 
 Which quota applies to a client is broker/cluster/client_quotas.py (Kafka's precedence);
-usage is kept per sensor as that match names it, and a sensor idle for an hour is dropped.
+usage is kept per sensor as that match names it, and a sensor idle for an hour is dropped,
+with its metrics' label series (Kafka expires quota sensors after an hour idle): a client
+that picks a new client-id for every connection would otherwise grow them for ever. Matches
+are cached for the same reason in a bounded LRU, and not at all while no quota exists.
 """
 
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -52,6 +60,11 @@ from broker.cluster.image import ClusterImage
 
 SENSOR_IDLE_S = 3600.0
 PRUNE_EVERY_S = 60.0
+# The (quota type, user, client-id) matches remembered: enough for every live client of a
+# broker, and a bound when clients make up a client-id per connection.
+MATCH_CACHE_SIZE = 4096
+# The largest throttle a response can carry (throttle_time_ms is an int32).
+MAX_THROTTLE_MS = 2**31 - 1
 # The quota types, as Kafka names its sensors (and the metrics' ``quota_type`` label).
 PRODUCE, FETCH, REQUEST, MUTATION = "Produce", "Fetch", "Request", "ControllerMutation"
 _KEYS = {PRODUCE: PRODUCER_BYTE_RATE, FETCH: CONSUMER_BYTE_RATE, REQUEST: REQUEST_PERCENTAGE,
@@ -143,6 +156,13 @@ class _Sensor:
 
 # (quota type, user, client-id, throttle seconds): what the metrics count.
 ThrottleListener = Callable[[str, str, str, float], None]
+# (quota type, user, client-id) of a sensor dropped after its idle hour: its series go too.
+ForgetListener = Callable[[str, str, str], None]
+
+
+def clamp_ms(ms: float) -> int:
+    """A throttle time in whole milliseconds an int32 ``throttle_time_ms`` can carry."""
+    return max(0, min(int(ms), MAX_THROTTLE_MS))
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,28 +185,44 @@ class ClientQuotaManager:
                  window_s: float = 1.0, controller_samples: int = 11,
                  controller_window_s: float = 1.0,
                  on_throttle: ThrottleListener | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 on_forget: ForgetListener | None = None) -> None:
         self._image = image
         self.samples, self.window_s = samples, window_s
         self.controller_samples, self.controller_window_s = controller_samples, controller_window_s
         self._on_throttle = on_throttle
+        self._on_forget = on_forget
         self._clock = clock
         self._sensors: dict[tuple[str, str, str], _Sensor] = {}
         self._bounds: dict[tuple[str, str, str], float] = {}
-        self._matches: dict[tuple[str, str, str], Match | None] = {}
+        self._matches: OrderedDict[tuple[str, str, str], Match | None] = OrderedDict()
         self._matched_image: ClusterImage | None = None
         self._pruned = clock()
 
+    @property
+    def cached_matches(self) -> int:
+        """How many matches are remembered (bounded by MATCH_CACHE_SIZE)."""
+        return len(self._matches)
+
     def _match(self, quota_type: str, user: str, client_id: str) -> Match | None:
+        """The quota that applies, from an LRU of recent clients: with no quota at all nothing
+        is looked up or remembered, so clients cost nothing until a quota exists."""
         image = self._image()
         if image is not self._matched_image:  # a new image: quotas may have changed
             self._matches.clear()
             self._matched_image = image
+        if not image.client_quotas:
+            return None
         key = (quota_type, user, client_id)
-        if key not in self._matches:
-            self._matches[key] = quota_for(image.client_quotas, _KEYS[quota_type], user,
-                                           client_id)
-        return self._matches[key]
+        matches = self._matches
+        if key in matches:
+            matches.move_to_end(key)
+            return matches[key]
+        match = matches[key] = quota_for(image.client_quotas, _KEYS[quota_type], user,
+                                         client_id)
+        if len(matches) > MATCH_CACHE_SIZE:
+            matches.popitem(last=False)
+        return match
 
     def _sensor(self, quota_type: str, match: Match, now: float) -> _Sensor:
         key = (quota_type, match.sensor_user, match.sensor_client_id)
@@ -207,10 +243,13 @@ class ClientQuotaManager:
         return sensor
 
     def _prune(self, now: float) -> None:
+        """Drop the sensors idle for SENSOR_IDLE_S, and their metrics' label series."""
         self._pruned = now
         for key in [k for k, s in self._sensors.items() if now - s.last_used > SENSOR_IDLE_S]:
             del self._sensors[key]
             self._bounds.pop(key, None)
+            if self._on_forget is not None:
+                self._on_forget(*key)
 
     def _record(self, quota_type: str, user: str, client_id: str, value: float,
                 bound_scale: float = 1.0) -> int:
@@ -225,9 +264,11 @@ class ClientQuotaManager:
                             sensor.rate.throttle_s(match.bound * bound_scale, now))
 
     def _report(self, quota_type: str, match: Match, throttle_s: float) -> int:
-        if throttle_s > 0 and self._on_throttle is not None:
-            self._on_throttle(quota_type, match.sensor_user, match.sensor_client_id, throttle_s)
-        return int(throttle_s * 1000)
+        """The throttle in milliseconds, clamped to what a response carries; counted."""
+        ms = clamp_ms(throttle_s * 1000)
+        if ms > 0 and self._on_throttle is not None:
+            self._on_throttle(quota_type, match.sensor_user, match.sensor_client_id, ms / 1000)
+        return ms
 
     def record_produce(self, principal: str, client_id: str, size: int) -> int:
         return self._record(PRODUCE, user_of(principal), client_id, size)
@@ -240,7 +281,8 @@ class ClientQuotaManager:
         return self._record(REQUEST, user_of(principal), client_id, seconds, 0.01)
 
     def mutation_throttle(self, principal: str, client_id: str) -> int:
-        """The throttle of a client whose mutation bucket is in debt (0: it may mutate)."""
+        """The throttle of a client whose mutation bucket is in debt (0: it may mutate):
+        asked before each mutation, which is refused while it is not 0 (KIP-599)."""
         match = self._match(MUTATION, user_of(principal), client_id)
         if match is None:
             return 0
@@ -249,14 +291,17 @@ class ClientQuotaManager:
         assert bucket is not None
         return self._report(MUTATION, match, bucket.throttle_s(now))
 
-    def record_mutations(self, principal: str, client_id: str, count: int) -> None:
+    def record_mutations(self, principal: str, client_id: str, count: int) -> int:
+        """Charge ``count`` partitions created or deleted; the throttle the charge leaves
+        (KIP-599: the request that takes the bucket into debt is accepted and throttled)."""
         match = self._match(MUTATION, user_of(principal), client_id)
         if match is None or count <= 0:
-            return
+            return 0
         now = self._clock()
         bucket = self._sensor(MUTATION, match, now).bucket
         assert bucket is not None
         bucket.charge(count, now)
+        return self._report(MUTATION, match, bucket.throttle_s(now))
 
     def samples_now(self) -> Iterator[QuotaSample]:
         """Each live sensor's rate, read when the metrics are scraped."""

@@ -91,6 +91,14 @@ def test_a_kafka_user_gets_its_acl_defaults(api: k8s.ApiClient) -> None:
     ({**user(), "quotas": {"requestPercentage": 1.5}}, "spec.quotas.requestPercentage"),
     ({**user(), "quotas": {"controllerMutationRate": -0.5}},
      "spec.quotas.controllerMutationRate"),
+    # Kafka's brokers refuse 0 ("must be greater than 0"): refused at admission, not left
+    # KafkaRefused for ever.
+    ({**user(), "quotas": {"producerByteRate": 0}},
+     "spec.quotas.producerByteRate in body should be greater than 0"),
+    ({**user(), "quotas": {"consumerByteRate": 0}}, "spec.quotas.consumerByteRate"),
+    ({**user(), "quotas": {"requestPercentage": 0}}, "spec.quotas.requestPercentage"),
+    ({**user(), "quotas": {"controllerMutationRate": 0}},
+     "spec.quotas.controllerMutationRate in body should be greater than 0"),
 ])
 def test_kafka_user_fields_admission_can_judge_are_refused(api: k8s.ApiClient, spec: dict,
                                                            message: str) -> None:
@@ -98,8 +106,8 @@ def test_kafka_user_fields_admission_can_judge_are_refused(api: k8s.ApiClient, s
 
 
 def test_a_kafka_user_keeps_its_quotas(api: k8s.ApiClient) -> None:
-    quotas = {"producerByteRate": 204800, "consumerByteRate": 0, "requestPercentage": 50,
-              "controllerMutationRate": 2.5}
+    quotas = {"producerByteRate": 204800, "consumerByteRate": 1, "requestPercentage": 50,
+              "controllerMutationRate": 0.01}
     assert create(api, "kafkausers", {**user(), "quotas": quotas})["spec"]["quotas"] == quotas
 
 

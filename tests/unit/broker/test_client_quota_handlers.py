@@ -3,13 +3,16 @@ messages for bad input, validate_only, removal, and Describe's filters over the 
 
 from __future__ import annotations
 
+import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 from kio.schema.errors import ErrorCode
 
+from broker.cluster.backend import ClusterImageTooLarge
 from broker.cluster.client_quotas import QuotaEntity
+from broker.cluster.metadata import ConcurrentUpdate
 from broker.handlers import client_quotas  # noqa: F401 (registers)
 from broker.handlers.context import BrokerServices
 from tests.support.handlers import call, create, make_services, new_topic, request
@@ -159,3 +162,38 @@ def test_mutation_quota_refuses_topics_while_in_debt(services: BrokerServices) -
     permissive = create(services, 5, new_topic("c", 1))  # v5 does not know the error
     assert permissive.topics[0].error_code == ErrorCode.none
     assert permissive.throttle_time.total_seconds() > 0
+
+
+def test_the_request_that_takes_the_bucket_into_debt_is_throttled(
+        services: BrokerServices) -> None:
+    """KIP-599: that request is accepted and reports the debt's throttle; the throttle was
+    asked before the charge, so it said 0."""
+    alter(services, ([("client-id", "test-client")], [("controller_mutation_rate", 1.0)]))
+    first = create(services, 7, new_topic("a", 12))  # a burst of 11: into debt by one
+    assert first.topics[0].error_code == ErrorCode.none
+    assert first.throttle_time.total_seconds() == pytest.approx(1.0, abs=0.05)
+
+
+def test_a_throttle_beyond_int32_milliseconds_is_clamped(services: BrokerServices) -> None:
+    alter(services, ([("client-id", "test-client")], [("controller_mutation_rate", 1e-6)]))
+    created = create(services, 7, new_topic("a", 3))  # 3·10^6 s of debt: 3·10^9 ms
+    assert created.topics[0].error_code == ErrorCode.none
+    assert created.throttle_time == datetime.timedelta(milliseconds=2**31 - 1)
+
+
+@pytest.mark.parametrize(("error", "code"), [
+    (ClusterImageTooLarge("the image would be 1.6 MB"), ErrorCode.policy_violation),
+    (ConcurrentUpdate("lost 10 races"), ErrorCode.request_timed_out),  # clients retry it
+])
+def test_a_failed_write_is_answered_as_the_topic_handlers_answer_it(
+        services: BrokerServices, monkeypatch: pytest.MonkeyPatch, error: Exception,
+        code: ErrorCode) -> None:
+    async def failing(change: Any) -> Any:
+        change(services.store.image)
+        raise error
+
+    monkeypatch.setattr(services.store, "update", failing)
+    bad = ([("user", "a")], [("producer_byte_rate", -5.0)])
+    assert alter(services, ([("user", "ok")], [("producer_byte_rate", 10.0)]), bad) == [
+        (code, str(error)), (INVALID, "Quota producer_byte_rate must be greater than 0")]
+    assert services.store.image.client_quotas == {}

@@ -7,11 +7,14 @@ import pytest
 
 from broker.cluster.client_quotas import (
     CONSUMER_BYTE_RATE,
+    CONTROLLER_MUTATION_RATE,
     PRODUCER_BYTE_RATE,
     QuotaEntity,
     quota_for,
 )
 from broker.cluster.image import ClusterImage
+from broker.common.metrics import BrokerMetrics
+from broker.handlers.context import RequestThrottle
 from broker.server.client_quotas import ClientQuotaManager, Rate, TokenBucket, user_of
 
 
@@ -134,3 +137,65 @@ def test_a_new_image_changes_the_quota_at_once() -> None:
 def test_the_user_of_a_principal_is_its_name() -> None:
     assert user_of("User:CN=alice") == "CN=alice"
     assert user_of("alice") == "alice"
+
+
+INT32_MAX = 2**31 - 1
+
+
+def mutation_quotas(rate: float) -> ClientQuotaManager:
+    image = ClusterImage(client_quotas={QuotaEntity.client("admin"): {
+        CONTROLLER_MUTATION_RATE: rate}})
+    return ClientQuotaManager(lambda: image, clock=Clock())
+
+
+def test_the_charge_that_takes_the_bucket_into_debt_is_throttled() -> None:
+    quotas = mutation_quotas(1.0)  # a burst of 11
+    assert quotas.mutation_throttle("User:ANONYMOUS", "admin") == 0
+    # KIP-599: accepted, and throttled for the debt it leaves (1 partition at 1/s).
+    assert quotas.record_mutations("User:ANONYMOUS", "admin", 12) == 1000
+    assert quotas.mutation_throttle("User:ANONYMOUS", "admin") == 1000
+
+
+def test_no_throttle_exceeds_what_a_response_can_carry() -> None:
+    quotas = mutation_quotas(0.001)
+    # 100,000 partitions at 0.001/s: 10^8 s of debt, past int32 milliseconds.
+    assert quotas.record_mutations("User:ANONYMOUS", "admin", 100_000) == INT32_MAX
+    assert quotas.mutation_throttle("User:ANONYMOUS", "admin") == INT32_MAX
+    throttle = RequestThrottle()
+    assert throttle.add(10**12) == INT32_MAX
+
+
+def test_nothing_is_matched_or_remembered_while_no_quota_exists() -> None:
+    quotas = ClientQuotaManager(ClusterImage, clock=Clock())
+    for n in range(1000):  # a client-id per connection
+        assert quotas.record_produce("User:ANONYMOUS", f"client-{n}", 100) == 0
+    assert quotas.cached_matches == 0
+
+
+def test_the_match_cache_is_bounded() -> None:
+    image = ClusterImage(client_quotas={QuotaEntity.user("alice"): {PRODUCER_BYTE_RATE: 1e6}})
+    quotas = ClientQuotaManager(lambda: image, clock=Clock())
+    for n in range(10_000):
+        quotas.record_produce("User:bob", f"client-{n}", 100)
+    assert 0 < quotas.cached_matches <= 4096
+    assert quotas.record_produce("User:alice", "x", 10**8) > 0  # still matched
+
+
+def test_an_idle_sensor_is_dropped_with_its_label_series() -> None:
+    image = ClusterImage(client_quotas={QuotaEntity.client(None): {PRODUCER_BYTE_RATE: 10.0}})
+    clock, metrics = Clock(), BrokerMetrics()
+    quotas = ClientQuotaManager(lambda: image, on_throttle=metrics.throttled, clock=clock,
+                                on_forget=metrics.forget_quota_sensor)
+
+    def series(client_id: str) -> float | None:
+        return metrics.registry.get_sample_value(
+            "kafka_server_quota_throttle_time_seconds_total",
+            {"quota_type": "Produce", "user": "", "client_id": client_id})
+
+    assert quotas.record_produce("User:ANONYMOUS", "once", 10**6) > 0
+    assert series("once") is not None
+    clock.now += 3601.0  # Kafka expires a quota sensor after an hour idle
+    assert quotas.record_produce("User:ANONYMOUS", "later", 10**6) > 0
+    assert series("once") is None
+    assert series("later") is not None
+    assert {s.client_id for s in quotas.samples_now()} == {"later"}
