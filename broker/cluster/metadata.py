@@ -91,6 +91,7 @@ class ClusterMetadata:
         self.backend = MetadataGuard(backend, cluster_id, image, backend.where)
         self.image = image
         self._copied = (-1, 0.0)  # (version, time.monotonic()) of the last copy kept
+        self._copy_lock = asyncio.Lock()
         self.brokers: dict[int, BrokerRegistration] = backend.live_brokers()
         self.controller_id = -1
         self.offline_dirs: Container[Path] = ()
@@ -201,14 +202,17 @@ class ClusterMetadata:
     async def keep_copy(self, force: bool = False) -> None:
         """Keep the applied image in the first log dir, at most every COPY_EVERY_S (it is
         rebuilt whole: tens of milliseconds at 10,000 partitions), on a worker thread."""
-        version, at = self._copied
-        now = time.monotonic()
-        if self.image.version == version or (not force and now - at < COPY_EVERY_S):
-            return
-        image = self.image
-        self._copied = (version, now)  # no second writer meanwhile; a failure retries later
-        await asyncio.to_thread(write_image_copy, self.copy_dir(), self.cluster_id, image)
-        self._copied = (image.version, now)
+        # One writer at a time: the periodic copy and the one forced at shutdown wrote the
+        # same temporary file side by side, and the second rename failed (the broker exited 1).
+        async with self._copy_lock:
+            version, at = self._copied
+            now = time.monotonic()
+            if self.image.version == version or (not force and now - at < COPY_EVERY_S):
+                return
+            image = self.image
+            self._copied = (version, now)  # a failure retries later
+            await asyncio.to_thread(write_image_copy, self.copy_dir(), self.cluster_id, image)
+            self._copied = (image.version, now)
 
     async def next_producer_id(self) -> int:
         """Unique cluster-wide: each broker reserves blocks, as brokers do from the controller."""

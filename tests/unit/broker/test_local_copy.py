@@ -31,3 +31,48 @@ def test_a_copy_in_a_newer_format_stops_the_broker(tmp_path: Path) -> None:
     with pytest.raises(ImageFormatError, match="format 2") as refused:
         read_image_copy([tmp_path], "c1")
     assert str(tmp_path / IMAGE_COPY) in str(refused.value)
+
+
+def test_the_copy_forced_at_shutdown_never_runs_beside_the_periodic_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both wrote the same temporary file, and the second rename failed: the broker exited 1
+    at shutdown (seen in a share-group test's teardown). One writer at a time."""
+    import asyncio
+    import dataclasses
+    import threading
+
+    from broker.cluster import metadata as metadata_module
+    from broker.config.broker_config import BrokerConfig
+    from tests.support.in_process import open_replicas
+
+    config = BrokerConfig.from_dict({"log.dirs": str(tmp_path / "logs"), "node.id": "1"})
+    store, _ = open_replicas(config)
+    inside, overlapped = threading.Semaphore(1), []
+    real = metadata_module.write_image_copy
+
+    def write(*args: object) -> None:
+        if not inside.acquire(blocking=False):
+            overlapped.append(args)
+            return
+        try:
+            second_started.wait(0.5)  # gives a second writer the chance to come in
+            real(*args)
+        finally:
+            inside.release()
+
+    second_started = threading.Event()
+    monkeypatch.setattr(metadata_module, "write_image_copy", write)
+
+    async def both() -> None:
+        store.image = dataclasses.replace(store.image, version=store.image.version + 1)
+        first = asyncio.ensure_future(store.keep_copy(force=True))
+        await asyncio.sleep(0)
+        store.image = dataclasses.replace(store.image, version=store.image.version + 1)
+        second = asyncio.ensure_future(store.keep_copy(force=True))
+        await asyncio.sleep(0.05)
+        second_started.set()
+        await asyncio.gather(first, second)
+
+    asyncio.run(both())
+    assert overlapped == []
+    assert (tmp_path / "logs" / IMAGE_COPY).exists()

@@ -13,6 +13,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
 from kio.schema.errors import ErrorCode
 
 from broker.cluster.client_quotas import QuotaEntity
@@ -57,9 +58,10 @@ def test_exempt_requests_are_not_charged(tmp_path: Path) -> None:
 def test_a_muted_connection_waits_out_its_throttle() -> None:
     mute = Mute()
     mute.extend(RequestThrottle(ms=0))
+    waiting = mute.wait()
+    with pytest.raises(StopIteration):  # over at once: returns without suspending
+        waiting.send(None)
     started = time.monotonic()
-    asyncio.run(mute.wait())
-    assert time.monotonic() - started < 0.05
     mute.extend(RequestThrottle(ms=200))
     asyncio.run(mute.wait())
     assert time.monotonic() - started >= 0.19
