@@ -24,9 +24,11 @@ It prints what the client saw, one line per event, for the test to judge:
     produce-one BOOTSTRAP TOPIC
         E <error> <message>
         P ok <partition> <offset> | P failed <error> | P none
-    flood BOOTSTRAP TOPIC --seconds S
+    flood BOOTSTRAP TOPIC --seconds S --warm-up W
         D flood <bytes acknowledged> <seconds>   1 KiB records to partition 0 as fast as
-                                                 the cluster takes them, for S seconds
+                                                 the cluster takes them; the bytes of the S
+                                                 seconds after the first W (a quota's
+                                                 window lets a new client run ahead first)
 
 Bounded by time, so a broken cluster ends the pod, not the test's patience. login and
 produce-one exit 0 whatever they saw: the test judges.
@@ -228,9 +230,9 @@ def produce_one(args: argparse.Namespace) -> int:
 
 
 def flood(args: argparse.Namespace) -> int:
-    """Produce to partition 0 (one broker: quotas are per broker) for ``args.seconds``; the
-    bytes acknowledged in that time, from the first acknowledgement on (so connecting and
-    the metadata round trips are not counted)."""
+    """Produce to partition 0 (one broker: quotas are per broker) for ``args.warm_up`` +
+    ``args.seconds`` from the first acknowledgement (so connecting and the metadata round
+    trips are not counted); the bytes acknowledged in the last ``args.seconds``."""
     acked: list[float] = []
     value = b"x" * 1024
 
@@ -238,20 +240,23 @@ def flood(args: argparse.Namespace) -> int:
         if err is None:
             acked.append(time.monotonic())
 
-    producer = Producer(settings(args, **{"linger.ms": 5, "acks": "all",
+    # 16 KiB batches: with librdkafka's 1 MB default and 5 requests in flight, one burst
+    # carries up to 5 MB into the broker before a throttle (capped at the quota window)
+    # can hold it, and a 15 s measure says more about that burst than about the quota.
+    producer = Producer(settings(args, **{"linger.ms": 5, "acks": "all", "batch.size": 16384,
                                           "queue.buffering.max.kbytes": 4096}))
     deadline = time.monotonic() + 120  # for the first acknowledgement; then S seconds on
     started = False
     while time.monotonic() < deadline:
         if not started and acked:
-            started, deadline = True, acked[0] + args.seconds
+            started, deadline = True, acked[0] + args.warm_up + args.seconds
         try:
             producer.produce(args.topic, value=value, partition=0, on_delivery=delivered)
         except BufferError:
             producer.poll(0.05)
         producer.poll(0)
-    start = acked[0] if acked else 0.0
-    counted = [t for t in acked if t <= start + args.seconds]
+    start = (acked[0] if acked else 0.0) + args.warm_up
+    counted = [t for t in acked if start < t <= start + args.seconds]
     producer.purge()
     say(f"D flood {len(counted) * 1024} {args.seconds}")
     return 0
@@ -280,6 +285,7 @@ def main(argv: list[str]) -> int:
     f.add_argument("bootstrap")
     f.add_argument("topic")
     f.add_argument("--seconds", type=float, default=15.0)
+    f.add_argument("--warm-up", type=float, default=0.0)
     for each in (r, lo, p, f):
         each.add_argument("--config", action="append", default=[],
                           help="K=V, a librdkafka property (repeatable)")
