@@ -403,34 +403,31 @@ class KubernetesBackend(CoordinationBackend):
             current = self._leases.get(name)
 
     def renew_broker(self, node_id: int, broker_epoch: int, ttl_ms: int) -> bool:
-        name = self.broker_lease_name(node_id)
-        lease = self._leases.get(name)
-        for _ in range(2):  # once more after a conflict, from a fresh read
-            if lease is None or int(self._annotation(lease, A_EPOCH)) != broker_epoch \
-                    or not self._alive(lease):
-                return False
-            body = self._lease_body(
-                name, "broker", node_id, ttl_ms, dict(lease.metadata.annotations),
-                acquired_ms=epoch_ms(lease.spec.acquire_time),
-                transitions=lease.spec.lease_transitions or 0,
-                resource_version=lease.metadata.resource_version)
-            if self._write_lease(body):
-                return True
-            lease = self._leases.get(name)
-        return False
+        return self._rewrite_broker_lease(
+            node_id, broker_epoch, lambda lease: (ttl_ms, dict(lease.metadata.annotations)))
 
     def update_registration(self, registration: BrokerRegistration, broker_epoch: int) -> bool:
-        name = self.broker_lease_name(registration.node_id)
+        def changed(lease: Any) -> tuple[int, dict[str, str]]:
+            kept = {k: v for k, v in (lease.metadata.annotations or {}).items()
+                    if k not in (A_OFFLINE_LOG_DIRS, A_OFFLINE_REPLICAS)}
+            return lease_duration_ms(lease), kept | offline_annotations(registration)
+        return self._rewrite_broker_lease(registration.node_id, broker_epoch, changed)
+
+    def _rewrite_broker_lease(self, node_id: int, broker_epoch: int,
+                              change: Callable[[Any], tuple[int, dict[str, str]]]) -> bool:
+        """Write this broker's live Lease again at ``broker_epoch`` with what ``change``
+        makes of it (its duration and annotations), keeping its acquire time and
+        transitions; once more after a conflict, from a fresh read. False: the lease is
+        another epoch's, or lapsed."""
+        name = self.broker_lease_name(node_id)
         lease = self._leases.get(name)
-        for _ in range(2):  # once more after a conflict, from a fresh read
+        for _ in range(2):
             if lease is None or int(self._annotation(lease, A_EPOCH)) != broker_epoch \
                     or not self._alive(lease):
                 return False
-            annotations = {k: v for k, v in (lease.metadata.annotations or {}).items()
-                           if k not in (A_OFFLINE_LOG_DIRS, A_OFFLINE_REPLICAS)}
+            ttl_ms, annotations = change(lease)
             body = self._lease_body(
-                name, "broker", registration.node_id, lease_duration_ms(lease),
-                annotations | offline_annotations(registration),
+                name, "broker", node_id, ttl_ms, annotations,
                 acquired_ms=epoch_ms(lease.spec.acquire_time),
                 transitions=lease.spec.lease_transitions or 0,
                 resource_version=lease.metadata.resource_version)

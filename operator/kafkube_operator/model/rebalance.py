@@ -33,7 +33,6 @@ NEW, PENDING, PROPOSAL_READY = "New", "PendingProposal", "ProposalReady"
 REBALANCING, READY, STOPPED, NOT_READY = "Rebalancing", "Ready", "Stopped", "NotReady"
 STATES = (NEW, PENDING, PROPOSAL_READY, REBALANCING, READY, STOPPED, NOT_READY)
 FULL, ADD_BROKERS, REMOVE_BROKERS = "full", "add-brokers", "remove-brokers"
-DEFAULT_THROTTLE = 52_428_800  # as the KafkaCluster's spec.rebalance.throttleBytesPerSecond
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,14 @@ SCALING_UP, DRAINING = "ScalingUp", "Draining"
 THROTTLED_REPLICAS = ("leader.replication.throttled.replicas",
                       "follower.replication.throttled.replicas")
 THROTTLED_RATES = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
+DEFAULT_THROTTLE = 52_428_800  # crds/kafkacluster.yaml's default of throttleBytesPerSecond
+
+
+def throttle_rate(cluster_spec: Mapping) -> int:
+    """Bytes/s every move of a KafkaCluster runs at (a scale, a replication factor, a
+    rebalance without its own): its ``spec.rebalance.throttleBytesPerSecond``."""
+    return int((cluster_spec.get("rebalance") or {}).get("throttleBytesPerSecond")
+               or DEFAULT_THROTTLE)
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from kafkube_operator.model.scale import (
     held_back_topics,
     min_isr_ceiling,
     scale_decision,
+    throttle_rate,
     throttled_replicas,
 )
 from kafkube_operator.model.status import SpecWarning
@@ -42,8 +43,6 @@ from kafkube_operator.reconcile.rebalance import rebalance_running
 from kafkube_operator.reconcile.security import apply_cluster_pki
 from kafkube_operator.reconcile.snapshot import ClusterSnapshot
 from kafkube_operator.reconcile.views import ClusterMemory, Events, cluster_admin
-
-DEFAULT_THROTTLE = 52_428_800  # crds/kafkacluster.yaml's default of throttleBytesPerSecond
 
 
 @dataclass(frozen=True)
@@ -274,7 +273,7 @@ def scale(view: ClusterView, snapshot: ClusterSnapshot, admins: AdminClients,
     if decision.refused and decision.refused != memory.last_refusal:
         events.warning("ScaleDownRefused", decision.refused)
     memory.last_refusal = decision.refused
-    rate = int((spec.get("rebalance") or {}).get("throttleBytesPerSecond") or DEFAULT_THROTTLE)
+    rate = throttle_rate(spec)
     admin: KafkaAdmin | None = None
     asked = False
     # Before any move: a topic created while the drain runs must not land on the brokers it

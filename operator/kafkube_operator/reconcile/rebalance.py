@@ -28,7 +28,6 @@ from kafkube_operator.model.cluster import API_VERSION, ClusterRef
 from kafkube_operator.model.rebalance import (
     ANNOTATION,
     AUTO_APPROVAL,
-    DEFAULT_THROTTLE,
     NEW,
     NOT_READY,
     PENDING,
@@ -46,7 +45,12 @@ from kafkube_operator.model.rebalance import (
     stale,
     stored_moves,
 )
-from kafkube_operator.model.scale import THROTTLED_REPLICAS, in_progress, throttled_replicas
+from kafkube_operator.model.scale import (
+    THROTTLED_REPLICAS,
+    in_progress,
+    throttle_rate,
+    throttled_replicas,
+)
 from kafkube_operator.reconcile.load import MIN_WINDOW_S
 from kafkube_operator.reconcile.views import (
     ClusterViews,
@@ -201,10 +205,7 @@ def _start(kube: Kube, view: ClusterView, admins: AdminClients, ref: ClusterRef,
     if busy:
         return show(PROPOSAL_READY, "Approved", f"approved; waiting: {busy}")
     targets = {p: to for p, (_, to) in moves.items()}
-    spec = cluster.get("spec") or {}
-    own = RebalanceSpec.of(resource).throttle
-    rate = own or int((spec.get("rebalance") or {}).get("throttleBytesPerSecond")
-                      or DEFAULT_THROTTLE)
+    rate = RebalanceSpec.of(resource).throttle or throttle_rate(cluster.get("spec") or {})
     admin = cluster_admin(admins, ref, view)
     admin.throttle(rate, view.live_brokers(), throttled_replicas(image, targets))
     admin.reassign(targets)

@@ -19,7 +19,12 @@ from kafkube_operator.kafka import AdminClients, KafkaAdmin, KafkaRefused
 from kafkube_operator.kube import ApplyError, Kube
 from kafkube_operator.model.cluster import API_VERSION, ClusterRef
 from kafkube_operator.model.replication import replica_load
-from kafkube_operator.model.scale import THROTTLED_REPLICAS, in_progress, throttled_replicas
+from kafkube_operator.model.scale import (
+    THROTTLED_REPLICAS,
+    in_progress,
+    throttle_rate,
+    throttled_replicas,
+)
 from kafkube_operator.model.topic import (
     Placement,
     TopicSpec,
@@ -40,7 +45,6 @@ from kafkube_operator.reconcile.views import (
 )
 
 log = logging.getLogger(__name__)
-DEFAULT_THROTTLE = 52_428_800  # crds/kafkacluster.yaml's default of throttleBytesPerSecond
 # How long a change waits to show in the cluster image before the pass ends (the next pass
 # picks it up anyway; waiting avoids a second CreateTopics for a topic made a moment ago),
 # and how often it looks meanwhile: each look is a GET of the image, so at most ten.
@@ -147,7 +151,7 @@ def reconcile_topic(kube: Kube, views: ClusterViews, admins: AdminClients, resou
                 changed = sorted([*plan.set_configs, *plan.delete_configs])
                 events.info("ConfigChanged", f"topic {spec.name}: {', '.join(changed)} changed")
             if plan.reassign:
-                rate = _throttle_rate(cluster)
+                rate = throttle_rate(cluster.get("spec") or {})
                 admin.throttle(rate, view.live_brokers(),
                                throttled_replicas(trusted.image, plan.reassign))
                 admin.reassign(plan.reassign)
@@ -166,11 +170,6 @@ def reconcile_topic(kube: Kube, views: ClusterViews, admins: AdminClients, resou
                 trusted.image).topics.get(spec.name)
     return topic_status(spec, current, generation, problems, previous, utc_now(),
                         plan.waiting)
-
-
-def _throttle_rate(cluster: Mapping) -> int:
-    spec = cluster.get("spec") or {}
-    return int((spec.get("rebalance") or {}).get("throttleBytesPerSecond") or DEFAULT_THROTTLE)
 
 
 def _deployed_min_isr(kube: Kube, ref: ClusterRef) -> int | None:
