@@ -72,8 +72,10 @@ def _lowered(state: PartitionState, current: list[int], factor: int,
     while len(target) > factor:
         droppable = [b for b in target if b != state.leader]
         rack_count = Counter(racks.get(b) for b in target)
+        # Healthy, then in sync, then alone in its rack (one replica per rack outlasts
+        # durability's loss of a rack), then the preferred leader kept if it can be.
         dropped = min(droppable, key=lambda b, shared=rack_count: (
-            b in racks, b in state.isr, b == preferred, shared[racks.get(b)] <= 1, -load[b],
+            b in racks, b in state.isr, shared[racks.get(b)] <= 1, b == preferred, -load[b],
             -b))
         target.remove(dropped)
         load[dropped] -= 1

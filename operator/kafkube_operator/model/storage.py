@@ -81,6 +81,14 @@ class ClaimChange:
         """The size volume 0 grows to, if it does."""
         return dict(self.grow).get("data")
 
+    def described(self) -> str:
+        """The growths in the spec's own words, for a message a user acts on:
+        ``storage.size 2Gi, storage.volumes[id=1].size 5Gi``."""
+        return ", ".join(
+            (f"storage.size {size}" if claim == "data"
+             else f"storage.volumes[id={claim.removeprefix('data-')}].size {size}")
+            for claim, size in self.grow)
+
 
 def _claims(sts: Mapping) -> dict[str, tuple[str | None, str | None]]:
     templates = (sts.get("spec") or {}).get("volumeClaimTemplates") or []

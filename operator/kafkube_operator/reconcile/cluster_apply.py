@@ -231,9 +231,8 @@ def _storage_change(kube: Kube, desired: Mapping, live: Mapping, events: Events
                 grown += 1
     except ApplyError as e:
         events.warning("StorageExpansionRefused", str(e))
-        sizes = ", ".join(f"{t} {s}" for t, s in change.grow)
         return with_claims_of(desired, live), SpecWarning("StorageExpansionRefused", (
-            f"storage size ({sizes}) not applied: {e} (the StorageClass must allow volume "
+            f"{change.described()} not applied: {e} (the StorageClass must allow volume "
             "expansion); the brokers keep their volumes and every other change is applied"))
     # The template can only change with a new StatefulSet object; its pods are orphaned,
     # not stopped, and the new one adopts them (OnDelete: none restarts for this; a volume

@@ -57,8 +57,12 @@ def test_every_partition_ends_at_the_factor_moving_only_what_it_must(case) -> No
             healthy_isr = set(state.isr) & set(racks)
             assert len(set(target) & healthy_isr) >= min(factor - (state.leader not in racks),
                                                          len(healthy_isr))
-            if current[0] in healthy_isr and (factor > 1 or current[0] == state.leader):
-                assert target[0] == current[0]  # the preferred leader, kept and first
+            if current[0] in healthy_isr and (factor > 1 or current[0] == state.leader) \
+                    and target[0] != current[0]:
+                # The preferred leader is kept and first, unless its rack stays covered by
+                # another replica that had to stay (it went so that the racks spread).
+                assert current[0] not in target
+                assert racks.get(current[0]) in {racks.get(b) for b in target}
         used = [racks.get(b) for b in target]
         had = {racks.get(b) for b in current}
         # One replica per rack whenever the partition's own healthy, in-sync replicas allow.
@@ -79,6 +83,16 @@ def test_lowering_to_one_keeps_the_leader_not_a_lagging_preferred_replica() -> N
     # A dead broker's replica goes before a healthy in-sync one.
     assert replication_moves(topic, 2, {2: "b", 3: "c"}, replica_load({"t": topic})) == {
         ("t", 0): (2, 3)}
+
+
+def test_lowering_keeps_one_replica_per_rack_before_the_preferred_leader() -> None:
+    """CI's case: replicas [0, 1, 2] in racks r1, r1, r0, leader 1, RF 2. Keeping both the
+    leader and the preferred leader 0 would put both replicas in rack r1; broker 0 goes."""
+    state = PartitionState((0, 1, 2), (0, 1, 2), 1)
+    topic = TopicMetadata("t", "5f0c2e1a-8a8b-4c1e-9b5e-2b7e0c1d2a3b", {}, (state,))
+    racks = {0: "r1", 1: "r1", 2: "r0"}
+    assert replication_moves(topic, 2, racks, replica_load({"t": topic})) == {
+        ("t", 0): (1, 2)}
 
 
 def test_a_partition_without_a_leader_is_not_planned() -> None:

@@ -49,6 +49,11 @@ def test_each_volume_grows_and_never_shrinks_or_changes_class() -> None:
     live = stateful_set(REF, _spec(volumes=[{"id": 1, "size": "20Gi"}]), "")
     grown = claim_change(live, stateful_set(REF, _spec(volumes=[{"id": 1, "size": "30Gi"}]), ""))
     assert grown is not None and grown.grow == (("data-1", "30Gi"),) and grown.size is None
+    assert grown.described() == "storage.volumes[id=1].size 30Gi"  # the spec's words
+    both = claim_change(live, stateful_set(REF, {"replicas": 3, "storage": {
+        "size": "11Gi", "volumes": [{"id": 1, "size": "30Gi"}]}}, ""))
+    assert both is not None and both.described() == \
+        "storage.size 11Gi, storage.volumes[id=1].size 30Gi"
     shrunk = claim_change(live, stateful_set(REF, _spec(volumes=[{"id": 1, "size": "1Gi"}]), ""))
     assert shrunk is not None and "cannot shrink" in (shrunk.refused or "")
     moved = claim_change(live, stateful_set(
