@@ -16,6 +16,7 @@ from prometheus_client import start_http_server
 
 from broker import handlers
 from broker.cluster.backend import CoordinationBackend
+from broker.cluster.features import SUPPORTED
 from broker.cluster.image import ClusterImage
 from broker.cluster.metadata import ClusterMetadata
 from broker.cluster.pod_liveness import DEFAULT_CONTAINER, PodRef
@@ -50,7 +51,7 @@ from broker.server.txn_verification import TransactionVerifier
 from broker.share.persister import SharePersister
 from broker.share.share_partitions import SharePartitionManager
 from broker.share.share_sessions import ShareSessions
-from kafkube_contract.registration import BrokerRegistration
+from kafkube_contract.registration import BrokerRegistration, feature_tuples
 
 log = logging.getLogger(__name__)
 
@@ -248,7 +249,8 @@ class BrokerApp:
                                    for name, e in services.advertised.items()),
                 offline_log_dirs=self._offline_dirs(),
                 offline_replicas=self.replicas.offline_replicas(),
-                metrics_port=self.metrics_port or 0),
+                metrics_port=self.metrics_port or 0,
+                supported_features=feature_tuples(SUPPORTED)),
             self.config["broker.session.timeout.ms"],
             self.config["broker.heartbeat.interval.ms"],
         )

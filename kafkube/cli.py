@@ -23,11 +23,19 @@ def _broker(args: argparse.Namespace) -> int:
     except ConfigError as e:
         print(f"kafkube broker: invalid configuration: {e}", file=sys.stderr)
         return 2
+    from broker.cluster.features import ClusterTooNew
+    from kafkube_contract.image import ImageFormatError
+
     try:
         run(config)
     except ConfigError as e:
         print(f"kafkube broker: invalid configuration: {e}", file=sys.stderr)
         return 2
+    except (ClusterTooNew, ImageFormatError) as e:
+        # Kubernetes shows the last lines as the pod's termination message
+        # (FallbackToLogsOnError): what kubectl describe says, and what the operator reads.
+        print(f"kafkube broker: cannot join the cluster: {e}", file=sys.stderr)
+        return 3
     except OSError as e:
         print(f"kafkube broker: {e}", file=sys.stderr)
         return 1
@@ -82,6 +90,23 @@ def _operator(args: argparse.Namespace) -> int:
         lease_duration_s=args.lease_duration))
 
 
+def _features(args: argparse.Namespace) -> int:
+    """What the operator asks a new image before rolling to it: the levels of each feature
+    its brokers can run at, as one JSON line (also the pod's termination message)."""
+    import json
+
+    from broker.cluster.features import SUPPORTED
+
+    line = json.dumps({"supported_features": {n: list(r) for n, r in sorted(SUPPORTED.items())}})
+    print(line)
+    if args.termination_log is not None:
+        try:
+            args.termination_log.write_text(line)
+        except OSError as e:  # outside a pod the file may not be writable: stdout still has it
+            print(f"kafkube features: {args.termination_log}: {e}", file=sys.stderr)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="kafkube", description=__doc__)
     parser.add_argument("--log-level", default="INFO", help="Python logging level (INFO)")
@@ -125,6 +150,11 @@ def main(argv: list[str] | None = None) -> int:
     operator.add_argument("--metrics-port", type=int, default=8080,
                           help="Prometheus /metrics port, -1 for none (8080)")
     operator.set_defaults(func=_operator)
+    features = sub.add_parser(
+        "features", help="print the feature levels this kafkube supports, as JSON")
+    features.add_argument("--termination-log", type=Path,
+                          help="also write them to this file (a pod's /dev/termination-log)")
+    features.set_defaults(func=_features)
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=args.log_level.upper(),

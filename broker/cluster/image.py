@@ -16,9 +16,9 @@ from typing import Any
 from broker.cluster.client_quotas import QuotaEntity, quotas_of_doc, quotas_to_doc
 from broker.security.acl import AclBinding
 from broker.security.scram import ScramCredential
+from kafkube_contract.features import METADATA_VERSION, image_format_at
 from kafkube_contract.image import (
     FORMAT_KEY,
-    IMAGE_FORMAT,
     IMAGE_KEYS,
     ImageReads,
     ImageUnreadable,
@@ -143,9 +143,16 @@ class ClusterImage(ImageReads):
 
     # -- serialisation: one JSON document, as stored by every backend ------------------------
 
+    @property
+    def image_format(self) -> int:
+        """The format this image is written in: the one its own finalized
+        ``kafkube.metadata.version`` says every broker reads."""
+        return image_format_at(self.feature(METADATA_VERSION))
+
     def to_json(self) -> str:
-        doc: dict[str, Any] = {FORMAT_KEY: IMAGE_FORMAT,
-                               "topics": [topic_doc(t) for t in self.topics.values()]}
+        fmt = self.image_format
+        doc: dict[str, Any] = {FORMAT_KEY: fmt,
+                               "topics": [topic_doc(t, fmt) for t in self.topics.values()]}
         if self.broker_configs:
             doc["broker_configs"] = self.broker_configs
         if self.scram_credentials:
@@ -170,9 +177,9 @@ class ClusterImage(ImageReads):
 
     @classmethod
     def from_doc(cls, doc: dict[str, Any], version: int) -> ClusterImage:
-        """The image of a document of format 1 (``kafkube_contract.image``: with or without
-        its ``format`` key, keys it does not know kept aside to be written back); a newer
-        format is refused."""
+        """The image of a document of format 1 or 2 (``kafkube_contract.image``: with or
+        without its ``format`` key, keys it does not know kept aside to be written back); a
+        newer format is refused."""
         topics = topics_of_doc(doc)  # ImageUnreadable for a document no broker wrote
         try:
             scram = {user: {m: ScramCredential.from_doc(c) for m, c in mechanisms.items()}

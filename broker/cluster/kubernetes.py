@@ -72,6 +72,7 @@ from kafkube_contract.objects import (
     controller_of,
     counters_name,
     epoch_ms,
+    features_annotations,
     image_document,
     lease_duration_ms,
     metadata_name,
@@ -391,7 +392,7 @@ class KubernetesBackend(CoordinationBackend):
             annotations[A_METRICS_PORT] = str(r.metrics_port)
         if (pod := self.settings.pod) is not None:
             annotations |= {A_POD: pod.name, A_POD_UID: pod.uid, A_CONTAINER: pod.container}
-        annotations |= offline_annotations(r)
+        annotations |= offline_annotations(r) | features_annotations(r)
         current = self._leases.get(name)
         while True:
             rv = current.metadata.resource_version if current is not None else None

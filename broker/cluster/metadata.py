@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
+from broker.cluster import features
 from broker.cluster.backend import CoordinationBackend, StoreUnavailable
 from broker.cluster.guard import MetadataFault, MetadataGuard, bootstrap
 from broker.cluster.image import ClusterImage
@@ -86,6 +87,8 @@ class ClusterMetadata:
         local_id = read_cluster_id(log_dirs, node_id)
         cluster_id, image = bootstrap(backend, local_id, read_image_copy(log_dirs, local_id),
                                       backend.where, wait)
+        if (why := features.refusal(image.features)) is not None:
+            raise features.ClusterTooNew(why)
         write_meta_properties(log_dirs, cluster_id, node_id)
         self.cluster_id = cluster_id
         self.backend = MetadataGuard(backend, cluster_id, image, backend.where)

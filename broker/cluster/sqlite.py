@@ -16,10 +16,12 @@ from pathlib import Path
 
 from broker.cluster.backend import CoordinationBackend, MetadataMissing
 from broker.cluster.image import ClusterImage
+from kafkube_contract.features import format_ranges, parse_ranges
 from kafkube_contract.image import StoredIdentity
 from kafkube_contract.registration import (
     BrokerRegistration,
     ControllerLease,
+    feature_tuples,
     join_list,
     split_list,
 )
@@ -39,7 +41,8 @@ CREATE TABLE IF NOT EXISTS brokers (
     expires_ms INTEGER NOT NULL,
     listeners TEXT NOT NULL DEFAULT '',
     offline_log_dirs TEXT NOT NULL DEFAULT '',
-    offline_replicas TEXT NOT NULL DEFAULT ''
+    offline_replicas TEXT NOT NULL DEFAULT '',
+    supported_features TEXT NOT NULL DEFAULT ''
 );
 CREATE TABLE IF NOT EXISTS controller (
     id INTEGER PRIMARY KEY CHECK (id = 0),
@@ -86,7 +89,8 @@ class SqliteBackend(CoordinationBackend):
             columns = {row[1] for row in db.execute("PRAGMA table_info(brokers)")}
             if "listeners" not in columns:  # a store written before listeners were kept
                 db.execute("ALTER TABLE brokers ADD COLUMN listeners TEXT NOT NULL DEFAULT ''")
-            for column in ("offline_log_dirs", "offline_replicas"):  # added for JBOD
+            # Added for JBOD, then for the supported feature ranges.
+            for column in ("offline_log_dirs", "offline_replicas", "supported_features"):
                 if column not in columns:
                     db.execute(f"ALTER TABLE brokers ADD COLUMN {column} TEXT NOT NULL "
                                "DEFAULT ''")
@@ -147,10 +151,11 @@ class SqliteBackend(CoordinationBackend):
             epoch = self._next_epoch(db, "broker")
             db.execute(
                 "INSERT OR REPLACE INTO brokers (node_id, host, port, rack, broker_epoch, "
-                "expires_ms, listeners, offline_log_dirs, offline_replicas) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "expires_ms, listeners, offline_log_dirs, offline_replicas, "
+                "supported_features) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (r.node_id, r.host, r.port, r.rack, epoch, _now_ms() + ttl_ms, r.listeners,
-                 join_list(r.offline_log_dirs), join_list(r.offline_replicas)),
+                 join_list(r.offline_log_dirs), join_list(r.offline_replicas),
+                 format_ranges(r.feature_ranges)),
             )
         return epoch
 
@@ -183,12 +188,12 @@ class SqliteBackend(CoordinationBackend):
     def live_brokers(self) -> dict[int, BrokerRegistration]:
         rows = self._db.execute(
             "SELECT node_id, host, port, rack, broker_epoch, listeners, offline_log_dirs, "
-            "offline_replicas FROM brokers WHERE expires_ms > ?",
+            "offline_replicas, supported_features FROM brokers WHERE expires_ms > ?",
             (_now_ms(),),
         ).fetchall()
-        return {row[0]: BrokerRegistration(*row[:6], split_list(row[6]),
-                                           frozenset(split_list(row[7])))
-                for row in rows}
+        return {row[0]: BrokerRegistration(
+            *row[:6], split_list(row[6]), frozenset(split_list(row[7])),
+            supported_features=feature_tuples(parse_ranges(row[8]))) for row in rows}
 
     def lease_expiries(self) -> dict[int, int]:
         rows = self._db.execute(

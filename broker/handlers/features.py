@@ -5,12 +5,14 @@ ApiVersions.
 As in Kafka the request is atomic: every update is checked first, and one refused refuses
 them all (INVALID_UPDATE_VERSION with the reason). A level goes down only when the request
 says so (v0 ``allow_downgrade``, v1+ an upgrade type of safe or unsafe downgrade). Levels
-here change no stored format, so a downgrade is as safe as an upgrade: producers pick the
-transaction protocol again at their next transaction.
+here are safe to lower: producers pick the transaction protocol again at their next
+transaction, and a lower ``kafkube.metadata.version`` writes the older image format at the
+next change. A level is raised only when every registered broker supports it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -23,12 +25,18 @@ from broker.handlers import handles
 from broker.handlers.context import RequestContext
 from broker.protocol.messages import build_response
 from broker.security.acl import Operation
+from kafkube_contract.features import unsupported
+from kafkube_contract.registration import BrokerRegistration
 
 UPGRADE = 1
 
 
-def _refusal(image: ClusterImage, name: str, level: int, downgrade: bool) -> str | None:
-    """Why this update may not be applied, or None."""
+def _refusal(image: ClusterImage, name: str, level: int, downgrade: bool,
+             brokers: Mapping[int, BrokerRegistration]) -> str | None:
+    """Why this update may not be applied, or None. A level is raised only when every
+    registered broker announced it in its supported range (Kafka's controller checks the
+    same against its brokers' registrations): a broker of an older kafkube in the middle of a
+    roll must never meet a format it cannot read."""
     if name not in SUPPORTED:
         return f"The broker does not support the feature {name!r}."
     low, high = SUPPORTED[name]
@@ -40,6 +48,9 @@ def _refusal(image: ClusterImage, name: str, level: int, downgrade: bool) -> str
     if level < current and not downgrade:
         return (f"Cannot downgrade {name} from {current} to {level} without setting the "
                 f"upgrade type to safe or unsafe downgrade.")
+    if level > current and (reasons := unsupported(
+            {node: b.feature_ranges for node, b in brokers.items()}, name, level)):
+        return f"Cannot raise {name} to {level}: " + "; ".join(reasons) + "."
     return None
 
 
@@ -61,13 +72,15 @@ async def handle_update_features(ctx: RequestContext, request: Any) -> Any:
     elif len({name for name, _, _ in wanted}) != len(wanted):
         error, message = ErrorCode.invalid_request, "A feature may be updated once a request."
     else:
+        store = ctx.services.store
         refusals = [r for name, level, down in wanted
-                    if (r := _refusal(ctx.services.store.image, name, level, down))]
+                    if (r := _refusal(store.image, name, level, down, store.brokers))]
         if refusals:
             error, message = ErrorCode.invalid_update_version, " ".join(refusals)
         elif not getattr(request, "validate_only", False):
             def apply(image: ClusterImage) -> ClusterImage | None:
-                if any(_refusal(image, name, level, down) for name, level, down in wanted):
+                if any(_refusal(image, name, level, down, store.brokers)
+                       for name, level, down in wanted):
                     raise ValueError("the features changed meanwhile")
                 updated = image
                 for name, level, _ in wanted:

@@ -7,7 +7,7 @@ read (ACLs, SCRAM credentials, deleted topics) and all the ways to change it. Wh
 is what a reader of another version must agree on: the names and meaning of the document's
 keys, and how a document of another contract revision is read.
 
-The document, format 1 (``IMAGE_FORMAT``)::
+The document, format 1::
 
     {"format": 1,
      "topics": [{"name", "topic_id", "configs": {..},          # required, if empty
@@ -20,6 +20,14 @@ The document, format 1 (``IMAGE_FORMAT``)::
      "client_quotas": [{"entity": {"user" | "client-id" | "ip": name | null},
                         "values": {key: number}}, ..],       # optional (KIP-546)
      "scram_credentials", "acls", "deleted_topics"}          # the brokers' own, optional
+
+Format 2 (``IMAGE_FORMAT``, written once ``kafkube.metadata.version`` is finalized at 2:
+kafkube_contract/features.py) is format 1 with each partition an array instead of an
+object, as partitions are most of an image and their key names most of its text::
+
+     "assignments": [[replicas, isr, leader, leader_epoch, partition_epoch,
+                      adding, removing,     # optional, together, when either is not empty
+                      {key: value}], ..]    # optional: keys added later, by name
 
 Documents written before the contract carry no ``format`` key: they are format 1. A reader
 is tolerant (``read_image_doc``): keys it does not know are ignored at every level, and
@@ -43,9 +51,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Protocol
 
-#: The image document's format this code reads and writes. A change a reader of format 1
-#: could misread (a key whose meaning changes, a required key added) makes it 2.
-IMAGE_FORMAT = 1
+#: The newest image document format this code reads and writes (which one it writes is the
+#: finalized ``kafkube.metadata.version``'s: kafkube_contract/features.py). A change a reader
+#: of the newest format could misread (a key whose meaning changes, a required key added)
+#: makes a new one, and a new level of that feature.
+IMAGE_FORMAT = 2
 FORMAT_KEY = "format"
 
 NO_LEADER = -1
@@ -169,16 +179,27 @@ def _known(value: Any) -> dict[str, Any]:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in doc.items()}
 
 
-def partition_doc(partition: PartitionState) -> dict[str, Any]:
-    return {**_known(partition), **partition.extra}
+def partition_doc(partition: PartitionState, fmt: int = 1) -> dict[str, Any] | list[Any]:
+    """One partition as a document of format ``fmt`` holds it: an object (1) or an array
+    (2), with the keys it was read with that this code does not know."""
+    if fmt == 1:
+        return {**_known(partition), **partition.extra}
+    p = partition
+    row: list[Any] = [list(p.replicas), list(p.isr), p.leader, p.leader_epoch,
+                      p.partition_epoch]
+    if p.adding or p.removing or p.extra:
+        row += [list(p.adding), list(p.removing)]
+    if p.extra:
+        row.append(dict(p.extra))
+    return row
 
 
-def topic_doc(topic: TopicMetadata) -> dict[str, Any]:
-    """One topic as the document holds it, with the keys it was read with that this code
-    does not know."""
+def topic_doc(topic: TopicMetadata, fmt: int = 1) -> dict[str, Any]:
+    """One topic as a document of format ``fmt`` holds it, with the keys it was read with
+    that this code does not know."""
     doc = _known(topic)
     doc["configs"] = dict(topic.configs)
-    doc["assignments"] = [partition_doc(p) for p in topic.assignments]
+    doc["assignments"] = [partition_doc(p, fmt) for p in topic.assignments]
     return {**doc, **topic.extra}
 
 
@@ -187,7 +208,9 @@ def unknown_keys(doc: Mapping[str, Any], known: frozenset[str]) -> dict[str, Any
     return {k: v for k, v in doc.items() if k not in known}
 
 
-def _partition_of_doc(doc: Mapping[str, Any]) -> PartitionState:
+def _partition_of_doc(doc: Any) -> PartitionState:
+    if isinstance(doc, list):
+        return _partition_of_row(doc)
     return PartitionState(
         # The epochs are required: one read as 0 would unfence a stale leader.
         tuple(doc["replicas"]), tuple(doc["isr"]), doc["leader"], doc["leader_epoch"],
@@ -195,22 +218,42 @@ def _partition_of_doc(doc: Mapping[str, Any]) -> PartitionState:
         tuple(doc.get("removing", ())), unknown_keys(doc, PARTITION_KEYS))
 
 
-def topic_of_doc(doc: Mapping[str, Any]) -> TopicMetadata:
-    """One topic of the document; the keys it does not know are kept aside (``extra``)."""
+def _partition_of_row(row: list[Any]) -> PartitionState:
+    """A partition of format 2: an array of its five required values, then optionally its
+    adding and removing replicas, then optionally an object of keys added later."""
+    if len(row) < 5:
+        raise ImageUnreadable(f"a partition of the cluster image has {len(row)} values, "
+                              "fewer than its replicas, ISR, leader and epochs")
+    extra = row[7] if len(row) > 7 else {}
+    if not isinstance(extra, dict):
+        raise ImageUnreadable("a partition's added keys are not an object")
+    return PartitionState(tuple(row[0]), tuple(row[1]), row[2], row[3], row[4],
+                          tuple(row[5]) if len(row) > 5 else (),
+                          tuple(row[6]) if len(row) > 6 else (), dict(extra))
+
+
+def topic_of_doc(doc: Mapping[str, Any], fmt: int = 1) -> TopicMetadata:
+    """One topic of a document of format ``fmt``; the keys it does not know are kept aside
+    (``extra``). A partition of the other format than the document's is refused."""
+    rows = doc.get("assignments", ())
+    expected = dict if fmt == 1 else list
+    if any(not isinstance(p, expected) for p in rows):
+        raise ImageUnreadable(f"topic {doc.get('name')!r} has a partition that is not a JSON "
+                              f"{'object' if fmt == 1 else 'array'}, as format {fmt} has")
     return TopicMetadata(doc["name"], doc["topic_id"], dict(doc.get("configs", {})),
-                         tuple(_partition_of_doc(p) for p in doc.get("assignments", ())),
+                         tuple(_partition_of_doc(p) for p in rows),
                          unknown_keys(doc, TOPIC_KEYS))
 
 
 def topics_of_doc(doc: Mapping[str, Any]) -> dict[str, TopicMetadata]:
     """The topics of a whole document, by name, after checking its format. A document
     without ``topics`` (brokers always write it, if empty) is refused, never read as none."""
-    image_format(doc)
+    fmt = image_format(doc)
     if not isinstance(doc.get("topics"), list):
         raise ImageUnreadable("the cluster image has no list of topics (\"topics\"): it is "
                               "not one a broker wrote")
     try:
-        topics = [topic_of_doc(t) for t in doc["topics"]]
+        topics = [topic_of_doc(t, fmt) for t in doc["topics"]]
     except KeyError as e:
         raise ImageUnreadable(f"the cluster image lacks a required key: {e}") from e
     except (TypeError, ValueError, AttributeError) as e:
@@ -286,7 +329,7 @@ class ImageView(ImageReads):
 
 
 def read_image_doc(doc: Mapping[str, Any], version: int) -> ImageView:
-    """The tolerant reader: an ``ImageView`` of a document of format 1 or of an earlier
+    """The tolerant reader: an ``ImageView`` of a document of format 1 or 2 or of an earlier
     revision, whatever keys it has beyond those of ``ImageView``."""
     return ImageView(topics_of_doc(doc), version, broker_configs_of_doc(doc),
                      features_of_doc(doc))

@@ -37,8 +37,15 @@ from typing import Any
 
 from kubernetes import client as k8s
 
+from kafkube_contract.features import format_ranges, parse_ranges
 from kafkube_contract.image import ImageUnreadable, StoredIdentity, parse_image_json
-from kafkube_contract.registration import BrokerRegistration, ControllerLease, join_list, split_list
+from kafkube_contract.registration import (
+    BrokerRegistration,
+    ControllerLease,
+    feature_tuples,
+    join_list,
+    split_list,
+)
 
 GROUP = "kafkube.io"
 CLUSTER_LABEL = f"{GROUP}/cluster"
@@ -51,6 +58,8 @@ A_LISTENERS = f"{GROUP}/listeners"
 A_OFFLINE_LOG_DIRS = f"{GROUP}/offline-log-dirs"
 A_OFFLINE_REPLICAS = f"{GROUP}/offline-replicas"
 A_METRICS_PORT = f"{GROUP}/metrics-port"  # added in contract 1: optional, 0 when absent
+# Added in contract 1, optional: ``name=low-high,..`` (kafkube_contract/features.py).
+A_SUPPORTED_FEATURES = f"{GROUP}/supported-features"
 A_IMAGE_VERSION, A_CLUSTER_ID = f"{GROUP}/image-version", f"{GROUP}/cluster-id"
 A_POD, A_POD_UID, A_CONTAINER = f"{GROUP}/pod", f"{GROUP}/pod-uid", f"{GROUP}/container"
 IMAGE_KEY = "image.json.gz"
@@ -174,7 +183,16 @@ def registration_of(lease: Any) -> BrokerRegistration:
         int(lease.spec.holder_identity), a.get(A_HOST, ""), int(a.get(A_PORT, "0")),
         a.get(A_RACK), int(a.get(A_EPOCH, "-1")), a.get(A_LISTENERS, ""),
         split_list(a.get(A_OFFLINE_LOG_DIRS)), frozenset(split_list(a.get(A_OFFLINE_REPLICAS))),
-        int(a.get(A_METRICS_PORT, "0") or 0))
+        int(a.get(A_METRICS_PORT, "0") or 0),
+        feature_tuples(parse_ranges(a.get(A_SUPPORTED_FEATURES))))
+
+
+def features_annotations(registration: BrokerRegistration) -> dict[str, str]:
+    """The annotation announcing the broker's supported feature ranges (none when it
+    announces none)."""
+    if not registration.supported_features:
+        return {}
+    return {A_SUPPORTED_FEATURES: format_ranges(registration.feature_ranges)}
 
 
 def offline_annotations(registration: BrokerRegistration) -> dict[str, str]:

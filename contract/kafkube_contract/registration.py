@@ -32,6 +32,15 @@ class BrokerRegistration:
     # The port of its Prometheus /metrics on ``host`` (0: none or not said, as an older
     # broker registers): where the operator reads the partitions' rates.
     metrics_port: int = 0
+    # The levels of each finalized feature this broker's kafkube can run at, as
+    # (name, lowest, highest) sorted by name (Kafka's BrokerRegistrationRequest Features):
+    # what a raise of a level is checked against (kafkube_contract/features.py). Empty: an
+    # older broker that announces none.
+    supported_features: tuple[tuple[str, int, int], ...] = ()
+
+    @property
+    def feature_ranges(self) -> dict[str, tuple[int, int]]:
+        return {name: (low, high) for name, low, high in self.supported_features}
 
     def endpoint(self, listener: str) -> tuple[str, int] | None:
         """The broker's address on ``listener``; a broker registered without listeners
@@ -57,6 +66,11 @@ class BrokerRegistration:
         if address is None:
             return None
         return replace(self, host=address[0], port=address[1])
+
+
+def feature_tuples(ranges: dict[str, tuple[int, int]]) -> tuple[tuple[str, int, int], ...]:
+    """Ranges (name -> (lowest, highest)) as a registration holds them."""
+    return tuple((name, low, high) for name, (low, high) in sorted(ranges.items()))
 
 
 def replica_key(topic_id: str, partition: int) -> str:

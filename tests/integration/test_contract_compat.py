@@ -151,7 +151,7 @@ def test_an_image_of_an_older_or_later_revision_is_read_by_both(
 
 def test_an_image_of_a_newer_format_is_refused_by_the_operator(
         settings: KubernetesSettings, client: Any) -> None:
-    _store(client, settings, (GOLDEN / "image-format-2.json").read_text(), 42)
+    _store(client, settings, (GOLDEN / "image-format-3.json").read_text(), 42)
     view = ClusterView(client, settings.namespace, settings.cluster)
-    with pytest.raises(ImageFormatError, match="format 2, newer than format 1"):
+    with pytest.raises(ImageFormatError, match="format 3, newer than format 2"):
         view.read_image()

@@ -24,15 +24,17 @@ def new_cluster(backend: Any) -> Any:
 def open_replicas(config: Any, rack: str | None = None) -> tuple[Any, Any]:
     """The storage layers of one broker, in-process, as the only broker of its cluster: the
     embedded coordination backend in its log dir, this node registered, the replicas loaded."""
+    from broker.cluster.features import SUPPORTED
     from broker.cluster.metadata import ClusterMetadata
     from broker.cluster.sqlite import SqliteBackend
     from broker.server.dynamic_config import follow_dynamic_configs
     from broker.server.replica_manager import ReplicaManager
-    from kafkube_contract.registration import BrokerRegistration
+    from kafkube_contract.registration import BrokerRegistration, feature_tuples
 
     log_dirs = [Path(d) for d in config.log_dirs]
     store = ClusterMetadata(SqliteBackend(log_dirs[0] / "cluster.db"), log_dirs, config.node_id)
-    registration = BrokerRegistration(config.node_id, "127.0.0.1", 9092, rack)
+    registration = BrokerRegistration(config.node_id, "127.0.0.1", 9092, rack,
+                                      supported_features=feature_tuples(SUPPORTED))
     epoch = store.backend.register_broker(registration, 3_600_000)
     store.backend.acquire_controller(config.node_id, epoch, 3_600_000)
     store.refresh()

@@ -10,7 +10,7 @@ import pytest
 
 from broker.cluster.image import ClusterImage
 from broker.cluster.local_copy import IMAGE_COPY, read_image_copy, write_image_copy
-from kafkube_contract.image import ImageFormatError
+from kafkube_contract.image import IMAGE_FORMAT, ImageFormatError
 
 
 def test_the_newest_readable_copy_is_used_and_a_damaged_one_passed_over(tmp_path: Path) -> None:
@@ -26,9 +26,10 @@ def test_the_newest_readable_copy_is_used_and_a_damaged_one_passed_over(tmp_path
 
 def test_a_copy_in_a_newer_format_stops_the_broker(tmp_path: Path) -> None:
     """After a downgrade: passed over, the guard could not tell the store is behind."""
-    copy = {"cluster_id": "c1", "version": 9, "image": {"format": 2, "topics": []}}
+    newer = IMAGE_FORMAT + 1
+    copy = {"cluster_id": "c1", "version": 9, "image": {"format": newer, "topics": []}}
     (tmp_path / IMAGE_COPY).write_text(json.dumps(copy))
-    with pytest.raises(ImageFormatError, match="format 2") as refused:
+    with pytest.raises(ImageFormatError, match=f"format {newer}") as refused:
         read_image_copy([tmp_path], "c1")
     assert str(tmp_path / IMAGE_COPY) in str(refused.value)
 

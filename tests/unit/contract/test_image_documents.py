@@ -4,8 +4,9 @@ golden/image-format-1.json is an image exactly as brokers wrote it before the co
 ``format`` key), made from a ClusterImage with topics, a reassignment under way, an offline
 partition, broker configs with a cordon, features, ACLs, SCRAM credentials and deleted
 topics. golden/image-format-1-later.json is the same as a later revision of format 1 might
-write it (keys this reader does not know at every level); golden/image-format-2.json names a
-format this reader does not know."""
+write it (keys this reader does not know at every level); golden/image-format-2.json is the
+image-format-1-later.json image written at ``kafkube.metadata.version`` 2 (partitions as
+arrays); golden/image-format-3.json names a format this reader does not know."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from broker.cluster.image import ClusterImage
+from kafkube_contract.features import METADATA_VERSION
 from kafkube_contract.image import (
     IMAGE_FORMAT,
     ImageFormatError,
@@ -62,7 +64,7 @@ def test_the_broker_reads_an_old_document_and_writes_it_back_with_only_its_forma
     old = document("image-format-1.json")
     image = ClusterImage.from_json(old, 42)
     written = image.to_json()
-    assert json.loads(written) == {"format": IMAGE_FORMAT, **json.loads(old)}
+    assert json.loads(written) == {"format": 1, **json.loads(old)}  # no metadata level set
     assert written == '{"format":1,' + old[1:]  # byte for byte, the key first
     assert_golden(GOLDEN / "image-written.json", written + "\n")
     assert image.acls and image.scram_credentials and image.deleted_topics
@@ -118,13 +120,56 @@ def test_a_document_no_broker_wrote_is_unreadable_never_an_empty_image(text: str
 
 
 def test_a_newer_format_is_refused_with_a_message_that_says_why() -> None:
-    newer = document("image-format-2.json")
+    newer = document("image-format-3.json")
+    assert IMAGE_FORMAT == 2
     for read in (read_image_json, ClusterImage.from_json):
         with pytest.raises(ImageFormatError) as refused:
             read(newer, 42)
         message = str(refused.value)
-        assert "format 2" in message and "newer than format 1" in message
+        assert "format 3" in message and "newer than format 2" in message
         assert "Upgrade" in message
+
+
+def test_at_metadata_version_2_partitions_are_arrays_read_as_format_1_reads_objects() -> None:
+    """Format 2: the same image, every key this reader does not know kept (in a partition's
+    trailing object), a quarter of the text; lowering the level writes format 1 again."""
+    later = ClusterImage.from_json(document("image-format-1-later.json"), 42)
+    raised = later.with_feature(METADATA_VERSION, 2)
+    written = raised.to_json()
+    assert_golden(GOLDEN / "image-format-2.json", written + "\n")
+    doc = json.loads(written)
+    assert doc["format"] == 2
+    assert doc["topics"][0]["assignments"][0] == [[0, 1, 2], [0, 1, 2], 0, 3, 7, [], [], {
+        "elr": [0], "last_known_elr": [], "directories": ["dir-0", "dir-0", "dir-0"]}]
+    again = ClusterImage.from_json(written, 42)
+    assert again == raised
+    assert again.topics["orders"].assignments[0].extra == later.topics["orders"].assignments[
+        0].extra
+    same_reading(read_image_json(written, 42), raised)  # the operator reads it too
+    assert json.loads(again.to_json()) == doc
+    lowered = again.with_feature(METADATA_VERSION, 1)
+    assert json.loads(lowered.to_json())["format"] == 1
+    assert ClusterImage.from_json(lowered.to_json(), 42) == lowered
+    plain = ClusterImage.from_json(document("image-format-1.json"), 42)
+    rows = json.loads(plain.with_feature(METADATA_VERSION, 2).to_json())["topics"][0][
+        "assignments"]
+    assert rows[0] == [[0, 1, 2], [0, 1, 2], 0, 3, 7]  # nothing optional: five values
+    assert rows[2] == [[2, 0, 3, 1], [2, 0, 1], 2, 1, 4, [3], [1]]
+
+
+@pytest.mark.parametrize("doc", [
+    {"format": 2, "topics": [{"name": "t", "topic_id": "x", "assignments": [[[1], [1], 1, 3]]}]},
+    {"format": 2, "topics": [{"name": "t", "topic_id": "x", "assignments": [
+        {"replicas": [1], "isr": [1], "leader": 1, "leader_epoch": 3, "partition_epoch": 1}]}]},
+    {"format": 1, "topics": [{"name": "t", "topic_id": "x", "assignments": [
+        [[1], [1], 1, 3, 1]]}]},
+    {"format": 2, "topics": [{"name": "t", "topic_id": "x", "assignments": [
+        [[1], [1], 1, 3, 1, [], [], 7]]}]},
+])
+def test_a_partition_of_the_wrong_shape_for_its_format_is_unreadable(doc: dict) -> None:
+    for read in (read_image_doc, ClusterImage.from_doc):
+        with pytest.raises(ImageUnreadable):
+            read(doc, 1)
 
 
 @pytest.mark.parametrize("bad", ["2", 0, True, None])
