@@ -15,7 +15,8 @@ compare runs the issue-5 workloads against Apache Kafka and kafkube, one after t
 in both (``python -m bench tls -h``); rebalance, consumer group rebalances and the pauses
 they cause, per group protocol, in both (``python -m bench rebalance -h``); share,
 share-group (KIP-932) consume throughput with 1, 4 and 16 share consumers, in both
-(``python -m bench share -h``); chaos, faults of
+(``python -m bench share -h``); image-format, the cluster image's size and cost in each
+format (``python -m bench image-format -h``); chaos, faults of
 every kind on kind under an acks=all producer (``python -m bench chaos -h``); txn-chaos,
 transactions checked under coordinator and leader faults on a local cluster
 (``python -m bench txn-chaos -h``).
@@ -181,6 +182,10 @@ def main(argv: list[str] | None = None) -> int:
         from bench import share
 
         return share.main(argv[1:])
+    if argv[:1] == ["image-format"]:  # the cluster image's formats, their size and cost
+        from bench import image_format
+
+        return image_format.main(argv[1:])
     if argv[:1] == ["tls"]:  # what TLS costs, beside Apache Kafka with TLS
         from bench import tls
 

@@ -8,6 +8,9 @@
 #   bash scripts/image.sh            # prints the broker image archive's path
 #   bash scripts/image.sh spark      # the Spark image (spark/Dockerfile), and the object store's
 #                                    # (kafkube-s3.oci.tar) beside it; prints the Spark archive
+#   bash scripts/image.sh previous   # the broker image of the previous release (the commit in
+#                                    # scripts/previous-release), localhost/kafkube:previous, for
+#                                    # the upgrade scenario (tests/e2e/test_upgrade.py)
 #
 # Elsewhere `docker build -t kafkube:dev .` (after `pip wheel -w build/wheels .`) builds the
 # same image from python:3.11-slim. The base and the archives are cached under ~/.cache/kafkube,
@@ -119,6 +122,37 @@ print(" ".join(re.findall(r"\"((?:pyspark|pyarrow)[^\"]*)\"", spark)))')
     buildah push -q "$S3_IMAGE" "oci-archive:$s3_archive:$S3_IMAGE" >/dev/null
     echo "$stamp" > "$s3_archive.stamp"
   fi
+  echo "$archive"
+  exit 0
+fi
+
+if [ "${1:-}" = previous ]; then
+  # The previous release's broker image, built from that commit's own sources and Dockerfile
+  # (git archive: the clone must hold the commit, as a full `git clone` does), once per commit.
+  commit=$(sed -n 's/^\([0-9a-f]\{40\}\).*/\1/p' scripts/previous-release | head -1)
+  PREVIOUS="${KAFKUBE_PREVIOUS_IMAGE:-localhost/kafkube:previous}"
+  archive="$IMAGES/kafkube-previous.oci.tar"
+  if is_current "$archive.stamp" "$commit $PREVIOUS" "$archive"; then
+    echo "$archive"
+    exit 0
+  fi
+  if ! git cat-file -e "$commit^{commit}" 2>/dev/null; then
+    echo "image.sh: the previous release $commit (scripts/previous-release) is not in this" \
+      "clone; a shallow clone lacks it: git fetch --unshallow" >&2
+    exit 1
+  fi
+  rm -f "$archive.stamp"
+  ensure_base "$BASE" "$IMAGES/kafkube-base-bookworm.tar" python3,python3-venv
+  src=build/previous-release
+  rm -rf "$src" && mkdir -p "$src"
+  git archive "$commit" | tar -x -C "$src"
+  PIP_CACHE_DIR="$CACHE/pip" .venv/bin/pip wheel -q -w "$src/build/wheels" "./$src" >/dev/null
+  buildah bud -q --isolation chroot --network host --runtime runc \
+    --build-arg BASE="$BASE" -t "$PREVIOUS" "$src" >/dev/null
+  rm -f "$archive"
+  buildah push -q "$PREVIOUS" "oci-archive:$archive:$PREVIOUS" >/dev/null
+  rm -rf "$src"
+  echo "$commit $PREVIOUS" > "$archive.stamp"
   echo "$archive"
   exit 0
 fi

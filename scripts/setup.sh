@@ -116,7 +116,8 @@ kind_in_background() {
     # The lock is this subshell's (fd 9), not the builds': a daemon they leave running
     # must not keep holding it.
     if nice -n 19 bash scripts/kind.sh build 9>&- && nice -n 19 bash scripts/image.sh 9>&- \
-        && nice -n 19 bash scripts/image.sh spark 9>&-; then
+        && nice -n 19 bash scripts/image.sh spark 9>&- \
+        && nice -n 19 bash scripts/image.sh previous 9>&-; then
       echo "setup: kind and images $((SECONDS - start)) s (background)"
     else
       echo "setup: kind or images FAILED after $((SECONDS - start)) s (background)"

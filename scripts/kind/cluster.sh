@@ -11,7 +11,7 @@ ns=$(netns_of "$name"); state=$(state_of "$name")
 KUBECTL_BIN="$CACHE/kubernetes/$K8S_VERSION/bin"
 export DOCKER_HOST="unix://$state/docker.sock" KUBECONFIG="$state/kubeconfig"
 # The project's images (scripts/image.sh), loaded into every node; space-separated paths.
-IMAGE_ARCHIVES=${KAFKUBE_KIND_IMAGES:-$CACHE/images/kafkube.oci.tar $CACHE/images/kafkube-operator.oci.tar $CACHE/images/kafkube-workload.oci.tar $CACHE/images/kafkube-spark.oci.tar $CACHE/images/kafkube-s3.oci.tar}
+IMAGE_ARCHIVES=${KAFKUBE_KIND_IMAGES:-$CACHE/images/kafkube.oci.tar $CACHE/images/kafkube-previous.oci.tar $CACHE/images/kafkube-operator.oci.tar $CACHE/images/kafkube-workload.oci.tar $CACHE/images/kafkube-spark.oci.tar $CACHE/images/kafkube-s3.oci.tar}
 
 # KAFKUBE_DRY_RUN=1 (or `--dry-run` after the name): `up` and `down` print the commands they
 # would run, with this machine's names and paths, and run none of them.

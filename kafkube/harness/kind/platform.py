@@ -105,8 +105,10 @@ def parse_up_output(stdout: str) -> dict[str, str]:
 
 def build_images() -> None:
     """The broker, workload and Spark images from the working tree, so the suite tests this
-    code (scripts/image.sh builds only those whose inputs changed since their archive)."""
+    code, and the previous release's broker image, which the upgrade scenario starts from
+    (scripts/image.sh builds only those whose inputs changed since their archive)."""
     run_script([str(IMAGE_SH)], timeout=1800)
+    run_script([str(IMAGE_SH), "previous"], timeout=1800)
     run_script([str(IMAGE_SH), "spark"], timeout=1800)
 
 
