@@ -40,15 +40,20 @@ def test_a_new_cluster_finalizes_transaction_version_2_and_kafka_features_change
     with WireClient.connect(cluster.brokers[0].bootstrap) as c:
         assert _features(c.request(ApiVersionsV4(client_software_name="t",
                                                  client_software_version="1"))) == (
-            {"group.version": (0, 1), "share.version": (0, 1), "transaction.version": (0, 2)},
-            {"group.version": 1, "transaction.version": 2})
+            {"group.version": (0, 1), "share.version": (0, 1), "transaction.version": (0, 2),
+             "kafkube.metadata.version": (1, 2)},
+            {"group.version": 1, "transaction.version": 2, "kafkube.metadata.version": 2})
         # Before v4 a range starting at 0 is left out, as Kafka does for older clients.
         assert _features(c.request(ApiVersionsV3(client_software_name="t",
                                                  client_software_version="1"))) == (
-            {}, {"group.version": 1, "transaction.version": 2})
+            {"kafkube.metadata.version": (1, 2)},
+            {"group.version": 1, "transaction.version": 2, "kafkube.metadata.version": 2})
     bootstrap = cluster.brokers[0].bootstrap
     described = kafka_tools.run(FEATURE_COMMAND, "--bootstrap-server", bootstrap, "describe")
     assert re.search(r"Feature: transaction.version\s+SupportedMinVersion: 0\s+"
+                     r"SupportedMaxVersion: 2\s+FinalizedVersionLevel: 2\s",
+                     described.stdout), described.describe()
+    assert re.search(r"Feature: kafkube.metadata.version\s+SupportedMinVersion: 1\s+"
                      r"SupportedMaxVersion: 2\s+FinalizedVersionLevel: 2\s",
                      described.stdout), described.describe()
     refused = kafka_tools.run(FEATURE_COMMAND, "--bootstrap-server", bootstrap, "upgrade",
@@ -64,7 +69,8 @@ def test_a_new_cluster_finalizes_transaction_version_2_and_kafka_features_change
     with WireClient.connect(bootstrap) as c:
         assert wait_until(lambda: _features(c.request(ApiVersionsV4(
             client_software_name="t", client_software_version="1")))[1], 10,
-            "the downgrade advertised") == {"group.version": 1, "transaction.version": 1}
+            "the downgrade advertised") == {"group.version": 1, "transaction.version": 1,
+                                            "kafkube.metadata.version": 2}
 
 
 def _produce(pid: int, epoch: int, sequence: int, partition: int) -> ProduceRequest:
