@@ -6,16 +6,17 @@ It prints what the client saw, one line per event, for the queue checker on the 
 side (kafkube/harness/queue_checker.py) to judge:
 
     produce BOOTSTRAP TOPIC --count N [--acks all] [--rate R] [--seconds S]
-            [--partition P] [--trace]
+            [--partition P] [--trace] [--prefix v-] [--size BYTES]
         S <i> <unix ms>                         record v-<i> sent (--trace only)
         A <i> <partition> <offset> <unix ms>    record v-<i> acknowledged there
         F <i> <error>                           record v-<i> failed (or indeterminate)
         D <sent> <acked> <failed>               the end
     create-topic BOOTSTRAP TOPIC --partitions P --replication-factor R [--config K=V ...]
+    create-topic BOOTSTRAP TOPIC --assignment '0,1;0,2' [--config K=V ...]
         C <topic>                               created (or already there)
     describe BOOTSTRAP TOPIC
         P <partition> <leader> <replicas,> <isr,>   one line a partition
-    drain BOOTSTRAP TOPIC
+    drain BOOTSTRAP TOPIC [--first-word]
         R <partition> <offset> <value>          every record, from the log start to the
         D <records>                             high watermark of each partition
     orders BOOTSTRAP TOPIC --count N --start-ms T   the Spark pipeline's sample orders
@@ -24,8 +25,9 @@ side (kafkube/harness/queue_checker.py) to judge:
         T <committed> <aborted>                 orders I..J-1 of the N, in transactions of K
                                                 orders (by order id), each A-th one aborted
 
-Values are ``v-<i>``. Bounded by count and time, so a broken cluster ends the pod, not the
-test's patience.
+Values are ``v-<i>`` (``--prefix`` another prefix, so two producers into one topic keep
+apart; ``--size`` pads them with spaces, which ``drain --first-word`` drops). Bounded by
+count and time, so a broken cluster ends the pod, not the test's patience.
 """
 
 from __future__ import annotations
@@ -57,9 +59,11 @@ def produce(args: argparse.Namespace) -> int:
     acked = failed = 0
     out = sys.stdout
 
+    prefix = args.prefix.encode()
+
     def delivered(err: KafkaError | None, msg) -> None:
         nonlocal acked, failed
-        i = int(msg.value()[2:])
+        i = int(msg.value()[len(prefix):])  # int() passes over the padding
         if err is None:
             acked += 1
             out.write(f"A {i} {msg.partition()} {msg.offset()} {int(time.time() * 1000)}\n")
@@ -83,7 +87,8 @@ def produce(args: argparse.Namespace) -> int:
                 producer.poll(pause)
             next_send += interval
         try:
-            producer.produce(args.topic, value=b"v-%d" % sent, on_delivery=delivered,
+            value = b"%s%d" % (prefix, sent)
+            producer.produce(args.topic, value=value.ljust(args.size), on_delivery=delivered,
                              **({"partition": args.partition} if args.partition >= 0 else {}))
         except BufferError:
             producer.poll(0.1)
@@ -120,7 +125,10 @@ def drain(args: argparse.Namespace) -> int:
                 continue
             p, offset = msg.partition(), msg.offset()
             if offset < ends[p]:
-                out.write(f"R {p} {offset} {msg.value().decode()}\n")
+                value = msg.value().decode()
+                # Padded values (produce --size) as the producer numbered them.
+                value = value.split(" ", 1)[0] if args.first_word else value
+                out.write(f"R {p} {offset} {value}\n")
                 records += 1
             positions[p] = offset + 1
             if positions[p] >= ends[p]:
@@ -134,8 +142,13 @@ def drain(args: argparse.Namespace) -> int:
 def create_topic(args: argparse.Namespace) -> int:
     admin = AdminClient({"bootstrap.servers": args.bootstrap})
     configs = dict(item.split("=", 1) for item in args.config)
-    future = admin.create_topics([NewTopic(args.topic, args.partitions, args.replication_factor,
-                                           config=configs)], request_timeout=60)[args.topic]
+    if args.assignment:  # "0,1;0,2": partition i's replicas, the first its preferred leader
+        new = NewTopic(args.topic, replica_assignment=[
+            [int(b) for b in replicas.split(",")] for replicas in args.assignment.split(";")],
+            config=configs)
+    else:
+        new = NewTopic(args.topic, args.partitions, args.replication_factor, config=configs)
+    future = admin.create_topics([new], request_timeout=60)[args.topic]
     try:
         future.result(90)
     except KafkaException as e:
@@ -233,18 +246,23 @@ def main(argv: list[str]) -> int:
     p.add_argument("--seconds", type=float, default=300.0)
     p.add_argument("--partition", type=int, default=-1, help="this partition only")
     p.add_argument("--trace", action="store_true", help="a line per send too, flushed")
+    p.add_argument("--prefix", default="v-", help="of each value, before its number (v-)")
+    p.add_argument("--size", type=int, default=0, help="values padded with spaces to this")
     p.add_argument("--config", action="append", default=[],
                    help="K=V, a librdkafka producer property (repeatable)")
     d = sub.add_parser("drain")
     d.add_argument("bootstrap")
     d.add_argument("topic")
     d.add_argument("--seconds", type=float, default=300.0)
+    d.add_argument("--first-word", action="store_true",
+                   help="print each value up to its first space (padded values)")
     c = sub.add_parser("create-topic")
     c.add_argument("bootstrap")
     c.add_argument("topic")
     c.add_argument("--partitions", type=int, default=6)
     c.add_argument("--replication-factor", type=int, default=3)
     c.add_argument("--config", action="append", default=[], help="K=V, repeatable")
+    c.add_argument("--assignment", help="replicas per partition: '0,1;0,2' (no --partitions)")
     e = sub.add_parser("describe")
     e.add_argument("bootstrap")
     e.add_argument("topic")
