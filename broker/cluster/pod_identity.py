@@ -6,7 +6,9 @@ decide the broker's identity: ``node.id`` is the ordinal (the log dir's meta.pro
 always matches), the advertised listener is the stable DNS name (clients' cached metadata
 stays right when the pod's IP changes), and ``broker.rack`` is the zone label of the node the
 pod was scheduled to (the downward API does not expose node labels, so it is looked up; a
-KafkaCluster may name another node label in KAFKUBE_RACK_LABEL).
+KafkaCluster may name another node label in KAFKUBE_RACK_LABEL). In a cluster of several node
+pools, each pool its own StatefulSet, ``KAFKUBE_NODE_ID_OFFSET`` is the pool's first node id:
+``node.id`` is that plus the ordinal, so ids stay stable per pool and never collide.
 Keys the configuration sets explicitly are left alone.
 """
 
@@ -19,6 +21,7 @@ from kafkube_contract.config_keys import ConfigError
 
 ZONE_LABEL = "topology.kubernetes.io/zone"
 RACK_LABEL_ENV = "KAFKUBE_RACK_LABEL"
+NODE_ID_OFFSET_ENV = "KAFKUBE_NODE_ID_OFFSET"
 _ORDINAL = re.compile(r"^(?P<set>[a-z0-9]([-a-z0-9]*[a-z0-9])?)-(?P<ordinal>\d+)$")
 
 
@@ -40,7 +43,11 @@ def pod_overrides(env: Mapping[str, str], configured: Mapping[str, str],
         raise ConfigError("--pod-identity needs POD_NAME (or HOSTNAME) in the environment")
     derived: dict[str, str] = {}
     if "node.id" not in configured:
-        derived["node.id"] = str(ordinal(pod))
+        offset = env.get(NODE_ID_OFFSET_ENV, "0") or "0"
+        if not offset.isdigit():
+            raise ConfigError(f"--pod-identity: {NODE_ID_OFFSET_ENV} is {offset!r}, not a "
+                              "node id")
+        derived["node.id"] = str(int(offset) + ordinal(pod))
     service = env.get("KAFKUBE_HEADLESS_SERVICE")
     if "advertised.listeners" not in configured and service:
         namespace = env.get("POD_NAMESPACE", "default")

@@ -34,3 +34,12 @@ def test_explicit_settings_win_and_nothing_is_looked_up_for_them() -> None:
 def test_a_pod_name_without_an_ordinal_is_refused(name: str) -> None:
     with pytest.raises(ConfigError, match=r"node\.id|POD_NAME"):
         pod_overrides({"POD_NAME": name}, {})
+
+
+def test_a_node_pools_offset_comes_before_the_ordinal() -> None:
+    """A pod of a node pool's StatefulSet: its node id is the pool's first id plus its
+    ordinal, so two pools' pod 0 are two brokers."""
+    env = {**POD_ENV, "POD_NAME": "orders-kafka-big-1", "KAFKUBE_NODE_ID_OFFSET": "100"}
+    assert pod_overrides(env, {})["node.id"] == "101"
+    with pytest.raises(ConfigError, match="KAFKUBE_NODE_ID_OFFSET is '-3'"):
+        pod_overrides({**env, "KAFKUBE_NODE_ID_OFFSET": "-3"}, {})
