@@ -48,6 +48,7 @@ REQUEST_TIMEOUT_MS = 15_000
 
 
 USER_ENTITY, MATCH_EXACT = "user", 0  # ClientQuotaEntity.USER, MATCH_TYPE_EXACT
+UPGRADE, SAFE_DOWNGRADE = 1, 2  # UpdateFeatures' upgrade types (KIP-584)
 
 
 class KafkaRefused(Exception):
@@ -238,6 +239,18 @@ class KafkaAdmin:
         self._call("electing preferred leaders", self._client.elect_leaders, 0,
                    topic_partitions=wanted, timeout_ms=REQUEST_TIMEOUT_MS)
 
+
+    def update_feature(self, name: str, level: int, downgrade: bool = False) -> None:
+        """UpdateFeatures (KIP-584), as ``kafka-features.sh upgrade`` or ``downgrade`` sends
+        it: ``name`` raised to ``level``, or lowered by a safe downgrade. The controller
+        refuses a level a registered broker does not support."""
+        what = f"{'lowering' if downgrade else 'raising'} {name} to {level}"
+        upgrade_type = SAFE_DOWNGRADE if downgrade else UPGRADE
+        result = self._call(what, self._client.update_features,
+                            {name: (upgrade_type, level)}, timeout_ms=REQUEST_TIMEOUT_MS)
+        outcome = (result or {}).get(name, "OK")
+        if outcome != "OK":
+            raise KafkaRefused(what, outcome)
 
     # Users: SCRAM credentials (KIP-554) and ACLs, as kafka-configs and kafka-acls send them.
 

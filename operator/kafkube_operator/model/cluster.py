@@ -329,6 +329,9 @@ def stateful_set(ref: ClusterRef, spec: Mapping, properties_text: str,
         "readinessProbe": {"httpGet": {"path": "/ready", "port": "health"},
                            "periodSeconds": 2, "failureThreshold": 1},
         "resources": spec.get("resources") or DEFAULT_RESOURCES,
+        # A broker that refuses to start (a cluster finalized past its kafkube, exit 3)
+        # says why in its last lines: kubectl describe pod shows them.
+        "terminationMessagePolicy": "FallbackToLogsOnError",
         "volumeMounts": [*({"name": v.claim, "mountPath": v.mount} for v in disks),
                          {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
                          *_certificate_mounts(layout)],

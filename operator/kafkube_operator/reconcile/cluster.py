@@ -19,6 +19,7 @@ from kafkube_operator.reconcile.cluster_apply import apply_cluster, apply_pass, 
 from kafkube_operator.reconcile.cluster_observe import observe_pass, problem_status
 from kafkube_operator.reconcile.security import apply_cluster_pki
 from kafkube_operator.reconcile.snapshot import ClusterSnapshot, read_snapshot
+from kafkube_operator.reconcile.upgrade import spec_image
 from kafkube_operator.reconcile.views import ClusterMemory, ClusterViews, Events
 
 log = logging.getLogger(__name__)
@@ -35,7 +36,7 @@ def reconcile_cluster(kube: Kube, views: ClusterViews, admins: AdminClients,
     memory = views.memory(ref)
     snapshot = read_snapshot(kube, view, ref, resource, memory)
     if snapshot.trusted.problem is not None:
-        return problem_pass(kube, view, resource, snapshot, events)
+        return problem_pass(kube, view, resource, snapshot, memory, events)
     outcome = memory.applied
     if outcome is None or spec_changed or needs_apply(resource, snapshot, memory):
         outcome = memory.applied = apply_pass(kube, view, admins, resource, snapshot, memory,
@@ -43,7 +44,7 @@ def reconcile_cluster(kube: Kube, views: ClusterViews, admins: AdminClients,
         if outcome.changed:  # observe what the pass left, not what it found
             snapshot = read_snapshot(kube, view, ref, resource, memory)
             if snapshot.trusted.problem is not None:
-                return problem_pass(kube, view, resource, snapshot, events)
+                return problem_pass(kube, view, resource, snapshot, memory, events)
     return observe_pass(kube, view, admins, resource, snapshot, outcome, memory, events)
 
 
@@ -66,7 +67,7 @@ def needs_apply(resource: Mapping, snapshot: ClusterSnapshot, memory: ClusterMem
 
 
 def problem_pass(kube: Kube, view: ClusterView, resource: Mapping,
-                 snapshot: ClusterSnapshot, events: Events) -> dict:
+                 snapshot: ClusterSnapshot, memory: ClusterMemory, events: Events) -> dict:
     """No scale, roll or Topic pass on an image that is missing, foreign or older: each could
     take data away. The objects are still applied: the brokers that put the image back must
     be able to start."""
@@ -74,8 +75,13 @@ def problem_pass(kube: Kube, view: ClusterView, resource: Mapping,
     pki, _ = apply_cluster_pki(kube, resource, events)
     held = layout_of_properties(snapshot.deployed_properties) or \
         ListenerLayout.of_status(resource.get("status"))
+    # The level cannot be read from this image: a spec.image the last apply held back as
+    # too old stays held (model/upgrade.py); any other is applied.
+    last = memory.applied.upgrade if memory.applied is not None else None
+    image = last.image if last is not None and last.spec_image == spec_image(resource) \
+        else None
     apply_cluster(kube, resource, events, snapshot.running_brokers(), pki.pod_annotations,
-                  deployed_min_isr(snapshot.deployed_properties), held)
+                  deployed_min_isr(snapshot.deployed_properties), held, image)
     status = problem_status(resource, snapshot, snapshot.trusted.problem)
     spec = resource.get("spec") or {}
     status["listenerLayout"] = (held or ListenerLayout.of(SecuritySpec.of(spec))).as_status()

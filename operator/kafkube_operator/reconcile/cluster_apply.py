@@ -1,7 +1,8 @@
 """The apply pass of a KafkaCluster: its spec made into Kubernetes objects (model/cluster.py)
 and applied, with what a change of spec needs first: the scale decision and its partition
 moves (model/scale.py), certificates (reconcile/security.py), the next listener step
-(model/listener_change.py) and a storage change (model/storage.py).
+(model/listener_change.py), a storage change (model/storage.py) and a new spec.image, probed
+before it is rolled out (reconcile/upgrade.py).
 
 It runs when the spec changes, and on the timer only while something it started is under
 way or drift may have crept in (reconcile/cluster.py, ``needs_apply``); what it decided is
@@ -38,10 +39,12 @@ from kafkube_operator.model.scale import (
 )
 from kafkube_operator.model.status import SpecWarning
 from kafkube_operator.model.storage import claim_change, with_claims_of
+from kafkube_operator.model.upgrade import with_image
 from kafkube_operator.reconcile.outcome import ApplyOutcome
 from kafkube_operator.reconcile.rebalance import rebalance_running
 from kafkube_operator.reconcile.security import apply_cluster_pki
 from kafkube_operator.reconcile.snapshot import ClusterSnapshot
+from kafkube_operator.reconcile.upgrade import image_step
 from kafkube_operator.reconcile.views import ClusterMemory, Events, cluster_admin
 
 
@@ -58,8 +61,9 @@ class Applied:
 def apply_pass(kube: Kube, view: ClusterView, admins: AdminClients, resource: Mapping,
                snapshot: ClusterSnapshot, memory: ClusterMemory, events: Events
                ) -> ApplyOutcome:
-    """Scale, certificates, objects, in that order: certificates before the pods that mount
-    them, the scale decision before the StatefulSet size it sets."""
+    """Scale, certificates, image, objects, in that order: certificates before the pods that
+    mount them, the scale decision before the StatefulSet size it sets, the image's probe
+    before the StatefulSet runs it."""
     ref = snapshot.ref
     spec = resource.get("spec") or {}
     image = snapshot.trusted.image
@@ -76,9 +80,12 @@ def apply_pass(kube: Kube, view: ClusterView, admins: AdminClients, resource: Ma
         memory.listener_step = None
     elif step.waiting_for is None:
         memory.listener_step = step.description
+    upgrade = image_step(kube, resource, snapshot, memory, events)
     applied = apply_cluster(kube, resource, events, scaling.statefulset_replicas,
-                            pki.pod_annotations, ceiling, step.layout)
+                            pki.pod_annotations, ceiling, step.layout, upgrade.image)
     warnings += applied.warnings
+    if upgrade.warning is not None:
+        warnings.append(upgrade.warning)
     if ceiling is not None and (held := held_back_topics(image, wanted_min_isr)):
         warnings.append(SpecWarning("MinInsyncReplicasHeld", (
             f"min.insync.replicas stays {min(wanted_min_isr, ceiling or 2)}, not "
@@ -95,7 +102,7 @@ def apply_pass(kube: Kube, view: ClusterView, admins: AdminClients, resource: Ma
         generation=resource["metadata"].get("generation", 0), warnings=tuple(warnings),
         scaling=scaling, step=step, default_min_isr=default_min_isr,
         config_hash=applied.config_hash, changed=applied.changed or moved or bool(pki.actions),
-        at=time.monotonic())
+        at=time.monotonic(), upgrade=upgrade)
 
 
 def deployed_min_isr(deployed: Mapping[str, str]) -> int | None:
@@ -157,10 +164,12 @@ def apply_cluster(kube: Kube, resource: Mapping, events: Events,
                   statefulset_replicas: int | None = None,
                   pod_annotations: Mapping[str, str] | None = None,
                   min_isr_ceiling: int | None = None,
-                  layout: ListenerLayout | None = None) -> Applied:
+                  layout: ListenerLayout | None = None,
+                  broker_image: str | None = None) -> Applied:
     """Create or update every object the KafkaCluster owns; what could not be applied comes
     back as warnings, with the API server's or the broker's reason. ``layout``: the
-    listeners of this pass (``listener_step``), else spec.listeners'."""
+    listeners of this pass (``listener_step``), else spec.listeners'; ``broker_image``: the
+    image the brokers run in this pass (reconcile/upgrade.py), else spec.image."""
     desired = desired_cluster(resource, statefulset_replicas, pod_annotations, min_isr_ceiling,
                               layout)
     warnings = []
@@ -175,6 +184,8 @@ def apply_cluster(kube: Kube, resource: Mapping, events: Events,
             properties = manifest["data"]["server.properties"]
         before = kube.get(manifest["apiVersion"], manifest["kind"], meta["name"],
                           meta.get("namespace"))
+        if manifest["kind"] == "StatefulSet" and broker_image is not None:
+            manifest = with_image(manifest, broker_image)
         if manifest["kind"] == "StatefulSet" and before is not None:
             applicable, warning = _storage_change(kube, manifest, before, events)
             warnings += [warning] if warning is not None else []

@@ -1,5 +1,6 @@
 """The observe pass of a KafkaCluster, every tick: what its brokers report, one step of the
-rolling restart (model/roll.py), the leader rebalance (reconcile/leaders.py) and the status
+rolling restart (model/roll.py), the leader rebalance (reconcile/leaders.py), the
+kafkube.metadata.version change a finished roll allows (reconcile/upgrade.py) and the status
 to write, all from one snapshot (reconcile/snapshot.py) and the last apply's decisions
 (reconcile/outcome.py)."""
 
@@ -23,6 +24,7 @@ from kafkube_operator.model.status import (
 from kafkube_operator.reconcile.leaders import rebalance_leaders
 from kafkube_operator.reconcile.outcome import ApplyOutcome
 from kafkube_operator.reconcile.snapshot import ClusterSnapshot
+from kafkube_operator.reconcile.upgrade import level_step
 from kafkube_operator.reconcile.views import ClusterMemory, Events, utc_now
 
 
@@ -56,11 +58,12 @@ def observe_pass(kube: Kube, view: ClusterView, admins: AdminClients,
     if not observed.outdated_pods:
         rebalance_leaders(admins, view, ref, image, set(snapshot.live), spec, memory, events,
                           elect_now=rolled)
-    status = _status(resource, ref, observed, list(outcome.warnings), outcome.generation,
-                     waiting=waiting or outcome.scaling.waiting,
+    level = level_step(view, admins, resource, snapshot, outcome.upgrade, memory, events)
+    status = _status(resource, ref, observed, [*outcome.warnings, *level.warnings],
+                     outcome.generation, waiting=waiting or outcome.scaling.waiting,
                      pending=None if outcome.step.final else outcome.step.description)
     status["listenerLayout"] = outcome.step.layout.as_status()
-    status |= snapshot.trusted.status_fields()
+    status |= snapshot.trusted.status_fields() | level.status
     status["scaling"] = {"phase": outcome.scaling.phase, "message": outcome.scaling.waiting} \
         if outcome.scaling.phase else None
     return status

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from kafkube_operator.model.listener_change import ListenerStep
 from kafkube_operator.model.scale import ScaleDecision
 from kafkube_operator.model.status import SpecWarning
+from kafkube_operator.model.upgrade import ImageDecision
 
 
 @dataclass(frozen=True)
@@ -25,9 +26,12 @@ class ApplyOutcome:
     config_hash: str | None
     changed: bool
     at: float  # time.monotonic() of the pass
+    upgrade: ImageDecision | None = None  # spec.image rolled out, probed or held back
 
     def under_way(self) -> bool:
         """A change that takes several passes, each to be applied: a scale with its moves,
-        a refused scale-down to look at again, a listener change between steps."""
+        a refused scale-down to look at again, a listener change between steps, a new image
+        probed or held back (its probe looked at; a level lowered since lets it roll)."""
         return (self.scaling.phase is not None or self.scaling.waiting is not None
-                or self.scaling.refused is not None or not self.step.final)
+                or self.scaling.refused is not None or not self.step.final
+                or (self.upgrade is not None and self.upgrade.phase is not None))

@@ -54,6 +54,11 @@ class ClusterMemory:
     # Readings of the brokers' partition byte counters, for a rebalance's rates.
     load: RateWindow = field(default_factory=RateWindow)
     next_auto_check: float = 0.0  # time.monotonic() of spec.rebalance.auto's next check
+    # The highest kafkube.metadata.version each image probed supports (model/upgrade.py):
+    # an image is probed once per operator process.
+    image_verdicts: dict[str, int] = field(default_factory=dict)
+    # The upgrade Warnings last posted as Events, by source (reconcile/upgrade.py).
+    upgrade_reported: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
