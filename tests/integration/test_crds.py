@@ -55,6 +55,9 @@ def test_a_kafka_cluster_gets_the_defaults(api: k8s.ApiClient) -> None:
 
 def test_kafka_cluster_fields_admission_can_judge_are_refused(api: k8s.ApiClient) -> None:
     assert "spec.replicas" in refused(create, api, "kafkaclusters", {"replicas": 0})
+    assert "spec.metadataVersion" in refused(create, api, "kafkaclusters",
+                                             {"metadataVersion": 0})
+    assert create(api, "kafkaclusters", {"metadataVersion": 1})["spec"]["metadataVersion"] == 1
     assert "positive quantity" in refused(create, api, "kafkaclusters",
                                           {"storage": {"size": "0"}})
     assert "config keys are Kafka config names" in refused(
@@ -160,6 +163,9 @@ def test_kubectl_get_shows_the_printer_columns(api: k8s.ApiClient) -> None:
         table = json.loads(response.data)
         shown = [c["name"] for c in table["columnDefinitions"] if c.get("priority", 0) == 0]
         assert shown == columns
+        if plural == "kafkaclusters":  # kubectl get -o wide
+            assert [c["name"] for c in table["columnDefinitions"] if c.get("priority")] == [
+                "Bootstrap", "Metadata", "Upgrade"]
         assert table["rows"]
 
 
