@@ -21,6 +21,7 @@ from kafkube_operator.model.status import (
     SpecWarning,
     cluster_status,
 )
+from kafkube_operator.model.upgrade import PROBING
 from kafkube_operator.reconcile.leaders import rebalance_leaders
 from kafkube_operator.reconcile.outcome import ApplyOutcome
 from kafkube_operator.reconcile.snapshot import ClusterSnapshot
@@ -59,9 +60,12 @@ def observe_pass(kube: Kube, view: ClusterView, admins: AdminClients,
         rebalance_leaders(admins, view, ref, image, set(snapshot.live), spec, memory, events,
                           elect_now=rolled)
     level = level_step(view, admins, resource, snapshot, outcome.upgrade, memory, events)
+    pending = None if outcome.step.final else outcome.step.description
+    if pending is None and outcome.upgrade is not None and outcome.upgrade.phase == PROBING:
+        pending = outcome.upgrade.message  # not Ready until spec.image is rolled out
     status = _status(resource, ref, observed, [*outcome.warnings, *level.warnings],
                      outcome.generation, waiting=waiting or outcome.scaling.waiting,
-                     pending=None if outcome.step.final else outcome.step.description)
+                     pending=pending)
     status["listenerLayout"] = outcome.step.layout.as_status()
     status |= snapshot.trusted.status_fields() | level.status
     status["scaling"] = {"phase": outcome.scaling.phase, "message": outcome.scaling.waiting} \
