@@ -20,7 +20,7 @@ from kafkube_contract.features import METADATA_VERSION
 from kafkube_operator.cluster_view import ClusterView
 from kafkube_operator.kafka import AdminClients, KafkaRefused
 from kafkube_operator.kube import ApplyError, Kube
-from kafkube_operator.model.cluster import stateful_set
+from kafkube_operator.model.cluster import ClusterRef, stateful_set
 from kafkube_operator.model.status import SpecWarning
 from kafkube_operator.model.upgrade import (
     DEFAULT_IMAGE,
@@ -119,9 +119,9 @@ def level_step(view: ClusterView, admins: AdminClients, resource: Mapping,
          "upgrade": upgrade_status(decision, pod_images(snapshot.pods), change, current)})
 
 
-def _change_level(view: ClusterView, admins: AdminClients, ref: Any, change: LevelChange,
-                  current: int, automatic: bool, memory: ClusterMemory,
-                  events: Events) -> None:
+def _change_level(view: ClusterView, admins: AdminClients, ref: ClusterRef,
+                  change: LevelChange, current: int, automatic: bool,
+                  memory: ClusterMemory, events: Events) -> None:
     """UpdateFeatures; a refusal is a Warning event (once per message) and the change is
     tried again on the next pass."""
     assert change.target is not None
