@@ -94,7 +94,7 @@ def test_an_upgrade_a_rollback_and_a_finalize_under_an_acks_all_stream(
     operator.kubectl("-n", namespace, "wait", "topic/e2e-up", "--for=condition=Ready",
                      "--timeout=120s", timeout=130)
     assert stored_format(brokers) == 1 and cluster_status(brokers).get(
-        "metadataVersion", 0) == 0  # the previous release finalizes no level of it
+        "finalizedMetadataVersion", 0) == 0  # the previous release finalizes no level of it
     history = History()
     pod = stream(brokers, "e2e-up", 900_000, 900, 3000)
     steps: list[str] = []
@@ -103,7 +103,7 @@ def test_an_upgrade_a_rollback_and_a_finalize_under_an_acks_all_stream(
     # 1. Upgrade, the level held at 1: the new brokers write the format the old ones read.
     patch(brokers, {"image": CURRENT, "metadataVersion": 1})
     rolled_to(brokers, CURRENT)
-    wait_until(lambda: cluster_status(brokers).get("metadataVersion") == 1, 300,
+    wait_until(lambda: cluster_status(brokers).get("finalizedMetadataVersion") == 1, 300,
                "kafkube.metadata.version 1 finalized", 3.0)
     assert stored_format(brokers) == 1
     steps.append(f"rolled to {CURRENT} at level 1 in {time.monotonic() - started:.0f} s")
@@ -119,7 +119,7 @@ def test_an_upgrade_a_rollback_and_a_finalize_under_an_acks_all_stream(
     mark = time.monotonic()
     patch(brokers, {"image": CURRENT, "metadataVersion": None})
     rolled_to(brokers, CURRENT)
-    wait_until(lambda: cluster_status(brokers).get("metadataVersion") == 2, 300,
+    wait_until(lambda: cluster_status(brokers).get("finalizedMetadataVersion") == 2, 300,
                "kafkube.metadata.version 2 finalized", 3.0)
     assert stored_format(brokers) == 2
     steps.append(f"rolled forward and finalized 2 in {time.monotonic() - mark:.0f} s")

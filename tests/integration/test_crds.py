@@ -54,7 +54,7 @@ def test_a_kafka_cluster_gets_the_defaults(api: k8s.ApiClient) -> None:
 
 
 def test_kafka_cluster_fields_admission_can_judge_are_refused(api: k8s.ApiClient) -> None:
-    assert "spec.replicas" in refused(create, api, "kafkaclusters", {"replicas": 0})
+    assert "spec.replicas" in refused(create, api, "kafkaclusters", {"replicas": -1})
     assert "spec.metadataVersion" in refused(create, api, "kafkaclusters",
                                              {"metadataVersion": 0})
     assert create(api, "kafkaclusters", {"metadataVersion": 1})["spec"]["metadataVersion"] == 1
@@ -118,6 +118,32 @@ def test_kubectl_scale_sets_the_replicas(api: k8s.ApiClient) -> None:
         objects.patch_namespaced_custom_object_scale(
             GROUP, VERSION, NAMESPACE, "kafkaclusters", name, {"spec": {"replicas": 0}})
     assert caught.value.status == 422
+
+
+def test_node_pools_keep_their_ids_apart_and_leave_only_empty(api: k8s.ApiClient) -> None:
+    big = {"name": "big", "replicas": 3, "firstNodeId": 100,
+           "storage": {"size": "100Gi", "class": "ssd"}, "nodeSelector": {"disk": "ssd"},
+           "tolerations": [{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}]}
+    name = create(api, "kafkaclusters", {"pools": [big]})["metadata"]["name"]
+    assert "node ids of the pools overlap" in refused(
+        create, api, "kafkaclusters", {"replicas": 101, "pools": [big]})
+    assert "node ids of the pools overlap" in refused(create, api, "kafkaclusters", {
+        "pools": [big, {"name": "small", "replicas": 1, "firstNodeId": 102}]})
+    assert "Duplicate value" in refused(create, api, "kafkaclusters", {"pools": [big, big]})
+    assert refused(create, api, "kafkaclusters", {"pools": [{**big, "name": "Big_1"}]})
+    assert "spec.replicas may be 0 only while a node pool" in refused(
+        create, api, "kafkaclusters", {"replicas": 0})
+    assert "firstNodeId cannot change" in refused(
+        patch, api, "kafkaclusters", name, {"pools": [{**big, "firstNodeId": 200}]})
+    assert "cannot shrink" in refused(patch, api, "kafkaclusters", name, {
+        "pools": [{**big, "storage": {"size": "50Gi", "class": "ssd"}}]})
+    assert "removed from spec.pools only once scaled to 0" in refused(
+        patch, api, "kafkaclusters", name, {"pools": None})
+    # Every broker moved to pool big: the default pool at 0, then big alone.
+    moved = patch(api, "kafkaclusters", name, {"replicas": 0})["spec"]
+    assert moved["replicas"] == 0 and moved["pools"][0]["tolerations"] == big["tolerations"]
+    assert patch(api, "kafkaclusters", name, {"replicas": 2, "pools": [{**big, "replicas": 0}]})
+    assert "pools" not in patch(api, "kafkaclusters", name, {"pools": None})["spec"]
 
 
 def test_partitions_never_decrease(api: k8s.ApiClient) -> None:

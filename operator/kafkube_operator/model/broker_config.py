@@ -19,6 +19,7 @@ from kafkube_contract.broker_keys import BROKER_KEYS, IGNORED_KAFKA_KEYS
 from kafkube_contract.config_keys import ConfigError
 from kafkube_contract.properties import render_properties
 from kafkube_operator.model.listeners import ListenerLayout, SecuritySpec, security_properties
+from kafkube_operator.model.pools import node_pools
 from kafkube_operator.model.storage import log_dirs
 
 # Set per pod (--pod-identity, the downward API) or by the operator for the whole cluster.
@@ -67,7 +68,7 @@ def broker_properties(cluster: str, spec: Mapping, brokers: int | None = None,
     topic that follows the default min ISR (model/scale.py's ``min_isr_ceiling``): a default
     above it would refuse every acks=all write to that topic. ``layout``: the listeners of a
     step of a listener change (model/listener_change.py), else spec.listeners'."""
-    replicas = int(spec.get("replicas", 3)) if brokers is None else brokers
+    replicas = sum(pool.replicas for pool in node_pools(spec)) if brokers is None else brokers
     min_isr = min(2, replicas, max(1, min_isr_ceiling or 2))
     metrics = (spec.get("metrics") or {}).get("enabled", True)
     properties = {

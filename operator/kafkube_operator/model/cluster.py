@@ -4,8 +4,9 @@ Pure functions of the resource (name, namespace, uid and spec): no API calls, so
 the operator will apply is tested as a golden file without a cluster, and the operator applies
 exactly these with server-side apply (a field it does not render is a field it does not own).
 
-The brokers run as one StatefulSet with ``updateStrategy: OnDelete``: Kubernetes never restarts
-a broker by itself; the operator deletes pods one at a time under the min-ISR gate (roll.py).
+The brokers run as one StatefulSet per node pool (model/pools.py; one, named after the cluster,
+without ``spec.pools``) with ``updateStrategy: OnDelete``: Kubernetes never restarts a broker
+by itself; the operator deletes pods one at a time under the min-ISR gate (roll.py).
 A pod template change (image, server.properties through ``kafkube.io/config-hash``) becomes a
 new update revision of the StatefulSet, which is how the operator knows which pods to roll.
 """
@@ -33,7 +34,14 @@ from kafkube_operator.model.listeners import (
     SecuritySpec,
     advertised_listeners,
 )
-from kafkube_operator.model.storage import Volume, volumes
+from kafkube_operator.model.pools import (
+    NODE_ID_OFFSET,
+    NODE_ID_OFFSET_ENV,
+    POOL_LABEL,
+    NodePool,
+    node_pools,
+)
+from kafkube_operator.model.storage import Volume, log_dirs, volumes
 
 GROUP = "kafkube.io"
 VERSION = "v1alpha1"
@@ -241,7 +249,7 @@ def config_hash(properties_text: str) -> str:
     return hashlib.sha256(properties_text.encode()).hexdigest()[:16]
 
 
-def _env(ref: ClusterRef, rack_label: str) -> list[Manifest]:
+def _env(ref: ClusterRef, rack_label: str, first_id: int = 0) -> list[Manifest]:
     def field(path: str) -> Manifest:
         return {"fieldRef": {"fieldPath": path}}
 
@@ -254,6 +262,7 @@ def _env(ref: ClusterRef, rack_label: str) -> list[Manifest]:
         {"name": "NODE_NAME", "valueFrom": field("spec.nodeName")},
         {"name": "KAFKUBE_HEADLESS_SERVICE", "value": ref.headless_service},
         {"name": "KAFKUBE_RACK_LABEL", "value": rack_label},
+        *([{"name": NODE_ID_OFFSET_ENV, "value": str(first_id)}] if first_id else []),
     ]
 
 
@@ -299,13 +308,35 @@ def _claim_spec(volume: Volume) -> Manifest:
     return spec
 
 
+def _pool_args(cluster_spec: Mapping, pool_spec: Mapping) -> list[str]:
+    """A pool with volumes of its own (JBOD) has log dirs of its own; the shared
+    server.properties has the cluster's."""
+    own = log_dirs(pool_spec)
+    return [] if own == log_dirs(cluster_spec) else ["--override", f"log.dirs={own}"]
+
+
+def _placement(spec: Mapping) -> Manifest:
+    """Where the pool's pods may run: its nodeSelector, tolerations and affinity."""
+    return {key: spec[key] for key in ("nodeSelector", "tolerations", "affinity")
+            if spec.get(key)}
+
+
 def stateful_set(ref: ClusterRef, spec: Mapping, properties_text: str,
                  replicas: int | None = None,
                  pod_annotations: Mapping[str, str] | None = None,
-                 layout: ListenerLayout | None = None) -> Manifest:
-    """``replicas``: when not spec.replicas, the size a scale-down keeps until the brokers
-    to remove are drained (model/scale.py). ``layout``: the listeners of this step of a
-    listener change (model/listener_change.py), else spec.listeners'."""
+                 layout: ListenerLayout | None = None,
+                 pool: NodePool | None = None) -> Manifest:
+    """The StatefulSet of ``pool`` (default: the cluster's own brokers), rendered from the
+    pool's spec. ``replicas``: when not the pool's size, the size a scale keeps until the
+    brokers to remove are drained (model/scale.py). ``layout``: the listeners of this step
+    of a listener change (model/listener_change.py), else spec.listeners'."""
+    pool = pool or node_pools(spec)[0]
+    cluster_spec, spec = spec, pool.spec
+    name = pool.statefulset(ref.name)
+    # A pool's pods carry its name, in its own selector too; the default pool's selector
+    # stays the one a cluster made before pools has (a selector cannot change).
+    own = {} if pool.default else {POOL_LABEL: pool.label()}
+    offset = {} if pool.default else {NODE_ID_OFFSET: str(pool.first_id)}
     rack_label = (spec.get("rack") or {}).get("topologyKey") or "topology.kubernetes.io/zone"
     storage = spec.get("storage") or {}
     metrics = (spec.get("metrics") or {}).get("enabled", True)
@@ -317,14 +348,14 @@ def stateful_set(ref: ClusterRef, spec: Mapping, properties_text: str,
     ports.append({"name": "health", "containerPort": HEALTH_PORT})
     if metrics:
         ports.append({"name": "metrics", "containerPort": METRICS_PORT})
-    pod_labels = labels(ref)
+    pod_labels = {**labels(ref), **own}
     container: Manifest = {
         "name": CONTAINER,
         "image": spec.get("image", "localhost/kafkube:dev"),
         "imagePullPolicy": "IfNotPresent",
         "args": ["broker", "--pod-identity", "--config", f"{CONFIG_DIR}/server.properties",
-                 *_security_args(ref, layout)],
-        "env": _env(ref, rack_label),
+                 *_security_args(ref, layout), *_pool_args(cluster_spec, spec)],
+        "env": _env(ref, rack_label, pool.first_id),
         "ports": ports,
         "readinessProbe": {"httpGet": {"path": "/ready", "port": "health"},
                            "periodSeconds": 2, "failureThreshold": 1},
@@ -346,28 +377,32 @@ def stateful_set(ref: ClusterRef, spec: Mapping, properties_text: str,
             {"maxSkew": 1, "topologyKey": key, "whenUnsatisfiable": "ScheduleAnyway",
              "labelSelector": {"matchLabels": selector(ref)}}
             for key in (rack_label, "kubernetes.io/hostname")],
+        **_placement(spec),
         "containers": [container],
         "volumes": [{"name": "config", "configMap": {"name": ref.config_map}},
                     *_certificate_volumes(ref, layout)],
     }
+    metadata = _metadata(ref, name)
+    metadata["labels"] = {**metadata["labels"], **own}
     return {
         "apiVersion": "apps/v1", "kind": "StatefulSet",
-        "metadata": _metadata(ref, ref.statefulset),
+        "metadata": metadata,
         "spec": {
             "serviceName": ref.headless_service,
-            "replicas": int(spec.get("replicas", 3)) if replicas is None else replicas,
+            "replicas": pool.replicas if replicas is None else replicas,
             "podManagementPolicy": "Parallel",
             "updateStrategy": {"type": "OnDelete"},
             "persistentVolumeClaimRetentionPolicy": {"whenDeleted": claim_policy,
                                                      "whenScaled": claim_policy},
-            "selector": {"matchLabels": selector(ref)},
+            "selector": {"matchLabels": {**selector(ref), **own}},
             "template": {
                 "metadata": {"labels": pod_labels,
                              "annotations": {CONFIG_HASH: config_hash(properties_text),
-                                             **(pod_annotations or {})}},
+                                             **offset, **(pod_annotations or {})}},
                 "spec": pod_spec,
             },
-            "volumeClaimTemplates": [{"metadata": {"name": v.claim, "labels": selector(ref)},
+            "volumeClaimTemplates": [{"metadata": {"name": v.claim,
+                                                   "labels": {**selector(ref), **own}},
                                       "spec": _claim_spec(v)} for v in disks],
         },
     }
@@ -384,24 +419,28 @@ class DesiredCluster:
         return [o for o in self.objects if o["kind"] == kind]
 
 
-def desired_cluster(resource: Mapping, statefulset_replicas: int | None = None,
+def desired_cluster(resource: Mapping, sizes: Mapping[str, int] | None = None,
                     pod_annotations: Mapping[str, str] | None = None,
                     min_isr_ceiling: int | None = None,
                     layout: ListenerLayout | None = None) -> DesiredCluster:
     """The objects, in the order they are applied: identity and configuration before the
-    pods that need them. ``pod_annotations``: more for the pod template (a secured
-    cluster's certificate hashes, model/cluster_pki.py), each a roll when it changes.
+    pods that need them. ``sizes``: each pool's StatefulSet size when not its spec's (a
+    scale under way, model/scale.py). ``pod_annotations``: more for the pod template (a
+    secured cluster's certificate hashes, model/cluster_pki.py), each a roll when it changes.
     ``layout``: the listeners of this step of a listener change, else spec.listeners'."""
     ref = ClusterRef.of(resource)
     spec = resource.get("spec") or {}
     layout = layout or ListenerLayout.of(SecuritySpec.of(spec))
-    props = broker_properties(ref.name, spec, statefulset_replicas, min_isr_ceiling, layout)
+    pools = node_pools(spec)
+    brokers = sum((sizes or {}).get(p.name, p.replicas) for p in pools) if sizes else None
+    props = broker_properties(ref.name, spec, brokers, min_isr_ceiling, layout)
     metrics = (spec.get("metrics") or {}).get("enabled", True)
     objects = [
         service_account(ref), role(ref), role_binding(ref), node_reader_binding(ref),
         config_map(ref, props.text), headless_service(ref, layout),
         bootstrap_service(ref, metrics, layout),
         pod_disruption_budget(ref),
-        stateful_set(ref, spec, props.text, statefulset_replicas, pod_annotations, layout),
+        *(stateful_set(ref, spec, props.text, (sizes or {}).get(pool.name), pod_annotations,
+                       layout, pool) for pool in pools),
     ]
     return DesiredCluster(objects, props.refused)

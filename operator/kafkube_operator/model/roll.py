@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from kafkube_contract.image import ImageView
+from kafkube_operator.model.pools import pod_node_id
 
 STUCK_REASONS = frozenset({"CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull",
                            "CreateContainerConfigError", "CreateContainerError",
@@ -47,11 +48,17 @@ def pod_state(pod: Mapping, update_revision: str | None,
     unschedulable = (conditions.get("PodScheduled") or {}).get("reason") == "Unschedulable"
     revision = (meta.get("labels") or {}).get("controller-revision-hash")
     return PodState(
-        broker=int(meta["name"].rsplit("-", 1)[1]), name=meta["name"], uid=meta.get("uid", ""),
+        broker=pod_node_id(pod) or 0, name=meta["name"], uid=meta.get("uid", ""),
         outdated=bool(update_revision) and revision != update_revision,
         ready=(conditions.get("Ready") or {}).get("status") == "True"
         and not meta.get("deletionTimestamp"),
         stuck=unschedulable or bool(waiting & STUCK_REASONS))
+
+
+def owner_of(pod: Mapping) -> str | None:
+    """The name of the StatefulSet a pod belongs to (its controller)."""
+    return next((o.get("name") for o in pod["metadata"].get("ownerReferences") or []
+                 if o.get("kind") == "StatefulSet"), None)
 
 
 def roll_min_isr(new_default: int, running: int | None, rolling: bool) -> int:

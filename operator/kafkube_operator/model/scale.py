@@ -17,6 +17,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from kafkube_contract.image import NO_LEADER, ImageView
+from kafkube_operator.model.pools import DEFAULT_POOL, NodePool, wanted_ids
 
 Partition = tuple[str, int]
 
@@ -39,10 +40,11 @@ def throttle_rate(cluster_spec: Mapping) -> int:
 
 @dataclass(frozen=True)
 class ScaleDecision:
-    """How many brokers the StatefulSet should have now, the reassignments to start (when
-    none is running), and the phase to remember in the status until the moves are done."""
+    """How many brokers each pool's StatefulSet should have now (by pool name,
+    model/pools.py), the reassignments to start (when none is running), and the phase to
+    remember in the status until the moves are done."""
 
-    statefulset_replicas: int
+    sizes: Mapping[str, int]
     moves: dict[Partition, tuple[int, ...]]
     phase: str | None = None
     refused: str | None = None
@@ -50,6 +52,11 @@ class ScaleDecision:
     # Brokers to keep off-limits for new replicas (KIP-1066's cordoned.log.dirs=*): the
     # ones a scale-down is draining, so a topic created meanwhile is not placed on them.
     cordon: frozenset[int] = frozenset()
+
+    @property
+    def statefulset_replicas(self) -> int:
+        """The brokers of every pool together."""
+        return sum(self.sizes.values())
 
 
 def largest_replication_factor(image: ImageView) -> tuple[int, str | None]:
@@ -184,57 +191,86 @@ def in_progress(image: ImageView) -> int:
 def scale_decision(desired: int, current: int | None, image: ImageView,
                    live: Mapping[int, str | None], phase: str | None,
                    pods: Collection[int] = ()) -> ScaleDecision:
-    """``current``: the StatefulSet's replicas now (None before it exists); ``live``: the
-    registered brokers, id → rack; ``phase``: the phase the previous pass left in the status
-    (a scale-up spreads replicas after the StatefulSet already has its new size); ``pods``:
-    the ids of the broker pods that exist (a broker whose Lease looks lapsed may still
-    run)."""
+    """``pool_scale_decision`` for a cluster of one pool (ids 0 to ``desired`` - 1)."""
+    pool = NodePool(DEFAULT_POOL, desired, 0, {})
+    return pool_scale_decision([pool], None if current is None else {DEFAULT_POOL: current},
+                               image, live, phase, pods)
+
+
+def pool_scale_decision(pools: list[NodePool], current: Mapping[str, int] | None,
+                        image: ImageView, live: Mapping[int, str | None], phase: str | None,
+                        pods: Collection[int] = ()) -> ScaleDecision:
+    """The size of each pool's StatefulSet for this pass and the moves to start.
+    ``current``: each pool's StatefulSet size now (None before any exists; a pool missing
+    has none yet); ``live``: the registered brokers, id → rack; ``phase``: the phase the
+    previous pass left in the status (a scale-up spreads replicas after the StatefulSets
+    already have their new sizes); ``pods``: the ids of the broker pods that exist (a broker
+    whose Lease looks lapsed may still run).
+
+    Brokers join first and leave last: pools that grow get their new size at once, pools
+    that shrink keep theirs until the brokers leaving are drained (onto every broker that
+    stays, the new ones included) and cordoned, so brokers move from one pool to another in
+    one change."""
+    desired = {pool.name: pool.replicas for pool in pools}
     if current is None:
         return ScaleDecision(desired, {})
+    wanted = sorted(wanted_ids(pools))
+    existing = {i for pool in pools for i in pool.ids(current.get(pool.name, 0))}
+    added, removed = set(wanted) - existing, existing - set(wanted)
+    # During the change: every pool at the larger of its sizes.
+    during = {name: max(size, current.get(name, 0)) for name, size in desired.items()}
     moving = in_progress(image)
-    # Replicas on ids the StatefulSet no longer has (a topic created between the last look
-    # and the shrink, a `kubectl scale statefulset`): moved onto the brokers left.
-    stranded = {b for b in _load(image) if b >= desired} if desired == current else set()
-    if stranded:
-        moves = drain_moves(image, stranded, {b: live.get(b) for b in range(desired)})
-        # A partition with no leader has no replica to copy from: it stays (offline, as its
-        # Topic's status says) rather than hold every later reassignment up.
-        offline = {p for p in moves if image.topics[p[0]].assignments[p[1]].leader == NO_LEADER}
-        moves = {p: r for p, r in moves.items() if p not in offline}
-        if moves or moving:
-            return ScaleDecision(desired, {} if moving else moves, DRAINING, waiting=(
-                f"moving {len(moves)} partition(s) off brokers {sorted(stranded)}, which no "
-                "longer run" + (f"; {len(offline)} offline there" if offline else "")))
+    if not added and not removed:
+        # Replicas on ids no pool has (a topic created between the last look and the
+        # shrink, a `kubectl scale statefulset`): moved onto the brokers left.
+        stranded = {b for b in _load(image) if b not in set(wanted)}
+        if stranded:
+            moves = drain_moves(image, stranded, {b: live.get(b) for b in wanted})
+            # A partition with no leader has no replica to copy from: it stays (offline, as
+            # its Topic's status says) rather than hold every later reassignment up.
+            offline = {p for p in moves
+                       if image.topics[p[0]].assignments[p[1]].leader == NO_LEADER}
+            moves = {p: r for p, r in moves.items() if p not in offline}
+            if moves or moving:
+                return ScaleDecision(desired, {} if moving else moves, DRAINING, waiting=(
+                    f"moving {len(moves)} partition(s) off brokers {sorted(stranded)}, which "
+                    "no longer run" + (f"; {len(offline)} offline there" if offline else "")))
     # A drain given up (5 -> 3 -> 5 while moving) is a scale-up: the moves in flight finish
     # under the throttle, then replicas spread back onto the brokers that were emptied.
     # So is an internal topic with fewer replicas than the cluster now allows (made while
     # the cluster was smaller, or before all its brokers had registered).
-    short = desired == current and all(b in live for b in range(desired)) and bool(
-        raise_internal_moves(image, min(3, desired), {b: live[b] for b in range(desired)}))
-    if desired > current or short or (desired == current and phase in (SCALING_UP, DRAINING)):
-        missing = [b for b in range(desired) if b not in live]
+    short = not added and not removed and all(b in live for b in wanted) and bool(
+        raise_internal_moves(image, min(3, len(wanted)), {b: live[b] for b in wanted}))
+    if added or short or (not removed and phase in (SCALING_UP, DRAINING)):
+        missing = [b for b in wanted if b not in live]
         if missing:
-            return ScaleDecision(desired, {}, SCALING_UP,
+            return ScaleDecision(during, {}, SCALING_UP,
                                  waiting=f"waiting for brokers {missing} to register")
         if moving:
-            return ScaleDecision(desired, {}, SCALING_UP,
+            return ScaleDecision(during, {}, SCALING_UP,
                                  waiting=f"{moving} partition(s) moving onto the new brokers")
-        brokers = {b: live[b] for b in range(desired)}
-        moves = spread_moves(image, brokers) or raise_internal_moves(image, min(3, desired),
-                                                                    brokers)
-        if not moves:
-            return ScaleDecision(desired, {})
-        return ScaleDecision(desired, moves, SCALING_UP,
-                             waiting=f"{len(moves)} partition(s) moving onto the new brokers")
+        if not removed:
+            brokers = {b: live[b] for b in wanted}
+            moves = spread_moves(image, brokers) or raise_internal_moves(
+                image, min(3, len(wanted)), brokers)
+            if not moves:
+                return ScaleDecision(desired, {})
+            return ScaleDecision(desired, moves, SCALING_UP, waiting=(
+                f"{len(moves)} partition(s) moving onto the new brokers"))
+    if not removed:
+        return ScaleDecision(desired, {})
+    kept = {name: (size if size > current.get(name, 0) else current.get(name, 0))
+            for name, size in desired.items()}
     rf, topic = largest_replication_factor(image)
-    if rf > desired:
-        return ScaleDecision(current, {}, refused=(
-            f"spec.replicas {desired} is below the replication factor {rf} of topic {topic}: "
-            f"keeping {current} brokers; lower the topics' replication factor first"))
-    removed = set(range(desired, current))
-    moves = drain_moves(image, removed, {b: live.get(b) for b in range(desired)})
+    if rf > len(wanted):
+        asked = f"spec.replicas {len(wanted)} is" if len(pools) == 1 else \
+            f"{_sizes_said(pools)} leave {len(wanted)} brokers,"
+        return ScaleDecision(kept, {}, refused=(
+            f"{asked} below the replication factor {rf} of topic {topic}: keeping "
+            f"{len(existing)} brokers; lower the topics' replication factor first"))
+    moves = drain_moves(image, removed, {b: live.get(b) for b in wanted})
     if moves or moving:
-        return ScaleDecision(current, {} if moving else moves, DRAINING, waiting=(
+        return ScaleDecision(during, {} if moving else moves, DRAINING, waiting=(
             f"draining brokers {sorted(removed)}: {len(moves)} partition(s) still on them"),
             cordon=frozenset(removed))
     # Every removed broker that may still run: live, or with a pod whatever its Lease says
@@ -243,10 +279,16 @@ def scale_decision(desired: int, current: int | None, image: ImageView,
     if not running_removed <= image.cordoned():
         # Shrink only once the cordon shows in the image: a topic created before it could
         # still have been placed on them, and the next pass would see it.
-        return ScaleDecision(current, {}, DRAINING, cordon=frozenset(removed),
+        return ScaleDecision(during, {}, DRAINING, cordon=frozenset(removed),
                              waiting=f"cordoning brokers {sorted(running_removed)} before "
                              "they go")
     return ScaleDecision(desired, {}, cordon=frozenset(removed))
+
+
+def _sizes_said(pools: list[NodePool]) -> str:
+    """The sizes asked for, in the spec's words: ``spec.replicas 0 and pool big 2``."""
+    return " and ".join([f"spec.replicas {pools[0].replicas}",
+                         *(f"pool {p.name} {p.replicas}" for p in pools[1:])])
 
 
 def cordon_changes(wanted: frozenset[int], cordoned: frozenset[int], live: Collection[int],

@@ -39,7 +39,7 @@ from kafkube_operator.model.cluster import (
     Manifest,
     owner_reference,
 )
-from kafkube_operator.model.roll import STUCK_REASONS, pod_state
+from kafkube_operator.model.roll import STUCK_REASONS, owner_of, pod_state
 from kafkube_operator.model.status import SpecWarning
 
 DEFAULT_IMAGE = "localhost/kafkube:dev"  # the CRD's default of spec.image
@@ -284,26 +284,37 @@ def decide_image(spec_image: str, deployed: str | None, finalized: int, known: i
     return ImageDecision(spec_image, deployed, PROBING, probing)
 
 
-def roll_waiting(statefulset: Mapping | None, pods: Sequence[Mapping], live: Collection[int],
-                 replicas: int) -> str | None:
-    """What the roll still waits for before the level may change (None: it is over): the
-    StatefulSet's current template taken up, every one of ``replicas`` broker pods on its
-    update revision and ready, and each broker registered (``live``: the live broker ids)."""
-    if statefulset is None or statefulset["metadata"].get("deletionTimestamp"):
+def roll_waiting(statefulsets: Mapping[str, Mapping] | Mapping | None,
+                 pods: Sequence[Mapping], live: Collection[int],
+                 wanted: int | Collection[int]) -> str | None:
+    """What the roll still waits for before the level may change (None: it is over): every
+    pool's StatefulSet (``statefulsets``, by pool; one StatefulSet alone is the default
+    pool) with its current template taken up, its broker pods on its update revision and
+    ready, and each broker of ``wanted`` (the node ids, or a count from 0) registered
+    (``live``: the live broker ids)."""
+    if statefulsets is not None and "metadata" in statefulsets:
+        statefulsets = {"": statefulsets}
+    ids = set(range(wanted)) if isinstance(wanted, int) else set(wanted)
+    if not statefulsets or any(sts["metadata"].get("deletionTimestamp")
+                               for sts in statefulsets.values()):
         return "the StatefulSet"
-    status = statefulset.get("status") or {}
-    if status.get("observedGeneration") != statefulset["metadata"].get("generation"):
-        return "the StatefulSet controller to take up the new template"
-    if len(pods) != replicas:
-        return f"{replicas} broker pods (there are {len(pods)})"
-    for state in sorted((pod_state(p, status.get("updateRevision")) for p in pods),
-                        key=lambda s: s.broker):
+    revisions = {}
+    for sts in statefulsets.values():
+        status = sts.get("status") or {}
+        if status.get("observedGeneration") != sts["metadata"].get("generation"):
+            return "the StatefulSet controller to take up the new template"
+        revisions[sts["metadata"]["name"]] = status.get("updateRevision")
+    if len(pods) != len(ids):
+        return f"{len(ids)} broker pods (there are {len(pods)})"
+    only = next(iter(revisions.values())) if len(revisions) == 1 else None
+    states = (pod_state(p, revisions.get(owner_of(p), only)) for p in pods)
+    for state in sorted(states, key=lambda s: s.broker):
         if state.outdated:
             return f"pod {state.name} to be restarted onto the current revision"
         if not state.ready:
             return f"pod {state.name} to be ready"
-    if set(live) != set(range(replicas)):
-        return f"brokers {sorted(set(range(replicas)) - set(live))} to register"
+    if set(live) != ids:
+        return f"brokers {sorted(ids - set(live))} to register"
     return None
 
 

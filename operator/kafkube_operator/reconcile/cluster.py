@@ -58,8 +58,8 @@ def needs_apply(resource: Mapping, snapshot: ClusterSnapshot, memory: ClusterMem
         return True
     if outcome.under_way() or memory.scaling_phase is not None:
         return True
-    wanted = int((resource.get("spec") or {}).get("replicas", 3))
-    if snapshot.statefulset_gone() or snapshot.running_brokers() != wanted:
+    wanted = {pool.name: pool.replicas for pool in snapshot.pools(resource.get("spec") or {})}
+    if snapshot.statefulset_gone() or snapshot.pool_sizes() != wanted:
         return True
     if outcome.config_hash is not None and config_hash(snapshot.deployed) != outcome.config_hash:
         return True
@@ -80,7 +80,7 @@ def problem_pass(kube: Kube, view: ClusterView, resource: Mapping,
     last = memory.applied.upgrade if memory.applied is not None else None
     image = last.image if last is not None and last.spec_image == spec_image(resource) \
         else None
-    apply_cluster(kube, resource, events, snapshot.running_brokers(), pki.pod_annotations,
+    apply_cluster(kube, resource, events, snapshot.pool_sizes(), pki.pod_annotations,
                   deployed_min_isr(snapshot.deployed_properties), held, image)
     status = problem_status(resource, snapshot, snapshot.trusted.problem)
     spec = resource.get("spec") or {}
@@ -89,12 +89,14 @@ def problem_pass(kube: Kube, view: ClusterView, resource: Mapping,
 
 
 def stop_brokers(kube: Kube, resource: Mapping, events: Events) -> int:
-    """Delete the StatefulSet ahead of the garbage collector, so the brokers stop before
-    their coordination objects go (a running broker would write them again); the number of
-    broker pods still running."""
+    """Delete the StatefulSets (every pool's) ahead of the garbage collector, so the brokers
+    stop before their coordination objects go (a running broker would write them again);
+    the number of broker pods still running."""
     ref = ClusterRef.of(resource)
-    if kube.delete("apps/v1", "StatefulSet", ref.statefulset, ref.namespace):
-        events.info("Deleted", f"deleted StatefulSet {ref.statefulset}")
+    for sts in kube.list("apps/v1", "StatefulSet", ref.namespace, selector(ref)):
+        name = sts["metadata"]["name"]
+        if kube.delete("apps/v1", "StatefulSet", name, ref.namespace):
+            events.info("Deleted", f"deleted StatefulSet {name}")
     return len(kube.list("v1", "Pod", ref.namespace, selector(ref)))
 
 

@@ -11,6 +11,7 @@ kept (``ApplyOutcome``) for the passes that only observe.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -26,14 +27,15 @@ from kafkube_operator.model.listeners import (
     SecuritySpec,
     layout_of_properties,
 )
-from kafkube_operator.model.roll import pod_state
+from kafkube_operator.model.pools import node_pools
+from kafkube_operator.model.roll import owner_of, pod_state
 from kafkube_operator.model.scale import (
     THROTTLED_REPLICAS,
     ScaleDecision,
     cordon_changes,
     held_back_topics,
     min_isr_ceiling,
-    scale_decision,
+    pool_scale_decision,
     throttle_rate,
     throttled_replicas,
 )
@@ -81,8 +83,10 @@ def apply_pass(kube: Kube, view: ClusterView, admins: AdminClients, resource: Ma
     elif step.waiting_for is None:
         memory.listener_step = step.description
     upgrade = image_step(kube, resource, snapshot, memory, events)
-    applied = apply_cluster(kube, resource, events, scaling.statefulset_replicas,
+    applied = apply_cluster(kube, resource, events, scaling.sizes,
                             pki.pod_annotations, ceiling, step.layout, upgrade.image)
+    applied = replace(applied, changed=applied.changed | leftover_pools(
+        kube, snapshot, resource, scaling.sizes, events))
     warnings += applied.warnings
     if upgrade.warning is not None:
         warnings.append(upgrade.warning)
@@ -134,20 +138,26 @@ def listener_step(snapshot: ClusterSnapshot, resource: Mapping,
 
 def not_rolled_out(snapshot: ClusterSnapshot, layout: ListenerLayout) -> str | None:
     """What keeps the brokers from all running ``layout`` (None: nothing): every broker pod
-    must run the StatefulSet's latest template with the ConfigMap's text (its config hash),
-    be ready, and advertise every listener of ``layout``."""
-    sts, pods = snapshot.statefulset, snapshot.pods
-    if sts is None or snapshot.statefulset_gone():
+    of every pool must run its StatefulSet's latest template with the ConfigMap's text (its
+    config hash), be ready, and advertise every listener of ``layout``."""
+    statefulsets, pods = snapshot.statefulsets or {}, snapshot.pods
+    if not statefulsets or any(sts["metadata"].get("deletionTimestamp")
+                               for sts in statefulsets.values()):
         # Being recreated (a storage change): what its pods run is known once it is back.
         return "the StatefulSet to be made again" if pods else None
-    status = sts.get("status") or {}
-    if status.get("observedGeneration") != sts["metadata"].get("generation"):
-        return "the StatefulSet controller to take up the new template"
-    if len(pods) != int(sts["spec"]["replicas"]):
-        return f"{int(sts['spec']['replicas'])} broker pods (there are {len(pods)})"
+    revisions = {}
+    for sts in statefulsets.values():
+        status = sts.get("status") or {}
+        if status.get("observedGeneration") != sts["metadata"].get("generation"):
+            return f"the StatefulSet controller to take up {sts['metadata']['name']}'s " \
+                "new template"
+        revisions[sts["metadata"]["name"]] = status.get("updateRevision")
+    wanted = sum(int(sts["spec"]["replicas"]) for sts in statefulsets.values())
+    if len(pods) != wanted:
+        return f"{wanted} broker pods (there are {len(pods)})"
     loaded = config_hash(snapshot.deployed)
     for pod in pods:
-        state = pod_state(pod, status.get("updateRevision"))
+        state = pod_state(pod, revisions.get(owner_of(pod)))
         annotations = pod["metadata"].get("annotations") or {}
         if state.outdated or annotations.get(CONFIG_HASH) != loaded:
             return f"pod {state.name} to be restarted onto the current configuration"
@@ -161,7 +171,7 @@ def not_rolled_out(snapshot: ClusterSnapshot, layout: ListenerLayout) -> str | N
 
 
 def apply_cluster(kube: Kube, resource: Mapping, events: Events,
-                  statefulset_replicas: int | None = None,
+                  sizes: Mapping[str, int] | None = None,
                   pod_annotations: Mapping[str, str] | None = None,
                   min_isr_ceiling: int | None = None,
                   layout: ListenerLayout | None = None,
@@ -169,9 +179,9 @@ def apply_cluster(kube: Kube, resource: Mapping, events: Events,
     """Create or update every object the KafkaCluster owns; what could not be applied comes
     back as warnings, with the API server's or the broker's reason. ``layout``: the
     listeners of this pass (``listener_step``), else spec.listeners'; ``broker_image``: the
-    image the brokers run in this pass (reconcile/upgrade.py), else spec.image."""
-    desired = desired_cluster(resource, statefulset_replicas, pod_annotations, min_isr_ceiling,
-                              layout)
+    image the brokers run in this pass (reconcile/upgrade.py), else spec.image. ``sizes``:
+    each pool's StatefulSet size when not its spec's (a scale under way)."""
+    desired = desired_cluster(resource, sizes, pod_annotations, min_isr_ceiling, layout)
     warnings = []
     changed = False
     properties = None
@@ -227,8 +237,10 @@ def _storage_change(kube: Kube, desired: Mapping, live: Mapping, events: Events
     grown = 0
     try:
         for template, size in change.grow:
+            own = re.compile(rf"{re.escape(template)}-{re.escape(meta['name'])}-\d+")
             for claim in all_claims:
-                if not claim["metadata"]["name"].startswith(f"{template}-{meta['name']}-"):
+                # data-k-0 is the default pool's, data-k-big-0 pool big's: not the same.
+                if not own.fullmatch(claim["metadata"]["name"]):
                     continue
                 # deleteClaim: true makes the StatefulSet the claims' owner: they are let go
                 # first, so its deletion can never take them along, whatever the propagation.
@@ -266,7 +278,7 @@ def scale(view: ClusterView, snapshot: ClusterSnapshot, admins: AdminClients,
     spec.replicas needs first (model/scale.py), started here; and whether it asked the
     cluster for anything (a cordon, a move, a throttle removed)."""
     ref, image = snapshot.ref, snapshot.trusted.image
-    current = snapshot.running_brokers()
+    current = snapshot.pool_sizes()
     # The phase of the last pass: this process's memory, else the status (after a failover;
     # the body a pass gets may predate the last status write).
     phase = memory.scaling_phase or \
@@ -274,7 +286,7 @@ def scale(view: ClusterView, snapshot: ClusterSnapshot, admins: AdminClients,
     live = {b.node_id: b.rack for b in snapshot.live.values()}
     spec = resource.get("spec") or {}
     pods = snapshot.broker_pods()
-    decision = scale_decision(int(spec.get("replicas", 3)), current, image, live, phase, pods)
+    decision = pool_scale_decision(snapshot.pools(spec), current, image, live, phase, pods)
     if decision.moves and (other := rebalance_running(kube, ref.namespace, ref.name)):
         # One mover at a time: the scale's moves start once the rebalance is done.
         decision = replace(decision, moves={}, waiting=f"waiting for KafkaRebalance {other} "
@@ -325,7 +337,32 @@ def scale(view: ClusterView, snapshot: ClusterSnapshot, admins: AdminClients,
             admins.drop((ref.namespace, ref.name), admin)
         events.warning("KafkaRefused", str(e))
         memory.scaling_phase = phase  # try again on the next pass
-    if current is not None and decision.statefulset_replicas != current:
-        events.info("Scaling", f"StatefulSet {ref.statefulset}: {current} → "
-                    f"{decision.statefulset_replicas} brokers")
+    for pool in snapshot.pools(spec):
+        before, after = (current or {}).get(pool.name), decision.sizes.get(pool.name)
+        if before is not None and after is not None and before != after:
+            events.info("Scaling", f"StatefulSet {pool.statefulset(ref.name)}: {before} → "
+                        f"{after} brokers")
     return decision, asked
+
+
+def leftover_pools(kube: Kube, snapshot: ClusterSnapshot, resource: Mapping,
+                   sizes: Mapping[str, int], events: Events) -> bool:
+    """The StatefulSets of pools no longer in spec.pools: kept at the size the scale
+    decision gives them while their brokers are drained, deleted once at 0 with no pod
+    left; whether anything changed."""
+    named = {pool.name for pool in node_pools(resource.get("spec") or {})}
+    changed = False
+    for name, sts in (snapshot.statefulsets or {}).items():
+        if name in named or sts["metadata"].get("deletionTimestamp"):
+            continue
+        meta, size = sts["metadata"], sizes.get(name, 0)
+        if int(sts["spec"]["replicas"]) != size:
+            kube.merge_patch("apps/v1", "StatefulSet", meta["name"], meta["namespace"],
+                             {"spec": {"replicas": size}})
+            changed = True
+        elif size == 0 and not any(owner_of(p) == meta["name"] for p in snapshot.pods):
+            kube.delete("apps/v1", "StatefulSet", meta["name"], meta["namespace"])
+            events.info("PoolRemoved", f"pool {name}'s brokers drained: StatefulSet "
+                        f"{meta['name']} deleted")
+            changed = True
+    return changed

@@ -14,7 +14,13 @@ from kafkube_operator.kafka import AdminClients
 from kafkube_operator.kube import Kube
 from kafkube_operator.model.cluster import ClusterRef, selector
 from kafkube_operator.model.listeners import SecuritySpec, listener_status
-from kafkube_operator.model.roll import PodState, next_restart, pod_state, roll_min_isr
+from kafkube_operator.model.roll import (
+    PodState,
+    next_restart,
+    owner_of,
+    pod_state,
+    roll_min_isr,
+)
 from kafkube_operator.model.status import (
     BrokerState,
     ObservedCluster,
@@ -31,8 +37,9 @@ from kafkube_operator.reconcile.views import ClusterMemory, Events, utc_now
 
 def observe(snapshot: ClusterSnapshot, image: ImageView
             ) -> tuple[ObservedCluster, list[PodState]]:
-    revision = ((snapshot.statefulset or {}).get("status") or {}).get("updateRevision")
-    pods = [pod_state(p, revision) for p in snapshot.pods]
+    revisions = {sts["metadata"]["name"]: (sts.get("status") or {}).get("updateRevision")
+                 for sts in (snapshot.statefulsets or {}).values()}
+    pods = [pod_state(p, revisions.get(owner_of(p))) for p in snapshot.pods]
     leaders = image.leaders()
     brokers = tuple(BrokerState(b.node_id, b.rack, leaders.get(b.node_id, 0))
                     for b in snapshot.live.values())
@@ -70,7 +77,26 @@ def observe_pass(kube: Kube, view: ClusterView, admins: AdminClients,
     status |= snapshot.trusted.status_fields() | level.status
     status["scaling"] = {"phase": outcome.scaling.phase, "message": outcome.scaling.waiting} \
         if outcome.scaling.phase else None
+    status["pools"] = pools_status(snapshot, spec, pods)
     return status
+
+
+def pools_status(snapshot: ClusterSnapshot, spec: Mapping, pods: list[PodState]
+                 ) -> list[dict] | None:
+    """Each node pool's size asked, StatefulSet, node ids and ready brokers (None for a
+    cluster without spec.pools, whose status stays as it always was)."""
+    pools = snapshot.pools(spec)
+    if len(pools) == 1:
+        return None
+    ready = {p.broker for p in pods if p.ready}
+    sizes = snapshot.pool_sizes() or {}
+    shown = []
+    for pool in pools:
+        ids = pool.ids(max(pool.replicas, sizes.get(pool.name, 0)))
+        shown.append({"name": pool.label(), "replicas": pool.replicas,
+                      "statefulSet": pool.statefulset(snapshot.ref.name),
+                      "nodeIds": list(ids), "readyReplicas": len(ready & set(ids))})
+    return shown
 
 
 def _status(resource: Mapping, ref: ClusterRef, observed: ObservedCluster,

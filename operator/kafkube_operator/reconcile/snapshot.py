@@ -18,18 +18,67 @@ from kafkube_contract.registration import BrokerRegistration
 from kafkube_operator.cluster_view import ClusterView
 from kafkube_operator.kube import Kube
 from kafkube_operator.model.cluster import ClusterRef, selector
+from kafkube_operator.model.pools import (
+    DEFAULT_POOL,
+    NODE_ID_OFFSET,
+    POOL_LABEL,
+    NodePool,
+    node_pools,
+    pod_node_id,
+)
 from kafkube_operator.reconcile.views import ClusterMemory, TrustedImage, trusted_image
+
+
+def pool_name(obj: Mapping) -> str:
+    """The pool a StatefulSet or pod belongs to (``DEFAULT_POOL`` for the cluster's own)."""
+    label = ((obj.get("metadata") or {}).get("labels") or {}).get(POOL_LABEL)
+    return DEFAULT_POOL if label in (None, "default") else label
 
 
 @dataclass(frozen=True)
 class ClusterSnapshot:
     ref: ClusterRef
-    statefulset: Mapping | None  # None: not made yet, or deleted
+    statefulset: Mapping | None  # the default pool's; None: not made yet, or deleted
     pods: tuple[Mapping, ...]
     deployed: str  # the server.properties the brokers were last given ("" if none)
     trusted: TrustedImage
     live: Mapping[int, BrokerRegistration]  # brokers holding a live lease, by id
     controller: int | None  # the broker holding the controller lease
+    # Every pool's StatefulSet by pool name, the default pool's included (model/pools.py).
+    statefulsets: Mapping[str, Mapping] | None = None
+
+    def __post_init__(self) -> None:
+        if self.statefulsets is None and self.statefulset is not None:  # one pool
+            object.__setattr__(self, "statefulsets", {DEFAULT_POOL: self.statefulset})
+
+    def pools(self, spec: Mapping) -> list[NodePool]:
+        """The pools of ``spec``, then any pool whose StatefulSet still runs after it left
+        spec.pools (at 0 brokers: drained, then removed)."""
+        pools = node_pools(spec)
+        named = {p.name for p in pools}
+        for name, sts in sorted((self.statefulsets or {}).items()):
+            if name not in named:
+                offset = (((sts["spec"].get("template") or {}).get("metadata") or {})
+                          .get("annotations") or {}).get(NODE_ID_OFFSET, "0")
+                pools.append(NodePool(name, 0, int(offset), spec))
+        return pools
+
+    def pool_sizes(self) -> dict[str, int] | None:
+        """Each pool's StatefulSet size now (None when no StatefulSet exists). A pool whose
+        StatefulSet is being recreated (a storage change) counts one past its highest broker
+        pod, so a drain under way is never skipped by a StatefulSet made anew."""
+        sizes: dict[str, int] = {}
+        for name, sts in (self.statefulsets or {}).items():
+            if not sts["metadata"].get("deletionTimestamp"):
+                sizes[name] = int(sts["spec"]["replicas"])
+        for pod in self.pods:
+            name = pool_name(pod)
+            ordinal = pod["metadata"]["name"].rsplit("-", 1)[-1]
+            if name not in sizes and ordinal.isdigit():
+                sts = (self.statefulsets or {}).get(name)
+                floor = int(sts["spec"]["replicas"]) if sts is not None else 0
+                sizes[name] = max(sizes.get(name, 0), floor, int(ordinal) + 1)
+        return sizes or None
 
     @property
     def deployed_properties(self) -> dict[str, str]:
@@ -42,22 +91,15 @@ class ClusterSnapshot:
             bool(self.statefulset["metadata"].get("deletionTimestamp"))
 
     def broker_pods(self) -> frozenset[int]:
-        """The ordinals (broker ids) of the broker pods that exist, running, starting or
-        terminating: a broker that may still run, whatever its Lease says."""
-        return frozenset(int(p["metadata"]["name"].rsplit("-", 1)[1]) for p in self.pods
-                         if p["metadata"]["name"].rsplit("-", 1)[-1].isdigit())
+        """The node ids of the broker pods that exist, running, starting or terminating: a
+        broker that may still run, whatever its Lease says."""
+        return frozenset(i for p in self.pods if (i := pod_node_id(p)) is not None)
 
     def running_brokers(self) -> int | None:
-        """How many brokers the cluster runs: the StatefulSet's size, or, while it is being
-        recreated, one past the highest broker pod's ordinal, so a drain under way is never
-        skipped by a StatefulSet made anew at spec.replicas."""
-        sts = self.statefulset
-        if sts is not None and not sts["metadata"].get("deletionTimestamp"):
-            return int(sts["spec"]["replicas"])
-        ordinals = sorted(self.broker_pods())
-        if sts is not None:  # terminating: its size still holds until it is gone
-            ordinals.append(int(sts["spec"]["replicas"]) - 1)
-        return max(ordinals) + 1 if ordinals else None
+        """How many brokers the cluster runs: its pools' StatefulSets' sizes together
+        (``pool_sizes``)."""
+        sizes = self.pool_sizes()
+        return sum(sizes.values()) if sizes is not None else None
 
 
 def read_snapshot(kube: Kube, view: ClusterView, ref: ClusterRef, resource: Mapping,
@@ -66,9 +108,13 @@ def read_snapshot(kube: Kube, view: ClusterView, ref: ClusterRef, resource: Mapp
     trusted = trusted_image(view, resource.get("status"), memory)
     config_map = kube.get("v1", "ConfigMap", ref.config_map, ref.namespace) or {}
     controller = view.controller()
+    statefulsets = {pool_name(sts): sts for sts in kube.list(
+        "apps/v1", "StatefulSet", ref.namespace, selector(ref))
+        if sts["metadata"]["name"].startswith(ref.statefulset)}
     return ClusterSnapshot(
         ref=ref,
-        statefulset=kube.get("apps/v1", "StatefulSet", ref.statefulset, ref.namespace),
+        statefulset=statefulsets.get(DEFAULT_POOL),
+        statefulsets=statefulsets,
         pods=tuple(kube.list("v1", "Pod", ref.namespace, selector(ref))),
         deployed=(config_map.get("data") or {}).get("server.properties", ""),
         trusted=trusted,

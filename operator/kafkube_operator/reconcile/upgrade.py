@@ -21,6 +21,7 @@ from kafkube_operator.cluster_view import ClusterView
 from kafkube_operator.kafka import AdminClients, KafkaRefused
 from kafkube_operator.kube import ApplyError, Kube
 from kafkube_operator.model.cluster import ClusterRef, stateful_set
+from kafkube_operator.model.pools import wanted_ids
 from kafkube_operator.model.status import SpecWarning
 from kafkube_operator.model.upgrade import (
     DEFAULT_IMAGE,
@@ -104,8 +105,8 @@ def level_step(view: ClusterView, admins: AdminClients, resource: Mapping,
     ref = snapshot.ref
     current = snapshot.trusted.image.feature(METADATA_VERSION)
     wanted = spec.get("metadataVersion")
-    waiting = roll_waiting(snapshot.statefulset, snapshot.pods, snapshot.live,
-                           int(spec.get("replicas", 3)))
+    waiting = roll_waiting(snapshot.statefulsets, snapshot.pods, snapshot.live,
+                           wanted_ids(snapshot.pools(spec)))
     change = level_change(int(wanted) if wanted is not None else None, current,
                           {node: b.feature_ranges for node, b in snapshot.live.items()},
                           waiting, decision is None or not decision.held)

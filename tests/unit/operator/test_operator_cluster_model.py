@@ -48,6 +48,23 @@ CASES = {
                                                {"id": 1, "size": "20Gi"}]},
                           rack={"topologyKey": "topology.kubernetes.io/zone"},
                           metrics={"enabled": True}),
+    # Node pools: the default pool (3 brokers, ids 0-2) and pool "big" (2 brokers from id
+    # 100) with storage of its own (two volumes), node selector, tolerations and affinity.
+    "pools": kafka_cluster(
+        replicas=3, image="localhost/kafkube:dev", storage={"size": "10Gi"},
+        rack={"topologyKey": "topology.kubernetes.io/zone"}, metrics={"enabled": True},
+        nodeSelector={"pool": "general"},
+        pools=[{"name": "big", "replicas": 2, "firstNodeId": 100,
+                "storage": {"size": "500Gi", "class": "fast-ssd",
+                            "volumes": [{"id": 1, "size": "500Gi"}]},
+                "resources": {"requests": {"cpu": "4", "memory": "8Gi"}},
+                "nodeSelector": {"disk": "nvme"},
+                "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "kafka",
+                                 "effect": "NoSchedule"}],
+                "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [{"matchExpressions": [
+                        {"key": "kubernetes.io/arch", "operator": "In",
+                         "values": ["amd64"]}]}]}}}}]),
 }
 
 
@@ -139,6 +156,6 @@ def test_a_refused_scale_down_changes_neither_size_nor_template() -> None:
     base = CASES["defaults"]
     shrunk = copy.deepcopy(base)
     shrunk["spec"]["replicas"] = 1
-    (kept,) = desired_cluster(shrunk, statefulset_replicas=3).by_kind("StatefulSet")
+    (kept,) = desired_cluster(shrunk, sizes={"": 3}).by_kind("StatefulSet")
     (before,) = desired_cluster(base).by_kind("StatefulSet")
     assert kept == before

@@ -36,7 +36,7 @@ def snapshot(replicas: int | None = 3, deployed: str = PROPERTIES,
 def applied(**changes: object) -> ClusterMemory:
     """The memory of a pass that applied generation 4 a moment ago, nothing under way."""
     outcome = ApplyOutcome(
-        generation=4, warnings=(), scaling=ScaleDecision(3, {}),
+        generation=4, warnings=(), scaling=ScaleDecision({"": 3}, {}),
         step=ListenerStep(ListenerLayout.of(SecuritySpec.of({})), True), default_min_isr=2,
         config_hash=config_hash(PROPERTIES), changed=False, at=time.monotonic())
     return ClusterMemory(applied=replace(outcome, **changes))  # type: ignore[arg-type]
@@ -52,9 +52,9 @@ def test_a_generation_not_applied_by_this_process_is_applied():
 
 
 def test_a_change_under_way_is_applied_on_every_tick():
-    draining = ScaleDecision(3, {}, phase="scale-down", waiting="moving 4 partitions")
+    draining = ScaleDecision({"": 3}, {}, phase="scale-down", waiting="moving 4 partitions")
     assert needs_apply(RESOURCE, snapshot(), applied(scaling=draining))
-    refused = ScaleDecision(3, {}, refused="topic t has 3 replicas")
+    refused = ScaleDecision({"": 3}, {}, refused="topic t has 3 replicas")
     assert needs_apply(RESOURCE, snapshot(), applied(scaling=refused))
     between_steps = ListenerStep(ListenerLayout.of(SecuritySpec.of({})), False, "step 1 of 3")
     assert needs_apply(RESOURCE, snapshot(), applied(step=between_steps))

@@ -1,0 +1,102 @@
+"""Node pools (kafkube_operator.model.pools) and scaling across them
+(model/scale.pool_scale_decision): a pool added gets its brokers at once and replicas spread
+onto them; the default pool scaled to 0 in the same change keeps its brokers until they are
+drained onto the others (the new pool's included) and cordoned; ids stay per pool."""
+
+from __future__ import annotations
+
+from kafkube_operator.model.pools import (
+    NODE_ID_OFFSET,
+    node_pools,
+    pod_node_id,
+    pool_of,
+    wanted_ids,
+)
+from kafkube_operator.model.scale import DRAINING, SCALING_UP, pool_scale_decision
+from tests.support.layouts import placement
+from tests.unit.operator.test_operator_scale_model import apply, cluster_image, cordoned, load
+
+SPEC = {"replicas": 3, "storage": {"size": "10Gi"}, "resources": {"requests": {"cpu": "1"}}}
+BIG = {"name": "big", "replicas": 3, "firstNodeId": 100,
+       "storage": {"size": "100Gi", "class": "ssd"}, "nodeSelector": {"disk": "ssd"},
+       "tolerations": [{"key": "dedicated", "operator": "Exists"}]}
+
+
+def rack(b: int) -> str:
+    return "abc"[b % 3]
+
+
+def live(*ids: int) -> dict[int, str]:
+    return {b: rack(b) for b in ids}
+
+
+def test_the_default_pool_is_the_clusters_own_brokers_and_pools_take_their_own_fields() -> None:
+    default, big = node_pools({**SPEC, "pools": [BIG]})
+    assert (default.name, default.replicas, list(default.ids()), default.statefulset("k")) == (
+        "", 3, [0, 1, 2], "k")
+    assert (big.statefulset("k"), list(big.ids()), big.label()) == ("k-big", [100, 101, 102],
+                                                                     "big")
+    assert big.spec["storage"] == BIG["storage"] and big.spec["nodeSelector"] == {"disk": "ssd"}
+    assert big.spec["resources"] == SPEC["resources"]  # not its own: the cluster's
+    assert big.spec["replicas"] == 3 and default.spec is not big.spec
+    assert wanted_ids(node_pools({**SPEC, "pools": [BIG]})) == {0, 1, 2, 100, 101, 102}
+    pools = node_pools({**SPEC, "pools": [BIG]})
+    assert pool_of(pools, 2).name == "" and pool_of(pools, 7).name == ""  # scaled-down ids
+    assert pool_of(pools, 101).name == "big"
+
+
+def test_a_pods_node_id_is_its_pools_first_id_plus_its_ordinal() -> None:
+    def pod(name: str, offset: str | None) -> dict:
+        return {"metadata": {"name": name, "annotations": {NODE_ID_OFFSET: offset}
+                             if offset is not None else {}}}
+
+    assert pod_node_id(pod("k-2", None)) == 2  # the default pool, or a pod from before pools
+    assert pod_node_id(pod("k-big-1", "100")) == 101
+    assert pod_node_id(pod("k-big", "100")) is None
+
+
+def test_moving_every_broker_to_a_new_pool_grows_it_first_and_drains_the_old_one() -> None:
+    """The default pool 3 → 0 and pool big 0 → 3 in one edit: big's three brokers start at
+    once, and only once they registered do the old brokers' replicas move, onto them; the
+    old StatefulSet shrinks once they are empty and cordoned."""
+    pools = node_pools({**SPEC, "replicas": 0, "pools": [BIG]})
+    image = cluster_image({"t": placement("t", live(0, 1, 2), 6, 3)})
+    current = {"": 3}
+    waiting = pool_scale_decision(pools, current, image, live(0, 1, 2), None)
+    assert waiting.sizes == {"": 3, "big": 3} and waiting.phase == SCALING_UP
+    assert "waiting for brokers [100, 101, 102]" in (waiting.waiting or "")
+    current = {"": 3, "big": 3}
+    everyone = live(0, 1, 2, 100, 101, 102)
+    draining = pool_scale_decision(pools, current, image, everyone, SCALING_UP)
+    assert draining.phase == DRAINING and draining.cordon == {0, 1, 2}
+    assert draining.sizes == {"": 3, "big": 3}
+    moved = apply(image, draining.moves)
+    assert set(load(moved)) == {100, 101, 102}
+    for state in moved.topics["t"].assignments:  # one replica per rack still
+        assert len({rack(b) for b in state.replicas}) == 3
+    not_cordoned = pool_scale_decision(pools, current, moved, everyone, DRAINING)
+    assert not_cordoned.sizes == {"": 3, "big": 3} and "cordoning" in not_cordoned.waiting
+    shrink = pool_scale_decision(pools, current, cordoned(moved, 0, 1, 2), everyone, DRAINING)
+    assert shrink.sizes == {"": 0, "big": 3} and shrink.moves == {}
+    assert shrink.statefulset_replicas == 3
+
+
+def test_a_pool_added_beside_the_default_one_takes_its_share() -> None:
+    pools = node_pools({**SPEC, "pools": [BIG]})
+    image = cluster_image({"t": placement("t", live(0, 1, 2), 12, 3)})
+    spreading = pool_scale_decision(pools, {"": 3, "big": 3}, image,
+                                    live(0, 1, 2, 100, 101, 102), SCALING_UP)
+    assert spreading.phase == SCALING_UP and spreading.sizes == {"": 3, "big": 3}
+    counts = load(apply(image, spreading.moves))
+    assert {counts[b] for b in (0, 1, 2, 100, 101, 102)} == {6}
+
+
+def test_emptying_the_pools_below_a_replication_factor_is_refused() -> None:
+    pools = node_pools({**SPEC, "replicas": 0, "pools": [{**BIG, "replicas": 2}]})
+    image = cluster_image({"t": placement("t", live(0, 1, 2), 3, 3)})
+    refused = pool_scale_decision(pools, {"": 3, "big": 2}, image,
+                                  live(0, 1, 2, 100, 101), None)
+    assert refused.sizes == {"": 3, "big": 2} and refused.moves == {}
+    assert refused.refused == (
+        "spec.replicas 0 and pool big 2 leave 2 brokers, below the replication factor 3 of "
+        "topic t: keeping 5 brokers; lower the topics' replication factor first")
