@@ -34,7 +34,7 @@ from collections.abc import Callable
 from broker.cluster.backend import CoordinationBackend, MetadataMissing, new_cluster_id
 from broker.cluster.features import NEW_CLUSTER
 from broker.cluster.image import ClusterImage
-from kafkube_contract.image import ImageUnreadable, StoredIdentity
+from kafkube_contract.image import ImageFormatError, ImageUnreadable, StoredIdentity
 from kafkube_contract.registration import BrokerRegistration, ControllerLease
 
 log = logging.getLogger(__name__)
@@ -248,7 +248,10 @@ class MetadataGuard(CoordinationBackend):
                 image = self.store.read_image()
             except MetadataMissing:
                 return self._good
-            except ImageUnreadable as e:
+            except ImageFormatError as e:
+                # Damaged, or written in a newer format than this broker reads (a newer
+                # kafkube finalized a level past this one's): not applied, and no write
+                # of this broker's goes on top of it, which would drop what it cannot read.
                 self._unreadable = (stored.version, str(e))
                 self._faulted(Verdict.UNREADABLE, unreadable(
                     self._where, str(e), self._cluster_id, self._good.version))

@@ -10,6 +10,7 @@ snapshot, one JSON file written atomically (a temporary file, fsync, rename).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -57,9 +58,12 @@ def read_image_copy(log_dirs: list[Path], cluster_id: str | None) -> ClusterImag
     """The newest image kept in these log dirs for ``cluster_id``; a copy that cannot be read
     is reported and passed over (the store, or another broker's copy, is still there). A
     copy in a newer format than this broker reads (kept by a newer kafkube, before a
-    downgrade) stops the broker with ``ImageFormatError``: passed over, it would hide that
-    the store may hold an image older than the broker's data (the guard's BEHIND check)."""
+    downgrade) stops the broker with ``ImageFormatError`` when it is newer than every copy
+    this broker can read: passed over, it would hide that the store may hold an image older
+    than the broker's data (the guard's BEHIND check). An older one of them (a copy left in
+    another dir before the level was lowered) is passed over."""
     best: ClusterImage | None = None
+    newer: tuple[int, str] | None = None  # (version, why) of the newest unreadable format
     for d in log_dirs:
         path = d / IMAGE_COPY
         if cluster_id is None or not path.exists():
@@ -75,15 +79,31 @@ def read_image_copy(log_dirs: list[Path], cluster_id: str | None) -> ClusterImag
             log.error("%s cannot be read (%s): not used", path, e)
             continue
         except ImageFormatError as e:
-            raise ImageFormatError(
-                f"{path}, this broker's copy of the cluster image: {e} (was this broker "
-                "downgraded? Run the kafkube version that wrote it, or newer)") from e
+            version = int(doc.get("version", -1)) if isinstance(doc, dict) else -1
+            if newer is None or version > newer[0]:
+                newer = (version, f"{path}, this broker's copy of the cluster image: {e} (was "
+                         "this broker downgraded? Run the kafkube version that wrote it, or "
+                         "newer)")
+            continue
         except (OSError, ValueError, KeyError, TypeError) as e:
             log.error("%s cannot be read (%s): not used", path, e)
             continue
         if best is None or image.version > best.version:
             best = image
+    if newer is not None and (best is None or newer[0] > best.version):
+        raise ImageFormatError(newer[1])
     return best
+
+
+def forget_other_copies(log_dirs: list[Path], kept: Path) -> None:
+    """Remove the image copies of every log dir but ``kept`` (a copy left behind when the
+    first dir went offline, or one written before the format changed, must not outlive the
+    newer one; a blocking call). A dir that cannot be written keeps its copy: it is offline
+    anyway."""
+    for d in log_dirs:
+        if d != kept:
+            with contextlib.suppress(OSError):
+                (d / IMAGE_COPY).unlink(missing_ok=True)
 
 
 def write_image_copy(log_dir: Path, cluster_id: str, image: ClusterImage) -> None:

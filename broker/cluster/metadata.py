@@ -26,6 +26,7 @@ from broker.cluster.backend import CoordinationBackend, StoreUnavailable
 from broker.cluster.guard import MetadataFault, MetadataGuard, bootstrap
 from broker.cluster.image import ClusterImage
 from broker.cluster.local_copy import (
+    forget_other_copies,
     read_cluster_id,
     read_image_copy,
     write_image_copy,
@@ -94,6 +95,7 @@ class ClusterMetadata:
         self.backend = MetadataGuard(backend, cluster_id, image, backend.where)
         self.image = image
         self._copied = (-1, 0.0)  # (version, time.monotonic()) of the last copy kept
+        self._copied_format = image.image_format
         self._copy_lock = asyncio.Lock()
         self.brokers: dict[int, BrokerRegistration] = backend.live_brokers()
         self.controller_id = -1
@@ -210,12 +212,18 @@ class ClusterMetadata:
         async with self._copy_lock:
             version, at = self._copied
             now = time.monotonic()
-            if self.image.version == version or (not force and now - at < COPY_EVERY_S):
-                return
             image = self.image
+            # A change of format (kafkube.metadata.version raised or lowered) is kept at
+            # once: a rollback after a downgrade must find the older format on disk.
+            force = force or image.image_format != self._copied_format
+            if image.version == version or (not force and now - at < COPY_EVERY_S):
+                return
             self._copied = (version, now)  # a failure retries later
-            await asyncio.to_thread(write_image_copy, self.copy_dir(), self.cluster_id, image)
+            where = self.copy_dir()
+            await asyncio.to_thread(write_image_copy, where, self.cluster_id, image)
+            await asyncio.to_thread(forget_other_copies, self.log_dirs, where)
             self._copied = (image.version, now)
+            self._copied_format = image.image_format
 
     async def next_producer_id(self) -> int:
         """Unique cluster-wide: each broker reserves blocks, as brokers do from the controller."""

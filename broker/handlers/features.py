@@ -48,9 +48,17 @@ def _refusal(image: ClusterImage, name: str, level: int, downgrade: bool,
     if level < current and not downgrade:
         return (f"Cannot downgrade {name} from {current} to {level} without setting the "
                 f"upgrade type to safe or unsafe downgrade.")
-    if level > current and (reasons := unsupported(
-            {node: b.feature_ranges for node, b in brokers.items()}, name, level)):
-        return f"Cannot raise {name} to {level}: " + "; ".join(reasons) + "."
+    if level > current:
+        reasons = unsupported({node: b.feature_ranges for node, b in brokers.items()},
+                              name, level)
+        # A broker that holds replicas but is not registered now (stopped, restarting)
+        # may come back on any kafkube: Kafka checks its fenced brokers' registrations too.
+        absent = sorted({b for topic in image.topics.values() for p in topic.assignments
+                         for b in p.replicas} - set(brokers))
+        reasons += [f"broker {b} holds replicas but is not running, so which kafkube it runs "
+                    "is not known (start it, or move its replicas away)" for b in absent]
+        if reasons:
+            return f"Cannot raise {name} to {level}: " + "; ".join(reasons) + "."
     return None
 
 
@@ -73,13 +81,14 @@ async def handle_update_features(ctx: RequestContext, request: Any) -> Any:
         error, message = ErrorCode.invalid_request, "A feature may be updated once a request."
     else:
         store = ctx.services.store
+        brokers = store.live_brokers()  # now, not as of the last poll
         refusals = [r for name, level, down in wanted
-                    if (r := _refusal(store.image, name, level, down, store.brokers))]
+                    if (r := _refusal(store.image, name, level, down, brokers))]
         if refusals:
             error, message = ErrorCode.invalid_update_version, " ".join(refusals)
         elif not getattr(request, "validate_only", False):
             def apply(image: ClusterImage) -> ClusterImage | None:
-                if any(_refusal(image, name, level, down, store.brokers)
+                if any(_refusal(image, name, level, down, brokers)
                        for name, level, down in wanted):
                     raise ValueError("the features changed meanwhile")
                 updated = image

@@ -221,9 +221,9 @@ def _partition_of_doc(doc: Any) -> PartitionState:
 def _partition_of_row(row: list[Any]) -> PartitionState:
     """A partition of format 2: an array of its five required values, then optionally its
     adding and removing replicas, then optionally an object of keys added later."""
-    if len(row) < 5:
-        raise ImageUnreadable(f"a partition of the cluster image has {len(row)} values, "
-                              "fewer than its replicas, ISR, leader and epochs")
+    if not 5 <= len(row) <= 8:
+        raise ImageUnreadable(f"a partition of the cluster image has {len(row)} values: "
+                              "format 2 has 5 to 8 (keys added later go in the eighth)")
     extra = row[7] if len(row) > 7 else {}
     if not isinstance(extra, dict):
         raise ImageUnreadable("a partition's added keys are not an object")

@@ -131,6 +131,8 @@ def test_node_pools_keep_their_ids_apart_and_leave_only_empty(api: k8s.ApiClient
         "pools": [big, {"name": "small", "replicas": 1, "firstNodeId": 102}]})
     assert "Duplicate value" in refused(create, api, "kafkaclusters", {"pools": [big, big]})
     assert refused(create, api, "kafkaclusters", {"pools": [{**big, "name": "Big_1"}]})
+    assert "may not be named default" in refused(create, api, "kafkaclusters", {
+        "pools": [{**big, "name": "default"}]})
     assert "spec.replicas may be 0 only while a node pool" in refused(
         create, api, "kafkaclusters", {"replicas": 0})
     assert "firstNodeId cannot change" in refused(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import gzip
+import json
 import logging
 import sqlite3
 import time
@@ -29,7 +30,7 @@ from broker.cluster.local_copy import IMAGE_COPY
 from broker.cluster.metadata import ClusterMetadata, MetadataUnavailable
 from broker.cluster.sqlite import SqliteBackend
 from kafkube.harness.waiting import wait_until
-from kafkube_contract.image import PartitionState, StoredIdentity, TopicMetadata
+from kafkube_contract.image import IMAGE_FORMAT, PartitionState, StoredIdentity, TopicMetadata
 from kafkube_contract.objects import A_CLUSTER_ID, A_IMAGE_VERSION, IMAGE_KEY, api_client
 from kafkube_contract.registration import BrokerRegistration
 from tests.support.in_process import new_cluster
@@ -231,6 +232,24 @@ def test_an_unreadable_image_is_never_applied_nor_overwritten(store: Store, tmp_
     assert broker.backend.stored_identity() == StoredIdentity(broker.cluster_id, image.version)
     add_topic(broker, "payments")  # writes go on
     assert broker.backend.fault is None
+
+
+def test_an_image_of_a_newer_format_is_never_applied_nor_written_over(
+        store: Store, tmp_path: Path) -> None:
+    """A newer kafkube finalized a level past this broker's and wrote a format it cannot
+    read: the broker keeps its last image and writes nothing on top (it would drop what it
+    cannot read), saying which format it met."""
+    broker = ClusterMetadata(store.open(), [tmp_path / "b0"], 0)
+    image = add_topic(broker, "orders")
+    newer = store.garble(json.dumps({"format": IMAGE_FORMAT + 1, "topics": []}))
+    seen(broker.backend, newer)
+    broker.refresh()
+    assert broker.image.version == image.version and "orders" in broker.image.topics
+    assert f"format {IMAGE_FORMAT + 1}, newer than format {IMAGE_FORMAT}" in (
+        broker.backend.fault or "")
+    with pytest.raises(MetadataUnavailable):
+        add_topic(broker, "payments")
+    assert broker.backend.stored_identity() == newer
 
 
 def test_a_version_that_is_not_a_number_is_unreadable(control_plane: Any,

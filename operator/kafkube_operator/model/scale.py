@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kafkube_contract.image import NO_LEADER, ImageView
 from kafkube_operator.model.pools import DEFAULT_POOL, NodePool, wanted_ids
@@ -211,9 +211,40 @@ def pool_scale_decision(pools: list[NodePool], current: Mapping[str, int] | None
     that shrink keep theirs until the brokers leaving are drained (onto every broker that
     stays, the new ones included) and cordoned, so brokers move from one pool to another in
     one change."""
-    desired = {pool.name: pool.replicas for pool in pools}
     if current is None:
-        return ScaleDecision(desired, {})
+        return ScaleDecision({pool.name: pool.replicas for pool in pools}, {})
+    pools, held = _without_overlaps(pools, current)
+    desired = {pool.name: pool.replicas for pool in pools}
+    decision = _decide(pools, desired, current, image, live, phase, pods)
+    if held and decision.waiting is None and decision.refused is None:
+        decision = replace(decision, phase=decision.phase or SCALING_UP, waiting=held)
+    return decision
+
+
+def _without_overlaps(pools: list[NodePool], current: Mapping[str, int]
+                      ) -> tuple[list[NodePool], str | None]:
+    """The pools with any that would take node ids another pool's brokers still hold (a
+    pool shrinking, being drained) kept at their current size until those are gone: two
+    brokers of one id would fence each other, and the drain would move replicas onto the
+    wrong one. Why, if any is kept."""
+    kept, held = [], []
+    for pool in pools:
+        now = current.get(pool.name, 0)
+        new_ids = set(pool.ids()) - set(pool.ids(now))
+        taken = sorted(new_ids & {i for other in pools if other.name != pool.name
+                                  for i in other.ids(current.get(other.name, 0))})
+        if taken:
+            kept.append(NodePool(pool.name, now, pool.first_id, pool.spec))
+            held.append(f"pool {pool.label()} waits for node ids {taken[0]}-{taken[-1]} to "
+                        "be drained from the pool that holds them")
+        else:
+            kept.append(pool)
+    return kept, "; ".join(held) or None
+
+
+def _decide(pools: list[NodePool], desired: dict[str, int], current: Mapping[str, int],
+            image: ImageView, live: Mapping[int, str | None], phase: str | None,
+            pods: Collection[int]) -> ScaleDecision:
     wanted = sorted(wanted_ids(pools))
     existing = {i for pool in pools for i in pool.ids(current.get(pool.name, 0))}
     added, removed = set(wanted) - existing, existing - set(wanted)

@@ -57,6 +57,8 @@ INHERITED = ("serviceAccountName", "securityContext", "nodeSelector", "toleratio
 PROBE_STUCK = STUCK_REASONS | {"ErrImageNeverPull", "RunContainerError"}
 # An image without a supported range runs a kafkube from before features: format 1 only.
 OLDER_KAFKUBE_HIGHEST = 1
+# argparse's exit status for an unknown subcommand: what an older kafkube answers.
+ARGPARSE_USAGE_EXIT = 2
 
 PROBING, HELD_BACK, ROLLING, FINALIZING = "Probing", "HeldBack", "Rolling", "Finalizing"
 RUNNING, SUPPORTS, STUCK, FAILED, UNREADABLE = (
@@ -196,8 +198,14 @@ def read_probe(pod: Mapping) -> ProbeReading:
                 return ProbeReading(image, UNREADABLE, message=_last_line(message) or
                                     "no termination message", deleting=deleting)
             return ProbeReading(image, SUPPORTS, highest, deleting=deleting)
-        return ProbeReading(image, SUPPORTS, OLDER_KAFKUBE_HIGHEST, reason=f"exit {code}",
-                            message=_last_line(message) or terminated.get("reason", ""),
+        if code == ARGPARSE_USAGE_EXIT:  # `kafkube features` unknown: an older kafkube
+            return ProbeReading(image, SUPPORTS, OLDER_KAFKUBE_HIGHEST, reason=f"exit {code}",
+                                message=_last_line(message) or terminated.get("reason", ""),
+                                deleting=deleting)
+        # Killed (OOMKilled, a signal) or not kafkube at all: no answer to act on.
+        return ProbeReading(image, UNREADABLE, reason=f"exit {code}",
+                            message=f"exit {code} " + (terminated.get("reason", "") or "")
+                            + (f": {_last_line(message)}" if message else ""),
                             deleting=deleting)
     if waiting and waiting.get("reason") in PROBE_STUCK:
         return ProbeReading(image, STUCK, reason=waiting["reason"],

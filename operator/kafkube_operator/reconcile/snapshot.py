@@ -32,7 +32,7 @@ from kafkube_operator.reconcile.views import ClusterMemory, TrustedImage, truste
 def pool_name(obj: Mapping) -> str:
     """The pool a StatefulSet or pod belongs to (``DEFAULT_POOL`` for the cluster's own)."""
     label = ((obj.get("metadata") or {}).get("labels") or {}).get(POOL_LABEL)
-    return DEFAULT_POOL if label in (None, "default") else label
+    return DEFAULT_POOL if label is None else label
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from kafkube_contract.features import (
     parse_ranges,
     unsupported,
 )
+from kafkube_contract.image import PartitionState, TopicMetadata
 from kafkube_contract.objects import A_SUPPORTED_FEATURES, features_annotations, registration_of
 from kafkube_contract.registration import BrokerRegistration, feature_tuples
 from tests.support.handlers import call, make_services, request
@@ -143,3 +144,20 @@ def test_a_broker_refuses_to_start_in_a_cluster_newer_than_it(tmp_path: Path) ->
     assert backend.create_image("c1", ClusterImage(features={METADATA_VERSION: 3}))
     with pytest.raises(ClusterTooNew, match="finalized at 3"):
         ClusterMetadata(backend, [tmp_path / "logs"], 0)
+
+
+def test_a_broker_holding_replicas_but_not_running_blocks_a_raise(
+        services: BrokerServices) -> None:
+    """Kafka checks every registered broker, fenced ones too: a broker that holds replicas
+    and is down (restarting on who knows which kafkube) must not meet a format it cannot
+    read when it comes back."""
+    update(services, METADATA_VERSION, 1, upgrade_type=2)
+    image = services.store.image
+    assert services.store.backend.write_image(image.with_topic(TopicMetadata(
+        "t", "5f0c2e1a-8a8b-4c1e-9b5e-2b7e0c1d2a3b", {}, (PartitionState((1, 5), (1,), 1),))))
+    services.store.refresh()
+    refused = update(services, METADATA_VERSION, 2)
+    assert refused.error_code == ErrorCode.invalid_update_version
+    assert "broker 5 holds replicas but is not running" in refused.error_message
+    register(services, 5, SUPPORTED)
+    assert update(services, METADATA_VERSION, 2).error_code == ErrorCode.none

@@ -9,7 +9,12 @@ from pathlib import Path
 import pytest
 
 from broker.cluster.image import ClusterImage
-from broker.cluster.local_copy import IMAGE_COPY, read_image_copy, write_image_copy
+from broker.cluster.local_copy import (
+    IMAGE_COPY,
+    forget_other_copies,
+    read_image_copy,
+    write_image_copy,
+)
 from kafkube_contract.image import IMAGE_FORMAT, ImageFormatError
 
 
@@ -77,3 +82,24 @@ def test_the_copy_forced_at_shutdown_never_runs_beside_the_periodic_one(
     asyncio.run(both())
     assert overlapped == []
     assert (tmp_path / "logs" / IMAGE_COPY).exists()
+
+
+def test_a_newer_format_copy_older_than_a_readable_one_is_passed_over(tmp_path: Path) -> None:
+    """The reviewer's case: after kafkube.metadata.version was lowered, one dir still holds
+    a copy in the newer format (written before a dir failure moved the copy, or before the
+    broker was killed), another the newer image in the older format: the broker starts from
+    the readable one. A newer-format copy newer than every readable one still stops it."""
+    first, second = tmp_path / "a", tmp_path / "b"
+    first.mkdir(), second.mkdir()
+    newer = IMAGE_FORMAT + 1
+    (first / IMAGE_COPY).write_text(json.dumps(
+        {"cluster_id": "c1", "version": 5, "image": {"format": newer, "topics": []}}))
+    write_image_copy(second, "c1", ClusterImage(version=9))
+    assert read_image_copy([first, second], "c1").version == 9
+    (first / IMAGE_COPY).write_text(json.dumps(
+        {"cluster_id": "c1", "version": 12, "image": {"format": newer, "topics": []}}))
+    with pytest.raises(ImageFormatError, match=f"format {newer}"):
+        read_image_copy([first, second], "c1")
+    forget_other_copies([first, second], second)
+    assert not (first / IMAGE_COPY).exists() and (second / IMAGE_COPY).exists()
+    assert read_image_copy([first, second], "c1").version == 9

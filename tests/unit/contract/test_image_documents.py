@@ -165,6 +165,8 @@ def test_at_metadata_version_2_partitions_are_arrays_read_as_format_1_reads_obje
         [[1], [1], 1, 3, 1]]}]},
     {"format": 2, "topics": [{"name": "t", "topic_id": "x", "assignments": [
         [[1], [1], 1, 3, 1, [], [], 7]]}]},
+    {"format": 2, "topics": [{"name": "t", "topic_id": "x", "assignments": [
+        [[1], [1], 1, 3, 1, [], [], {}, "a ninth value no reader knows"]]}]},
 ])
 def test_a_partition_of_the_wrong_shape_for_its_format_is_unreadable(doc: dict) -> None:
     for read in (read_image_doc, ClusterImage.from_doc):

@@ -6,7 +6,7 @@ cluster gets no move."""
 
 from __future__ import annotations
 
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from kafkube_operator.model.balance import (
@@ -124,14 +124,18 @@ def test_disk_usage_ends_within_its_tolerance_when_it_can(data: BalanceInput) ->
 @st.composite
 def leadable(draw: st.DrawFn) -> BalanceInput:
     """Bytes-in feasible by leadership alone: every broker holds every partition (disk and
-    counts balanced already), each partition's rate small against the band."""
+    counts balanced already), each partition's rate within half the band (20% of the mean
+    each way), so some assignment of leaders meets it. (13 partitions of 1,000 B/s on 4
+    brokers cannot: one broker leads 4, 23% above the mean.)"""
     n = draw(st.integers(2, 4))
     brokers = {b: Broker(None, CAPACITY) for b in range(n)}
     placement, load = {}, {}
-    for i in range(draw(st.integers(n * 3, 30))):
+    for i in range(draw(st.integers(n * 3, 60))):
         first = draw(st.integers(0, min(1, n - 1)))  # leaders piled on brokers 0 and 1
         placement[("t", i)] = (first, *[b for b in range(n) if b != first])
         load[("t", i)] = PartitionLoad(100, float(draw(st.integers(1000, 3000))))
+    rates = [partition.bytes_in for partition in load.values()]
+    assume(max(rates) <= 0.2 * sum(rates) / n)
     return BalanceInput(placement, load, brokers, Tolerances(bytes_in=0.2, min_rate=1.0),
                         max_moves=200)
 

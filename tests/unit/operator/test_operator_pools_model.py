@@ -100,3 +100,24 @@ def test_emptying_the_pools_below_a_replication_factor_is_refused() -> None:
     assert refused.refused == (
         "spec.replicas 0 and pool big 2 leave 2 brokers, below the replication factor 3 of "
         "topic t: keeping 5 brokers; lower the topics' replication factor first")
+
+
+def test_a_pool_never_takes_ids_another_pools_brokers_still_hold() -> None:
+    """The reviewer's case: the default pool 5 → 2 and a pool p from id 2 in one edit. p
+    waits at 0 while brokers 2-4 of the default pool are drained (onto 0 and 1 alone: never
+    onto brokers of p carrying the same ids), and gets its brokers once they are gone."""
+    pools = node_pools({**SPEC, "replicas": 2,
+                        "pools": [{"name": "p", "replicas": 2, "firstNodeId": 2}]})
+    image = cluster_image({"t": placement("t", live(0, 1, 2, 3, 4), 5, 2)})
+    draining = pool_scale_decision(pools, {"": 5}, image, live(0, 1, 2, 3, 4), None)
+    assert draining.sizes == {"": 5, "p": 0} and draining.phase == DRAINING
+    assert draining.cordon == {2, 3, 4}
+    assert set(load(apply(image, draining.moves))) <= {0, 1}
+    drained = cordoned(apply(image, draining.moves), 2, 3, 4)
+    shrink = pool_scale_decision(pools, {"": 5, "p": 0}, drained, live(0, 1, 2, 3, 4),
+                                 DRAINING)
+    assert shrink.sizes == {"": 2, "p": 0}
+    assert "pool p waits for node ids 2-3" in (shrink.waiting or "")
+    grow = pool_scale_decision(pools, {"": 2, "p": 0}, drained, live(0, 1), None)
+    assert grow.sizes == {"": 2, "p": 2} and grow.phase == SCALING_UP
+    assert "waiting for brokers [2, 3] to register" in (grow.waiting or "")

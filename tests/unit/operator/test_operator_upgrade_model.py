@@ -151,6 +151,13 @@ def test_a_probe_ended_without_an_answer_is_made_again_or_reported() -> None:
     garbled = decide(probe_pod_=probe(terminated(0, "hello"), phase="Succeeded"))
     assert garbled.warning is not None and garbled.warning.reason == "ImageProbeFailed"
     assert garbled.image == OLD and not garbled.delete_probe
+    # Killed (its memory limit) or not a kafkube at all: no answer, never taken for an
+    # older kafkube (only argparse's exit 2 for an unknown command says that).
+    killed = probe({"terminated": {"exitCode": 137, "reason": "OOMKilled"}}, phase="Failed")
+    oom = decide(probe_pod_=killed)
+    assert oom.warning is not None and oom.warning.reason == "ImageProbeFailed"
+    assert "exit 137 OOMKilled" in oom.warning.message and oom.verdict is None
+    assert oom.image == OLD
 
 
 def test_the_termination_message_is_read_from_its_last_json_line() -> None:
