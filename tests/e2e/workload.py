@@ -143,9 +143,11 @@ def create_topic(args: argparse.Namespace) -> int:
     admin = AdminClient({"bootstrap.servers": args.bootstrap})
     configs = dict(item.split("=", 1) for item in args.config)
     if args.assignment:  # "0,1;0,2": partition i's replicas, the first its preferred leader
-        new = NewTopic(args.topic, replica_assignment=[
-            [int(b) for b in replicas.split(",")] for replicas in args.assignment.split(";")],
-            config=configs)
+        assignment = [[int(b) for b in replicas.split(",")]
+                      for replicas in args.assignment.split(";")]
+        # confluent-kafka wants the count given with an assignment, and no factor.
+        new = NewTopic(args.topic, len(assignment), replica_assignment=assignment,
+                       config=configs)
     else:
         new = NewTopic(args.topic, args.partitions, args.replication_factor, config=configs)
     future = admin.create_topics([new], request_timeout=60)[args.topic]
