@@ -82,6 +82,9 @@ def broker_container(pod_spec: Mapping) -> Mapping:
     return next(c for c in pod_spec.get("containers") or () if c.get("name") == CONTAINER)
 
 
+PROBE_DEADLINE_S = 300
+
+
 def probe_pod(ref: ClusterRef, statefulset: Mapping, image: str) -> Manifest:
     """The pod that asks ``image`` which feature levels it supports, placed and pulled as
     the brokers of ``statefulset`` (the rendered one) would be. Never restarted: one answer
@@ -99,8 +102,10 @@ def probe_pod(ref: ClusterRef, statefulset: Mapping, image: str) -> Manifest:
     if "securityContext" in broker:
         container["securityContext"] = broker["securityContext"]
     spec: Manifest = {key: template[key] for key in INHERITED if key in template}
+    # Bounded: a probe stuck pulling its image or never scheduled ends (DeadlineExceeded,
+    # read as no answer, made again) instead of standing there for good.
     spec |= {"restartPolicy": "Never", "automountServiceAccountToken": False,
-             "containers": [container]}
+             "activeDeadlineSeconds": PROBE_DEADLINE_S, "containers": [container]}
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": probe_name(ref), "namespace": ref.namespace,
                          "labels": probe_labels(ref),

@@ -15,6 +15,7 @@ from kafkube_operator.kafka import AdminClients
 from kafkube_operator.kube import Kube
 from kafkube_operator.model.cluster import ClusterRef, config_hash, selector
 from kafkube_operator.model.listeners import ListenerLayout, SecuritySpec, layout_of_properties
+from kafkube_operator.model.upgrade import deployed_image
 from kafkube_operator.reconcile.cluster_apply import apply_cluster, apply_pass, deployed_min_isr
 from kafkube_operator.reconcile.cluster_observe import observe_pass, problem_status
 from kafkube_operator.reconcile.security import apply_cluster_pki
@@ -75,11 +76,12 @@ def problem_pass(kube: Kube, view: ClusterView, resource: Mapping,
     pki, _ = apply_cluster_pki(kube, resource, events)
     held = layout_of_properties(snapshot.deployed_properties) or \
         ListenerLayout.of_status(resource.get("status"))
-    # The level cannot be read from this image: a spec.image the last apply held back as
-    # too old stays held (model/upgrade.py); any other is applied.
+    # The level cannot be read from this image, so no image is probed: the brokers keep
+    # the one they run (a spec.image applied here would be rolled out later unprobed, taken
+    # for the deployed one); the one the last apply chose where there is no StatefulSet.
     last = memory.applied.upgrade if memory.applied is not None else None
-    image = last.image if last is not None and last.spec_image == spec_image(resource) \
-        else None
+    image = deployed_image(snapshot.statefulset, snapshot.pods) or (
+        last.image if last is not None and last.spec_image == spec_image(resource) else None)
     apply_cluster(kube, resource, events, snapshot.pool_sizes(), pki.pod_annotations,
                   deployed_min_isr(snapshot.deployed_properties), held, image)
     status = problem_status(resource, snapshot, snapshot.trusted.problem)

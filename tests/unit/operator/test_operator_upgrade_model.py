@@ -213,6 +213,7 @@ def test_the_probe_pod_is_placed_as_the_brokers_and_is_no_broker() -> None:
         assert pod["spec"][key] == template[key]
     assert pod["spec"]["restartPolicy"] == "Never"
     assert pod["spec"]["automountServiceAccountToken"] is False
+    assert pod["spec"]["activeDeadlineSeconds"] == 300  # a probe stuck pulling ends
     (container,) = pod["spec"]["containers"]
     assert container["image"] == NEW
     assert container["args"] == ["features", "--termination-log", "/dev/termination-log"]

@@ -130,6 +130,23 @@ def test_a_held_back_image_is_applied_with_every_other_change() -> None:
     assert "log.retention.ms=5" in config
 
 
+def test_a_problem_pass_never_changes_the_brokers_image() -> None:
+    """The reviewer's case: with the cluster image missing (the level unknown), a new
+    spec.image applied by the problem pass would later be taken for the deployed one and
+    rolled out unprobed. The problem pass keeps the image the StatefulSet runs."""
+    from kafkube_operator.model.status import SpecWarning
+    from kafkube_operator.reconcile.cluster import problem_pass
+
+    kube, events = FakeKube(), Events()
+    found = snapshot(deployed=OLD)
+    kube.apply(found.statefulset)
+    troubled = ClusterSnapshot(REF, found.statefulset, found.pods, "", TrustedImage(
+        ImageView(), "id", SpecWarning("MetadataMissing", "the ConfigMap is missing")), {}, 0)
+    problem_pass(kube, None, RESOURCE, troubled, ClusterMemory(), events)  # type: ignore[arg-type]
+    sts = kube.objects[("StatefulSet", "prod")]
+    assert sts["spec"]["template"]["spec"]["containers"][0]["image"] == OLD
+
+
 class Admin:
     def __init__(self, refuse: str | None = None) -> None:
         self.calls: list[tuple[str, int, bool]] = []
