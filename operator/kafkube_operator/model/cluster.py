@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kafkube_operator.model.broker_config import (
@@ -422,16 +422,20 @@ class DesiredCluster:
 def desired_cluster(resource: Mapping, sizes: Mapping[str, int] | None = None,
                     pod_annotations: Mapping[str, str] | None = None,
                     min_isr_ceiling: int | None = None,
-                    layout: ListenerLayout | None = None) -> DesiredCluster:
+                    layout: ListenerLayout | None = None,
+                    first_ids: Mapping[str, int] | None = None) -> DesiredCluster:
     """The objects, in the order they are applied: identity and configuration before the
     pods that need them. ``sizes``: each pool's StatefulSet size when not its spec's (a
     scale under way, model/scale.py). ``pod_annotations``: more for the pod template (a
     secured cluster's certificate hashes, model/cluster_pki.py), each a roll when it changes.
-    ``layout``: the listeners of this step of a listener change, else spec.listeners'."""
+    ``layout``: the listeners of this step of a listener change, else spec.listeners'.
+    ``first_ids``: a pool's first node id where its StatefulSet's differs from the spec's
+    (reconcile/snapshot.py ``pools``: the brokers' volumes were made with those ids)."""
     ref = ClusterRef.of(resource)
     spec = resource.get("spec") or {}
     layout = layout or ListenerLayout.of(SecuritySpec.of(spec))
-    pools = node_pools(spec)
+    pools = [replace(p, first_id=(first_ids or {}).get(p.name, p.first_id))
+             for p in node_pools(spec)]
     brokers = sum((sizes or {}).get(p.name, p.replicas) for p in pools) if sizes else None
     props = broker_properties(ref.name, spec, brokers, min_isr_ceiling, layout)
     metrics = (spec.get("metrics") or {}).get("enabled", True)

@@ -83,8 +83,11 @@ def apply_pass(kube: Kube, view: ClusterView, admins: AdminClients, resource: Ma
     elif step.waiting_for is None:
         memory.listener_step = step.description
     upgrade = image_step(kube, resource, snapshot, memory, events)
+    first_ids = {pool.name: pool.first_id for pool in snapshot.pools(spec)}
+    warnings += [SpecWarning("PoolIdsKept", why) for why in snapshot.moved_ids(spec)]
     applied = apply_cluster(kube, resource, events, scaling.sizes,
-                            pki.pod_annotations, ceiling, step.layout, upgrade.image)
+                            pki.pod_annotations, ceiling, step.layout, upgrade.image,
+                            first_ids)
     applied = replace(applied, changed=applied.changed | leftover_pools(
         kube, snapshot, resource, scaling.sizes, events))
     warnings += applied.warnings
@@ -175,13 +178,15 @@ def apply_cluster(kube: Kube, resource: Mapping, events: Events,
                   pod_annotations: Mapping[str, str] | None = None,
                   min_isr_ceiling: int | None = None,
                   layout: ListenerLayout | None = None,
-                  broker_image: str | None = None) -> Applied:
+                  broker_image: str | None = None,
+                  first_ids: Mapping[str, int] | None = None) -> Applied:
     """Create or update every object the KafkaCluster owns; what could not be applied comes
     back as warnings, with the API server's or the broker's reason. ``layout``: the
     listeners of this pass (``listener_step``), else spec.listeners'; ``broker_image``: the
     image the brokers run in this pass (reconcile/upgrade.py), else spec.image. ``sizes``:
     each pool's StatefulSet size when not its spec's (a scale under way)."""
-    desired = desired_cluster(resource, sizes, pod_annotations, min_isr_ceiling, layout)
+    desired = desired_cluster(resource, sizes, pod_annotations, min_isr_ceiling, layout,
+                              first_ids)
     warnings = []
     changed = False
     properties = None

@@ -53,15 +53,36 @@ class ClusterSnapshot:
 
     def pools(self, spec: Mapping) -> list[NodePool]:
         """The pools of ``spec``, then any pool whose StatefulSet still runs after it left
-        spec.pools (at 0 brokers: drained, then removed)."""
-        pools = node_pools(spec)
+        spec.pools (at 0 brokers: drained, then removed). A pool's StatefulSet says its
+        first node id: one removed and added back with another firstNodeId while its
+        StatefulSet was still there keeps the ids its brokers' volumes were made with
+        (``moved_ids`` says so)."""
+        pools = []
+        for pool in node_pools(spec):
+            first = self._first_id(pool.name)
+            pools.append(pool if first is None or first == pool.first_id else
+                         NodePool(pool.name, pool.replicas, first, pool.spec))
         named = {p.name for p in pools}
-        for name, sts in sorted((self.statefulsets or {}).items()):
+        for name in sorted(self.statefulsets or {}):
             if name not in named:
-                offset = (((sts["spec"].get("template") or {}).get("metadata") or {})
-                          .get("annotations") or {}).get(NODE_ID_OFFSET, "0")
-                pools.append(NodePool(name, 0, int(offset), spec))
+                pools.append(NodePool(name, 0, self._first_id(name) or 0, spec))
         return pools
+
+    def moved_ids(self, spec: Mapping) -> list[str]:
+        """The pools whose spec's firstNodeId is not their StatefulSet's, as messages."""
+        kept = {p.name: p.first_id for p in self.pools(spec)}
+        return [f"pool {p.label()} keeps node ids from {kept[p.name]}, which its brokers' "
+                f"volumes were made with, not spec.pools' firstNodeId {p.first_id} (it was "
+                "removed and added back before its StatefulSet was gone)"
+                for p in node_pools(spec) if kept.get(p.name, p.first_id) != p.first_id]
+
+    def _first_id(self, pool: str) -> int | None:
+        sts = (self.statefulsets or {}).get(pool)
+        if sts is None:
+            return None
+        offset = (((sts["spec"].get("template") or {}).get("metadata") or {})
+                  .get("annotations") or {}).get(NODE_ID_OFFSET, "0")
+        return int(offset) if offset.isdigit() else 0
 
     def pool_sizes(self) -> dict[str, int] | None:
         """Each pool's StatefulSet size now (None when no StatefulSet exists). A pool whose

@@ -121,3 +121,28 @@ def test_a_pool_never_takes_ids_another_pools_brokers_still_hold() -> None:
     grow = pool_scale_decision(pools, {"": 2, "p": 0}, drained, live(0, 1), None)
     assert grow.sizes == {"": 2, "p": 2} and grow.phase == SCALING_UP
     assert "waiting for brokers [2, 3] to register" in (grow.waiting or "")
+
+
+def test_a_pool_added_back_with_other_ids_keeps_those_its_statefulset_has() -> None:
+    """The reviewer's case: pool big removed (at 0) and added back with firstNodeId 50 while
+    its StatefulSet, made with 100, is still there: its brokers' volumes say 100-102, so
+    100 it stays, with a Warning, and the StatefulSet is rendered with it."""
+    from kafkube_contract.image import ImageView
+    from kafkube_operator.model.cluster import ClusterRef, desired_cluster, stateful_set
+    from kafkube_operator.reconcile.snapshot import ClusterSnapshot
+    from kafkube_operator.reconcile.views import TrustedImage
+
+    ref = ClusterRef("k", "ns", "u")
+    made = stateful_set(ref, {**SPEC, "pools": [BIG]}, "", pool=node_pools(
+        {**SPEC, "pools": [BIG]})[1])
+    spec = {**SPEC, "pools": [{**BIG, "firstNodeId": 50}]}
+    snap = ClusterSnapshot(ref, None, (), "", TrustedImage(ImageView(), "id"), {}, None,
+                           statefulsets={"big": made})
+    assert [(p.name, p.first_id) for p in snap.pools(spec)] == [("", 0), ("big", 100)]
+    assert snap.moved_ids(spec) == [
+        "pool big keeps node ids from 100, which its brokers' volumes were made with, not "
+        "spec.pools' firstNodeId 50 (it was removed and added back before its StatefulSet "
+        "was gone)"]
+    resource = {"metadata": {"name": "k", "namespace": "ns", "uid": "u"}, "spec": spec}
+    big = desired_cluster(resource, first_ids={"big": 100}).by_kind("StatefulSet")[1]
+    assert big["spec"]["template"]["metadata"]["annotations"][NODE_ID_OFFSET] == "100"
