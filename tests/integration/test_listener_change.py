@@ -268,7 +268,8 @@ def running_cluster(pod_revisions: list[str], observed_generation: int = 2,
          "metadata": {"name": ref.config_map, "namespace": "kafka"},
          "data": {"server.properties": text}},
         {"apiVersion": "apps/v1", "kind": "StatefulSet",
-         "metadata": {"name": ref.statefulset, "namespace": "kafka", "generation": 2},
+         "metadata": {"name": ref.statefulset, "namespace": "kafka", "generation": 2,
+                      "labels": selector(ref)},
          "spec": {"replicas": 3},
          "status": {"observedGeneration": observed_generation, "updateRevision": "r2"}}]
     for i, revision in enumerate(pod_revisions):

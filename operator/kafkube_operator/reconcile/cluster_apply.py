@@ -159,8 +159,9 @@ def not_rolled_out(snapshot: ClusterSnapshot, layout: ListenerLayout) -> str | N
     if len(pods) != wanted:
         return f"{wanted} broker pods (there are {len(pods)})"
     loaded = config_hash(snapshot.deployed)
+    only = next(iter(revisions.values())) if len(revisions) == 1 else None
     for pod in pods:
-        state = pod_state(pod, revisions.get(owner_of(pod)))
+        state = pod_state(pod, revisions.get(owner_of(pod), only))
         annotations = pod["metadata"].get("annotations") or {}
         if state.outdated or annotations.get(CONFIG_HASH) != loaded:
             return f"pod {state.name} to be restarted onto the current configuration"

@@ -39,7 +39,10 @@ def observe(snapshot: ClusterSnapshot, image: ImageView
             ) -> tuple[ObservedCluster, list[PodState]]:
     revisions = {sts["metadata"]["name"]: (sts.get("status") or {}).get("updateRevision")
                  for sts in (snapshot.statefulsets or {}).values()}
-    pods = [pod_state(p, revisions.get(owner_of(p))) for p in snapshot.pods]
+    # A pod without its controller's reference (one orphaned by a storage change, about to
+    # be adopted) is judged by the one StatefulSet there is.
+    only = next(iter(revisions.values())) if len(revisions) == 1 else None
+    pods = [pod_state(p, revisions.get(owner_of(p), only)) for p in snapshot.pods]
     leaders = image.leaders()
     brokers = tuple(BrokerState(b.node_id, b.rack, leaders.get(b.node_id, 0))
                     for b in snapshot.live.values())
