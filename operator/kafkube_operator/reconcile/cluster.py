@@ -59,8 +59,9 @@ def needs_apply(resource: Mapping, snapshot: ClusterSnapshot, memory: ClusterMem
         return True
     if outcome.under_way() or memory.scaling_phase is not None:
         return True
-    wanted = {pool.name: pool.replicas for pool in snapshot.pools(resource.get("spec") or {})}
-    if snapshot.statefulset_gone() or snapshot.pool_sizes() != wanted:
+    spec = resource.get("spec") or {}
+    wanted = {pool.name: pool.replicas for pool in snapshot.pools(spec)}
+    if snapshot.statefulset_gone(spec) or snapshot.pool_sizes() != wanted:
         return True
     if outcome.config_hash is not None and config_hash(snapshot.deployed) != outcome.config_hash:
         return True

@@ -105,11 +105,15 @@ class ClusterSnapshot:
     def deployed_properties(self) -> dict[str, str]:
         return parse_properties(self.deployed)
 
-    def statefulset_gone(self) -> bool:
+    def statefulset_gone(self, spec: Mapping | None = None) -> bool:
         """No StatefulSet to work with: never made, deleted, or being deleted (a storage
-        change recreates it, orphaning its pods)."""
-        return self.statefulset is None or \
-            bool(self.statefulset["metadata"].get("deletionTimestamp"))
+        change recreates it, orphaning its pods); with ``spec``, that of any of its pools
+        with brokers."""
+        found = self.statefulsets or {}
+        names = [DEFAULT_POOL] if spec is None else \
+            [p.name for p in node_pools(spec) if p.replicas or p.default]
+        return any(found.get(name) is None or bool(found[name]["metadata"].get(
+            "deletionTimestamp")) for name in names)
 
     def broker_pods(self) -> frozenset[int]:
         """The node ids of the broker pods that exist, running, starting or terminating: a

@@ -146,3 +146,28 @@ def test_a_pool_added_back_with_other_ids_keeps_those_its_statefulset_has() -> N
     resource = {"metadata": {"name": "k", "namespace": "ns", "uid": "u"}, "spec": spec}
     big = desired_cluster(resource, first_ids={"big": 100}).by_kind("StatefulSet")[1]
     assert big["spec"]["template"]["metadata"]["annotations"][NODE_ID_OFFSET] == "100"
+
+
+def test_a_pools_statefulset_being_made_again_counts_as_gone() -> None:
+    """A storage change of pool big recreates its StatefulSet: the next pass must apply at
+    once (it makes it again), not wait for the periodic apply."""
+    from kafkube_contract.image import ImageView
+    from kafkube_operator.model.cluster import ClusterRef
+    from kafkube_operator.reconcile.snapshot import ClusterSnapshot
+    from kafkube_operator.reconcile.views import TrustedImage
+
+    spec = {**SPEC, "pools": [BIG]}
+    sts = {"metadata": {"name": "k"}, "spec": {"replicas": 3}}
+    deleting = {"metadata": {"name": "k-big", "deletionTimestamp": "now"},
+                "spec": {"replicas": 3}}
+
+    def snap(statefulsets: dict) -> ClusterSnapshot:
+        return ClusterSnapshot(ClusterRef("k", "ns", "u"), sts, (), "",
+                               TrustedImage(ImageView(), "id"), {}, None,
+                               statefulsets=statefulsets)
+
+    assert not snap({"": sts, "big": {**deleting, "metadata": {"name": "k-big"}}}
+                    ).statefulset_gone(spec)
+    assert snap({"": sts, "big": deleting}).statefulset_gone(spec)
+    assert snap({"": sts}).statefulset_gone(spec)  # not made yet
+    assert not snap({"": sts}).statefulset_gone({**spec, "pools": [{**BIG, "replicas": 0}]})
