@@ -13,7 +13,7 @@ import pytest
 
 from kafkube.harness.kind.deployment import Brokers
 from kafkube.harness.kind.history import read_drain, read_produce
-from kafkube.harness.kind.operated import example_cluster, namespace_of
+from kafkube.harness.kind.operated import cluster_status, example_cluster, ready_cluster
 from kafkube.harness.kind.platform import Cluster
 from kafkube.harness.kind.streams import checked, end_stream, stream
 from kafkube.harness.queue_checker import History
@@ -27,16 +27,8 @@ BIG = {"name": "big", "replicas": 3, "firstNodeId": 100, "storage": {"size": "2G
 
 @pytest.fixture(scope="module")
 def pooled(operator: Cluster) -> Iterator[Brokers]:
-    with namespace_of(operator) as namespace:
-        operator.apply(example_cluster(NAME), namespace=namespace)
-        operator.kubectl("-n", namespace, "wait", f"kafkacluster/{NAME}",
-                         "--for=condition=Ready", "--timeout=420s", timeout=450)
-        yield Brokers(operator, namespace, NAME)
-
-
-def cluster_status(brokers: Brokers) -> dict:
-    return json.loads(brokers.kubectl("get", "kafkacluster", NAME, "-o", "json")).get(
-        "status", {})
+    with ready_cluster(operator, json.loads(example_cluster(NAME))) as brokers:
+        yield brokers
 
 
 def replicas_on(brokers: Brokers, topic: str) -> set[int]:

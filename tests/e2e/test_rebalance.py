@@ -15,7 +15,7 @@ import pytest
 
 from kafkube.harness.kind.deployment import Brokers
 from kafkube.harness.kind.history import read_drain, read_produce
-from kafkube.harness.kind.operated import example_cluster, namespace_of
+from kafkube.harness.kind.operated import example_cluster, ready_cluster
 from kafkube.harness.kind.platform import Cluster
 from kafkube.harness.kind.streams import checked, end_stream
 from kafkube.harness.queue_checker import History
@@ -34,13 +34,10 @@ TOLERANCE = 0.1
 
 @pytest.fixture(scope="module")
 def skewed(operator: Cluster) -> Iterator[Brokers]:
-    with namespace_of(operator) as namespace:
-        resource = json.loads(example_cluster(NAME))
-        resource["spec"]["storage"]["size"] = CAPACITY
-        operator.apply(json.dumps(resource), namespace=namespace)
-        operator.kubectl("-n", namespace, "wait", f"kafkacluster/{NAME}",
-                         "--for=condition=Ready", "--timeout=420s", timeout=450)
-        yield Brokers(operator, namespace, NAME)
+    resource = json.loads(example_cluster(NAME))
+    resource["spec"]["storage"]["size"] = CAPACITY
+    with ready_cluster(operator, resource) as brokers:
+        yield brokers
 
 
 def rebalance(brokers: Brokers, name: str) -> dict:

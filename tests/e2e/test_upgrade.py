@@ -18,7 +18,7 @@ import pytest
 
 from kafkube.harness.kind.deployment import Brokers
 from kafkube.harness.kind.history import read_drain, read_produce
-from kafkube.harness.kind.operated import example_cluster, namespace_of
+from kafkube.harness.kind.operated import cluster_status, example_cluster, ready_cluster
 from kafkube.harness.kind.platform import Cluster
 from kafkube.harness.kind.streams import checked, end_stream, stream
 from kafkube.harness.queue_checker import History
@@ -33,18 +33,10 @@ ROLL_TIMEOUT = 600.0
 @pytest.fixture(scope="module")
 def previous_cluster(operator: Cluster) -> Iterator[Brokers]:
     """A 3-broker KafkaCluster on the previous release's image, Ready."""
-    with namespace_of(operator) as namespace:
-        resource = json.loads(example_cluster(NAME))
-        resource["spec"]["image"] = PREVIOUS
-        operator.apply(json.dumps(resource), namespace=namespace)
-        operator.kubectl("-n", namespace, "wait", f"kafkacluster/{NAME}",
-                         "--for=condition=Ready", "--timeout=420s", timeout=450)
-        yield Brokers(operator, namespace, NAME)
-
-
-def cluster_status(brokers: Brokers) -> dict:
-    return json.loads(brokers.kubectl("get", "kafkacluster", NAME, "-o", "json")).get(
-        "status", {})
+    resource = json.loads(example_cluster(NAME))
+    resource["spec"]["image"] = PREVIOUS
+    with ready_cluster(operator, resource) as brokers:
+        yield brokers
 
 
 def patch(brokers: Brokers, spec: dict) -> None:

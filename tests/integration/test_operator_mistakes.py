@@ -13,7 +13,12 @@ from kubernetes import client as k8s
 
 from kafkube.harness.waiting import wait_until
 from kafkube_contract.objects import A_CLUSTER_ID, A_IMAGE_VERSION
-from tests.support.operator_api import condition, kafka_clusters, topic_resources
+from tests.support.operator_api import (
+    condition,
+    kafka_clusters,
+    statefulset_or_none,
+    topic_resources,
+)
 from tests.support.operator_process import OperatorProcess
 
 
@@ -249,7 +254,7 @@ def test_growing_a_one_broker_cluster_keeps_acks_all_writes_working(
     added.stop()
 
 
-def test_a_storage_size_edit_never_freezes_the_statefulset(
+def test_a_storage_size_edit_never_freezes_thestatefulset_or_none(
         crd_api: k8s.ApiClient, control_plane: Any, namespace: str,
         operators: list[OperatorProcess]) -> None:
     """Item 5: ``storage.size`` grown where the volumes cannot expand (this API server has no
@@ -260,7 +265,7 @@ def test_a_storage_size_edit_never_freezes_the_statefulset(
     clusters = kafka_clusters(crd_api, namespace)
     apps, core = k8s.AppsV1Api(crd_api), k8s.CoreV1Api(crd_api)
     clusters.create("store", {"replicas": 1, "storage": {"size": "1Gi"}})
-    sts = wait_until(lambda: _statefulset(apps, namespace, "store"), 60, "the StatefulSet")
+    sts = wait_until(lambda: statefulset_or_none(apps, namespace, "store"), 60, "the StatefulSet")
     labels = sts.spec.volume_claim_templates[0].metadata.labels
     core.create_namespaced_persistent_volume_claim(namespace, k8s.V1PersistentVolumeClaim(
         metadata=k8s.V1ObjectMeta(name="data-store-0", labels=labels),
@@ -274,21 +279,13 @@ def test_a_storage_size_edit_never_freezes_the_statefulset(
                                   == "StorageExpansionRefused", 60, "the Warning")
     assert "storage.size 2Gi not applied" in condition(status, "Warning")["message"]
     updated = wait_until(
-        lambda: (s := _statefulset(apps, namespace, "store")) and s.spec.template.metadata
+        lambda: (s := statefulset_or_none(apps, namespace, "store")) and s.spec.template.metadata
         .annotations["kafkube.io/config-hash"] != hash_before and s, 60,
         "the config edit in the StatefulSet's template")
     assert updated.spec.volume_claim_templates[0].spec.resources.requests["storage"] == "1Gi"
     assert core.read_namespaced_persistent_volume_claim("data-store-0", namespace) \
         .spec.resources.requests["storage"] == "1Gi"
 
-
-def _statefulset(apps: k8s.AppsV1Api, namespace: str, name: str) -> Any:
-    try:
-        return apps.read_namespaced_stateful_set(name, namespace)
-    except k8s.ApiException as e:
-        if e.status == 404:
-            return None
-        raise
 
 
 def test_a_topic_name_two_clusters_share_breaks_neither(

@@ -16,7 +16,12 @@ from kubernetes import client as k8s
 from kafkube.harness.queue_checker import History
 from kafkube.harness.waiting import wait_until
 from tests.integration.test_durability import Workload, check, drain, wait_for_progress
-from tests.support.operator_api import events_of, kafka_clusters, topic_resources
+from tests.support.operator_api import (
+    events_of,
+    kafka_clusters,
+    statefulset_or_none,
+    topic_resources,
+)
 from tests.support.operator_process import OperatorProcess
 
 BIG = {"name": "big", "replicas": 3, "firstNodeId": 100,
@@ -53,7 +58,7 @@ def test_every_broker_moves_to_a_new_pool_by_draining_the_default_one(
     with Workload(first.bootstrap, "moved", history, idempotent=True) as workload:
         wait_for_progress(history, "before the pool")
         clusters.patch("pi", {"pools": [BIG]})
-        sts = wait_until(lambda: _statefulset(apps, namespace, "pi-big"), 30, "pi-big")
+        sts = wait_until(lambda: statefulset_or_none(apps, namespace, "pi-big"), 30, "pi-big")
         template = sts.spec.template
         assert sts.spec.replicas == 3 and sts.spec.selector.match_labels["kafkube.io/pool"] == \
             "big"
@@ -93,12 +98,3 @@ def test_every_broker_moves_to_a_new_pool_by_draining_the_default_one(
                if reason == "Scaling"]
     assert "StatefulSet pi: 3 → 0 brokers" in reasons, reasons
     assert "StatefulSet pi-big: 3" not in " ".join(reasons)  # made at 3, never resized
-
-
-def _statefulset(apps: k8s.AppsV1Api, namespace: str, name: str) -> Any:
-    try:
-        return apps.read_namespaced_stateful_set(name, namespace)
-    except k8s.ApiException as e:
-        if e.status == 404:
-            return None
-        raise

@@ -96,3 +96,13 @@ def events_of(api: k8s.ApiClient, namespace: str, name: str, kind: str = "KafkaC
     found = k8s.CoreV1Api(api).list_namespaced_event(
         namespace, field_selector=f"involvedObject.name={name},involvedObject.kind={kind}")
     return [(e.type, e.reason, e.message) for e in found.items]
+
+
+def statefulset_or_none(apps: k8s.AppsV1Api, namespace: str, name: str) -> Any:
+    """The StatefulSet ``name``, or None while it does not exist (not made yet, deleted)."""
+    try:
+        return apps.read_namespaced_stateful_set(name, namespace)
+    except ApiException as e:
+        if e.status == 404:
+            return None
+        raise

@@ -14,6 +14,7 @@ from pathlib import Path
 import yaml
 
 from kafkube.harness.checkout import REPO
+from kafkube.harness.kind.deployment import Brokers
 from kafkube.harness.kind.platform import Cluster, KubectlError
 
 OPERATOR_NAMESPACE = "kafkube-system"
@@ -81,3 +82,21 @@ def example_cluster(name: str, replicas: int = 3) -> str:
     resource["metadata"]["name"] = name
     resource["spec"].update(replicas=replicas, storage={"size": "1Gi", "deleteClaim": False})
     return json.dumps(resource)
+
+
+@contextlib.contextmanager
+def ready_cluster(cluster: Cluster, resource: dict) -> Iterator[Brokers]:
+    """``resource`` (a KafkaCluster) applied in a namespace of its own and waited on until
+    Ready, as a user would; its brokers."""
+    name = resource["metadata"]["name"]
+    with namespace_of(cluster) as namespace:
+        cluster.apply(json.dumps(resource), namespace=namespace)
+        cluster.kubectl("-n", namespace, "wait", f"kafkacluster/{name}",
+                        "--for=condition=Ready", "--timeout=420s", timeout=450)
+        yield Brokers(cluster, namespace, name)
+
+
+def cluster_status(brokers: Brokers) -> dict:
+    """The KafkaCluster's status, as `kubectl get -o json` shows it."""
+    return json.loads(brokers.kubectl("get", "kafkacluster", brokers.name, "-o",
+                                      "json")).get("status", {})
