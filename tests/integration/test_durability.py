@@ -20,7 +20,7 @@ import os
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
@@ -28,6 +28,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from kafkube.harness.metadata import Cluster
 from kafkube.harness.queue_checker import History
 from kafkube.harness.waiting import wait_until
+from tests.support.log_batches import batches_holding
 
 PARTITIONS = 3
 SESSION_MS = 3000
@@ -401,13 +402,21 @@ def pick(cluster: Cluster, topic: str, r: int, rng: random.Random) -> tuple[int,
     return node, f"broker {node} (random)"
 
 
-def check(topic: str, history: History, idempotent: bool, workload: Workload) -> None:
+def check(topic: str, history: History, idempotent: bool, workload: Workload,
+          clusters: Iterable[Cluster] = ()) -> None:
+    """The history checked; with ``clusters``, a duplicate's batches are printed from every
+    broker's log (tests/support/log_batches.py says what they tell)."""
     report = history.check()
     print(f"{topic}: {history.counts()}; tail consumer resets={workload.resets}; "
           f"fatal producer errors={workload.fatal_errors[:3]}")
     print(report.summary())
     for note in history.errors[:10]:
         print("note:", note)
+    if report.duplicates and clusters:
+        log_dirs = [broker.log_dir for cluster in clusters for broker in cluster.brokers]
+        positions = [p for _, where in report.duplicates[:5] for p in where]
+        for line in batches_holding(log_dirs, topic, positions):
+            print("batch:", line)
     assert report.acked > MIN_ACKED, f"only {report.acked} acked writes:\n{report.summary()}"
     assert report.ok(idempotent), report.summary()
 
@@ -436,7 +445,7 @@ def test_acked_writes_survive_sigkill(cluster_factory, idempotent):
     with Workload(cluster.bootstrap, topic, history, idempotent) as workload:
         run_faults(cluster, topic, history, KILL_ROUNDS, kill_round)
     drain(cluster, topic, history)
-    check(topic, history, idempotent, workload)
+    check(topic, history, idempotent, workload, (cluster,))
 
 
 @pytest.mark.timeout(300)
@@ -471,4 +480,4 @@ def test_acked_writes_survive_sigstop(cluster_factory):
     with Workload(cluster.bootstrap, topic, history, idempotent=True) as workload:
         run_faults(cluster, topic, history, PAUSE_ROUNDS, pause_round)
     drain(cluster, topic, history)
-    check(topic, history, True, workload)
+    check(topic, history, True, workload, (cluster,))

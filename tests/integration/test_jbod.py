@@ -109,7 +109,7 @@ def test_a_failed_log_dir_goes_offline_and_the_broker_serves_the_other(cluster_f
     drain(cluster, TOPIC, history)
     print(f"acked before the fault: {acked_before}; leadership moved in {moved:.1f}s; "
           f"writable again after {writable:.1f}s")
-    check(TOPIC, history, True, workload)
+    check(TOPIC, history, True, workload, (cluster,))
 
 
 def wait_moved(cluster: Cluster, victim: int, on_failing: set[int],

@@ -93,7 +93,7 @@ def test_every_broker_moves_to_a_new_pool_by_draining_the_default_one(
         wait_for_progress(history, "on pool big alone")
     first.stop()
     drain(added, "moved", history)
-    check("moved", history, True, workload)
+    check("moved", history, True, workload, (first, added))
     reasons = [message for _, reason, message in events_of(crd_api, namespace, "pi")
                if reason == "Scaling"]
     assert "StatefulSet pi: 3 → 0 brokers" in reasons, reasons

@@ -132,7 +132,7 @@ def test_a_kafka_rebalance_evens_out_disk_usage_under_the_throttle(
         took = time.monotonic() - started
         wait_for_progress(history, "after the rebalance")
     drain(cluster, "heavy", history)
-    check("heavy", history, True, workload)
+    check("heavy", history, True, workload, (cluster,))
 
     after = _within_tolerance(cluster.bootstrap)
     assert after, (before, _disk_usage(cluster.bootstrap))

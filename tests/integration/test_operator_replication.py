@@ -55,7 +55,7 @@ def test_a_replication_factor_change_is_a_throttled_move_losing_no_acknowledged_
                 assert len({RACKS[b] for b in state.replicas}) == factor, placed
             wait_for_progress(history, f"at replication factor {factor}")
     drain(cluster, "moving", history)
-    check("moving", history, True, workload)
+    check("moving", history, True, workload, (cluster,))
 
     reasons = [(reason, message) for _, reason, message in events_of(crd_api, namespace,
                                                                       "moving", "Topic")]
