@@ -80,6 +80,12 @@ class Partition:
         self.state: PartitionState | None = None
         self.high_watermark = min(high_watermark, log.log_end_offset)
         self.followers: dict[int, FollowerProgress] = {}
+        # Followers on their way into the ISR: replica -> the partition epoch whose ISR holds
+        # them once committed (-1 while the change is in flight). The high watermark waits
+        # for them from the moment the leader asks (Kafka's maximal ISR, KIP-497): the
+        # controller may elect one as soon as the change is committed, before this leader
+        # has applied it, so nothing may be committed that it lacks.
+        self._joining: dict[int, int] = {}
         self.epoch_start_offset = 0
         self._waiters: set[asyncio.Future[None]] = set()
         self._start_waiters: set[asyncio.Future[None]] = set()
@@ -113,6 +119,7 @@ class Partition:
         new_term = not self.is_leader or state.leader_epoch != self.leader_epoch
         self._apply(state)
         if new_term:
+            self._joining = {}
             self.epoch_start_offset = self.log.log_end_offset
             self.log.epoch_cache.assign(state.leader_epoch, self.epoch_start_offset)
             now = now_ms()
@@ -133,6 +140,7 @@ class Partition:
         was_leader = self.is_leader
         self._apply(state)
         self.followers = {}
+        self._joining = {}
         if was_leader:
             self._fail_acks(ErrorCode.not_leader_or_follower)
             self.wake_fetchers()
@@ -145,6 +153,34 @@ class Partition:
         self.leader_epoch = state.leader_epoch
         self.replicas = list(state.replicas)
         self.isr = list(state.isr)
+        for replica, epoch in list(self._joining.items()):
+            if 0 <= epoch <= state.partition_epoch:
+                del self._joining[replica]  # its join applied (or overtaken by a later change)
+
+    # -- ISR joins in flight (the leader's AlterPartition) -----------------------------------
+
+    def begin_isr_join(self, replica_id: int) -> None:
+        """The leader asks for ``replica_id`` to join the ISR: from now on the high watermark
+        waits for it."""
+        self._joining.setdefault(replica_id, -1)
+
+    def end_isr_join(self, replica_id: int, committed: PartitionState | None) -> None:
+        """The join is answered; ``committed`` is the partition as the metadata holds it
+        now (None if unknown). If its ISR holds the follower in this leader epoch, the
+        follower stays counted until this leader has applied that partition epoch."""
+        if self._joining.get(replica_id) != -1:
+            return
+        applied = self.state.partition_epoch if self.state is not None else -1
+        if committed is not None and replica_id in committed.isr \
+                and committed.leader_epoch == self.leader_epoch \
+                and committed.partition_epoch > applied:
+            self._joining[replica_id] = committed.partition_epoch
+        else:
+            del self._joining[replica_id]
+
+    def maximal_isr(self) -> list[int]:
+        """The ISR and the followers joining it: whom the high watermark waits for."""
+        return self.isr + [r for r in self._joining if r not in self.isr]
 
     def set_isr(self, isr: list[int]) -> None:
         self.isr = list(isr)
@@ -332,7 +368,8 @@ class Partition:
     def can_join_isr(self, replica_id: int) -> bool:
         """Caught up to the high watermark and into this epoch (Kafka's isFollowerInSync)."""
         progress = self.followers.get(replica_id)
-        if progress is None or replica_id in self.isr or replica_id not in self.replicas:
+        if progress is None or replica_id in self.isr or replica_id in self._joining \
+                or replica_id not in self.replicas:
             return False
         leo = progress.log_end_offset
         return leo >= self.high_watermark and leo >= self.epoch_start_offset
@@ -359,7 +396,7 @@ class Partition:
         if not self.is_leader:
             return
         ends = [self.log.log_end_offset]
-        for r in self.isr:
+        for r in self.maximal_isr():
             if r != self.node_id:
                 progress = self.followers.get(r)
                 ends.append(progress.log_end_offset if progress is not None else -1)

@@ -474,6 +474,7 @@ class ReplicaManager:
         if key in self._expanding:
             return
         self._expanding.add(key)
+        partition.begin_isr_join(replica_id)  # the high watermark waits for it from now on
         task = asyncio.get_running_loop().create_task(self._change_isr(partition, add=replica_id))
         self.pending_isr_changes.add(task)
 
@@ -488,9 +489,20 @@ class ReplicaManager:
     async def _change_isr(self, partition: Partition, add: int | None = None,
                           remove: Iterable[int] = ()) -> bool:
         """Compare-and-set the ISR as leader of this epoch (Kafka's AlterPartition). Only a
-        registered broker joins (KIP-841's eligibility): one whose lease has lapsed, or that
-        left in a controlled shutdown, may still be fetching for a moment, and adding it back
-        would undo the controller's fencing at every fetch."""
+        registered broker joins (KIP-841): one whose lease lapsed, or that left in a controlled
+        shutdown, may still fetch a moment, and adding it back would undo its fencing."""
+        image = None
+        try:
+            changed, image = await self._write_isr(partition, add, remove)
+            return changed
+        finally:  # a join answered, whatever the answer
+            if add is not None:
+                partition.end_isr_join(add, image and image.partition(partition.topic,
+                                                                      partition.index))
+
+    async def _write_isr(self, partition: Partition, add: int | None, remove: Iterable[int]
+                         ) -> tuple[bool, ClusterImage | None]:
+        """Whether it changed the ISR, and the image it left (None: the write was lost)."""
         removed = set(remove)
         epoch = partition.leader_epoch
         if add is not None and add not in self.metadata.live_brokers():
@@ -513,23 +525,23 @@ class ReplicaManager:
             return image.with_partition(partition.topic, partition.index, updated)
 
         if add is None and not removed:
-            return False
+            return False, None
         before = list(partition.isr)
         try:
             image = await self.metadata.update(change)
         except ConcurrentUpdate as e:
             log.warning("%s: ISR change lost: %s", partition, e)
-            return False
+            return False, None
         state = image.partition(partition.topic, partition.index)
         if not changed or state is None:
-            return False
+            return False, image
         if len(state.isr) > len(before):
             self.isr_expands += 1
             log.info("%s: ISR expanded from %s to %s", partition, before, list(state.isr))
         elif len(state.isr) < len(before):
             self.isr_shrinks += 1
             log.info("%s: ISR shrank from %s to %s", partition, before, list(state.isr))
-        return True
+        return True, image
 
     async def check_isr(self) -> None:
         lag = self.config["replica.lag.time.max.ms"]

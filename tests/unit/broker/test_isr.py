@@ -8,11 +8,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kio.schema.errors import ErrorCode
 
 from broker.config.broker_config import BrokerConfig
 from broker.network.client import KafkaConnection
 from kafkube_contract.registration import BrokerRegistration
 from tests.support.in_process import open_replicas
+from tests.support.txn_logs import data_batch
 
 LEADER, FOLLOWER = 0, 1
 SESSION_MS = 3_600_000
@@ -94,5 +96,50 @@ def test_a_request_cancelled_as_its_answer_arrives_is_cancelled() -> None:
         request.cancel()
         with pytest.raises(asyncio.CancelledError):
             await request
+
+    asyncio.run(scenario())
+
+
+def test_the_high_watermark_waits_for_a_follower_whose_isr_join_is_in_flight(
+        replicas: Any) -> None:
+    """The repro of a loss (tests/integration/test_operator_pools.py, 1 run in 15 under
+    load): a follower caught up, the leader asked for it to join the ISR, and while that
+    change was on its way the high watermark moved on without it; once committed, the
+    controller made the follower leader, and the records it lacked, acknowledged to acks=all
+    producers, were truncated. The high watermark must wait for a joining follower from the
+    moment the leader asks (Kafka's maximal ISR)."""
+    joiner = 2
+    follower_epoch(replicas)
+    replicas.metadata.backend.register_broker(
+        BrokerRegistration(joiner, "127.0.0.1", 9094, None), SESSION_MS)
+    asyncio.run(replicas.create_topic("t", 1, {}, 3, [(LEADER, FOLLOWER, joiner)]))
+    replicas.apply_image(replicas.metadata.image)
+    partition = replicas.partitions[("t", 0)]
+    assert asyncio.run(replicas._change_isr(partition, remove=[joiner]))
+    replicas.apply_image(replicas.metadata.image)
+    assert partition.isr == [LEADER, FOLLOWER]
+
+    def produce() -> int:
+        batch = data_batch([(None, b"x")] * 3, transactional=False)
+        outcome = partition.append(batch, 1 << 20)
+        assert outcome.error == ErrorCode.none, outcome
+        return partition.log.log_end_offset
+
+    async def scenario() -> None:
+        end = produce()
+        replicas.record_follower_fetch(partition, FOLLOWER, end)
+        assert partition.high_watermark == end
+        replicas.record_follower_fetch(partition, joiner, end)  # caught up: asks to join
+        assert replicas.pending_isr_changes
+        # Before the change is written, the leader takes more and its ISR follower has it.
+        later = produce()
+        replicas.record_follower_fetch(partition, FOLLOWER, later)
+        assert partition.high_watermark == end, "committed without the joining follower"
+        await asyncio.gather(*replicas.pending_isr_changes)
+        replicas.apply_image(replicas.metadata.image)
+        assert partition.isr == [LEADER, FOLLOWER, joiner]
+        assert partition.high_watermark == end
+        replicas.record_follower_fetch(partition, joiner, later)
+        assert partition.high_watermark == later
 
     asyncio.run(scenario())
