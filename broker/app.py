@@ -200,7 +200,8 @@ class BrokerApp:
             under_replicated=sum(1 for p in led if len(p.isr) < len(p.replicas)),
             under_min_isr=under_min, offline=offline,
             active_controller=self.controller.active,
-            isr_shrinks=self.replicas.isr_shrinks, isr_expands=self.replicas.isr_expands,
+            isr_shrinks=self.replicas.isr_changes.shrinks,
+            isr_expands=self.replicas.isr_changes.expands,
             leader_elections=self.controller.elections,
             producer_ids=self.replicas.producer_id_count(),
         )

@@ -177,6 +177,7 @@ class Partition:
             self._joining[replica_id] = committed.partition_epoch
         else:
             del self._joining[replica_id]
+            self.maybe_advance_high_watermark()  # it may have been all it waited for
 
     def maximal_isr(self) -> list[int]:
         """The ISR and the followers joining it: whom the high watermark waits for."""

@@ -23,11 +23,12 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from broker.cluster.image import ClusterImage
-from broker.cluster.metadata import ClusterMetadata, ConcurrentUpdate
+from broker.cluster.metadata import ClusterMetadata
 from broker.config.broker_config import BrokerConfig
 from broker.controller.elections import Handover
 from broker.controller.placement import assign_replicas
 from broker.security.client import ClientSecurity
+from broker.server.isr_changes import IsrChanges
 from broker.server.log_manager import LogManager, periodic
 from broker.server.partition import Partition, now_ms
 from broker.server.replica_dirs import TopicPartition
@@ -67,15 +68,11 @@ class ReplicaManager:
         self._fetchers_stopped = False
         self._more_pending = False  # a pass opening the partitions past OPEN_PER_SLICE
         self.opened_or_dropped = 0  # partitions opened and dropped so far (broker.common.heap)
-        # ISR expansions in flight, by (topic, partition, follower): one at a time each.
-        self._expanding: set[tuple[str, int, int]] = set()
-        self.pending_isr_changes: set[asyncio.Task[bool]] = set()
+        self.isr_changes = IsrChanges(metadata, config.node_id)
         self._tasks: list[asyncio.Task[None]] = []
         self.leadership_listeners: list[Callable[[Partition, bool], None]] = []
         self.leader_throttle = Throttle(config["leader.replication.throttled.rate"])
         self.follower_throttle = Throttle(config["follower.replication.throttled.rate"])
-        self.isr_shrinks = 0
-        self.isr_expands = 0
         self.fetcher_config = FetcherConfig(
             node_id=config.node_id,
             wait_max_ms=config["replica.fetch.wait.max.ms"],
@@ -108,8 +105,9 @@ class ReplicaManager:
 
     async def shutdown(self) -> None:
         self.logs.stop()
-        for task in [*self._tasks, *self.pending_isr_changes]:
+        for task in self._tasks:
             task.cancel()
+        self.isr_changes.cancel()
         await self.stop_all_fetchers()
         for partition in self.partitions.values():
             partition.close()
@@ -203,6 +201,7 @@ class ReplicaManager:
             # Once per image, not per replica: per replica made deleting N cost N².
             self.logs.write_checkpoints()
             self.logs.write_cleaner_checkpoints()
+        self.isr_changes.image_applied(image)
         if opened >= OPEN_PER_SLICE and not self._more_pending:
             self._more_pending = True
             self.logs.schedule(0, self._open_more)
@@ -468,88 +467,12 @@ class ReplicaManager:
         """Note a follower's fetch; one that caught up joins the ISR in the background, as
         Kafka's leader sends AlterPartition without holding the fetch up: the answer to this
         fetch never waits on the coordination backend."""
-        if not partition.record_follower_fetch(replica_id, offset, log_start_offset):
-            return
-        key = (partition.topic, partition.index, replica_id)
-        if key in self._expanding:
-            return
-        self._expanding.add(key)
-        partition.begin_isr_join(replica_id)  # the high watermark waits for it from now on
-        task = asyncio.get_running_loop().create_task(self._change_isr(partition, add=replica_id))
-        self.pending_isr_changes.add(task)
-
-        def done(finished: asyncio.Task[bool]) -> None:
-            self._expanding.discard(key)
-            self.pending_isr_changes.discard(finished)
-            if not finished.cancelled() and finished.exception() is not None:
-                log.error("%s: ISR expansion failed", partition, exc_info=finished.exception())
-
-        task.add_done_callback(done)
-
-    async def _change_isr(self, partition: Partition, add: int | None = None,
-                          remove: Iterable[int] = ()) -> bool:
-        """Compare-and-set the ISR as leader of this epoch (Kafka's AlterPartition). Only a
-        registered broker joins (KIP-841): one whose lease lapsed, or that left in a controlled
-        shutdown, may still fetch a moment, and adding it back would undo its fencing."""
-        image = None
-        try:
-            changed, image = await self._write_isr(partition, add, remove)
-            return changed
-        finally:  # a join answered, whatever the answer
-            if add is not None:
-                partition.end_isr_join(add, image and image.partition(partition.topic,
-                                                                      partition.index))
-
-    async def _write_isr(self, partition: Partition, add: int | None, remove: Iterable[int]
-                         ) -> tuple[bool, ClusterImage | None]:
-        """Whether it changed the ISR, and the image it left (None: the write was lost)."""
-        removed = set(remove)
-        epoch = partition.leader_epoch
-        if add is not None and add not in self.metadata.live_brokers():
-            add = None
-        changed = False
-
-        def change(image: ClusterImage) -> ClusterImage | None:
-            nonlocal changed
-            changed = False
-            state = image.partition(partition.topic, partition.index)
-            if state is None or state.leader != self.node_id or state.leader_epoch != epoch:
-                return None
-            isr = [r for r in state.isr if r not in removed]
-            if add is not None and add not in isr and add in state.replicas:
-                isr.append(add)
-            if tuple(isr) == state.isr:
-                return None
-            changed = True
-            updated = state.with_isr(tuple(isr))
-            return image.with_partition(partition.topic, partition.index, updated)
-
-        if add is None and not removed:
-            return False, None
-        before = list(partition.isr)
-        try:
-            image = await self.metadata.update(change)
-        except ConcurrentUpdate as e:
-            log.warning("%s: ISR change lost: %s", partition, e)
-            return False, None
-        state = image.partition(partition.topic, partition.index)
-        if not changed or state is None:
-            return False, image
-        if len(state.isr) > len(before):
-            self.isr_expands += 1
-            log.info("%s: ISR expanded from %s to %s", partition, before, list(state.isr))
-        elif len(state.isr) < len(before):
-            self.isr_shrinks += 1
-            log.info("%s: ISR shrank from %s to %s", partition, before, list(state.isr))
-        return True, image
+        if partition.record_follower_fetch(replica_id, offset, log_start_offset):
+            self.isr_changes.follower_caught_up(partition, replica_id)
 
     async def check_isr(self) -> None:
-        lag = self.config["replica.lag.time.max.ms"]
-        for partition in list(self.partitions.values()):
-            if partition.is_leader:
-                stale = partition.out_of_sync_followers(lag)
-                if stale:
-                    await self._change_isr(partition, remove=stale)
+        await self.isr_changes.shrink_stale(self.partitions.values(),
+                                            self.config["replica.lag.time.max.ms"])
 
     # -- fetch waiting -------------------------------------------------------------------
 

@@ -4,14 +4,19 @@ embedded coordination backend; and the cancellation the replica fetcher's stop r
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 from kio.schema.errors import ErrorCode
 
+from broker.cluster.metadata import MetadataUnavailable
 from broker.config.broker_config import BrokerConfig
 from broker.network.client import KafkaConnection
+from broker.server.partition import Partition
+from kafkube_contract.image import PartitionState
 from kafkube_contract.registration import BrokerRegistration
 from tests.support.in_process import open_replicas
 from tests.support.txn_logs import data_batch
@@ -40,7 +45,7 @@ def isr_after_catch_up(replicas: Any) -> list[int]:
 
     async def fetch() -> None:
         replicas.record_follower_fetch(partition, FOLLOWER, partition.log.log_end_offset)
-        await asyncio.gather(*replicas.pending_isr_changes)
+        await asyncio.gather(*replicas.isr_changes.pending)
 
     asyncio.run(fetch())
     replicas.metadata.refresh()
@@ -53,23 +58,23 @@ def test_only_a_registered_broker_rejoins_the_isr(replicas: Any) -> None:
     asyncio.run(replicas.create_topic("t", 1, {}, 2, [(LEADER, FOLLOWER)]))
     replicas.apply_image(replicas.metadata.image)
     partition = replicas.partitions[("t", 0)]
-    assert asyncio.run(replicas._change_isr(partition, remove=[FOLLOWER]))
+    assert asyncio.run(replicas.isr_changes.change(partition, remove=[FOLLOWER]))
     replicas.apply_image(replicas.metadata.image)
     assert list(partition.isr) == [LEADER]
 
     # Its lease gone (a controlled shutdown, or fenced by the controller) but still
     # fetching for a moment: it stays out, or leader and controller would fight.
     replicas.metadata.backend.unregister_broker(FOLLOWER, epoch)
-    expands = replicas.isr_expands
+    expands = replicas.isr_changes.expands
     assert isr_after_catch_up(replicas) == [LEADER]
-    assert replicas.isr_expands == expands
+    assert replicas.isr_changes.expands == expands
 
     follower_epoch(replicas)
     assert isr_after_catch_up(replicas) == [LEADER, FOLLOWER]
-    assert replicas.isr_expands == expands + 1
+    assert replicas.isr_changes.expands == expands + 1
     # A repeated catch-up changes nothing and is not counted as an expansion again.
     assert isr_after_catch_up(replicas) == [LEADER, FOLLOWER]
-    assert replicas.isr_expands == expands + 1
+    assert replicas.isr_changes.expands == expands + 1
 
 
 class _AnsweredOnCue(KafkaConnection):
@@ -100,22 +105,19 @@ def test_a_request_cancelled_as_its_answer_arrives_is_cancelled() -> None:
     asyncio.run(scenario())
 
 
-def test_the_high_watermark_waits_for_a_follower_whose_isr_join_is_in_flight(
-        replicas: Any) -> None:
-    """The repro of a loss (tests/integration/test_operator_pools.py, 1 run in 15 under
-    load): a follower caught up, the leader asked for it to join the ISR, and while that
-    change was on its way the high watermark moved on without it; once committed, the
-    controller made the follower leader, and the records it lacked, acknowledged to acks=all
-    producers, were truncated. The high watermark must wait for a joining follower from the
-    moment the leader asks (Kafka's maximal ISR)."""
-    joiner = 2
+JOINER = 2
+
+
+def joining_setup(replicas: Any) -> tuple[Partition, Callable[[], int]]:
+    """A partition led here with ISR [leader, follower] and a third replica out of it, and
+    a way to append 3 records as leader (returning the log end)."""
     follower_epoch(replicas)
     replicas.metadata.backend.register_broker(
-        BrokerRegistration(joiner, "127.0.0.1", 9094, None), SESSION_MS)
-    asyncio.run(replicas.create_topic("t", 1, {}, 3, [(LEADER, FOLLOWER, joiner)]))
+        BrokerRegistration(JOINER, "127.0.0.1", 9094, None), SESSION_MS)
+    asyncio.run(replicas.create_topic("t", 1, {}, 3, [(LEADER, FOLLOWER, JOINER)]))
     replicas.apply_image(replicas.metadata.image)
     partition = replicas.partitions[("t", 0)]
-    assert asyncio.run(replicas._change_isr(partition, remove=[joiner]))
+    assert asyncio.run(replicas.isr_changes.change(partition, remove=[JOINER]))
     replicas.apply_image(replicas.metadata.image)
     assert partition.isr == [LEADER, FOLLOWER]
 
@@ -125,21 +127,96 @@ def test_the_high_watermark_waits_for_a_follower_whose_isr_join_is_in_flight(
         assert outcome.error == ErrorCode.none, outcome
         return partition.log.log_end_offset
 
+    return partition, produce
+
+
+def committed_state(replicas: Any) -> PartitionState:
+    return replicas.metadata.backend.read_image().partition("t", 0)
+
+
+def test_the_high_watermark_waits_for_a_follower_whose_isr_join_is_in_flight(
+        replicas: Any) -> None:
+    """The repro of a loss (tests/integration/test_operator_pools.py, 1 run in 15 under
+    load): a follower caught up, the leader asked for it to join the ISR, and while that
+    change was on its way the high watermark moved on without it; once committed, the
+    controller made the follower leader, and the records it lacked, acknowledged to acks=all
+    producers, were truncated. The high watermark must wait for a joining follower from the
+    moment the leader asks (Kafka's maximal ISR)."""
+    partition, produce = joining_setup(replicas)
+
     async def scenario() -> None:
         end = produce()
         replicas.record_follower_fetch(partition, FOLLOWER, end)
         assert partition.high_watermark == end
-        replicas.record_follower_fetch(partition, joiner, end)  # caught up: asks to join
-        assert replicas.pending_isr_changes
+        replicas.record_follower_fetch(partition, JOINER, end)  # caught up: asks to join
+        assert replicas.isr_changes.pending
         # Before the change is written, the leader takes more and its ISR follower has it.
         later = produce()
         replicas.record_follower_fetch(partition, FOLLOWER, later)
         assert partition.high_watermark == end, "committed without the joining follower"
-        await asyncio.gather(*replicas.pending_isr_changes)
+        await asyncio.gather(*replicas.isr_changes.pending)
         replicas.apply_image(replicas.metadata.image)
-        assert partition.isr == [LEADER, FOLLOWER, joiner]
+        assert partition.isr == [LEADER, FOLLOWER, JOINER]
         assert partition.high_watermark == end
-        replicas.record_follower_fetch(partition, joiner, later)
+        replicas.record_follower_fetch(partition, JOINER, later)
+        assert partition.high_watermark == later
+
+    asyncio.run(scenario())
+
+
+def test_a_join_whose_write_got_no_answer_counts_until_an_image_says(
+        replicas: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The API server committed the join but its answer never came (a timeout): the leader
+    cannot tell, and the controller may already elect the follower; it counts until an
+    image past the write says whether it joined."""
+    partition, produce = joining_setup(replicas)
+    backend = replicas.metadata.backend
+
+    async def committed_unanswered(change: Any) -> Any:
+        assert backend.write_image(change(backend.read_image()))  # stored, never applied
+        raise MetadataUnavailable("the API server did not answer in time")
+
+    async def scenario() -> None:
+        end = produce()
+        replicas.record_follower_fetch(partition, FOLLOWER, end)
+        monkeypatch.setattr(replicas.metadata, "update", committed_unanswered)
+        replicas.record_follower_fetch(partition, JOINER, end)
+        await asyncio.gather(*replicas.isr_changes.pending)
+        assert JOINER in committed_state(replicas).isr and partition.isr == [LEADER, FOLLOWER]
+        later = produce()
+        replicas.record_follower_fetch(partition, FOLLOWER, later)
+        assert partition.high_watermark == end, "committed without the follower that joined"
+        replicas.metadata.refresh()  # the image after the write, applied
+        assert partition.isr == [LEADER, FOLLOWER, JOINER]
+        replicas.record_follower_fetch(partition, JOINER, later)
+        assert partition.high_watermark == later
+
+    asyncio.run(scenario())
+
+
+def test_a_join_decided_in_an_earlier_leader_epoch_is_not_written(replicas: Any) -> None:
+    """A new leader epoch (a preferred election back to this broker) between the decision
+    and the write: the join was judged against the old epoch's high watermark and start, so
+    it is dropped; the follower joins again when it qualifies in this one."""
+    partition, produce = joining_setup(replicas)
+
+    async def scenario() -> None:
+        end = produce()
+        replicas.record_follower_fetch(partition, FOLLOWER, end)
+        replicas.record_follower_fetch(partition, JOINER, end)
+
+        def new_epoch(image: Any) -> Any:
+            state = image.partition("t", 0)
+            return image.with_partition("t", 0, replace(
+                state, leader_epoch=state.leader_epoch + 1,
+                partition_epoch=state.partition_epoch + 1))
+
+        await replicas.metadata.update(new_epoch)
+        replicas.apply_image(replicas.metadata.image)
+        later = produce()
+        replicas.record_follower_fetch(partition, FOLLOWER, later)
+        await asyncio.gather(*replicas.isr_changes.pending)
+        assert JOINER not in committed_state(replicas).isr
         assert partition.high_watermark == later
 
     asyncio.run(scenario())

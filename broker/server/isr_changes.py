@@ -1,0 +1,139 @@
+"""The leader's changes to the ISR of the partitions it leads (Kafka's AlterPartition, sent by
+its AlterPartitionManager): a follower that caught up joins, one that fell behind for
+``replica.lag.time.max.ms`` leaves, each a compare-and-set of the cluster image as leader of
+the epoch the change was decided in.
+
+A join is decided on a fetch and written in the background, so the fetch's answer never
+waits on the coordination backend. From the moment it is decided until this broker has
+applied its outcome, the follower counts for the high watermark (``Partition.begin_isr_join``,
+Kafka's maximal ISR): the controller may act on the committed ISR (elect the follower when a
+reassignment completes) before this leader sees it, so nothing may be committed that the
+follower lacks. A write that ends without an answer (the API server timed out) may still have
+been committed: the join stays counted until an image past the version the write was based
+on is applied, which says. A leaving follower counts until the shrunk ISR is applied, as the
+local ISR changes only then (Kafka's pending shrink)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+
+from broker.cluster.image import ClusterImage
+from broker.cluster.metadata import ClusterMetadata, ConcurrentUpdate
+from broker.server.partition import Partition
+
+log = logging.getLogger(__name__)
+
+JoinKey = tuple[str, int, int]  # topic, partition, follower
+
+
+class IsrChanges:
+    def __init__(self, metadata: ClusterMetadata, node_id: int) -> None:
+        self.metadata = metadata
+        self.node_id = node_id
+        self.expands = 0
+        self.shrinks = 0
+        self.pending: set[asyncio.Task[bool]] = set()
+        self._expanding: set[JoinKey] = set()  # joins in flight: one at a time each
+        # Joins whose write ended without an answer: the image version it was based on.
+        self._unknown: dict[JoinKey, tuple[Partition, int]] = {}
+
+    def follower_caught_up(self, partition: Partition, replica_id: int) -> None:
+        """Start the join of a follower that qualifies (``Partition.record_follower_fetch``)."""
+        key = (partition.topic, partition.index, replica_id)
+        if key in self._expanding or key in self._unknown:
+            return
+        self._expanding.add(key)
+        partition.begin_isr_join(replica_id)  # the high watermark waits for it from now on
+        task = asyncio.get_running_loop().create_task(
+            self.change(partition, add=replica_id, epoch=partition.leader_epoch))
+        self.pending.add(task)
+
+        def done(finished: asyncio.Task[bool]) -> None:
+            self._expanding.discard(key)
+            self.pending.discard(finished)
+            if not finished.cancelled() and finished.exception() is not None:
+                log.error("%s: ISR expansion failed", partition, exc_info=finished.exception())
+
+        task.add_done_callback(done)
+
+    async def shrink_stale(self, partitions: Iterable[Partition], lag_ms: int) -> None:
+        """Drop the followers that have not caught up for ``lag_ms`` from the ISRs we lead."""
+        for partition in list(partitions):
+            if partition.is_leader:
+                stale = partition.out_of_sync_followers(lag_ms)
+                if stale:
+                    await self.change(partition, remove=stale)
+
+    def image_applied(self, image: ClusterImage) -> None:
+        """Settle the joins of unknown outcome this image is past."""
+        for key, (partition, base) in list(self._unknown.items()):
+            if image.version > base:
+                del self._unknown[key]
+                partition.end_isr_join(key[2], image.partition(key[0], key[1]))
+
+    def cancel(self) -> None:
+        for task in self.pending:
+            task.cancel()
+
+    async def change(self, partition: Partition, add: int | None = None,
+                     remove: Iterable[int] = (), epoch: int | None = None) -> bool:
+        """Compare-and-set the ISR as leader of ``epoch`` (the partition's now by default);
+        True if it changed. Only a live broker joins (KIP-841): one whose lease lapsed, or
+        that left in a controlled shutdown, may still fetch a moment, and adding it back
+        would undo its fencing; liveness is read again at every attempt."""
+        removed = set(remove)
+        epoch = partition.leader_epoch if epoch is None else epoch
+        changed = False
+        base = -1  # the version of the image the last write was based on
+
+        def apply_change(image: ClusterImage) -> ClusterImage | None:
+            nonlocal changed, base
+            changed = False
+            state = image.partition(partition.topic, partition.index)
+            if state is None or state.leader != self.node_id or state.leader_epoch != epoch:
+                return None
+            isr = [r for r in state.isr if r not in removed]
+            if add is not None and add not in isr and add in state.replicas \
+                    and add in self.metadata.live_brokers():
+                isr.append(add)
+            if tuple(isr) == state.isr:
+                return None
+            changed, base = True, image.version
+            return image.with_partition(partition.topic, partition.index,
+                                        state.with_isr(tuple(isr)))
+
+        if add is None and not removed:
+            return False
+        before = list(partition.isr)
+        image: ClusterImage | None = None
+        try:
+            image = await self.metadata.update(apply_change)
+        except ConcurrentUpdate as e:
+            log.warning("%s: ISR change lost: %s", partition, e)
+            return False
+        finally:
+            if add is not None:
+                self._answered(partition, add, image, base)
+        state = image.partition(partition.topic, partition.index)
+        if not changed or state is None:
+            return False
+        if len(state.isr) > len(before):
+            self.expands += 1
+            log.info("%s: ISR expanded from %s to %s", partition, before, list(state.isr))
+        elif len(state.isr) < len(before):
+            self.shrinks += 1
+            log.info("%s: ISR shrank from %s to %s", partition, before, list(state.isr))
+        return True
+
+    def _answered(self, partition: Partition, replica_id: int, image: ClusterImage | None,
+                  base: int) -> None:
+        """A join's write is over: its outcome known from ``image``, or, with no image after
+        a write was tried, unknown until an image past ``base`` is applied."""
+        if image is None and base >= 0:
+            key = (partition.topic, partition.index, replica_id)
+            self._unknown[key] = (partition, base)
+            return
+        partition.end_isr_join(
+            replica_id, image.partition(partition.topic, partition.index) if image else None)
