@@ -130,10 +130,13 @@ class IsrChanges:
     def _answered(self, partition: Partition, replica_id: int, image: ClusterImage | None,
                   base: int) -> None:
         """A join's write is over: its outcome known from ``image``, or, with no image after
-        a write was tried, unknown until an image past ``base`` is applied."""
+        a write was tried, unknown until an image past ``base`` is applied — perhaps already:
+        other writers' images keep coming while ours is retried, and once the cluster waits
+        on this join none may come after it."""
         if image is None and base >= 0:
-            key = (partition.topic, partition.index, replica_id)
-            self._unknown[key] = (partition, base)
-            return
+            if self.metadata.image.version <= base:
+                self._unknown[(partition.topic, partition.index, replica_id)] = (partition, base)
+                return
+            image = self.metadata.image
         partition.end_isr_join(
             replica_id, image.partition(partition.topic, partition.index) if image else None)

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from broker.cluster.metadata import MetadataUnavailable
+from broker.cluster.metadata import ConcurrentUpdate, MetadataUnavailable
 from broker.config.broker_config import BrokerConfig
 from broker.network.client import KafkaConnection
 from broker.server.partition import Partition
@@ -218,5 +218,36 @@ def test_a_join_decided_in_an_earlier_leader_epoch_is_not_written(replicas: Any)
         await asyncio.gather(*replicas.isr_changes.pending)
         assert JOINER not in committed_state(replicas).isr
         assert partition.high_watermark == later
+
+    asyncio.run(scenario())
+
+
+def test_a_join_lost_to_other_writers_is_settled_by_the_image_they_left(
+        replicas: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A join's compare-and-set lost every attempt to other writers (26 joins at once in a
+    drain): their images were applied while it retried, and none may come after it if the
+    drain waits on this very join; the outcome is read from them, and the follower joins at
+    its next fetch (the drain of test_operator_pools.py once waited on it for 60 s)."""
+    partition, produce = joining_setup(replicas)
+    backend, update = replicas.metadata.backend, replicas.metadata.update
+
+    async def lost_to_others(change: Any) -> Any:
+        current = backend.read_image()
+        assert change(current) is not None  # the join, based on this version
+        assert backend.write_image(current)  # another writer's image first, applied
+        replicas.metadata.refresh()
+        raise ConcurrentUpdate("cluster metadata kept changing for 50 attempts")
+
+    async def scenario() -> None:
+        end = produce()
+        replicas.record_follower_fetch(partition, FOLLOWER, end)
+        monkeypatch.setattr(replicas.metadata, "update", lost_to_others)
+        replicas.record_follower_fetch(partition, JOINER, end)
+        await asyncio.gather(*replicas.isr_changes.pending)
+        monkeypatch.setattr(replicas.metadata, "update", update)
+        replicas.record_follower_fetch(partition, JOINER, end)  # no new image since
+        await asyncio.gather(*replicas.isr_changes.pending)
+        assert JOINER in committed_state(replicas).isr
+        assert partition.isr == [LEADER, FOLLOWER, JOINER]
 
     asyncio.run(scenario())
