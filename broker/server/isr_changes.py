@@ -9,15 +9,20 @@ applied its outcome, the follower counts for the high watermark (``Partition.beg
 Kafka's maximal ISR): the controller may act on the committed ISR (elect the follower when a
 reassignment completes) before this leader sees it, so nothing may be committed that the
 follower lacks. A write that ends without an answer (the API server timed out) may still have
-been committed: the join stays counted until an image past the version the write was based
-on is applied, which says. A leaving follower counts until the shrunk ISR is applied, as the
-local ISR changes only then (Kafka's pending shrink)."""
+been committed: the join stays counted (parked) and is written again, at the follower's
+next fetch and by the periodic check, until a write is answered or an image past the version
+the lost write was based on is applied (the compare-and-set makes either say for certain);
+retrying, as Kafka's AlterPartitionManager does, matters where no image would come: the store
+refused the write and nothing else changes. A leaving follower counts until the shrunk ISR
+is applied, as the local ISR changes only then (Kafka's pending shrink)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from broker.cluster.image import ClusterImage
 from broker.cluster.metadata import ClusterMetadata, ConcurrentUpdate
@@ -26,6 +31,17 @@ from broker.server.partition import Partition
 log = logging.getLogger(__name__)
 
 JoinKey = tuple[str, int, int]  # topic, partition, follower
+RETRY_BACKOFF_S = 1.0  # between writes of a parked join: the store may be struggling
+
+
+@dataclass(slots=True)
+class Parked:
+    """A join whose write got no answer: it may have been stored."""
+
+    partition: Partition
+    base: int  # the version of the image the write was based on
+    epoch: int  # the leader epoch it was decided in
+    retry_at: float  # monotonic time of the next write
 
 
 class IsrChanges:
@@ -36,18 +52,42 @@ class IsrChanges:
         self.shrinks = 0
         self.pending: set[asyncio.Task[bool]] = set()
         self._expanding: set[JoinKey] = set()  # joins in flight: one at a time each
-        # Joins whose write ended without an answer: the image version it was based on.
-        self._unknown: dict[JoinKey, tuple[Partition, int]] = {}
+        # Joins whose write ended without an answer (parked): still counted for the high
+        # watermark, retried until the store answers or an image past the write says.
+        self._parked: dict[JoinKey, Parked] = {}
+
+    @property
+    def parked(self) -> bool:
+        return bool(self._parked)
 
     def follower_caught_up(self, partition: Partition, replica_id: int) -> None:
         """Start the join of a follower that qualifies (``Partition.record_follower_fetch``)."""
         key = (partition.topic, partition.index, replica_id)
-        if key in self._expanding or key in self._unknown:
+        if key in self._expanding or key in self._parked:
             return
-        self._expanding.add(key)
         partition.begin_isr_join(replica_id)  # the high watermark waits for it from now on
+        self._start_join(partition, replica_id, partition.leader_epoch)
+
+    def retry_parked(self, partition: Partition, replica_id: int) -> None:
+        """Write a parked join again (its follower fetched, or the periodic check): the
+        compare-and-set says whether the lost write was stored. It was decided in its
+        leader epoch and counted ever since, so it needs no new decision; a new epoch
+        (which cleared it from the partition) drops it."""
+        key = (partition.topic, partition.index, replica_id)
+        parked = self._parked.get(key)
+        if parked is None or key in self._expanding or time.monotonic() < parked.retry_at:
+            return
+        if not partition.is_joining(replica_id) or partition.leader_epoch != parked.epoch:
+            del self._parked[key]
+            return
+        parked.retry_at = time.monotonic() + RETRY_BACKOFF_S
+        self._start_join(partition, replica_id, parked.epoch)
+
+    def _start_join(self, partition: Partition, replica_id: int, epoch: int) -> None:
+        key = (partition.topic, partition.index, replica_id)
+        self._expanding.add(key)
         task = asyncio.get_running_loop().create_task(
-            self.change(partition, add=replica_id, epoch=partition.leader_epoch))
+            self.change(partition, add=replica_id, epoch=epoch))
         self.pending.add(task)
 
         def done(finished: asyncio.Task[bool]) -> None:
@@ -59,7 +99,10 @@ class IsrChanges:
         task.add_done_callback(done)
 
     async def shrink_stale(self, partitions: Iterable[Partition], lag_ms: int) -> None:
-        """Drop the followers that have not caught up for ``lag_ms`` from the ISRs we lead."""
+        """Drop the followers that have not caught up for ``lag_ms`` from the ISRs we lead;
+        write the parked joins again (one whose follower died is refused and ends)."""
+        for key, parked in list(self._parked.items()):
+            self.retry_parked(parked.partition, key[2])
         for partition in list(partitions):
             if partition.is_leader:
                 stale = partition.out_of_sync_followers(lag_ms)
@@ -68,10 +111,10 @@ class IsrChanges:
 
     def image_applied(self, image: ClusterImage) -> None:
         """Settle the joins of unknown outcome this image is past."""
-        for key, (partition, base) in list(self._unknown.items()):
-            if image.version > base:
-                del self._unknown[key]
-                partition.end_isr_join(key[2], image.partition(key[0], key[1]))
+        for key, parked in list(self._parked.items()):
+            if image.version > parked.base:
+                del self._parked[key]
+                parked.partition.end_isr_join(key[2], image.partition(key[0], key[1]))
 
     def cancel(self) -> None:
         for task in self.pending:
@@ -115,7 +158,7 @@ class IsrChanges:
             return False
         finally:
             if add is not None:
-                self._answered(partition, add, image, base)
+                self._answered(partition, add, image, base, epoch)
         state = image.partition(partition.topic, partition.index)
         if not changed or state is None:
             return False
@@ -128,15 +171,18 @@ class IsrChanges:
         return True
 
     def _answered(self, partition: Partition, replica_id: int, image: ClusterImage | None,
-                  base: int) -> None:
+                  base: int, epoch: int) -> None:
         """A join's write is over: its outcome known from ``image``, or, with no image after
         a write was tried, unknown until an image past ``base`` is applied — perhaps already:
         other writers' images keep coming while ours is retried, and once the cluster waits
         on this join none may come after it."""
+        key = (partition.topic, partition.index, replica_id)
         if image is None and base >= 0:
             if self.metadata.image.version <= base:
-                self._unknown[(partition.topic, partition.index, replica_id)] = (partition, base)
+                retry_at = time.monotonic() + RETRY_BACKOFF_S
+                self._parked[key] = Parked(partition, base, epoch, retry_at)
                 return
             image = self.metadata.image
+        self._parked.pop(key, None)
         partition.end_isr_join(
             replica_id, image.partition(partition.topic, partition.index) if image else None)

@@ -179,6 +179,10 @@ class Partition:
             del self._joining[replica_id]
             self.maybe_advance_high_watermark()  # it may have been all it waited for
 
+    def is_joining(self, replica_id: int) -> bool:
+        """Its join asked for and not answered yet."""
+        return self._joining.get(replica_id) == -1
+
     def maximal_isr(self) -> list[int]:
         """The ISR and the followers joining it: whom the high watermark waits for."""
         return self.isr + [r for r in self._joining if r not in self.isr]

@@ -469,6 +469,8 @@ class ReplicaManager:
         fetch never waits on the coordination backend."""
         if partition.record_follower_fetch(replica_id, offset, log_start_offset):
             self.isr_changes.follower_caught_up(partition, replica_id)
+        elif self.isr_changes.parked:
+            self.isr_changes.retry_parked(partition, replica_id)
 
     async def check_isr(self) -> None:
         await self.isr_changes.shrink_stale(self.partitions.values(),

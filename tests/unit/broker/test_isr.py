@@ -15,6 +15,7 @@ from kio.schema.errors import ErrorCode
 from broker.cluster.metadata import ConcurrentUpdate, MetadataUnavailable
 from broker.config.broker_config import BrokerConfig
 from broker.network.client import KafkaConnection
+from broker.server import isr_changes
 from broker.server.partition import Partition
 from kafkube_contract.image import PartitionState
 from kafkube_contract.registration import BrokerRegistration
@@ -249,5 +250,33 @@ def test_a_join_lost_to_other_writers_is_settled_by_the_image_they_left(
         await asyncio.gather(*replicas.isr_changes.pending)
         assert JOINER in committed_state(replicas).isr
         assert partition.isr == [LEADER, FOLLOWER, JOINER]
+
+    asyncio.run(scenario())
+
+
+def test_a_join_whose_write_was_not_stored_is_written_again(
+        replicas: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The store refused the write (a 503) and nobody else writes: no image will ever say
+    what became of it, so the leader writes it again at the follower's next fetch."""
+    partition, produce = joining_setup(replicas)
+    monkeypatch.setattr(isr_changes, "RETRY_BACKOFF_S", 0.0, raising=False)
+    backend, update = replicas.metadata.backend, replicas.metadata.update
+
+    async def refused(change: Any) -> Any:
+        assert change(backend.read_image()) is not None  # based on this version, not stored
+        raise MetadataUnavailable("the API server answered 503")
+
+    async def scenario() -> None:
+        end = produce()
+        replicas.record_follower_fetch(partition, FOLLOWER, end)
+        monkeypatch.setattr(replicas.metadata, "update", refused)
+        replicas.record_follower_fetch(partition, JOINER, end)
+        await asyncio.gather(*replicas.isr_changes.pending)
+        assert partition.isr == [LEADER, FOLLOWER]
+        monkeypatch.setattr(replicas.metadata, "update", update)
+        replicas.record_follower_fetch(partition, JOINER, end)
+        await asyncio.gather(*replicas.isr_changes.pending)
+        assert JOINER in committed_state(replicas).isr
+        assert partition.isr == [LEADER, FOLLOWER, JOINER] and not replicas.isr_changes.parked
 
     asyncio.run(scenario())
