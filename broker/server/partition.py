@@ -185,6 +185,8 @@ class Partition:
 
     def maximal_isr(self) -> list[int]:
         """The ISR and the followers joining it: whom the high watermark waits for."""
+        if not self._joining:  # nearly always: no new list on the produce path
+            return self.isr
         return self.isr + [r for r in self._joining if r not in self.isr]
 
     def set_isr(self, isr: list[int]) -> None:
