@@ -175,8 +175,11 @@ class IsrChanges:
         """A join's write is over: its outcome known from ``image``, or, with no image after
         a write was tried, unknown until an image past ``base`` is applied — perhaps already:
         other writers' images keep coming while ours is retried, and once the cluster waits
-        on this join none may come after it."""
+        on this join none may come after it. A retry that failed before writing keeps what
+        the parked write left unknown."""
         key = (partition.topic, partition.index, replica_id)
+        if image is None and base < 0 and key in self._parked:
+            base = self._parked[key].base
         if image is None and base >= 0:
             if self.metadata.image.version <= base:
                 retry_at = time.monotonic() + RETRY_BACKOFF_S

@@ -266,6 +266,9 @@ def test_a_join_whose_write_was_not_stored_is_written_again(
         assert change(backend.read_image()) is not None  # based on this version, not stored
         raise MetadataUnavailable("the API server answered 503")
 
+    async def failing_before_writing(change: Any) -> Any:
+        raise MetadataUnavailable("the API server answered 503 to the read")
+
     async def scenario() -> None:
         end = produce()
         replicas.record_follower_fetch(partition, FOLLOWER, end)
@@ -273,6 +276,13 @@ def test_a_join_whose_write_was_not_stored_is_written_again(
         replicas.record_follower_fetch(partition, JOINER, end)
         await asyncio.gather(*replicas.isr_changes.pending)
         assert partition.isr == [LEADER, FOLLOWER]
+        # A retry whose store fails before it writes learns nothing: still counted.
+        monkeypatch.setattr(replicas.metadata, "update", failing_before_writing)
+        replicas.record_follower_fetch(partition, JOINER, end)
+        await asyncio.gather(*replicas.isr_changes.pending)
+        later = produce()
+        replicas.record_follower_fetch(partition, FOLLOWER, later)
+        assert partition.high_watermark == end
         monkeypatch.setattr(replicas.metadata, "update", update)
         replicas.record_follower_fetch(partition, JOINER, end)
         await asyncio.gather(*replicas.isr_changes.pending)
