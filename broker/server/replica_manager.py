@@ -69,6 +69,9 @@ class ReplicaManager:
         self._more_pending = False  # a pass opening the partitions past OPEN_PER_SLICE
         self.opened_or_dropped = 0  # partitions opened and dropped so far (broker.common.heap)
         self.isr_changes = IsrChanges(metadata, config.node_id)
+        # A listener of its own, after apply_image: it settles parked joins even if applying
+        # the roles failed part way (each listener's error is logged apart).
+        metadata.listeners.append(self.isr_changes.image_applied)
         self._tasks: list[asyncio.Task[None]] = []
         self.leadership_listeners: list[Callable[[Partition, bool], None]] = []
         self.leader_throttle = Throttle(config["leader.replication.throttled.rate"])
@@ -201,7 +204,6 @@ class ReplicaManager:
             # Once per image, not per replica: per replica made deleting N cost N².
             self.logs.write_checkpoints()
             self.logs.write_cleaner_checkpoints()
-        self.isr_changes.image_applied(image)
         if opened >= OPEN_PER_SLICE and not self._more_pending:
             self._more_pending = True
             self.logs.schedule(0, self._open_more)
