@@ -135,6 +135,18 @@ def committed_state(replicas: Any) -> PartitionState:
     return replicas.metadata.backend.read_image().partition("t", 0)
 
 
+async def ask_to_join_through(replicas: Any, partition: Partition, produce: Callable[[], int],
+                              update: Any, monkeypatch: pytest.MonkeyPatch) -> int:
+    """Records appended and fetched by the ISR follower, then the joiner caught up and its
+    join written through ``update`` (in place of the metadata's) to its end; the log end."""
+    end = produce()
+    replicas.record_follower_fetch(partition, FOLLOWER, end)
+    monkeypatch.setattr(replicas.metadata, "update", update)
+    replicas.record_follower_fetch(partition, JOINER, end)
+    await asyncio.gather(*replicas.isr_changes.pending)
+    return end
+
+
 def test_the_high_watermark_waits_for_a_follower_whose_isr_join_is_in_flight(
         replicas: Any) -> None:
     """The repro of a loss (tests/integration/test_operator_pools.py, 1 run in 15 under
@@ -178,11 +190,8 @@ def test_a_join_whose_write_got_no_answer_counts_until_an_image_says(
         raise MetadataUnavailable("the API server did not answer in time")
 
     async def scenario() -> None:
-        end = produce()
-        replicas.record_follower_fetch(partition, FOLLOWER, end)
-        monkeypatch.setattr(replicas.metadata, "update", committed_unanswered)
-        replicas.record_follower_fetch(partition, JOINER, end)
-        await asyncio.gather(*replicas.isr_changes.pending)
+        end = await ask_to_join_through(replicas, partition, produce, committed_unanswered,
+                                        monkeypatch)
         assert JOINER in committed_state(replicas).isr and partition.isr == [LEADER, FOLLOWER]
         later = produce()
         replicas.record_follower_fetch(partition, FOLLOWER, later)
@@ -240,11 +249,7 @@ def test_a_join_lost_to_other_writers_is_settled_by_the_image_they_left(
         raise ConcurrentUpdate("cluster metadata kept changing for 50 attempts")
 
     async def scenario() -> None:
-        end = produce()
-        replicas.record_follower_fetch(partition, FOLLOWER, end)
-        monkeypatch.setattr(replicas.metadata, "update", lost_to_others)
-        replicas.record_follower_fetch(partition, JOINER, end)
-        await asyncio.gather(*replicas.isr_changes.pending)
+        end = await ask_to_join_through(replicas, partition, produce, lost_to_others, monkeypatch)
         monkeypatch.setattr(replicas.metadata, "update", update)
         replicas.record_follower_fetch(partition, JOINER, end)  # no new image since
         await asyncio.gather(*replicas.isr_changes.pending)
@@ -270,11 +275,7 @@ def test_a_join_whose_write_was_not_stored_is_written_again(
         raise MetadataUnavailable("the API server answered 503 to the read")
 
     async def scenario() -> None:
-        end = produce()
-        replicas.record_follower_fetch(partition, FOLLOWER, end)
-        monkeypatch.setattr(replicas.metadata, "update", refused)
-        replicas.record_follower_fetch(partition, JOINER, end)
-        await asyncio.gather(*replicas.isr_changes.pending)
+        end = await ask_to_join_through(replicas, partition, produce, refused, monkeypatch)
         assert partition.isr == [LEADER, FOLLOWER]
         # A retry whose store fails before it writes learns nothing: still counted.
         monkeypatch.setattr(replicas.metadata, "update", failing_before_writing)
