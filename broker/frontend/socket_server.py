@@ -410,6 +410,10 @@ class Connection:
             return True, None
         if not step.done:
             ctx.throttle.first_step_s = time.perf_counter() - started  # what held the loop
+            # A throttle earned in the first step mutes at once: the frames behind this one
+            # are not read while it waits (Kafka reads none while a request is in flight).
+            # The response extends the mute again, so it lasts the throttle from then.
+            self.mute.extend(ctx.throttle)
             await self._respond(step.task)
             return True, step.task
         elif self._backlog == 0:

@@ -12,9 +12,14 @@ from dataclasses import dataclass, field
 
 import pytest
 from confluent_kafka import KafkaError, Producer
+from kio.schema.describe_client_quotas.v1.request import (
+    ComponentData,
+    DescribeClientQuotasRequest,
+)
 
 from kafkube.harness.metadata import Cluster
 from kafkube.harness.waiting import wait_until
+from kafkube.harness.wire import WireClient, build_batch, produce_request
 from kafkube_operator.kafka import KafkaAdmin, KafkaRefused
 from tests.support.kafka_tools import CONFIG_COMMAND, KafkaTools
 
@@ -113,6 +118,52 @@ def test_a_user_is_held_to_its_produce_quota_and_others_are_not(
 
     configs(kafka_tools, cluster, "--alter", "--delete-config", "producer_byte_rate")
     assert "producer_byte_rate" not in configs(kafka_tools, cluster, "--describe")
+
+
+def quota_on(bootstrap: str, client_id: str) -> bool:
+    """Whether the broker at ``bootstrap`` knows a quota of ``client_id`` (its answer comes
+    from its own copy of the cluster's metadata)."""
+    with WireClient.connect(bootstrap) as client:
+        response = client.request(DescribeClientQuotasRequest(components=(ComponentData(
+            entity_type="client-id", match_type=0, match=client_id),), strict=False))
+    return bool(response.entries)
+
+
+def test_requests_pipelined_behind_a_throttled_produce_wait_out_its_throttle(
+        cluster_factory, kafka_tools: KafkaTools) -> None:
+    """KIP-219: no request after a throttled one is read until its throttle is over, even
+    when the client sent them all at once and the throttled produce (acks=all) is still
+    waiting for its follower. A bug admitted them all while the first waited: librdkafka,
+    with its unbounded requests in flight, got 270 KiB at a time past a 100 KiB/s quota."""
+    cluster = cluster_factory(2)
+    cluster.create_topic("piped", 1, 2)
+    kafka_tools.run(CONFIG_COMMAND, "--bootstrap-server", cluster.bootstrap, "--alter",
+                    "--entity-type", "clients", "--entity-name", "piped",
+                    "--add-config", "producer_byte_rate=10240")
+    leader = cluster.brokers[cluster.leader_of("piped", 0)].bootstrap
+    cluster.wait_for_isr("piped", 2)
+    wait_until(lambda: quota_on(leader, "piped"), 30, "the quota on the partition's leader")
+    value = b"p" * 8192
+    with WireClient.connect(leader, timeout=60) as client:
+        client.client_id = "piped"
+        # 240 KiB at once against 10 KiB/s over a 10 s window: throttled after ~100 KiB.
+        sent = [client.send(produce_request("piped", build_batch(
+            [(None, value, (), 0)], int(time.time() * 1000)), acks=-1)) for _ in range(30)]
+        version = produce_request("piped", None).__version__
+        answered: list[tuple[float, int]] = []
+        for correlation_id in sent:
+            response = client.receive(0, version, correlation_id)
+            ((partition,),) = (t.partition_responses for t in response.responses)
+            assert partition.error_code == 0, partition
+            answered.append((time.monotonic(), round(
+                response.throttle_time.total_seconds() * 1000)))
+    throttled = next((i for i, (_, ms) in enumerate(answered) if ms > 0), None)
+    assert throttled is not None and throttled < len(answered) - 1, answered
+    at, ms = answered[throttled]
+    after = answered[throttled + 1][0] - at
+    print(f"request {throttled} throttled {ms} ms; the next answered {after * 1000:.0f} ms "
+          "after it")
+    assert after >= 0.9 * ms / 1000, answered
 
 
 def test_the_operators_admin_client_sets_and_reads_a_users_quotas(cluster_factory,
