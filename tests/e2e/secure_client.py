@@ -25,7 +25,8 @@ It prints what the client saw, one line per event, for the test to judge:
         E <error> <message>
         P ok <partition> <offset> | P failed <error> | P none
     flood BOOTSTRAP TOPIC --seconds S --warm-up W
-        D flood <bytes acknowledged> <seconds>   1 KiB records to partition 0 as fast as
+        D flood <bytes acknowledged> <seconds> <bytes of each second, comma separated>
+                                                 1 KiB records to partition 0 as fast as
                                                  the cluster takes them; the bytes of the S
                                                  seconds after the first W (a quota's
                                                  window lets a new client run ahead first)
@@ -258,7 +259,10 @@ def flood(args: argparse.Namespace) -> int:
     start = (acked[0] if acked else 0.0) + args.warm_up
     counted = [t for t in acked if start < t <= start + args.seconds]
     producer.purge()
-    say(f"D flood {len(counted) * 1024} {args.seconds}")
+    per_second = [0] * args.seconds
+    for t in counted:
+        per_second[min(int(t - start), args.seconds - 1)] += 1024
+    say(f"D flood {len(counted) * 1024} {args.seconds} {','.join(map(str, per_second))}")
     return 0
 
 
@@ -284,7 +288,7 @@ def main(argv: list[str]) -> int:
     f = sub.add_parser("flood")
     f.add_argument("bootstrap")
     f.add_argument("topic")
-    f.add_argument("--seconds", type=float, default=15.0)
+    f.add_argument("--seconds", type=int, default=15)
     f.add_argument("--warm-up", type=float, default=0.0)
     for each in (r, lo, p, f):
         each.add_argument("--config", action="append", default=[],
