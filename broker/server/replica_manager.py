@@ -41,7 +41,9 @@ from kafkube_contract.registration import replica_key
 
 log = logging.getLogger(__name__)
 
-OPEN_PER_SLICE = 100
+# How long one pass may spend opening partitions before the event loop serves what waits
+# (a new partition's files cost 0.3-3 ms to make, depending on the file system).
+OPEN_SLICE_S = 0.02
 HANDOVER_POLL_S = 0.05
 
 
@@ -66,7 +68,9 @@ class ReplicaManager:
         self.logs.failures.listeners.append(self._log_dir_failed)
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self._fetchers_stopped = False
-        self._more_pending = False  # a pass opening the partitions past OPEN_PER_SLICE
+        self._more_pending = False  # a pass opening the partitions a slice left
+        self._to_open: list[tuple[TopicMetadata, int]] = []  # what the last slice left
+        self.open_slices = 0  # passes that opened partitions (a test counts them)
         self.opened_or_dropped = 0  # partitions opened and dropped so far (broker.common.heap)
         self.isr_changes = IsrChanges(metadata, config.node_id)
         # A listener of its own, after apply_image: it settles parked joins even if applying
@@ -157,14 +161,19 @@ class ReplicaManager:
     def apply_image(self, image: ClusterImage) -> None:
         """Take the roles the image gives this broker: Kafka's applyDelta on a MetadataImage.
 
-        Opening a partition creates or recovers its files (about a millisecond when new), so
-        at most OPEN_PER_SLICE are opened per pass and the rest in the next pass, after the
-        event loop has served what waits: a CreateTopics of 10,000 partitions, or a restart
-        with as many, never stalls produce and fetch (or the lease's heartbeat) for seconds.
-        A partition not yet open answers NOT_LEADER_OR_FOLLOWER, which clients retry."""
+        Opening a partition creates or recovers its files (0.3-3 ms when new), so a pass
+        opens partitions for at most OPEN_SLICE_S and leaves the rest to the next passes
+        (``_open_more``, which takes them from a list rather than walk the image again),
+        after the event loop has served what waits: a CreateTopics of 10,000 partitions, or
+        a restart with as many, never stalls produce and fetch, Metadata answers (from the
+        image) or the lease's heartbeat. A partition not yet open answers
+        NOT_LEADER_OR_FOLLOWER, which clients retry."""
         self._apply_configs(image)
         wanted: set[TopicPartition] = set()
-        opened = replaced = 0
+        replaced = 0
+        deadline = time.perf_counter() + OPEN_SLICE_S
+        self._to_open = []
+        slice_opened = False
         for topic in image.topics.values():
             for index, state in enumerate(topic.assignments):
                 if self.node_id not in state.replicas:
@@ -182,10 +191,11 @@ class ReplicaManager:
                     replaced += 1
                     partition = None
                 if partition is None:
-                    if opened >= OPEN_PER_SLICE:
+                    if slice_opened and time.perf_counter() >= deadline:
+                        self._to_open.append((topic, index))
                         continue
+                    slice_opened = True
                     partition = self._open_partition(topic, index)
-                    opened += 1
                     if partition is None:
                         continue
                 self._take_role(tp, partition, state)
@@ -204,13 +214,39 @@ class ReplicaManager:
             # Once per image, not per replica: per replica made deleting N cost N².
             self.logs.write_checkpoints()
             self.logs.write_cleaner_checkpoints()
-        if opened >= OPEN_PER_SLICE and not self._more_pending:
+        self.open_slices += slice_opened
+        self._schedule_more()
+
+    def _schedule_more(self) -> None:
+        if self._to_open and not self._more_pending:
             self._more_pending = True
             self.logs.schedule(0, self._open_more)
 
     def _open_more(self) -> None:
+        """The next slice of what the last image asked to open. Each is checked against
+        the current image first: the list is of that image, and one applied since has
+        replaced the list (a partition it no longer gives this broker is not opened)."""
         self._more_pending = False
-        self.apply_image(self.metadata.image)
+        image = self.metadata.image
+        deadline = time.perf_counter() + OPEN_SLICE_S
+        pending, opened = self._to_open, 0
+        while opened < len(pending) and (not opened or time.perf_counter() < deadline):
+            topic, index = pending[opened]
+            opened += 1
+            tp = TopicPartition(topic.name, index)
+            current = image.topics.get(topic.name)
+            if current is None or current.topic_id != topic.topic_id \
+                    or tp in self.partitions or tp in self.offline:
+                continue
+            state = current.assignments[index] if index < len(current.assignments) else None
+            if state is None or self.node_id not in state.replicas:
+                continue
+            partition = self._open_partition(current, index)
+            if partition is not None:
+                self._take_role(tp, partition, state)
+        del pending[:opened]
+        self.open_slices += 1
+        self._schedule_more()
 
     def _apply_configs(self, image: ClusterImage) -> None:
         """Configs changed at run time take effect now: each log gets its topic's settings as

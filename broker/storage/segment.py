@@ -76,19 +76,22 @@ class LogSegment:
         self.suffix = suffix
         stem = str(directory / segment_name(base_offset))
         self.log_path = Path(stem + LOG_SUFFIX + suffix)
-        self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        try:  # a new segment's indexes have no file until they have entries
+            self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND,
+                              0o644)
+            new = True
+        except FileExistsError:
+            self.fd = os.open(self.log_path, os.O_RDWR | os.O_APPEND)
+            new = False
         self.size = os.fstat(self.fd).st_size
         self.offset_index = OffsetIndex(
-            Path(stem + INDEX_SUFFIX + suffix), base_offset, index_max_bytes
+            Path(stem + INDEX_SUFFIX + suffix), base_offset, index_max_bytes, new
         )
         self.time_index = TimeIndex(
-            Path(stem + TIME_INDEX_SUFFIX + suffix), base_offset, index_max_bytes
+            Path(stem + TIME_INDEX_SUFFIX + suffix), base_offset, index_max_bytes, new
         )
-        # Created empty for a new segment; left missing (for the log to rebuild) for an
-        # existing one written before transactions existed.
-        self.txn_index = TransactionIndex(
-            Path(stem + TXN_INDEX_SUFFIX + suffix), create=self.size == 0
-        )
+        self.txn_index = TransactionIndex(Path(stem + TXN_INDEX_SUFFIX + suffix),
+                                          new=self.size == 0)
         self._bytes_since_index = 0
         self.max_timestamp = -1
         self.offset_of_max_timestamp = base_offset  # last offset of the batch holding it
@@ -338,12 +341,13 @@ class LogSegment:
         state is touched (seal() wrote its index entries out), so a segment deleted or
         truncated meanwhile costs an OSError, which the caller takes as "not synced"."""
         os.fsync(self.fd)
-        for path in (self.offset_index.path, self.time_index.path, self.txn_index.path):
+        for index in (self.offset_index, self.time_index, self.txn_index):
+            path = index.path
             try:
                 fd = os.open(path, os.O_RDONLY)
             except FileNotFoundError:
-                if path == self.txn_index.path:
-                    continue  # made only when a transaction aborts in this segment
+                if index is self.txn_index or not index.on_disk:
+                    continue  # an index that never had an entry to write
                 raise
             try:
                 os.fsync(fd)
@@ -366,16 +370,17 @@ class LogSegment:
         Kafka's LogSegment.changeFileSuffixes: the descriptors stay open, so the segment keeps
         working. The .log file goes last because a restart decides by its name alone.
         """
-        self.offset_index.write_out()  # to the file being renamed, not a new one
-        self.time_index.write_out()
-        for index in (self.offset_index, self.time_index, self.txn_index):
-            index.path = _resuffixed(index.path, self.suffix, suffix)
+        for index in (self.offset_index, self.time_index):
+            index.rename(_renamed(index.path, self.suffix, suffix))
+        self.txn_index.path = _resuffixed(self.txn_index.path, self.suffix, suffix)
         self.log_path = _resuffixed(self.log_path, self.suffix, suffix)
         self.suffix = suffix
 
     def mark_deleted(self) -> list[Path]:
         """Rename the files to ``*.deleted``; the fd stays open for fetches in flight."""
         renamed = []
+        self.offset_index.deleted()
+        self.time_index.deleted()
         for path in self.files():
             target = path.with_name(path.name + DELETED_SUFFIX)
             if path.exists():
@@ -384,9 +389,14 @@ class LogSegment:
         return renamed
 
 
-def _resuffixed(path: Path, old: str, new: str) -> Path:
+def _renamed(path: Path, old: str, new: str) -> Path:
+    """``path`` with its suffix ``old`` replaced by ``new``."""
     base = path.name[: len(path.name) - len(old)] if old else path.name
-    target = path.with_name(base + new)
+    return path.with_name(base + new)
+
+
+def _resuffixed(path: Path, old: str, new: str) -> Path:
+    target = _renamed(path, old, new)
     try:
         path.rename(target)
     except FileNotFoundError:

@@ -19,6 +19,7 @@ cleaner writes a new segment's index from its worker thread before anyone else s
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import struct
@@ -119,21 +120,21 @@ def _last_offset(entry: TxnIndexEntry) -> int:
 class TransactionIndex:
     """The aborted transactions whose markers are in one segment, in file and in memory.
 
-    ``create`` makes an empty file when there is none: right for a new segment. For an
-    existing segment a missing file means an old log (or a lost file), so it is left
-    missing and ``missing`` tells the log to rebuild it from the batches.
+    The file is made by the first abort, as Kafka makes it: most segments never have one,
+    and a new partition's files are made one by one on the event loop. A file missing for an
+    existing segment (``new`` false) may be an old log's or a lost one, so ``missing``
+    asks the log to rebuild it from the batches, which costs nothing more: loading replays
+    every batch header anyway, and an index found empty is not made then either.
     """
 
-    def __init__(self, path: Path, create: bool) -> None:
+    def __init__(self, path: Path, new: bool) -> None:
         self.path = path
         self.entries: list[TxnIndexEntry] = []
         self._unsynced = False
         try:
             data = path.read_bytes()
         except FileNotFoundError:
-            self.missing = not create
-            if create:
-                self._write_file(b"")
+            self.missing = not new
             return
         self.missing = False
         self._load(data)
@@ -166,10 +167,11 @@ class TransactionIndex:
     def replace_all(self, entries: list[TxnIndexEntry]) -> None:
         """Write a rebuilt index whole, through a ``.tmp`` file and a rename: a crash in the
         middle leaves the old file (which the next load rebuilds again), never half of one.
-        An empty index, the common case when an old log is upgraded, is just an empty file:
-        no fsync per segment."""
+        An empty index, the common case, is no file (or an emptied one): no fsync per
+        segment."""
         if not entries:
-            os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
+            with contextlib.suppress(FileNotFoundError):
+                os.truncate(self.path, 0)
             self.entries = []
             self.missing = False
             return

@@ -12,7 +12,7 @@ import pytest
 
 from broker.protocol.batch_codec import record_offsets_and_timestamps
 from broker.protocol.records import split_batches
-from broker.storage.index import PENDING_LIMIT
+from broker.storage.index import PENDING_LIMIT, OffsetIndex
 from broker.storage.leader_epoch import LeaderEpochCache
 from broker.storage.log import Log, LogConfig, OffsetOutOfRange
 from broker.storage.segment import TAIL_BATCHES
@@ -424,6 +424,37 @@ def test_a_segment_holds_one_descriptor_and_its_indexes_reach_the_file(tmp_path:
         [s.offset_index.entries for s in log.segments]
     assert reopened.log_end_offset == 600
     reopened.close()
+
+
+def test_a_new_segment_makes_its_index_files_when_it_has_entries(tmp_path: Path):
+    """A new partition makes its log file alone (file creations cost 0.3-0.5 ms of kernel
+    time each on the VMs measured): an index file is made by the first write of entries,
+    truncated (a leftover at its name is no part of it); a deleted segment's is never made."""
+    directory = tmp_path / "t-0"
+    directory.mkdir()
+    (directory / "00000000000000000000.index").write_bytes(b"x" * 8)  # a leftover
+    log = Log(directory, small_config(segment_bytes=1 << 20))
+    segment = log.active_segment
+    assert not segment.time_index.path.exists()
+    assert segment.offset_index.entries == 0  # the leftover is not read
+    append(log, batch(1))
+    log.flush()  # one small batch: no entry is due yet, so no file
+    assert not segment.time_index.path.exists()
+    while segment.offset_index.entries == 0:
+        append(log, batch(3))
+    log.flush()
+    assert segment.offset_index.path.stat().st_size == segment.offset_index.entries * 8
+    assert segment.time_index.path.stat().st_size == segment.time_index.entries * 12
+    log.close()
+    reopened = Log(directory, small_config(segment_bytes=1 << 20))
+    assert reopened.active_segment.offset_index.entries == segment.offset_index.entries
+    assert reopened.log_end_offset == log.log_end_offset
+    reopened.close()
+    unmade = OffsetIndex(directory / "00000000000000000099.index", 99, 1024, new=True)
+    unmade.append(100, 0)
+    unmade.deleted()  # its segment deleted while the entry waited
+    unmade.close()
+    assert not unmade.path.exists()
 
 
 def test_index_entries_waiting_in_memory_stay_bounded(tmp_path: Path):
