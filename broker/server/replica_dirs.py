@@ -61,6 +61,8 @@ def schedule_removal(directory: Path, partition_log: Log | None, delay: float,
                       schedule: Callable[[float, Any], None]) -> None:
     """Rename to ``*-delete`` now (so a restart never reloads it), remove files later."""
     doomed = directory.with_name(f"{directory.name}.{uuid.uuid4().hex}{DELETE_SUFFIX}")
+    if partition_log is not None:  # closed later, when a new log may own the old name
+        partition_log.drop_index_writes()
     os.rename(directory, doomed)
 
     def remove() -> None:

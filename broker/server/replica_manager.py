@@ -111,6 +111,7 @@ class ReplicaManager:
                                 "ISR check")]
 
     async def shutdown(self) -> None:
+        self._to_open = []  # a slice still scheduled opens nothing
         self.logs.stop()
         for task in self._tasks:
             task.cancel()
@@ -230,23 +231,26 @@ class ReplicaManager:
         image = self.metadata.image
         deadline = time.perf_counter() + OPEN_SLICE_S
         pending, opened = self._to_open, 0
-        while opened < len(pending) and (not opened or time.perf_counter() < deadline):
-            topic, index = pending[opened]
-            opened += 1
-            tp = TopicPartition(topic.name, index)
-            current = image.topics.get(topic.name)
-            if current is None or current.topic_id != topic.topic_id \
-                    or tp in self.partitions or tp in self.offline:
-                continue
-            state = current.assignments[index] if index < len(current.assignments) else None
-            if state is None or self.node_id not in state.replicas:
-                continue
-            partition = self._open_partition(current, index)
-            if partition is not None:
-                self._take_role(tp, partition, state)
-        del pending[:opened]
-        self.open_slices += 1
-        self._schedule_more()
+        try:
+            while opened < len(pending) and (not opened or time.perf_counter() < deadline):
+                topic, index = pending[opened]
+                opened += 1
+                tp = TopicPartition(topic.name, index)
+                current = image.topics.get(topic.name)
+                if current is None or current.topic_id != topic.topic_id \
+                        or tp in self.partitions or self.offline.get(tp) == topic.topic_id:
+                    continue
+                state = (current.assignments[index] if index < len(current.assignments)
+                         else None)
+                if state is None or self.node_id not in state.replicas:
+                    continue
+                partition = self._open_partition(current, index)
+                if partition is not None:
+                    self._take_role(tp, partition, state)
+        finally:  # one that failed is left to the next image; the others are opened
+            del pending[:opened]
+            self.open_slices += 1
+            self._schedule_more()
 
     def _apply_configs(self, image: ClusterImage) -> None:
         """Configs changed at run time take effect now: each log gets its topic's settings as

@@ -556,6 +556,12 @@ class Log:
         for segment in self.segments:
             segment.close()
 
+    def drop_index_writes(self) -> None:
+        """Its directory is being moved away for removal: nothing more is written at the
+        old paths (see LogSegment.drop_index_writes)."""
+        for segment in self.segments:
+            segment.drop_index_writes()
+
     def delete(self) -> None:
         """Close and remove the whole partition directory."""
         self.close()

@@ -10,6 +10,7 @@ storage on one event loop.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from bisect import bisect_left, bisect_right
@@ -80,6 +81,11 @@ class LogSegment:
             self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND,
                               0o644)
             new = True
+            for leftover in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
+                # Of an earlier segment at this name (a crash while it was deleted): it
+                # would be read as this one's after a restart.
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(stem + leftover + suffix)
         except FileExistsError:
             self.fd = os.open(self.log_path, os.O_RDWR | os.O_APPEND)
             new = False
@@ -376,11 +382,17 @@ class LogSegment:
         self.log_path = _resuffixed(self.log_path, self.suffix, suffix)
         self.suffix = suffix
 
+    def drop_index_writes(self) -> None:
+        """Its files are deleted or moved away: index entries still waiting are dropped,
+        and no index file is made again at the old names, which a new segment (of a topic
+        made again under the same name) may have by then."""
+        self.offset_index.deleted()
+        self.time_index.deleted()
+
     def mark_deleted(self) -> list[Path]:
         """Rename the files to ``*.deleted``; the fd stays open for fetches in flight."""
         renamed = []
-        self.offset_index.deleted()
-        self.time_index.deleted()
+        self.drop_index_writes()
         for path in self.files():
             target = path.with_name(path.name + DELETED_SUFFIX)
             if path.exists():

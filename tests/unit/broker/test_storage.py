@@ -12,6 +12,7 @@ import pytest
 
 from broker.protocol.batch_codec import record_offsets_and_timestamps
 from broker.protocol.records import split_batches
+from broker.server.replica_dirs import schedule_removal
 from broker.storage.index import PENDING_LIMIT, OffsetIndex
 from broker.storage.leader_epoch import LeaderEpochCache
 from broker.storage.log import Log, LogConfig, OffsetOutOfRange
@@ -435,8 +436,8 @@ def test_a_new_segment_makes_its_index_files_when_it_has_entries(tmp_path: Path)
     (directory / "00000000000000000000.index").write_bytes(b"x" * 8)  # a leftover
     log = Log(directory, small_config(segment_bytes=1 << 20))
     segment = log.active_segment
-    assert not segment.time_index.path.exists()
-    assert segment.offset_index.entries == 0  # the leftover is not read
+    # Neither made nor left: a leftover would be read as this segment's after a restart.
+    assert not segment.time_index.path.exists() and not segment.offset_index.path.exists()
     append(log, batch(1))
     log.flush()  # one small batch: no entry is due yet, so no file
     assert not segment.time_index.path.exists()
@@ -455,6 +456,33 @@ def test_a_new_segment_makes_its_index_files_when_it_has_entries(tmp_path: Path)
     unmade.deleted()  # its segment deleted while the entry waited
     unmade.close()
     assert not unmade.path.exists()
+
+
+def test_a_log_moved_away_for_removal_writes_nothing_into_a_new_log_at_its_name(
+        tmp_path: Path):
+    """A deleted topic's directory is renamed at once and its log closed a delay later
+    (file.delete.delay.ms); a topic made again meanwhile under the same name has a new log
+    at the old paths. Closing the old one wrote its waiting index entries into the new
+    one's index, which a restart then trusted: the log ended at offset 0 under 3 records."""
+    removals: list = []
+    config = small_config(segment_bytes=1 << 20, index_interval_bytes=256)
+    old = Log(tmp_path / "t-0", config)
+    for _ in range(60):
+        append(old, batch(3))
+    assert old.active_segment.offset_index.entries > 0
+    schedule_removal(old.dir, old, 60.0, lambda _delay, fn: removals.append(fn))
+    new = Log(tmp_path / "t-0", config)
+    for _ in range(3):
+        append(new, batch(1))
+    new.flush()
+    (remove,) = removals
+    remove()  # the old log closed, its files removed
+    new.close()
+    reopened = Log(tmp_path / "t-0", config)
+    assert reopened.log_end_offset == 3
+    assert reopened.active_segment.offset_index.entries == \
+        new.active_segment.offset_index.entries
+    reopened.close()
 
 
 def test_index_entries_waiting_in_memory_stay_bounded(tmp_path: Path):
