@@ -41,10 +41,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from bench import summary
 from bench.arguments import comma_list
 from bench.compare_workloads import rdkafka_consume, rdkafka_produce
 from bench.run_info import commit, load_average, machine
-from bench.scale import report
+from bench.scale import load_report, report
 from bench.scale.connections import measure_connections
 from bench.scale.load_points import CURVES, METRICS, SYSTEMS, Point, failure_text
 from bench.scale.load_report import SECTION, publish
@@ -122,6 +123,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--profile", type=Path, metavar="DIR",
                         help="py-spy the kafkube broker during each phase; raw stacks to DIR")
     parser.add_argument("--keep", action="store_true", help="keep the brokers' data dirs")
+    parser.add_argument("--record", action="store_true",
+                        help="write each figure's largest point with both systems into "
+                             "docs/performance.json")
     args = parser.parse_args(argv)
     if args.points is not None:
         if len(args.curves) != 1:
@@ -191,6 +195,10 @@ def main(argv: list[str]) -> int:
                            f"average at end {load_average()}")
     report.save_json(args, result, "figures")
     publish(result, write=not args.no_docs and len(args.systems) == len(SYSTEMS))
+    if args.record:
+        figures = load_report.summary_figures(result)
+        summary.record(figures)
+        print(f"{len(figures)} figures written to {summary.PATH}")
     print_profiles(result)
     return 0
 

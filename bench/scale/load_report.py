@@ -22,6 +22,7 @@ from bench.scale.load_points import (
     find,
     label,
 )
+from bench.summary import Figure
 from kafkube.harness import kafka_jars
 
 SECTION = report.Section("scale-load",
@@ -294,3 +295,27 @@ def publish(result: dict[str, Any], write: bool) -> None:
         write_docs(result)
         print(f"written: {SECTION.docs} and {SECTION.chart}")
 
+
+def summary_figures(result: dict[str, Any]) -> list[Figure]:
+    """docs/performance.json's entries of a run: every figure with a better side at the
+    largest point of each curve where both systems have it (the figures the summary table
+    quotes), named with the curve's x, e.g. "scale: 10,000 partitions, produce, acks=1"."""
+    points = [Point(**p) for p in result["points"]]
+    settings = result["settings"]
+    date = result["started"][:10]
+    out = []
+    for curve in CURVES:
+        for metric in METRICS[curve]:
+            if not metric.better:
+                continue
+            xs = [x for x in sorted({p.x for p in points if p.curve == curve}, reverse=True)
+                  if ratio(points, curve, x, metric.key) is not None]
+            if not xs:
+                continue
+            ka, ku = (find(points, curve, xs[0], s) for s in SYSTEMS)
+            assert ka is not None and ku is not None
+            out.append(Figure(f"scale: {at(xs[0], curve)}, {label(metric, settings)}",
+                              metric.unit, round(ku.values[metric.key], 3),
+                              round(ka.values[metric.key], 3), metric.better == "higher",
+                              result["command"], date))
+    return out
