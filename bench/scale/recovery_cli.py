@@ -33,6 +33,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import asdict
 
+from bench import summary
 from bench.arguments import comma_list
 from bench.run_info import commit, load_average, machine
 from bench.scale import report
@@ -41,7 +42,7 @@ from bench.scale.metadata import metadata_point
 from bench.scale.probes import POLL_S
 from bench.scale.recovery import RECORD_SIZE, recovery_point
 from bench.scale.recovery_points import Point, describe, run_point, why
-from bench.scale.recovery_report import CURVES, SECTION, publish
+from bench.scale.recovery_report import CURVES, SECTION, publish, summary_figures
 from bench.systems import PARTITIONS
 from kafkube.harness import kafka_jars
 
@@ -93,6 +94,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--timeout", type=float, default=900.0,
                         help="seconds a point may take to recover / propagate (900)")
     report.add_output_options(parser, SECTION, "point")
+    parser.add_argument("--record", action="store_true",
+                        help="write each curve's largest point with both systems into "
+                             "docs/performance.json")
     return parser.parse_args(argv)
 
 
@@ -138,5 +142,9 @@ def main(argv: list[str]) -> int:
               "header": header, "points": [asdict(p) for p in points]}
     report.save_json(args, result, "points")
     publish(result, write=not args.no_docs)
+    if args.record:
+        figures = summary_figures(result)
+        summary.record(figures)
+        print(f"{len(figures)} figures written to {summary.PATH}")
     return 0 if all(p.error is None for p in points) else 1
 

@@ -11,6 +11,7 @@ from bench.run_info import ROOT
 from bench.scale import report
 from bench.scale.image import CHURN_BROKERS, MAX_PACKED
 from bench.scale.recovery_points import Point
+from bench.summary import Figure
 from bench.systems import SYSTEMS
 from kafkube.harness import kafka_jars
 
@@ -226,3 +227,28 @@ def publish(result: dict[str, Any], write: bool) -> None:
         write_docs(section(result, SECTION.chart))
         print(f"written: {SECTION.docs} and {SECTION.chart}")
 
+
+# The headline figure of each curve both systems run, as docs/performance.json names it.
+SUMMARY_NAMES = {
+    "recovery": "scale: restart after SIGKILL with {x}, until the last offsets read",
+    "metadata": "scale: {x} partitions created on 3 brokers, until every broker shows them "
+                "led with a full ISR",
+}
+
+
+def summary_figures(result: dict[str, Any]) -> list[Figure]:
+    """docs/performance.json's entries of a run: each curve's headline seconds at its
+    largest point where both systems finished."""
+    points = [Point(**p) for p in result["points"]]
+    out = []
+    for curve, name in SUMMARY_NAMES.items():
+        both = {}
+        for p in points:
+            if p.curve == curve and p.seconds is not None:
+                both.setdefault(p.x, {})[p.system] = p.seconds
+        xs = sorted((x for x, seen in both.items() if len(seen) == len(SYSTEMS)), reverse=True)
+        if xs:
+            seen = both[xs[0]]
+            out.append(Figure(name.format(x=_x(curve, xs[0])), "s", seen["kafkube"],
+                              seen["kafka"], False, result["command"], result["started"][:10]))
+    return out

@@ -96,6 +96,19 @@ def test_findings_name_the_figure_that_grows_faster():
     assert "at 1 partition, " in text  # singular
 
 
+def test_the_summary_takes_each_figures_largest_point_with_both_systems():
+    result = {"points": [vars(p) for p in points()], "settings": SETTINGS,
+              "started": "2026-11-30 03:00 UTC", "command": "python -m bench scale-load"}
+    figures = {f.figure: f for f in load_report.summary_figures(result)}
+    cpu = figures["scale: 100 partitions, broker CPU per GB produced"]
+    assert (cpu.kafkube, cpu.kafka, cpu.ratio, cpu.higher_is_better, cpu.date) == (
+        4.0, 2.0, 2.0, False, "2026-11-30")
+    assert figures["scale: 100 partitions, produce, acks=1"].higher_is_better
+    # 10,000 partitions: kafkube has no create_s, so no figure of it; no 1-partition ones.
+    assert not [name for name in figures if "10,000" in name or " 1 partition" in name]
+    assert "scale: 100 partitions, broker RSS with the topic, idle" in figures
+
+
 def test_findings_when_nothing_grows_faster():
     even = [Point("connections", x, s, {"produce_cpu": 1.0}) for x in (1, 10)
             for s in ("kafka", "kafkube")]

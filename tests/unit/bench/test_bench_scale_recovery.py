@@ -173,3 +173,24 @@ def test_the_restart_phases_come_from_each_systems_log_stamps() -> None:
         "   12.600 [broker 0] kafkube broker 0 listening on PLAINTEXT://127.0.0.1:9092\n")
     assert recovery.kafkube_phases(kafkube_log) == [
         "kafkube log, from the restart: logs loaded at +2.5 s, listening at +2.6 s"]
+
+
+def test_the_summary_takes_each_curves_largest_point_both_systems_finished() -> None:
+    def point(curve: str, system: str, x: float, seconds: float | None) -> dict:
+        return vars(Point(curve, system, x, seconds))
+
+    result = {"started": "2026-11-30 03:00 UTC", "command": "python -m bench scale-recovery",
+              "points": [point("metadata", "kafka", 1000, 1.0),
+                         point("metadata", "kafkube", 1000, 0.3),
+                         point("metadata", "kafka", 5000, 1.4),
+                         point("metadata", "kafkube", 5000, None),  # did not finish
+                         point("recovery", "kafka", 30.0, 15.0),
+                         point("recovery", "kafkube", 30.0, 3.0),
+                         point("image", "kafkube", 10000, 2.0)]}
+    figures = {f.figure: f for f in recovery_report.summary_figures(result)}
+    assert sorted(figures) == [
+        "scale: 1,000 partitions created on 3 brokers, until every broker shows them led "
+        "with a full ISR",
+        "scale: restart after SIGKILL with 30 GB, until the last offsets read"]
+    assert figures["scale: restart after SIGKILL with 30 GB, until the last offsets read"
+                   ].ratio == 0.2
