@@ -194,6 +194,10 @@ def main(argv: list[str] | None = None) -> int:
         from bench.scale import load
 
         return load.main(argv[1:])
+    if argv[:1] == ["open-logs"]:  # what opening a new partition costs the loop
+        from bench import open_logs
+
+        return open_logs.main(argv[1:])
     if argv[:1] == ["scale-recovery"]:  # recovery, metadata propagation, image vs scale
         from bench.scale import recovery_cli
 
