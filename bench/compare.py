@@ -41,8 +41,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from bench import summary
 from bench.arguments import comma_list, parse_setting, parse_size
-from bench.compare_report import publish
+from bench.compare_report import publish, summary_figures
 from bench.compare_workloads import (
     LATENCY_WARMUP_S,
     group,
@@ -223,6 +224,9 @@ def main(argv: list[str]) -> int:
                              "(repeatable; e.g. socket.send.buffer.bytes=-1 for an A/B)")
     parser.add_argument("--timeout", type=float, default=300.0,
                         help="seconds allowed per client run (300)")
+    parser.add_argument("--record", action="store_true",
+                        help="write every figure both systems measured (medians over the "
+                             "rounds) into docs/performance.json")
     parser.add_argument("--no-docs", action="store_true",
                         help="do not write docs/performance.md and docs/kafka-compare.png")
     parser.add_argument("--json", type=Path, metavar="FILE", help="also write every figure here")
@@ -311,4 +315,8 @@ def main(argv: list[str]) -> int:
         print(f"FAILED after {took:.0f} s: {failed}", file=sys.stderr)
         return 1
     publish(result, write=not args.no_docs and len(args.systems) == 2)
+    if args.record:
+        recorded = summary_figures(result)
+        summary.record(recorded)
+        print(f"{len(recorded)} figures written to {summary.PATH}")
     return 0

@@ -9,6 +9,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from bench import summary
 from bench.figures import Figure, fmt, raw_table, summarise, table
 from bench.run_info import DOCS, ROOT, machine
 from kafkube.harness import kafka_jars
@@ -113,3 +114,30 @@ def publish(result: dict[str, Any], write: bool) -> None:
                               f"{result['started']}; {machine()}")
         write_docs(figures, result["header"], CHART)
         print(f"written: {DOCS} and {CHART}")
+
+
+CLIENT_NAMES = {"rdkafka": "librdkafka", "java": "Java client"}
+UNITS = ("s/GB", "MB/s", "ms", "s")
+
+
+def unit_of(metric: str) -> str:
+    """The unit a figure's metric names: "broker CPU s/GB" -> s/GB, "p99 ms" -> ms,
+    "s, subscribe to last record" -> s."""
+    words = metric.replace(",", " ").split()
+    return next((unit for unit in UNITS if unit in words), metric)
+
+
+def summary_figures(result: dict[str, Any]) -> list[summary.Figure]:
+    """docs/performance.json's entries of a run: every figure both systems measured, as the
+    medians over the rounds, named "<workload>, <client>, <metric>" (the broker CPU ones
+    "…, broker CPU s/GB"); a figure whose Kafka median is 0 has no ratio and is left out."""
+    out = []
+    for s in summarise([Figure(**f) for f in result["figures"]]):
+        if not s.kafka or not s.kafkube or not statistics.median(s.kafka):
+            continue
+        out.append(summary.Figure(
+            f"{s.name}, {CLIENT_NAMES.get(s.client, s.client)}, {s.metric}",
+            unit_of(s.metric), round(statistics.median(s.kafkube), 3),
+            round(statistics.median(s.kafka), 3), s.better == "higher", result["command"],
+            result["started"][:10]))
+    return out

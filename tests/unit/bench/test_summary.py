@@ -39,3 +39,24 @@ def test_bench_spark_reports_medians_of_rate_and_broker_cpu_per_gb() -> None:
     cpu = by_name["Spark's Kafka source alone, broker CPU per GB"]
     assert (cpu.kafkube, cpu.kafka, cpu.higher_is_better) == (2.0, 3.0, False)
     assert all("spark" in name.lower() for name in by_name)
+
+
+def test_a_comparison_is_summarised_as_medians_with_units() -> None:
+    from bench.compare_report import summary_figures, unit_of
+    from bench.figures import Figure as Measured
+
+    def measured(system: str, metric: str, value: float, round_: int) -> dict:
+        return vars(Measured(1, "produce acks=1", "rdkafka", metric, "higher", system, value,
+                             round=round_))
+
+    figures = [measured(system, metric, value, r)
+               for r, (ka, ku) in enumerate(((100.0, 150.0), (120.0, 130.0), (110.0, 200.0)))
+               for system, value in (("kafka", ka), ("kafkube", ku))
+               for metric in ("MB/s",)]
+    figures += [measured("kafka", "p50 ms", 0.0, 0), measured("kafkube", "p50 ms", 0.0, 0)]
+    result = {"figures": figures, "started": "2026-11-30 04:17 UTC", "command": "bench compare"}
+    (only,) = summary_figures(result)  # a Kafka median of 0 has no ratio: left out
+    assert (only.figure, only.unit, only.kafkube, only.kafka, only.ratio) == (
+        "produce acks=1, librdkafka, MB/s", "MB/s", 150.0, 110.0, 1.364)
+    assert [unit_of(m) for m in ("broker CPU s/GB", "p99 ms", "s, subscribe to last record")
+            ] == ["s/GB", "ms", "s"]
