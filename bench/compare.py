@@ -316,7 +316,5 @@ def main(argv: list[str]) -> int:
         return 1
     publish(result, write=not args.no_docs and len(args.systems) == 2)
     if args.record:
-        recorded = summary_figures(result)
-        summary.record(recorded)
-        print(f"{len(recorded)} figures written to {summary.PATH}")
+        summary.record(summary_figures(result))
     return 0

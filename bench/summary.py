@@ -43,3 +43,4 @@ def record(figures: list[Figure], path: Path = PATH) -> None:
     kept = [e for e in entries if e["figure"] not in names]
     merged = kept + [f.entry() for f in figures]
     path.write_text(json.dumps(merged, indent=1) + "\n")
+    print(f"{len(figures)} figures written to {path}")

@@ -196,9 +196,7 @@ def main(argv: list[str]) -> int:
     report.save_json(args, result, "figures")
     publish(result, write=not args.no_docs and len(args.systems) == len(SYSTEMS))
     if args.record:
-        figures = load_report.summary_figures(result)
-        summary.record(figures)
-        print(f"{len(figures)} figures written to {summary.PATH}")
+        summary.record(load_report.summary_figures(result))
     print_profiles(result)
     return 0
 

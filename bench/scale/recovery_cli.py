@@ -143,8 +143,6 @@ def main(argv: list[str]) -> int:
     report.save_json(args, result, "points")
     publish(result, write=not args.no_docs)
     if args.record:
-        figures = summary_figures(result)
-        summary.record(figures)
-        print(f"{len(figures)} figures written to {summary.PATH}")
+        summary.record(summary_figures(result))
     return 0 if all(p.error is None for p in points) else 1
 
