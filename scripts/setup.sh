@@ -23,7 +23,7 @@ need_apt=()
 command -v javac >/dev/null || need_apt+=(default-jdk-headless)
 command -v mvn >/dev/null || need_apt+=(maven)
 python3 -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
-# The C module (broker/protocol/_recordscan.c) is compiled by pip install.
+# The C modules (broker/*/*.c) are compiled by pip install.
 command -v gcc >/dev/null || need_apt+=(gcc)
 # The demo leaves its cluster running for kcat (it prints the command); the tests use it too.
 command -v kcat >/dev/null || need_apt+=(kcat)
@@ -62,7 +62,7 @@ step() {
 python_env() {
   [ -x .venv/bin/python ] || python3 -m venv .venv
   local stamp
-  stamp=".venv/.installed-$(cat pyproject.toml broker/protocol/*.c | sha1sum | cut -c1-12)"
+  stamp=".venv/.installed-$(cat pyproject.toml broker/*/*.c | sha1sum | cut -c1-12)"
   [ -f "$stamp" ] && return 0
   PIP_CACHE_DIR="$CACHE/pip" .venv/bin/pip install -q --upgrade pip
   PIP_CACHE_DIR="$CACHE/pip" .venv/bin/pip install -q -e '.[test,spark]'

@@ -3,7 +3,8 @@
 Each connection is a pipeline. A reader decodes frames and starts each request's handler
 at once, in arrival order (so appends happen in request order). Most handlers finish
 without waiting; when nothing earlier is still waiting to be written, the reader sends such
-a response itself. A handler that has to wait (a long-poll fetch, acks=all) becomes a task,
+a response itself (queued for the send thread on plain listeners, ``send_thread.py``). A
+handler that has to wait (a long-poll fetch, acks=all) becomes a task,
 and a writer awaits the queued tasks and responses in order, so responses leave in request
 order while slow requests do not stop the reader. At most ``MAX_IN_FLIGHT`` responses wait
 per connection; beyond that the reader stops reading and TCP pushes back on the client.
@@ -16,7 +17,7 @@ been handled; a connection idle for ``connections.max.idle.ms`` is closed; and
 
 Raw non-blocking sockets with the loop's ``sock_*`` calls work on both asyncio and uvloop,
 and leave the file descriptor free for ``os.sendfile``: file regions of a fetch response go
-from the page cache to the socket without passing through Python.
+from the page cache to the socket without passing through Python (``transport.py``).
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ import asyncio
 import contextlib
 import errno
 import logging
-import os
 import socket
 import ssl
 import time
@@ -35,7 +35,8 @@ from typing import Any
 
 from broker.frontend import eager
 from broker.frontend.memory_pool import MemoryPool
-from broker.frontend.regions import inline, slices
+from broker.frontend.regions import inline
+from broker.frontend.send_thread import SendThread
 from broker.frontend.throttling import Mute, peer_closed, settle
 from broker.frontend.transport import PlainTransport, TlsTransport, Transport
 from broker.handlers import REGISTRY
@@ -53,7 +54,6 @@ from broker.protocol.codec import (
     encode_response,
 )
 from broker.protocol.fetch import EncodedResponse
-from broker.protocol.file_region import FileRegion
 from broker.security.sasl import (
     SASL_AUTHENTICATE,
     SASL_HANDSHAKE,
@@ -85,8 +85,6 @@ PRODUCE_KEY = b"\x00\x00"
 # SASL's, whose handling changes the connection's state right after (sasl.py).
 SASL_KEYS = (SASL_HANDSHAKE, SASL_AUTHENTICATE)
 SMALL_WORK_KEYS = (PRODUCE_KEY, *(key.to_bytes(2, "big") for key in SASL_KEYS))
-# A TLS fetch response is encrypted piece by piece and sent when this much is waiting.
-TLS_FLUSH_BYTES = 1 << 20
 _CLOSE = object()
 
 
@@ -110,8 +108,11 @@ class KafkaServer:
         self._slot_freed = asyncio.Event()
         self.send_buffer = config["socket.send.buffer.bytes"]
         self.receive_buffer = config["socket.receive.buffer.bytes"]
+        self.sends: SendThread | None = None  # TLS encrypts on the loop and sends there
 
     async def start(self) -> None:
+        if self.security.context is None and self.services.config["kafkube.network.send.thread"]:
+            self.sends = SendThread()
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -155,7 +156,8 @@ class KafkaServer:
                 conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.send_buffer)
             self._per_ip[ip] += 1
             task = asyncio.create_task(
-                Connection(self.services, conn, addr, self.pool, self.security).run())
+                Connection(self.services, conn, addr, self.pool, self.security,
+                           self.sends).run())
             self._connections.add(task)
             task.add_done_callback(lambda t, ip=ip: self._closed(t, ip))
 
@@ -176,11 +178,14 @@ class KafkaServer:
         for task in list(self._connections):
             task.cancel()
         await asyncio.gather(*self._connections, return_exceptions=True)
+        if self.sends is not None:
+            self.sends.stop()
 
 
 class Connection:
     def __init__(self, services: BrokerServices, sock: socket.socket, addr: Any,
-                 pool: MemoryPool, security: ListenerSecurity) -> None:
+                 pool: MemoryPool, security: ListenerSecurity,
+                 sends: SendThread | None = None) -> None:
         self.services = services
         self.sock = sock
         self.peer = f"{addr[0]}:{addr[1]}" if isinstance(addr, tuple) else str(addr)
@@ -190,7 +195,7 @@ class Connection:
         self.security = security
         self.transport: Transport = (
             TlsTransport(sock, security.context) if security.context is not None
-            else PlainTransport(sock))
+            else PlainTransport(sock, sends))
         self.session: Session | None = None
         self.append_order = AppendOrder()  # produce requests append in arrival order
         self.head_of_line = HeadOfLine()  # fetches waiting, answered when a request follows
@@ -536,61 +541,5 @@ class Connection:
     async def _send_chunks(self, response: EncodedResponse) -> None:
         if response.size <= INLINE_LIMIT:
             await self.transport.sendall(inline(response))
-            return
-        transport = self.transport
-        if isinstance(transport, TlsTransport):  # each region read, then encrypted
-            for chunk in response.chunks:
-                pieces = slices(chunk, TLS_FLUSH_BYTES) if isinstance(chunk, FileRegion) \
-                    else (chunk,)
-                for piece in pieces:
-                    if transport.write(piece) >= TLS_FLUSH_BYTES:
-                        await transport.flush()
-            await transport.flush()
-            return
-        pending = bytearray()
-        for chunk in response.chunks:
-            if isinstance(chunk, FileRegion):
-                if chunk.length == 0:
-                    continue
-                if pending:
-                    await self._send_small(pending)
-                    pending = bytearray()
-                await self._sendfile(chunk)
-            else:
-                pending += chunk
-        if pending:
-            await self._send_small(pending)
-
-    async def _send_small(self, data: bytes | bytearray) -> None:
-        """A partition header between two sendfiles: try a plain send before awaiting."""
-        try:
-            sent = self.sock.send(data)
-        except BlockingIOError:
-            sent = 0
-        if sent < len(data):
-            await self.loop.sock_sendall(self.sock, memoryview(data)[sent:])
-
-    async def _sendfile(self, region: FileRegion) -> None:
-        out = self.sock.fileno()
-        offset, remaining = region.position, region.length
-        while remaining:
-            try:
-                sent = os.sendfile(out, region.fd, offset, remaining)
-            except BlockingIOError:
-                await self._writable()
-                continue
-            if sent == 0:
-                # The file shrank under us: the frame can no longer be completed.
-                raise ConnectionError("segment file truncated during a fetch")
-            offset += sent
-            remaining -= sent
-
-    async def _writable(self) -> None:
-        fut = self.loop.create_future()
-        fd = self.sock.fileno()
-        self.loop.add_writer(fd, lambda: fut.done() or fut.set_result(None))
-        try:
-            await fut
-        finally:
-            self.loop.remove_writer(fd)
-
+        else:
+            await self.transport.send_regions(response.chunks)

@@ -11,14 +11,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import socket
 import ssl
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any, TypeVar
+
+from broker.frontend.regions import slices
+from broker.frontend.send_thread import SendThread
+from broker.protocol.file_region import FileRegion
 
 T = TypeVar("T")
 
 RECV_SIZE = 256 << 10
+# A TLS fetch response is encrypted piece by piece and sent when this much is waiting.
+TLS_FLUSH_BYTES = 1 << 20
 
 
 class PlainTransport:
@@ -26,14 +33,24 @@ class PlainTransport:
     registered with the loop between waits: `loop.sock_recv` registered and unregistered it
     for every read, two or three epoll_ctl calls a request (strace: 6 of 11 system calls of
     a small request's round trip). A wake-up with nobody waiting unregisters it, so a
-    connection that stops reading (memory pool full) does not make the loop spin."""
+    connection that stops reading (memory pool full) does not make the loop spin.
 
-    def __init__(self, sock: socket.socket) -> None:
+    With a ``SendThread``, responses are queued on a channel and sent by its thread. The
+    loop writes itself only while it holds the channel (``exclusive``): a fetch response's
+    sendfile, and the rest of a response the socket had no room for, which the thread
+    hands back (``_on_stalled``). Writes wait for that rest, so a client that does not read
+    its answers stops being read from, as without the thread."""
+
+    def __init__(self, sock: socket.socket, sends: SendThread | None = None) -> None:
         self.sock = sock
         self.loop = asyncio.get_running_loop()
         self._fd = sock.fileno()
         self._waiter: asyncio.Future[None] | None = None
         self._watching = False
+        self._sends = sends
+        self._channel = sends.channel(sock, self._on_stalled) if sends is not None else None
+        self._writing = asyncio.Lock()  # the loop writes itself, the channel held
+        self._drainer: asyncio.Task[None] | None = None
 
     async def recv(self, size: int) -> bytes:
         return await self._read(self.sock.recv, size)
@@ -80,9 +97,21 @@ class PlainTransport:
     def close(self) -> None:
         """Before the socket closes: its descriptor number may be reused at once."""
         self._unwatch()
+        if self._drainer is not None:
+            self._drainer.cancel()
+        if self._channel is not None and self._sends is not None:
+            self._sends.release(self._channel)
 
     def try_send(self, data: bytes | memoryview) -> bytes | memoryview | None:
-        """Send what the socket takes now; the rest (None: nothing) is for ``sendall``."""
+        """Send what the socket takes now, or queue it on the channel; the rest (None:
+        nothing) is for ``sendall``."""
+        channel = self._channel
+        if channel is not None:
+            # A held channel's rest goes first, through sendall, which waits for it.
+            if channel.stalled or not channel.send(data):
+                return data
+            self._sends.wake_soon()  # type: ignore[union-attr]
+            return None
         try:
             sent = self.sock.send(data)
         except BlockingIOError:
@@ -90,8 +119,99 @@ class PlainTransport:
         return None if sent == len(data) else memoryview(data)[sent:]
 
     async def sendall(self, data: bytes | bytearray | memoryview) -> None:
-        if data:
+        if not data:
+            return
+        channel = self._channel
+        if channel is None:
             await self.loop.sock_sendall(self.sock, data)
+            return
+        if not channel.stalled and not self._writing.locked() and channel.send(data):
+            self._sends.wake_soon()  # type: ignore[union-attr]
+            return
+        async with self.exclusive():  # after the rest the loop is writing, or fails with
+            await self.loop.sock_sendall(self.sock, data)
+
+    @contextlib.asynccontextmanager
+    async def exclusive(self) -> AsyncIterator[None]:
+        """The socket is the loop's to write while this lasts: the channel held, what it
+        had queued written first, what is queued meanwhile written after."""
+        channel = self._channel
+        if channel is None:
+            yield
+            return
+        async with self._writing:
+            await self._write_held(channel)
+            yield
+            await self._write_held(channel)
+            channel.resume()  # not after a failure: the connection is closing then
+            self._sends.wake_soon()  # type: ignore[union-attr]
+
+    async def send_regions(self, chunks: Iterable[bytes | FileRegion]) -> None:
+        """A fetch response too large to copy: its file regions sent with sendfile
+        (zero-copy), the bytes between them with send."""
+        pending = bytearray()
+        async with self.exclusive():  # the send thread's queue first, then these
+            for chunk in chunks:
+                if isinstance(chunk, FileRegion):
+                    if chunk.length == 0:
+                        continue
+                    if pending:
+                        await self._send_small(pending)
+                        pending = bytearray()
+                    await self._sendfile(chunk)
+                else:
+                    pending += chunk
+            if pending:
+                await self._send_small(pending)
+
+    async def _send_small(self, data: bytes | bytearray) -> None:
+        """A partition header between two sendfiles: try a plain send before awaiting."""
+        try:
+            sent = self.sock.send(data)
+        except BlockingIOError:
+            sent = 0
+        if sent < len(data):
+            await self.loop.sock_sendall(self.sock, memoryview(data)[sent:])
+
+    async def _sendfile(self, region: FileRegion) -> None:
+        offset, remaining = region.position, region.length
+        while remaining:
+            try:
+                sent = os.sendfile(self._fd, region.fd, offset, remaining)
+            except BlockingIOError:
+                await self._writable()
+                continue
+            if sent == 0:
+                # The file shrank under us: the frame can no longer be completed.
+                raise ConnectionError("segment file truncated during a fetch")
+            offset += sent
+            remaining -= sent
+
+    async def _writable(self) -> None:
+        fut = self.loop.create_future()
+        self.loop.add_writer(self._fd, lambda: fut.done() or fut.set_result(None))
+        try:
+            await fut
+        finally:
+            self.loop.remove_writer(self._fd)
+
+    async def _write_held(self, channel: Any) -> None:
+        while data := channel.hold():  # OSError if the thread's send failed
+            await self.loop.sock_sendall(self.sock, data)
+
+    def _on_stalled(self) -> None:
+        """The thread found the socket full (or broken) and holds the channel: write the
+        rest from the loop, which waits until the socket has room."""
+        if self._drainer is None or self._drainer.done():
+            self._drainer = self.loop.create_task(self._drain())
+
+    async def _drain(self) -> None:
+        try:
+            async with self.exclusive():
+                pass
+        except OSError:  # the client is gone: the reader sees it too, and closes
+            with contextlib.suppress(OSError):
+                self.sock.shutdown(socket.SHUT_RDWR)
 
     def peer_certificate(self) -> bytes | None:
         return None
@@ -232,6 +352,17 @@ class TlsTransport:
 
     async def flush(self) -> None:
         await self._flush()
+
+    async def send_regions(self, chunks: Iterable[bytes | FileRegion]) -> None:
+        """A fetch response too large to copy: each region read, then encrypted (TLS
+        loses zero-copy, in Kafka too), sent whenever TLS_FLUSH_BYTES wait."""
+        for chunk in chunks:
+            pieces = slices(chunk, TLS_FLUSH_BYTES) if isinstance(chunk, FileRegion) \
+                else (chunk,)
+            for piece in pieces:
+                if self.write(piece) >= TLS_FLUSH_BYTES:
+                    await self.flush()
+        await self.flush()
 
     async def _flush(self) -> None:
         async with self._sending:

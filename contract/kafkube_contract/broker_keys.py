@@ -96,6 +96,9 @@ BROKER_KEYS = keys_by_name(
               "connection is closed; 0: sessions do not expire.", at_least(0)),
     ConfigKey("connection.failed.authentication.delay.ms", "int", 100,
               "Delay before a connection that failed to authenticate is closed.", at_least(0)),
+    ConfigKey("kafkube.network.send.thread", "bool", True,
+              "Plain-text listeners send responses from a thread of their own beside the "
+              "event loop (another core); false: the event loop sends them."),
     ConfigKey("kafkube.authentication.timeout.ms", "long", 10000,
               "A connection that has not finished its TLS handshake and SASL authentication "
               "within this time is closed.", at_least(1)),
