@@ -47,7 +47,7 @@ from bench.compare_workloads import rdkafka_consume, rdkafka_produce
 from bench.run_info import commit, load_average, machine
 from bench.scale import load_report, report
 from bench.scale.connections import measure_connections
-from bench.scale.load_points import CURVES, METRICS, SYSTEMS, Point, failure_text
+from bench.scale.load_points import CURVES, METRICS, SYSTEMS, Point, failure_text, merge_rounds
 from bench.scale.load_report import SECTION, publish
 from bench.scale.partitions import measure_partitions
 from bench.scale.sampling import IDLE_S
@@ -118,6 +118,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
                         help="seconds allowed per client run (300)")
     parser.add_argument("--create-timeout", type=float, default=300.0,
                         help="seconds allowed for a topic to be created and led (300)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="repeat the whole plan, interleaved; each figure is the median "
+                             "over the rounds (1)")
     parser.add_argument("--kafka-heap", default="1G", help="Kafka's -Xmx/-Xms (1G)")
     report.add_output_options(parser, SECTION, "figure")
     parser.add_argument("--profile", type=Path, metavar="DIR",
@@ -131,17 +134,17 @@ def parse(argv: list[str]) -> argparse.Namespace:
         if len(args.curves) != 1:
             parser.error("--points needs exactly one curve in --curves")
         setattr(args, f"{args.curves[0][:-1]}_points", args.points)
-    if args.processes < 1 or args.records < 1 or args.record_size < 1:
-        parser.error("--processes, --records and --record-size: at least 1")
+    if min(args.processes, args.records, args.record_size, args.rounds) < 1:
+        parser.error("--processes, --records, --record-size and --rounds: at least 1")
     return args
 
 
 def plan(args: argparse.Namespace) -> list[tuple[str, int, str]]:
     """(curve, x, system) in run order: per point, the systems one after the other, so a
-    slow spell of the machine lands on both sides of a ratio."""
+    slow spell of the machine lands on both sides of a ratio; ``--rounds`` repeats it all."""
     points = {"partitions": args.partition_points, "connections": args.connection_points}
-    return [(curve, x, system) for curve in args.curves for x in points[curve]
-            for system in args.systems]
+    return [(curve, x, system) for _ in range(args.rounds) for curve in args.curves
+            for x in points[curve] for system in args.systems]
 
 
 def notes(args: argparse.Namespace) -> list[str]:
@@ -193,6 +196,11 @@ def main(argv: list[str]) -> int:
         return 130
     result["notes"].append(f"the run took {(time.monotonic() - wall0) / 60:.1f} min; load "
                            f"average at end {load_average()}")
+    if args.rounds > 1:
+        result["points"] = [asdict(p) for p in merge_rounds(
+            [Point(**p) for p in result["points"]])]
+        result["notes"].append(f"every figure is the median of {args.rounds} interleaved "
+                               "rounds (each round's figures in the JSON)")
     report.save_json(args, result, "figures")
     publish(result, write=not args.no_docs and len(args.systems) == len(SYSTEMS))
     if args.record:
@@ -205,6 +213,7 @@ def print_profiles(result: dict[str, Any]) -> None:
     from bench.profile import summarise
 
     for p in result["points"]:
-        for raw in p["raw"].get("profiles", []):
+        every = [p["raw"], *(r["raw"] for r in p["raw"].get("rounds", []))]
+        for raw in (path for r in every for path in r.get("profiles", [])):
             print(f"\nkafkube broker profile, {Path(raw).stem} (py-spy):")
             print(summarise(Path(raw)))

@@ -5,6 +5,7 @@ its phase did not finish. Shared by the measuring and the report."""
 from __future__ import annotations
 
 import re
+import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -94,3 +95,31 @@ def at(x: int, curve: str) -> str:
     return f"{x:,} {unit[:-1] if x == 1 else unit}"
 
 
+
+
+def merge_rounds(points: list[Point]) -> list[Point]:
+    """One point per (curve, x, system) from several interleaved rounds: each figure the
+    median of the rounds that reached it, failed only if none did; every round's figures
+    stay in ``raw["rounds"]``. On a machine whose speed moves between minutes, a ratio of
+    medians over interleaved rounds moves less than one run's. The first round's notes
+    (which threads spent the CPU, how a topic was made) stand for all."""
+    groups: dict[tuple[str, int, str], list[Point]] = {}
+    for point in points:
+        groups.setdefault((point.curve, point.x, point.system), []).append(point)
+    merged = []
+    for (curve, x, system), rounds in groups.items():
+        if len(rounds) == 1:
+            merged.append(rounds[0])
+            continue
+        point = Point(curve, x, system)
+        keys = {k for r in rounds for k in (*r.values, *r.failed)}
+        for key in sorted(keys):
+            reached = [r.values[key] for r in rounds if key in r.values]
+            if reached:
+                point.values[key] = statistics.median(reached)
+            else:
+                point.failed[key] = rounds[0].failed[key]
+        point.raw = {**rounds[0].raw, "rounds": [
+            {"values": r.values, "failed": r.failed, "raw": r.raw} for r in rounds]}
+        merged.append(point)
+    return merged

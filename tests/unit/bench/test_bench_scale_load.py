@@ -12,7 +12,7 @@ import pytest
 from bench.scale import load, load_report, sampling
 from bench.scale import partitions as partitions_module
 from bench.scale.connections import split
-from bench.scale.load_points import Point, failure_text
+from bench.scale.load_points import Point, failure_text, merge_rounds
 from bench.scale.load_report import SECTION, findings, table
 from bench.scale.sampling import Sampler, count_established
 
@@ -184,3 +184,20 @@ def test_a_refused_large_create_is_made_in_steps(monkeypatch):
     partitions_module.timed_create(None, 12_000, 60.0, raw)
     assert calls == [("create", 12_000), ("create", 5_000), ("grow", 10_000), ("grow", 12_000)]
     assert "excessively large batch operation" in raw["create_note"]
+
+
+def test_rounds_repeat_the_plan_interleaved_and_merge_into_medians():
+    args = load.parse(["--curves", "connections", "--points", "200", "--rounds", "3"])
+    assert load.plan(args) == [("connections", 200, "kafka"), ("connections", 200, "kafkube")] * 3
+    rounds = [Point("connections", 200, "kafkube", {"rate_p99": p99, "produce_mbps": 20.0},
+                    {}, {"wall_s": 1.0})
+              for p99 in (900.0, 100.0, 300.0)]
+    rounds[1].values.pop("produce_mbps")
+    rounds[1].failed["produce_mbps"] = "timed out after 300 s"
+    (merged,) = merge_rounds(rounds)
+    assert merged.values == {"produce_mbps": 20.0, "rate_p99": 300.0}
+    assert merged.failed == {}
+    assert [r["values"].get("rate_p99") for r in merged.raw["rounds"]] == [900.0, 100.0, 300.0]
+    (failed,) = merge_rounds([Point("connections", 1, "kafka", {}, {"rate_p99": "x"}, {}),
+                              Point("connections", 1, "kafka", {}, {"rate_p99": "y"}, {})])
+    assert failed.failed == {"rate_p99": "x"} and failed.values == {}
