@@ -24,10 +24,10 @@ TOPIC = "scale-recovery"
 PRODUCE_FLOOR_MBPS = 20.0  # a produce slower than this counts as failed (its timeout)
 
 
-def records_for(size_gb: float) -> int:
-    """Records of RECORD_SIZE making ``size_gb`` GB (10^9 bytes), a multiple of PARTITIONS
-    so every partition ends at the same offset."""
-    return max(PARTITIONS, round(size_gb * 1e9 / RECORD_SIZE / PARTITIONS) * PARTITIONS)
+def records_for(size_gb: float, partitions: int = PARTITIONS) -> int:
+    """Records of RECORD_SIZE making ``size_gb`` GB (10^9 bytes), a multiple of
+    ``partitions`` so every partition ends at the same offset."""
+    return max(partitions, round(size_gb * 1e9 / RECORD_SIZE / partitions) * partitions)
 
 
 def log_bytes(directory: Path) -> int:
@@ -35,29 +35,29 @@ def log_bytes(directory: Path) -> int:
 
 
 def recovery_point(system: str, size_gb: float, libs: Path | None, timeout: float,
-                   log: Callable[[str], None]) -> Point:
+                   log: Callable[[str], None], partitions: int = PARTITIONS) -> Point:
     point = Point("recovery", system, size_gb, None)
-    records = records_for(size_gb)
+    records = records_for(size_gb, partitions)
     produce_timeout = 120 + size_gb * 1e3 / PRODUCE_FLOOR_MBPS
     with single_node(system, libs, timeout) as node:
-        create_topic_async(node.address, TOPIC, PARTITIONS, 1).result(120)
+        create_topic_async(node.address, TOPIC, partitions, 1).result(120)
         probe = Probe(node.address)
-        wait_until(lambda: led(probe.request(metadata_request(TOPIC)), TOPIC, PARTITIONS, 1),
-                   60, "the topic led", POLL_S / 2)
+        wait_until(lambda: led(probe.request(metadata_request(TOPIC)), TOPIC, partitions, 1),
+                   120, "the topic led", POLL_S / 2)
         log(f"{system}: producing {records:,} x {RECORD_SIZE} B ({size_gb:g} GB) ...")
         produced = clients.run_in_process(
-            clients.produce, (node.address, TOPIC, PARTITIONS, records, RECORD_SIZE,
+            clients.produce, (node.address, TOPIC, partitions, records, RECORD_SIZE,
                               produce_timeout, {}), produce_timeout + 60)
         node.kill()  # the moment the last ack is in: nothing flushed since
         probe.close()
         point.figures |= {"produce_s": round(produced["seconds"], 1),
                           "produce_MBps": round(produced["bytes"] / produced["seconds"] / 1e6, 1),
-                          "log_bytes": log_bytes(node.data_dir)}
+                          "log_bytes": log_bytes(node.data_dir), "partitions": partitions}
         point.notes += planned_scan(system, node.data_dir)
         log(f"{system}: SIGKILLed with {point.figures['log_bytes'] / 1e9:.2f} GB of log; "
             "restarting ...")
-        expected = records // PARTITIONS
-        timings = time_recovery(node, expected, timeout)
+        expected = records // partitions
+        timings = time_recovery(node, expected, partitions, timeout)
         point.figures |= timings
         point.seconds = timings.get("readable_s")
         point.notes += scanned(system, node.log_since_restart(), node.data_dir)
@@ -66,7 +66,8 @@ def recovery_point(system: str, size_gb: float, libs: Path | None, timeout: floa
     return point
 
 
-def time_recovery(node: Node, expected: int, timeout: float) -> dict[str, Any]:
+def time_recovery(node: Node, expected: int, partitions: int,
+                  timeout: float) -> dict[str, Any]:
     """Restart ``node`` and time (a) every partition led in a Metadata answer and (b) the
     last offset of every partition listed and fetched; bounded by ``timeout``."""
     probe = Probe(node.address, timeout=30)
@@ -77,10 +78,10 @@ def time_recovery(node: Node, expected: int, timeout: float) -> dict[str, Any]:
     try:
         while time.monotonic() < deadline:
             if "metadata_s" not in out:
-                if led(probe.request(metadata_request(TOPIC)), TOPIC, PARTITIONS, 1):
+                if led(probe.request(metadata_request(TOPIC)), TOPIC, partitions, 1):
                     out["metadata_s"] = round(time.monotonic() - t0, 2)
             else:
-                offsets = latest_offsets(probe, TOPIC, PARTITIONS)
+                offsets = latest_offsets(probe, TOPIC, partitions)
                 if offsets is not None and all(o == expected for o in offsets.values()) \
                         and fetch_works(probe, TOPIC, {p: o - 1 for p, o in offsets.items()}):
                     out["readable_s"] = round(time.monotonic() - t0, 2)

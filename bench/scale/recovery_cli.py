@@ -55,7 +55,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None]) -> list[Point]:
             for system in args.systems:
                 log(f"recovery, {size:g} GB: {system}")
                 points.append(run_point(recovery_point, "recovery", system, size, libs,
-                                        args.timeout, log))
+                                        args.timeout, log, args.recovery_partitions))
                 log(f"  -> {describe(points[-1])}")
     if "metadata" in args.curves:
         for partitions in args.metadata_partitions:
@@ -86,6 +86,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
                                "kafka,kafkube (both; the image curve is kafkube's alone)")
     parser.add_argument("--sizes", type=comma_list(None, float), default=[1.0, 10.0, 30.0],
                         help="GB of log for the recovery curve (1,10,30)")
+    parser.add_argument("--recovery-partitions", type=int, default=PARTITIONS,
+                        help=f"partitions the recovery curve's log is spread over ({PARTITIONS})")
     parser.add_argument("--metadata-partitions", type=ints, default=[100, 1000, 5000],
                         help="partitions per CreateTopics, metadata curve (100,1000,5000; "
                              "Kafka refuses more than 10,000 in one request)")
@@ -108,8 +110,9 @@ def main(argv: list[str]) -> int:
     wall0 = time.monotonic()
     started = time.strftime("%Y-%m-%d %H:%M %Z")
     header = [
-        f"- recovery: 1 broker, {PARTITIONS} partitions, {RECORD_SIZE} B records produced "
-        "with librdkafka (acks=1), SIGKILL at the last ack, restart on the same log dir; "
+        f"- recovery: 1 broker, {args.recovery_partitions:,} partitions, {RECORD_SIZE} B "
+        "records produced with librdkafka (acks=1), SIGKILL at the last ack, restart on the "
+        "same log dir; "
         "(a) Metadata answers every partition led, (b) ListOffsets(latest) = produced and a "
         "Fetch at the last offset returns it; seconds from the restart; the page cache is "
         "warm, as after a process crash",

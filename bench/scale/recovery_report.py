@@ -12,7 +12,7 @@ from bench.scale import report
 from bench.scale.image import CHURN_BROKERS, MAX_PACKED
 from bench.scale.recovery_points import Point
 from bench.summary import Figure
-from bench.systems import SYSTEMS
+from bench.systems import PARTITIONS, SYSTEMS
 from kafkube.harness import kafka_jars
 
 CURVES = ("recovery", "metadata", "image")
@@ -238,17 +238,29 @@ SUMMARY_NAMES = {
 
 def summary_figures(result: dict[str, Any]) -> list[Figure]:
     """docs/performance.json's entries of a run: each curve's headline seconds at its
-    largest point where both systems finished."""
+    largest point where both systems finished; for the recovery curve also the time until
+    every partition is led, and the partition count when it is not the default."""
     points = [Point(**p) for p in result["points"]]
     out = []
     for curve, name in SUMMARY_NAMES.items():
-        both = {}
+        both: dict[float, dict[str, Point]] = {}
         for p in points:
             if p.curve == curve and p.seconds is not None:
-                both.setdefault(p.x, {})[p.system] = p.seconds
+                both.setdefault(p.x, {})[p.system] = p
         xs = sorted((x for x, seen in both.items() if len(seen) == len(SYSTEMS)), reverse=True)
-        if xs:
-            seen = both[xs[0]]
-            out.append(Figure(name.format(x=_x(curve, xs[0])), "s", seen["kafkube"],
-                              seen["kafka"], False, result["command"], result["started"][:10]))
+        if not xs:
+            continue
+        seen = both[xs[0]]
+        x = _x(curve, xs[0])
+        partitions = seen["kafkube"].figures.get("partitions", PARTITIONS)
+        if curve == "recovery" and partitions != PARTITIONS:
+            x = f"{x} in {partitions:,} partitions"
+        out.append(Figure(name.format(x=x), "s", seen["kafkube"].seconds,
+                          seen["kafka"].seconds, False, result["command"],
+                          result["started"][:10]))
+        led = {system: p.figures.get("metadata_s") for system, p in seen.items()}
+        if curve == "recovery" and None not in led.values():
+            out.append(Figure(f"scale: restart after SIGKILL with {x}, until every partition "
+                              "is led", "s", led["kafkube"], led["kafka"], False,
+                              result["command"], result["started"][:10]))
     return out

@@ -194,3 +194,20 @@ def test_the_summary_takes_each_curves_largest_point_both_systems_finished() -> 
         "scale: restart after SIGKILL with 30 GB, until the last offsets read"]
     assert figures["scale: restart after SIGKILL with 30 GB, until the last offsets read"
                    ].ratio == 0.2
+
+
+def test_a_recovery_over_many_partitions_is_named_so_with_its_time_to_lead() -> None:
+    def point(system: str, seconds: float, led: float) -> dict:
+        return vars(Point("recovery", system, 1.0, seconds,
+                          figures={"partitions": 1000, "metadata_s": led}))
+
+    result = {"started": "2026-11-30 07:00 UTC", "command": "python -m bench scale-recovery",
+              "points": [point("kafka", 9.0, 6.0), point("kafkube", 3.0, 1.5)]}
+    figures = {f.figure: f for f in recovery_report.summary_figures(result)}
+    assert sorted(figures) == [
+        "scale: restart after SIGKILL with 1 GB in 1,000 partitions, until every partition "
+        "is led",
+        "scale: restart after SIGKILL with 1 GB in 1,000 partitions, until the last offsets "
+        "read"]
+    assert figures["scale: restart after SIGKILL with 1 GB in 1,000 partitions, until every "
+                   "partition is led"].ratio == 0.25
