@@ -16,8 +16,11 @@
  *                     ~9 us here (a futex call and an interprocessor interrupt, in a VM),
  *                     half of what the send itself cost, so the loop wakes it once for all
  *                     the responses of one turn of the loop.
- * Channel(sender, fd) one per connection; the thread sends its bytes in the order queued.
- *   send(data) -> bool   queue a copy of data; False if the channel failed or closed.
+ * Channel(sender, fd, limit=256 KiB)
+ *                     one per connection; the thread sends its bytes in the order queued.
+ *   send(data) -> bool   queue a copy of data; False if the channel failed or closed, or
+ *                        if limit bytes wait already (the caller then holds the channel and
+ *                        writes itself, waiting for room: backpressure).
  *   hold() -> bytes      stop the thread sending on this channel, wait out a send in
  *                        progress, and hand back what is not sent yet (raises OSError if
  *                        a send failed). The loop holds the channel while it writes
@@ -66,6 +69,8 @@ struct ChannelObject {
     int fd;
     char *buf;            /* bytes queued and not yet handed to the thread */
     size_t len, cap;
+    size_t limit;         /* send() refuses more than this queued (the caller then waits) */
+    size_t inflight;      /* bytes the thread took and is sending: they count too */
     int queued;           /* in the sender's ready list */
     int busy;             /* the thread is sending from it, without the lock */
     int stalled;          /* held by the loop, or the socket was full: sends wait */
@@ -177,6 +182,7 @@ static void *run(void *arg) {
         c->buf = NULL;
         c->len = c->cap = 0;
         c->busy = 1;
+        c->inflight = len;
         int fd = c->fd;
         pthread_mutex_unlock(&s->lock);
 
@@ -198,6 +204,7 @@ static void *run(void *arg) {
 
         pthread_mutex_lock(&s->lock);
         c->busy = 0;
+        c->inflight = 0;
         s->sends++;
         s->bytes_sent += off;
         if (err) {
@@ -297,20 +304,28 @@ static PyObject *Sender_stalled(SenderObject *s, PyObject *unused) {
     if (!fds)
         return NULL;
     pthread_mutex_lock(&s->lock);
-    ChannelObject *c = s->stalled_head;
-    s->stalled_head = NULL;
     int failed = 0;
-    while (c) {
-        ChannelObject *next = c->next_stalled;
-        c->in_stalled_list = 0;
-        c->next_stalled = NULL;
-        if (!failed) {
-            PyObject *fd = PyLong_FromLong(c->fd);
-            if (!fd || PyList_Append(fds, fd) < 0)
-                failed = 1;
-            Py_XDECREF(fd);
+    for (ChannelObject *c = s->stalled_head; c && !failed; c = c->next_stalled) {
+        PyObject *fd = PyLong_FromLong(c->fd);
+        if (!fd || PyList_Append(fds, fd) < 0)
+            failed = 1;
+        Py_XDECREF(fd);
+    }
+    if (failed) {
+        /* The list stays as it is, and the eventfd says so again: the next call
+         * reports them. */
+        uint64_t one = 1;
+        ssize_t ignored = write(s->efd, &one, sizeof one);
+        (void)ignored;
+    } else {
+        ChannelObject *c = s->stalled_head;
+        s->stalled_head = NULL;
+        while (c) {
+            ChannelObject *next = c->next_stalled;
+            c->in_stalled_list = 0;
+            c->next_stalled = NULL;
+            c = next;
         }
-        c = next;
     }
     pthread_mutex_unlock(&s->lock);
     if (failed) {
@@ -367,11 +382,17 @@ static PyTypeObject SenderType = {
 /* -- Channel --------------------------------------------------------------------------- */
 
 static PyObject *Channel_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"sender", "fd", NULL};
+    static char *kwlist[] = {"sender", "fd", "limit", NULL};
     PyObject *sender;
     int fd;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!i", kwlist, &SenderType, &sender, &fd))
+    Py_ssize_t limit = 256 << 10;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!i|n", kwlist, &SenderType, &sender, &fd,
+                                     &limit))
         return NULL;
+    if (limit < 1) {
+        PyErr_SetString(PyExc_ValueError, "a channel's limit is at least 1 byte");
+        return NULL;
+    }
     if (fd < 0) {
         PyErr_SetString(PyExc_ValueError, "a channel needs an open descriptor");
         return NULL;
@@ -382,6 +403,7 @@ static PyObject *Channel_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     Py_INCREF(sender);
     c->sender = (SenderObject *)sender;
     c->fd = fd;
+    c->limit = (size_t)limit;
     return (PyObject *)c;
 }
 
@@ -423,7 +445,11 @@ static PyObject *Channel_send(ChannelObject *c, PyObject *arg) {
     /* The thread holds the lock only to move pointers, so taking it with the GIL held
      * costs the loop nothing noticeable, and the thread never waits for the GIL. */
     pthread_mutex_lock(&s->lock);
-    if (!c->closed && !c->error && s->running && !s->stopping) {
+    /* Past the limit the caller writes itself, holding the channel, and waits for room:
+     * a client that does not read holds back its connection, as MAX_IN_FLIGHT intends. */
+    size_t queued_bytes = c->len + c->inflight;
+    int room = queued_bytes == 0 || queued_bytes + (size_t)view.len <= c->limit;
+    if (!c->closed && !c->error && s->running && !s->stopping && room) {
         if (append(c, view.buf, (size_t)view.len) < 0) {
             oom = 1;
         } else {
@@ -463,6 +489,11 @@ static PyObject *Channel_hold(ChannelObject *c, PyObject *unused) {
     }
     PyObject *data = PyBytes_FromStringAndSize(buf ? buf : "", (Py_ssize_t)len);
     free(buf);
+    if (!data) {  /* those bytes are gone: the connection must end, not skip them */
+        pthread_mutex_lock(&s->lock);
+        c->error = ENOMEM;
+        pthread_mutex_unlock(&s->lock);
+    }
     return data;
 }
 
@@ -501,7 +532,7 @@ static PyObject *Channel_get_fd(ChannelObject *c, void *closure) {
 
 static PyMethodDef Channel_methods[] = {
     {"send", (PyCFunction)Channel_send, METH_O,
-     "Queue a copy of the bytes; False if the channel failed or is closed."},
+     "Queue a copy of the bytes; False if the channel failed, is closed or is full."},
     {"hold", (PyCFunction)Channel_hold, METH_NOARGS,
      "Stop the thread sending; what it has not sent, after any send in progress. Raises "
      "OSError if a send failed."},

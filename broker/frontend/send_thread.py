@@ -54,8 +54,9 @@ class SendThread:
         return self._sender.stats()
 
     def stop(self) -> None:
-        """Channels still open keep what they hold; they write it themselves (``send``
-        returns False from now on)."""
+        """After the listener's connections have closed (each flushed its channel first).
+        A channel still open keeps what it holds, for ``hold``; ``send`` returns False
+        from now on."""
         self._loop.remove_reader(self._fd)
         self._sender.stop()
 

@@ -111,8 +111,6 @@ class KafkaServer:
         self.sends: SendThread | None = None  # TLS encrypts on the loop and sends there
 
     async def start(self) -> None:
-        if self.security.context is None and self.services.config["kafkube.network.send.thread"]:
-            self.sends = SendThread()
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -124,6 +122,8 @@ class KafkaServer:
         sock.setblocking(False)
         self._sock = sock
         self.port = sock.getsockname()[1]
+        if self.security.context is None and self.services.config["kafkube.network.send.thread"]:
+            self.sends = SendThread()
         self._accept_task = asyncio.create_task(self._accept_loop())
 
     async def _accept_loop(self) -> None:
@@ -240,7 +240,7 @@ class Connection:
             auth_deadline.cancel()
             self.pool.release(self._reserved)
             self._reserved = 0
-            self.transport.close()
+            await self.transport.aclose()
             self.sock.close()
             self.metrics.connections.dec()
             if (shares := self.services.shares) is not None:  # its share sessions end too
@@ -282,14 +282,15 @@ class Connection:
         """Close the connection after connections.max.idle.ms with nothing read, written
         or pending (a long-poll fetch is pending, so its consumer is not idle)."""
         quiet = self.loop.time() - self.last_active
-        if quiet >= self._idle_s and self._backlog == 0:
+        writing = self._backlog or not self.transport.idle
+        if quiet >= self._idle_s and not writing:
             self._refuse("idle", ConnectionError(
                 f"idle for {quiet:.0f} s (connections.max.idle.ms)"))
             with contextlib.suppress(OSError):
                 self.sock.shutdown(socket.SHUT_RDWR)
             return
         self._idle_timer = self.loop.call_later(
-            max(self._idle_s - quiet, 0.01) if self._backlog == 0 else self._idle_s,
+            max(self._idle_s - quiet, 0.01) if not writing else self._idle_s,
             self._check_idle)
 
     # -- reading -------------------------------------------------------------------------
@@ -511,7 +512,8 @@ class Connection:
         try:
             while True:
                 item = await self.queue.get()
-                if item is _CLOSE:
+                if item is _CLOSE:  # what the send thread holds goes before the close
+                    await self.transport.flush()
                     return
                 try:
                     try:
@@ -519,6 +521,7 @@ class Connection:
                     except Exception:
                         log.exception("%s: handler failed; closing the connection", self.peer)
                         self.metrics.request_errors.labels("handler").inc()
+                        await self.transport.flush()  # the answers before it, then close
                         self.sock.shutdown(socket.SHUT_RDWR)
                         return
                     if isinstance(response, EncodedResponse):

@@ -95,12 +95,40 @@ class PlainTransport:
             self.loop.remove_reader(self._fd)
 
     def close(self) -> None:
-        """Before the socket closes: its descriptor number may be reused at once."""
+        """Before the socket closes: its descriptor number may be reused at once. What the
+        channel still holds is dropped: ``flush`` first to send it."""
         self._unwatch()
         if self._drainer is not None:
             self._drainer.cancel()
         if self._channel is not None and self._sends is not None:
             self._sends.release(self._channel)
+
+    async def aclose(self) -> None:
+        """``close``, after the task writing a stalled rest has let go of the socket."""
+        drainer = self._drainer
+        if drainer is not None and not drainer.done():
+            drainer.cancel()
+            with contextlib.suppress(BaseException):
+                await drainer
+        self.close()
+
+    @property
+    def idle(self) -> bool:
+        """Nothing queued for the send thread nor being written: the connection may be
+        closed as idle (connections.max.idle.ms)."""
+        channel = self._channel
+        if channel is None:
+            return True
+        drainer = self._drainer
+        return not (channel.pending or self._writing.locked()
+                    or (drainer is not None and not drainer.done()))
+
+    async def flush(self) -> None:
+        """Everything queued for the send thread is in the socket when this returns (the
+        loop writes what is left): before the connection closes, or shuts down on error."""
+        if self._channel is not None:
+            async with self.exclusive():
+                pass
 
     def try_send(self, data: bytes | memoryview) -> bytes | memoryview | None:
         """Send what the socket takes now, or queue it on the channel; the rest (None:
@@ -128,7 +156,9 @@ class PlainTransport:
         if not channel.stalled and not self._writing.locked() and channel.send(data):
             self._sends.wake_soon()  # type: ignore[union-attr]
             return
-        async with self.exclusive():  # after the rest the loop is writing, or fails with
+        # Held (a stall's rest being written), full, or failed: write it from the loop,
+        # after what the channel holds, waiting for room (or raising the send's error).
+        async with self.exclusive():
             await self.loop.sock_sendall(self.sock, data)
 
     @contextlib.asynccontextmanager
@@ -207,9 +237,8 @@ class PlainTransport:
 
     async def _drain(self) -> None:
         try:
-            async with self.exclusive():
-                pass
-        except OSError:  # the client is gone: the reader sees it too, and closes
+            await self.flush()
+        except Exception:  # the client is gone (or memory is): the reader sees it, closes
             with contextlib.suppress(OSError):
                 self.sock.shutdown(socket.SHUT_RDWR)
 
@@ -255,6 +284,13 @@ class TlsTransport:
 
     def close(self) -> None:
         """Nothing registered with the loop beyond a read or write in progress."""
+
+    async def aclose(self) -> None:
+        self.close()
+
+    @property
+    def idle(self) -> bool:
+        return not self._pending and not self._sending.locked()
 
     def peer_certificate(self) -> bytes | None:
         return self.tls.getpeercert(binary_form=True)
