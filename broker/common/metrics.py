@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
+
+from broker.common.request_meters import CountMeter, LatencyMeter, RequestMeters
 
 _LATENCY_BUCKETS = (
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
@@ -284,13 +286,9 @@ class BrokerMetrics:
         self.messages_out = Counter(
             "kafka_server_messages_out", "Records fetched from a topic", ["topic"], registry=r
         )
-        self.requests = Counter(
-            "kafka_network_requests", "Requests handled", ["api", "version"], registry=r
-        )
-        self.request_latency = Histogram(
-            "kafka_network_request_latency_seconds", "Time from request decoded to response ready",
-            ["api"], buckets=_LATENCY_BUCKETS, registry=r,
-        )
+        # Counted without prometheus_client's locks: every request passes here.
+        self.request_meters_collector = RequestMeters(_LATENCY_BUCKETS)
+        r.register(self.request_meters_collector)
         self.request_errors = Counter(
             "kafka_network_request_errors", "Requests refused or connections closed for bad input",
             ["reason"], registry=r,
@@ -317,20 +315,14 @@ class BrokerMetrics:
             "Time clients were throttled for exceeding a quota", ["quota_type", "user",
                                                                    "client_id"], registry=r)
         self._topics: dict[str, TopicCounters] = {}
-        self._request_meters: dict[tuple[str, int], tuple[Any, Any]] = {}
 
     def track_memory_pool(self, pool: HoldsBytes) -> None:
         """Count ``pool``'s reserved bytes in the memory pool gauge (read when scraped)."""
         self._memory_pools.append(pool)
 
-    def request_meters(self, api: str, version: int) -> tuple[Any, Any]:
-        """(request counter, latency histogram) children of one API version, looked up once:
-        ``labels()`` takes a lock and builds a key on every call."""
-        meters = self._request_meters.get((api, version))
-        if meters is None:
-            meters = self._request_meters[(api, version)] = (
-                self.requests.labels(api, str(version)), self.request_latency.labels(api))
-        return meters
+    def request_meters(self, api: str, version: int) -> tuple[CountMeter, LatencyMeter]:
+        """(request counter, latency histogram) of one API version."""
+        return self.request_meters_collector.meters(api, version)
 
     def topic(self, name: str) -> TopicCounters:
         counters = self._topics.get(name)
