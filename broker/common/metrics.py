@@ -15,7 +15,13 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from broker.common.request_meters import CountMeter, LatencyMeter, RequestMeters
+from broker.common.request_meters import (
+    CountMeter,
+    LatencyMeter,
+    RequestMeters,
+    TopicCounters,
+    TopicMeters,
+)
 
 _LATENCY_BUCKETS = (
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
@@ -255,38 +261,18 @@ class _QuotaCollector(Collector):
         yield bound
 
 
-class TopicCounters:
-    __slots__ = ("bytes_in", "bytes_out", "messages_in", "messages_out")
-
-    def __init__(self, metrics: BrokerMetrics, topic: str) -> None:
-        self.bytes_in = metrics.bytes_in.labels(topic)
-        self.bytes_out = metrics.bytes_out.labels(topic)
-        self.messages_in = metrics.messages_in.labels(topic)
-        self.messages_out = metrics.messages_out.labels(topic)
-
-
 class BrokerMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
-        self.bytes_in = Counter(
-            "kafka_server_bytes_in", "Bytes produced to a topic", ["topic"], registry=r
-        )
-        self.bytes_out = Counter(
-            "kafka_server_bytes_out", "Bytes fetched from a topic", ["topic"], registry=r
-        )
+        # Counted without prometheus_client's locks: every request passes here.
+        self.topic_meters = TopicMeters()
+        r.register(self.topic_meters)
         # Kafka's ReplicationBytesOutPerSec: what followers fetched, kept out of bytes_out.
         self.replication_bytes_out = Counter(
             "kafka_server_replication_bytes_out", "Bytes fetched by follower replicas",
             registry=r,
         )
-        self.messages_in = Counter(
-            "kafka_server_messages_in", "Records produced to a topic", ["topic"], registry=r
-        )
-        self.messages_out = Counter(
-            "kafka_server_messages_out", "Records fetched from a topic", ["topic"], registry=r
-        )
-        # Counted without prometheus_client's locks: every request passes here.
         self.request_meters_collector = RequestMeters(_LATENCY_BUCKETS)
         r.register(self.request_meters_collector)
         self.request_errors = Counter(
@@ -314,7 +300,6 @@ class BrokerMetrics:
             "kafka_server_quota_throttle_time_seconds",
             "Time clients were throttled for exceeding a quota", ["quota_type", "user",
                                                                    "client_id"], registry=r)
-        self._topics: dict[str, TopicCounters] = {}
 
     def track_memory_pool(self, pool: HoldsBytes) -> None:
         """Count ``pool``'s reserved bytes in the memory pool gauge (read when scraped)."""
@@ -325,15 +310,10 @@ class BrokerMetrics:
         return self.request_meters_collector.meters(api, version)
 
     def topic(self, name: str) -> TopicCounters:
-        counters = self._topics.get(name)
-        if counters is None:
-            counters = self._topics[name] = TopicCounters(self, name)
-        return counters
+        return self.topic_meters.topic(name)
 
     def forget_topic(self, name: str) -> None:
-        if self._topics.pop(name, None) is not None:
-            for family in (self.bytes_in, self.bytes_out, self.messages_in, self.messages_out):
-                family.remove(name)
+        self.topic_meters.forget(name)
 
     def throttled(self, quota_type: str, user: str, client_id: str, seconds: float) -> None:
         self.quota_throttle_time.labels(quota_type, user, client_id).inc(seconds)

@@ -1,5 +1,5 @@
-"""Per-request counters and latency histograms, counted in plain Python and exported when
-scraped.
+"""What every request counts (requests and their latency, a topic's bytes and records in
+and out), counted in plain Python and exported when scraped.
 
 Why not prometheus_client's Counter and Histogram: every ``inc`` and ``observe`` takes a
 lock (and ``observe`` walks the buckets in a Python loop), 3-5 us a request, 5% of the event
@@ -48,10 +48,52 @@ class CountMeter:
     __slots__ = ("count",)
 
     def __init__(self) -> None:
-        self.count = 0
+        self.count: float = 0
 
-    def inc(self) -> None:
-        self.count += 1
+    def inc(self, amount: float = 1) -> None:
+        self.count += amount
+
+
+class TopicCounters:
+    """One topic's counters, as Kafka's BrokerTopicMetrics has them."""
+
+    __slots__ = ("bytes_in", "bytes_out", "messages_in", "messages_out")
+
+    def __init__(self) -> None:
+        self.bytes_in = CountMeter()
+        self.bytes_out = CountMeter()
+        self.messages_in = CountMeter()
+        self.messages_out = CountMeter()
+
+
+class TopicMeters(Collector):
+    """``kafka_server_{bytes,messages}_{in,out}_total{topic}``."""
+
+    FAMILIES = (("kafka_server_bytes_in", "Bytes produced to a topic", "bytes_in"),
+                ("kafka_server_bytes_out", "Bytes fetched from a topic", "bytes_out"),
+                ("kafka_server_messages_in", "Records produced to a topic", "messages_in"),
+                ("kafka_server_messages_out", "Records fetched from a topic", "messages_out"))
+
+    def __init__(self) -> None:
+        self._topics: dict[str, TopicCounters] = {}
+
+    def topic(self, name: str) -> TopicCounters:
+        counters = self._topics.get(name)
+        if counters is None:
+            counters = self._topics[name] = TopicCounters()
+        return counters
+
+    def forget(self, name: str) -> None:
+        """A deleted topic's series end (Kafka removes its topic metrics too)."""
+        self._topics.pop(name, None)
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        topics = list(self._topics.items())
+        for family, text, field in self.FAMILIES:
+            counter = CounterMetricFamily(family, text, labels=["topic"])
+            for name, counters in topics:
+                counter.add_metric([name], getattr(counters, field).count)
+            yield counter
 
 
 class RequestMeters(Collector):
