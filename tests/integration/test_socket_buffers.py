@@ -30,9 +30,20 @@ def accepted_buffers(broker: BrokerProcess, client: socket.socket) -> tuple[int,
     return (int(found[1]), int(found[2])) if found else None
 
 
+# ApiVersions v0, correlation id 1, no client id.
+API_VERSIONS_V0 = b"\x00\x00\x00\x0a\x00\x12\x00\x00\x00\x00\x00\x01\xff\xff"
+
+
 def connect(broker: BrokerProcess) -> socket.socket:
+    """A connection the broker has accepted and answered on: ``ss`` sees a connection as
+    soon as the kernel completes its handshake, before the broker's accept() has set its
+    send buffer (the receive buffer comes from the listening socket)."""
     host, port = broker.bootstrap.rsplit(":", 1)
-    return socket.create_connection((host, int(port)), timeout=10)
+    client = socket.create_connection((host, int(port)), timeout=10)
+    client.sendall(API_VERSIONS_V0)
+    size = int.from_bytes(client.recv(4, socket.MSG_WAITALL), "big")
+    assert len(client.recv(size, socket.MSG_WAITALL)) == size
+    return client
 
 
 def test_kafkas_defaults_are_set_on_every_connection(broker_factory):
