@@ -18,19 +18,19 @@
  *                     the responses of one turn of the loop.
  * Channel(sender, fd, limit=256 KiB)
  *                     one per connection; the thread sends its bytes in the order queued.
- *   send(data) -> bool   queue a copy of data; False if the channel failed or closed, or
- *                        if limit bytes wait already (the caller then holds the channel and
- *                        writes itself, waiting for room: backpressure).
+ *   send(data) -> bool   queue a copy of data; False if the channel failed or closed, is
+ *                        held (below), or if limit bytes wait already: the caller
+ *                        then holds the channel and writes itself, after what it holds,
+ *                        waiting for room (backpressure).
  *   hold() -> bytes      stop the thread sending on this channel, wait out a send in
  *                        progress, and hand back what is not sent yet (raises OSError if
  *                        a send failed). The loop holds the channel while it writes
  *                        anything itself (sendfile, a slow client's rest), so nothing
  *                        overtakes what was queued, and then calls
  *   resume()             the thread sends again, first what was queued meanwhile.
- *   stalled              held, or the socket took less than offered (a client that does
- *                        not read: the channel is then held by the thread, the sender's
- *                        eventfd tells the loop, and the loop writes the rest), or a send
- *                        failed. What send() queues meanwhile waits in the channel.
+ *   A channel is held by the loop (hold) or by the thread when the socket took less than
+ *   offered (a client that does not read: the sender's eventfd tells the loop, which
+ *   writes the rest), and failed when a send failed; send() refuses meanwhile.
  *   close()              after it returns the thread never touches fd again, so the
  *                        caller may close it (a reused descriptor number gets nothing).
  */
@@ -449,12 +449,12 @@ static PyObject *Channel_send(ChannelObject *c, PyObject *arg) {
      * a client that does not read holds back its connection, as MAX_IN_FLIGHT intends. */
     size_t queued_bytes = c->len + c->inflight;
     int room = queued_bytes == 0 || queued_bytes + (size_t)view.len <= c->limit;
-    if (!c->closed && !c->error && s->running && !s->stopping && room) {
+    if (!c->closed && !c->error && !c->stalled && s->running && !s->stopping && room) {
         if (append(c, view.buf, (size_t)view.len) < 0) {
             oom = 1;
         } else {
             queued = 1;
-            if (!c->stalled && !c->busy && !c->queued)
+            if (!c->busy && !c->queued)
                 push_ready(s, c);
         }
     }
@@ -512,13 +512,6 @@ static PyObject *Channel_close(ChannelObject *c, PyObject *unused) {
     Py_RETURN_NONE;
 }
 
-static PyObject *Channel_get_stalled(ChannelObject *c, void *closure) {
-    pthread_mutex_lock(&c->sender->lock);
-    int stalled = c->stalled || c->error;
-    pthread_mutex_unlock(&c->sender->lock);
-    return PyBool_FromLong(stalled);
-}
-
 static PyObject *Channel_get_pending(ChannelObject *c, void *closure) {
     pthread_mutex_lock(&c->sender->lock);
     int pending = c->len > 0 || c->busy || c->stalled || c->error;
@@ -532,7 +525,7 @@ static PyObject *Channel_get_fd(ChannelObject *c, void *closure) {
 
 static PyMethodDef Channel_methods[] = {
     {"send", (PyCFunction)Channel_send, METH_O,
-     "Queue a copy of the bytes; False if the channel failed, is closed or is full."},
+     "Queue a copy of the bytes; False if the channel failed, is closed, held or full."},
     {"hold", (PyCFunction)Channel_hold, METH_NOARGS,
      "Stop the thread sending; what it has not sent, after any send in progress. Raises "
      "OSError if a send failed."},
@@ -544,9 +537,6 @@ static PyMethodDef Channel_methods[] = {
 };
 
 static PyGetSetDef Channel_getset[] = {
-    {"stalled", (getter)Channel_get_stalled, NULL,
-     "Held, or the socket was full, or a send failed: what is queued waits.",
-     NULL},
     {"pending", (getter)Channel_get_pending, NULL,
      "Bytes queued, being sent, stalled, or an error to report.", NULL},
     {"fd", (getter)Channel_get_fd, NULL, "The descriptor it sends on.", NULL},

@@ -12,7 +12,6 @@ class Sender:
 
 class Channel:
     fd: int
-    stalled: bool
     pending: bool
     def __init__(self, sender: Sender, fd: int, limit: int = ...) -> None: ...
     def send(self, data: Buffer, /) -> bool: ...

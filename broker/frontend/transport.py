@@ -119,9 +119,8 @@ class PlainTransport:
         channel = self._channel
         if channel is None:
             return True
-        drainer = self._drainer
-        return not (channel.pending or self._writing.locked()
-                    or (drainer is not None and not drainer.done()))
+        drainer = self._drainer  # scheduled, maybe not yet holding the channel
+        return not (channel.pending or (drainer is not None and not drainer.done()))
 
     async def flush(self) -> None:
         """Everything queued for the send thread is in the socket when this returns (the
@@ -135,8 +134,8 @@ class PlainTransport:
         nothing) is for ``sendall``."""
         channel = self._channel
         if channel is not None:
-            # A held channel's rest goes first, through sendall, which waits for it.
-            if channel.stalled or not channel.send(data):
+            # Refused (held, full or failed): sendall writes it after the channel's rest.
+            if not channel.send(data):
                 return data
             self._sends.wake_soon()  # type: ignore[union-attr]
             return None
@@ -153,7 +152,7 @@ class PlainTransport:
         if channel is None:
             await self.loop.sock_sendall(self.sock, data)
             return
-        if not channel.stalled and not self._writing.locked() and channel.send(data):
+        if channel.send(data):  # refused while held, so never ahead of what the loop writes
             self._sends.wake_soon()  # type: ignore[union-attr]
             return
         # Held (a stall's rest being written), full, or failed: write it from the loop,

@@ -10,6 +10,7 @@ import asyncio
 import os
 import socket
 import tempfile
+from collections.abc import Callable
 
 import uvloop
 
@@ -43,11 +44,11 @@ async def read_exactly(client: socket.socket, size: int) -> bytes:
     return await asyncio.to_thread(read)
 
 
-async def until(predicate: object, turns: int = 20000) -> None:
+async def until(predicate: Callable[[], bool], turns: int = 20000) -> None:
     """Until ``predicate()`` holds, yielding to the loop (bounded in turns, with a short
     wait between them for the thread)."""
     for _ in range(turns):
-        if predicate():  # type: ignore[operator]
+        if predicate():
             return
         await asyncio.sleep(0.001)
     raise AssertionError("never happened")
