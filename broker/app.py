@@ -145,6 +145,9 @@ class BrokerApp:
         self.metrics.watch_consumer_groups(self.groups.consumer_group_samples)
         self.metrics.watch_share_groups(self.shares.samples)
         self.metrics.watch_replication(self._sample_replication)
+        failures = self.replicas.logs.failures
+        self.metrics.watch_log_dirs(lambda: len(failures.offline),
+                                    lambda: failures.refused_for_files)
         self.servers: list[KafkaServer] = []
         self.metrics_port: int | None = None
         self.watchdog = EventLoopWatchdog(

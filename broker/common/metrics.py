@@ -84,6 +84,16 @@ class _LogCollector(Collector):
         yield leader_out
 
 
+class _CountCollector(Collector):
+    """One counter read from a running total kept elsewhere (a plain int, no lock)."""
+
+    def __init__(self, name: str, doc: str, read: Callable[[], int]) -> None:
+        self._name, self._doc, self._read = name, doc, read
+
+    def collect(self):
+        yield CounterMetricFamily(self._name, self._doc, value=self._read())
+
+
 class _GroupCollector(Collector):
     """Consumer lag per group and partition: log end (high watermark) minus committed."""
 
@@ -333,6 +343,18 @@ class BrokerMetrics:
 
     def watch_logs(self, sample: Callable[[], Iterable[PartitionSample]]) -> None:
         self.registry.register(_LogCollector(sample))
+
+    def watch_log_dirs(self, offline: Callable[[], int], refused_for_files: Callable[[], int]
+                       ) -> None:
+        """Kafka's OfflineLogDirectoryCount, and the operations on replicas refused because
+        the process was out of file descriptors (which leave the dirs online)."""
+        gauge = Gauge("kafka_log_logmanager_offlinelogdirectorycount",
+                      "Log dirs offline after an I/O error", registry=self.registry)
+        gauge.set_function(offline)
+        self.registry.register(_CountCollector(
+            "kafkube_open_files_exhausted", "Operations on replicas (open, roll, append) "
+            "refused with KAFKA_STORAGE_ERROR because the process was out of file "
+            "descriptors (RLIMIT_NOFILE)", refused_for_files))
 
     def watch_replication(self, sample: Callable[[], ReplicationSample]) -> None:
         self.registry.register(_ReplicationCollector(sample))

@@ -22,6 +22,7 @@ dir holds is taken to be on an offline dir, never created empty elsewhere: Kafka
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import inspect
 import logging
@@ -53,7 +54,12 @@ from broker.server.replica_dirs import (
 )
 from broker.storage.cleaner import CleanResult, CleanTarget, LogCleaner
 from broker.storage.log import Log, LogConfig
-from broker.storage.log_dir_failure import KafkaStorageError, LogDirFailures, probe_log_dir
+from broker.storage.log_dir_failure import (
+    KafkaStorageError,
+    LogDirFailures,
+    out_of_files,
+    probe_log_dir,
+)
 from broker.storage.segment import LogSegment
 from kafkube_contract.image import TopicMetadata
 
@@ -103,6 +109,7 @@ class LogManager:
         self._high_watermarks: dict[TopicPartition, int] = {}
         self._clean: dict[Path, bool] = {}
         self._existing: dict[TopicPartition, Path] = {}
+        self._refused: set[TopicPartition] = set()  # out of descriptors when last opened
         # Replica dirs set aside (``*-stray``) by partition and topic id: taken back if the
         # metadata gives that partition that topic again.
         self._strays: dict[tuple[TopicPartition, str], Path] = {}
@@ -163,6 +170,8 @@ class LogManager:
         while we were down (a dir of a topic not deleted on record is kept, never removed on
         a guess), clear the clean-shutdown markers and write fresh checkpoints."""
         for tp, directory in list(self._existing.items()):
+            if tp in self._refused:  # its replica is ours, to be opened when fds are free
+                continue
             if image.was_deleted(topic_id_of(directory)):
                 log.info("%s: topic %s was deleted while this broker was down; removing it",
                          directory, tp.topic)
@@ -210,7 +219,48 @@ class LogManager:
         this start) found in no working dir while a dir is offline raises
         ``KafkaStorageError``: it is on the failed disk, and an empty log elsewhere would
         be a replica that lost its data (Kafka's LogManager refuses the same)."""
-        directory = self._existing.pop(tp, None)
+        found = self._existing.pop(tp, None)
+        try:
+            directory = self._replica_dir(tp, topic, image, is_new, found)
+        except OSError as e:  # reading what is there, or moving a stray back
+            if found is None:
+                raise
+            if out_of_files(e):
+                self._refuse_for_now(tp, found)
+            raise self.failures.error(found.parent, e, str(tp)) from e
+        partition_log: Log | None = None
+        try:
+            partition_log = Log(
+                directory,
+                self.log_config(topic),
+                recovery_point=self._recovery.get(tp, 0),
+                clean_shutdown=self._clean.get(directory.parent, True),
+                scheduler=self.schedule,
+                log_start_offset=self._log_starts.get(tp, 0),
+            )
+            write_partition_metadata(directory, topic.topic_id)
+        except OSError as e:
+            if partition_log is not None:  # its segments' files are not left open
+                with contextlib.suppress(OSError):
+                    partition_log.close()
+            if out_of_files(e):
+                self._refuse_for_now(tp, directory)
+            raise self.failures.error(directory.parent, e, str(tp)) from e
+        self._refused.discard(tp)
+        self._per_log_dir[directory.parent] += 1
+        return partition_log, self._high_watermarks.get(tp, 0)
+
+    def _refuse_for_now(self, tp: TopicPartition, directory: Path) -> None:
+        """Out of descriptors while opening ``tp``: the next attempt opens this dir, not a
+        new one in another log dir, and the dir is no stray meanwhile."""
+        self._existing[tp] = directory
+        self._refused.add(tp)
+
+    def _replica_dir(self, tp: TopicPartition, topic: TopicMetadata, image: ClusterImage,
+                     is_new: bool, found: Path | None) -> Path:
+        """Where the replica's log is: the dir ``found`` at start-up if it holds this topic,
+        a stray of it taken back, or a new one in the emptiest online log dir."""
+        directory = found
         if directory is not None and not same_topic(directory, topic.topic_id):
             older = topic_id_of(directory)
             if image.was_deleted(older):
@@ -235,21 +285,7 @@ class LogManager:
                 offline = ", ".join(map(str, self.failures.offline))
                 raise KafkaStorageError(f"{tp}: in no online log dir while {offline} is offline")
             directory = self._pick_log_dir() / partition_dir_name(topic.name, tp.partition)
-        try:
-            partition_log = Log(
-                directory,
-                self.log_config(topic),
-                recovery_point=self._recovery.get(tp, 0),
-                clean_shutdown=self._clean.get(directory.parent, True),
-                scheduler=self.schedule,
-                log_start_offset=self._log_starts.get(tp, 0),
-            )
-            write_partition_metadata(directory, topic.topic_id)
-        except OSError as e:
-            self.failures.report(directory.parent, e)
-            raise KafkaStorageError(f"{tp}: log dir {directory.parent} failed: {e}") from e
-        self._per_log_dir[directory.parent] += 1
-        return partition_log, self._high_watermarks.get(tp, 0)
+        return directory
 
     def forget(self, tp: TopicPartition, partition_log: Log) -> None:
         """The replica is no longer hosted: its log leaves the counts and the cleaner."""

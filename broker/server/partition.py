@@ -100,9 +100,10 @@ class Partition:
         self.failures: LogDirFailures | None = None  # where an I/O error of the log goes
 
     def _failed(self, error: OSError) -> KafkaStorageError:
-        """An I/O error of this replica's files: its log dir goes offline (KIP-112)."""
+        """An I/O error of this replica's files: its log dir goes offline (KIP-112), unless
+        the process is out of file descriptors (``LogDirFailures.error``)."""
         if self.failures is not None:
-            self.failures.report(self.log.dir.parent, error)
+            return self.failures.error(self.log.dir.parent, error, str(self))
         return KafkaStorageError(f"{self}: log dir {self.log.dir.parent} is offline: {error}")
 
     def __repr__(self) -> str:

@@ -35,7 +35,7 @@ from broker.server.replica_dirs import TopicPartition
 from broker.server.replica_fetcher import FetcherConfig, ReplicaFetcher
 from broker.server.throttle import Throttle, lists_replica
 from broker.storage.log import LogConfig
-from broker.storage.log_dir_failure import KafkaStorageError
+from broker.storage.log_dir_failure import KafkaStorageError, OpenFilesExhausted
 from kafkube_contract.image import NO_LEADER, PartitionState, TopicMetadata
 from kafkube_contract.registration import replica_key
 
@@ -141,12 +141,17 @@ class ReplicaManager:
 
     def _open_partition(self, topic: TopicMetadata, index: int,
                         is_new: bool = True) -> Partition | None:
-        """The replica opened; None if its log dir is offline (it is then ``offline``)."""
+        """The replica opened; None if its log dir is offline (it is then ``offline``) or
+        the process is out of descriptors (tried again at the next image)."""
         tp = TopicPartition(topic.name, index)
         self.opened_or_dropped += 1
         try:
             partition_log, hw = self.logs.get_or_create_log(tp, topic, self.metadata.image,
                                                             is_new)
+        except OpenFilesExhausted:
+            # Not a disk fault (logged by the failures channel, rate-limited): not served
+            # for now and tried again when the next image is applied.
+            return None
         except KafkaStorageError as e:
             log.error("%s", e)
             self.offline[tp] = topic.topic_id

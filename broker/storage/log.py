@@ -18,6 +18,7 @@ other way round.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -108,12 +109,26 @@ class Log:
     def _load(self, clean_shutdown: bool) -> None:
         """Open the segments on disk (``log_loader``), then replay them into the producer
         state and leader epochs; recovered, the log is all below its recovery point."""
-        loaded = load_segments(self.dir, self._new_segment, self.config.max_message_bytes,
-                               self.recovery_point, clean_shutdown)
-        for segment in loaded.segments:
-            self._add_segment(segment)
-        self.epoch_cache.truncate_from_end(self.log_end_offset)
-        self._rebuild_producer_and_epoch_state(loaded.rebuild, assign_epochs=True)
+        opened: list[LogSegment] = []
+
+        def open_segment(base_offset: int) -> LogSegment:
+            opened.append(self._new_segment(base_offset))
+            return opened[-1]
+
+        try:
+            loaded = load_segments(self.dir, open_segment, self.config.max_message_bytes,
+                                   self.recovery_point, clean_shutdown)
+            for segment in loaded.segments:
+                self._add_segment(segment)
+            self.epoch_cache.truncate_from_end(self.log_end_offset)
+            self._rebuild_producer_and_epoch_state(loaded.rebuild, assign_epochs=True)
+        except BaseException:
+            # Out of descriptors half-way (or a disk error): the files opened so far are
+            # closed, not left open by a log nobody holds (the open is tried again later).
+            for segment in opened:
+                with contextlib.suppress(OSError):
+                    segment.close()
+            raise
         self.recovery_point = self.log_end_offset
 
     def _rebuild_producer_and_epoch_state(

@@ -11,11 +11,21 @@ listeners (the replica manager) then stop serving every replica in the dir, and 
 tells the controller through its registration, while the other dirs go on. A dir stays
 offline until the broker restarts and finds it working again; when every dir is offline
 there is nothing left to serve and the broker stops, as Kafka does.
+
+One ``OSError`` is not the disk's: EMFILE/ENFILE, the process (or the system) out of file
+descriptors. Kafka takes the dir offline for it too, so a broker given one partition too
+many for its ``ulimit -n`` stops serving every replica it has (and with one dir, stops).
+Here it is refused where it happened instead (``OpenFilesExhausted``: that request or that
+replica, KAFKA_STORAGE_ERROR), reported as the limit it is, and the dir stays online: the
+next attempt works once descriptors are free again (a topic deleted, the limit raised).
 """
 
 from __future__ import annotations
 
+import errno
 import logging
+import resource
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +36,25 @@ log = logging.getLogger(__name__)
 class KafkaStorageError(Exception):
     """The replica's log dir is offline: answer KAFKA_STORAGE_ERROR (Kafka's
     KafkaStorageException); the client refreshes its metadata and finds another leader."""
+
+
+class OpenFilesExhausted(KafkaStorageError):
+    """The process is out of file descriptors: this replica or request is refused, its dir
+    stays online, and a later attempt may succeed."""
+
+
+OUT_OF_FILES = (errno.EMFILE, errno.ENFILE)
+REPORT_EVERY_S = 10.0
+
+
+def out_of_files(error: BaseException) -> bool:
+    """Whether ``error`` is the process (EMFILE) or the system (ENFILE) out of descriptors."""
+    return isinstance(error, OSError) and error.errno in OUT_OF_FILES
+
+
+def open_files_limit() -> str:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return f"RLIMIT_NOFILE soft {soft}, hard {hard}"
 
 
 @dataclass(slots=True)
@@ -39,10 +68,28 @@ class LogDirFailures:
     offline: dict[Path, str] = field(default_factory=dict)
     listeners: list[Callable[[Path], None]] = field(default_factory=list)
     defer: Callable[[Callable[[], None]], None] = lambda fn: fn()
+    # Operations refused for want of file descriptors (kafkube_open_files_exhausted_total),
+    # and the last time that was logged (at most once per REPORT_EVERY_S).
+    refused_for_files: int = 0
+    _reported_at: float = float("-inf")
+    _reported_count: int = 0
+
+    def error(self, log_dir: Path, error: BaseException, what: str) -> KafkaStorageError:
+        """Report ``error`` met by ``what`` in ``log_dir`` and the exception to answer with:
+        ``OpenFilesExhausted`` (the dir stays online) for EMFILE/ENFILE, else the dir goes
+        offline and a ``KafkaStorageError`` says so."""
+        self.report(log_dir, error)
+        if out_of_files(error):
+            return OpenFilesExhausted(f"{what}: too many open files ({open_files_limit()}); "
+                                      f"log dir {log_dir} stays online")
+        return KafkaStorageError(f"{what}: log dir {log_dir} is offline: {error}")
 
     def report(self, log_dir: Path, error: BaseException) -> None:
         """``log_dir`` failed with ``error``: offline from now on (only the first report
-        counts)."""
+        counts). Out of file descriptors is counted and logged, not a failure of the dir."""
+        if out_of_files(error):
+            self._count_out_of_files(error)
+            return
         if log_dir in self.offline:
             return
         self.offline[log_dir] = f"{type(error).__name__}: {error}"
@@ -53,6 +100,19 @@ class LogDirFailures:
 
     def is_offline(self, log_dir: Path) -> bool:
         return log_dir in self.offline
+
+    def _count_out_of_files(self, error: BaseException) -> None:
+        self.refused_for_files += 1
+        now = time.monotonic()
+        if now - self._reported_at < REPORT_EVERY_S:
+            return
+        since = self.refused_for_files - self._reported_count
+        self._reported_at, self._reported_count = now, self.refused_for_files
+        log.error("out of file descriptors (%s): %d operation(s) on replicas refused with "
+                  "KAFKA_STORAGE_ERROR since the last report (%s); the log dirs stay online. "
+                  "Each hosted segment keeps a file open: raise the limit (ulimit -n, the "
+                  "container runtime's nofile) or host fewer partitions here",
+                  open_files_limit(), since, error)
 
 
 def probe_log_dir(log_dir: Path) -> OSError | None:

@@ -89,15 +89,19 @@ class LogSegment:
         except FileExistsError:
             self.fd = os.open(self.log_path, os.O_RDWR | os.O_APPEND)
             new = False
-        self.size = os.fstat(self.fd).st_size
-        self.offset_index = OffsetIndex(
-            Path(stem + INDEX_SUFFIX + suffix), base_offset, index_max_bytes, new
-        )
-        self.time_index = TimeIndex(
-            Path(stem + TIME_INDEX_SUFFIX + suffix), base_offset, index_max_bytes, new
-        )
-        self.txn_index = TransactionIndex(Path(stem + TXN_INDEX_SUFFIX + suffix),
-                                          new=self.size == 0)
+        try:  # reading the indexes opens files too: out of descriptors, fd is not leaked
+            self.size = os.fstat(self.fd).st_size
+            self.offset_index = OffsetIndex(
+                Path(stem + INDEX_SUFFIX + suffix), base_offset, index_max_bytes, new
+            )
+            self.time_index = TimeIndex(
+                Path(stem + TIME_INDEX_SUFFIX + suffix), base_offset, index_max_bytes, new
+            )
+            self.txn_index = TransactionIndex(Path(stem + TXN_INDEX_SUFFIX + suffix),
+                                              new=self.size == 0)
+        except BaseException:
+            os.close(self.fd)
+            raise
         self._bytes_since_index = 0
         self.max_timestamp = -1
         self.offset_of_max_timestamp = base_offset  # last offset of the batch holding it
