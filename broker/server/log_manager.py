@@ -40,6 +40,7 @@ from broker.config.broker_config import BrokerConfig
 from broker.server.partition import Partition
 from broker.server.replica_dirs import (
     DELETE_SUFFIX,
+    PARTITION_METADATA,
     STRAY_SUFFIX,
     TopicPartition,
     parse_partition_dir,
@@ -53,6 +54,7 @@ from broker.server.replica_dirs import (
     write_partition_metadata,
 )
 from broker.storage.cleaner import CleanResult, CleanTarget, LogCleaner
+from broker.storage.leader_epoch import CHECKPOINT_FILE as EPOCH_CHECKPOINT
 from broker.storage.log import Log, LogConfig
 from broker.storage.log_dir_failure import (
     KafkaStorageError,
@@ -60,7 +62,7 @@ from broker.storage.log_dir_failure import (
     out_of_files,
     probe_log_dir,
 )
-from broker.storage.segment import LogSegment
+from broker.storage.segment import LOG_SUFFIX, LogSegment, segment_name
 from kafkube_contract.image import TopicMetadata
 
 log = logging.getLogger(__name__)
@@ -110,6 +112,7 @@ class LogManager:
         self._clean: dict[Path, bool] = {}
         self._existing: dict[TopicPartition, Path] = {}
         self._refused: set[TopicPartition] = set()  # out of descriptors when last opened
+        self._checkpoints_behind = False  # a checkpoint write was refused since the last
         # Replica dirs set aside (``*-stray``) by partition and topic id: taken back if the
         # metadata gives that partition that topic again.
         self._strays: dict[tuple[TopicPartition, str], Path] = {}
@@ -120,14 +123,21 @@ class LogManager:
         """The log dirs not offline, in ``log.dirs`` order."""
         return [d for d in self.log_dirs if not self.failures.is_offline(d)]
 
-    def _guard(self, log_dir: Path, action: Callable[[], object]) -> None:
+    def _guard(self, log_dir: Path, action: Callable[[], object],
+               checkpoint: bool = False) -> None:
         """Run ``action`` on ``log_dir`` unless it is offline; an I/O error takes it
-        offline instead of propagating (the dir's replicas then stop being served)."""
+        offline instead of propagating (the dir's replicas then stop being served). A
+        ``checkpoint`` write (a temporary file renamed over the old one) out of file
+        descriptors changed nothing: refused, written at the next round."""
         if self.failures.is_offline(log_dir):
             return
         try:
             action()
         except OSError as e:
+            if checkpoint and out_of_files(e):
+                self.failures.refuse(log_dir, e, "a checkpoint")
+                self._checkpoints_behind = True
+                return
             self.failures.report(log_dir, e)
 
     # -- loading -------------------------------------------------------------------------
@@ -227,8 +237,11 @@ class LogManager:
                 raise
             if out_of_files(e):
                 self._refuse_for_now(tp, found)
-            raise self.failures.error(found.parent, e, str(tp)) from e
+                raise self.failures.refuse(found.parent, e, str(tp)) from e
+            self.failures.report(found.parent, e)
+            raise KafkaStorageError(f"{tp}: log dir {found.parent} failed: {e}") from e
         partition_log: Log | None = None
+        created = not directory.exists()  # made by this call: removed again if refused
         try:
             partition_log = Log(
                 directory,
@@ -243,9 +256,12 @@ class LogManager:
             if partition_log is not None:  # its segments' files are not left open
                 with contextlib.suppress(OSError):
                     partition_log.close()
-            if out_of_files(e):
-                self._refuse_for_now(tp, directory)
-            raise self.failures.error(directory.parent, e, str(tp)) from e
+            if out_of_files(e):  # nothing written yet: refused, opened again later
+                if not created or not _remove_new(directory):
+                    self._refuse_for_now(tp, directory)
+                raise self.failures.refuse(directory.parent, e, str(tp)) from e
+            self.failures.report(directory.parent, e)
+            raise KafkaStorageError(f"{tp}: log dir {directory.parent} failed: {e}") from e
         self._refused.discard(tp)
         self._per_log_dir[directory.parent] += 1
         return partition_log, self._high_watermarks.get(tp, 0)
@@ -341,6 +357,10 @@ class LogManager:
         self.write_checkpoints()
         for partition in self.partitions.values():
             partition.log.close()
+        if self._checkpoints_behind:  # the next start must not trust them as clean
+            log.warning("checkpoints not written (out of file descriptors): no clean-"
+                        "shutdown marker, the next start recovers the logs")
+            return
         for log_dir in self.online_dirs:
             self._guard(log_dir, (log_dir / CLEAN_SHUTDOWN_FILE).touch)
 
@@ -357,11 +377,18 @@ class LogManager:
             if partition_log.log_start_offset > partition_log.segments[0].base_offset:
                 # Only a start inside the first segment needs remembering, as in Kafka.
                 starts[partition_log.dir.parent][tp] = partition_log.log_start_offset
+        for tp in self._refused:  # not open (out of descriptors): what was read at start
+            if (where := self._existing.get(tp)) is not None and where.parent in recovery:
+                for into, known in ((recovery, self._recovery), (hws, self._high_watermarks),
+                                    (starts, self._log_starts)):
+                    if tp in known:
+                        into[where.parent][tp] = known[tp]
+        self._checkpoints_behind = False
         for log_dir in self.online_dirs:
             self._guard(log_dir, lambda d=log_dir: (
                 write_offset_checkpoint(d / RECOVERY_CHECKPOINT, recovery[d]),
                 write_offset_checkpoint(d / REPLICATION_CHECKPOINT, hws[d]),
-                write_offset_checkpoint(d / LOG_START_CHECKPOINT, starts[d])))
+                write_offset_checkpoint(d / LOG_START_CHECKPOINT, starts[d])), checkpoint=True)
 
     async def _checkpoint_round(self) -> None:
         """High watermarks (and recovery points) every
@@ -441,7 +468,7 @@ class LogManager:
                 by_dir[partition.log.dir.parent][tp] = offset
         for log_dir, offsets in by_dir.items():
             self._guard(log_dir, lambda d=log_dir, o=offsets: write_offset_checkpoint(
-                d / CLEANER_CHECKPOINT, o))
+                d / CLEANER_CHECKPOINT, o), checkpoint=True)
 
     async def _cleaner_loop(self) -> None:
         """Clean logs back to back while any needs it, else sleep log.cleaner.backoff.ms."""
@@ -469,3 +496,21 @@ def _sync_all(batches: list[list[LogSegment]]) -> list[OSError | None]:
         else:
             synced.append(None)
     return synced
+
+
+def _remove_new(directory: Path) -> bool:
+    """Remove a new replica's dir whose open was refused (out of descriptors), with the
+    files a new log makes, so that no stray without ``partition.metadata`` is left behind;
+    False if something else is in it (it is then kept and opened again)."""
+    for name in (segment_name(0) + LOG_SUFFIX, PARTITION_METADATA,
+                 PARTITION_METADATA + ".tmp", EPOCH_CHECKPOINT,
+                 EPOCH_CHECKPOINT + ".tmp"):
+        with contextlib.suppress(OSError):
+            os.unlink(directory / name)
+    try:
+        os.rmdir(directory)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return True

@@ -23,7 +23,7 @@ from kio.schema.errors import ErrorCode
 from broker.protocol.records import InvalidRecordError, validate_produce_payload
 from broker.protocol.validation import RecordRules, validate_records
 from broker.storage.log import Log, LogConfig, ReadResult
-from broker.storage.log_dir_failure import KafkaStorageError, LogDirFailures
+from broker.storage.log_dir_failure import KafkaStorageError, LogDirFailures, NothingWritten
 from broker.storage.producer_state import VerificationGuard
 from kafkube_contract.image import NO_LEADER, PartitionState
 
@@ -101,9 +101,11 @@ class Partition:
 
     def _failed(self, error: OSError) -> KafkaStorageError:
         """An I/O error of this replica's files: its log dir goes offline (KIP-112), unless
-        the process is out of file descriptors (``LogDirFailures.error``)."""
+        it was out of file descriptors before anything changed (refused, the dir online)."""
         if self.failures is not None:
-            return self.failures.error(self.log.dir.parent, error, str(self))
+            if isinstance(error, NothingWritten):
+                return self.failures.refuse(self.log.dir.parent, error, str(self))
+            self.failures.report(self.log.dir.parent, error)
         return KafkaStorageError(f"{self}: log dir {self.log.dir.parent} is offline: {error}")
 
     def __repr__(self) -> str:

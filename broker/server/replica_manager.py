@@ -44,6 +44,9 @@ log = logging.getLogger(__name__)
 # How long one pass may spend opening partitions before the event loop serves what waits
 # (a new partition's files cost 0.3-3 ms to make, depending on the file system).
 OPEN_SLICE_S = 0.02
+# Replicas refused for want of file descriptors: tried again after this, doubling up to the
+# maximum while none opens (each attempt makes and removes a directory).
+RETRY_REFUSED_S, RETRY_REFUSED_MAX_S = 5.0, 60.0
 HANDOVER_POLL_S = 0.05
 
 
@@ -70,6 +73,9 @@ class ReplicaManager:
         self._fetchers_stopped = False
         self._more_pending = False  # a pass opening the partitions a slice left
         self._to_open: list[tuple[TopicMetadata, int]] = []  # what the last slice left
+        self._refused: list[tuple[TopicMetadata, int]] = []  # out of descriptors: retried
+        self._retry_in = RETRY_REFUSED_S
+        self._retry_pending = False
         self.open_slices = 0  # passes that opened partitions (a test counts them)
         self.opened_or_dropped = 0  # partitions opened and dropped so far (broker.common.heap)
         self.isr_changes = IsrChanges(metadata, config.node_id)
@@ -150,12 +156,17 @@ class ReplicaManager:
                                                             is_new)
         except OpenFilesExhausted:
             # Not a disk fault (logged by the failures channel, rate-limited): not served
-            # for now and tried again when the next image is applied.
+            # for now, tried again later (and with the next image).
+            self._refused.append((topic, index))
+            if not self._retry_pending and asyncio._get_running_loop() is not None:
+                self._retry_pending = True
+                self.logs.schedule(self._retry_in, self._retry_refused)
             return None
         except KafkaStorageError as e:
             log.error("%s", e)
             self.offline[tp] = topic.topic_id
             return None
+        self._retry_in = RETRY_REFUSED_S  # descriptors to spare: a retry soon again
         partition = Partition(topic.name, index, partition_log, self.node_id, hw)
         partition.failures = self.logs.failures
         self.partitions[tp] = partition
@@ -256,10 +267,23 @@ class ReplicaManager:
                 partition = self._open_partition(current, index)
                 if partition is not None:
                     self._take_role(tp, partition, state)
+                elif self._refused and self._refused[-1] == (current, index):
+                    self._refused.extend(pending[opened:])  # out of fds: all wait the retry
+                    opened = len(pending)
         finally:  # one that failed is left to the next image; the others are opened
             del pending[:opened]
             self.open_slices += 1
             self._schedule_more()
+
+    def _retry_refused(self) -> None:
+        """The replicas refused for want of descriptors, queued to be opened again (each
+        checked against the current image); the next retry waits twice as long, unless a
+        replica opens meanwhile."""
+        self._retry_pending = False
+        self._retry_in = min(self._retry_in * 2, RETRY_REFUSED_MAX_S)
+        self._to_open.extend(self._refused)
+        self._refused = []
+        self._schedule_more()
 
     def _apply_configs(self, image: ClusterImage) -> None:
         """Configs changed at run time take effect now: each log gets its topic's settings as
@@ -572,5 +596,4 @@ class InvalidPartitions(Exception):
     def __init__(self, current: int, requested: int) -> None:
         super().__init__(f"Topic currently has {current} partitions, which is higher than "
                          f"the requested {requested}.")
-
 

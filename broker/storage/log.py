@@ -38,6 +38,7 @@ from broker.protocol.records import (
 )
 from broker.storage.leader_epoch import LeaderEpochCache
 from broker.storage.log_config import LogConfig
+from broker.storage.log_dir_failure import NothingWritten, out_of_files
 from broker.storage.log_loader import load_segments
 from broker.storage.log_read import (
     ReadResult,
@@ -109,22 +110,16 @@ class Log:
     def _load(self, clean_shutdown: bool) -> None:
         """Open the segments on disk (``log_loader``), then replay them into the producer
         state and leader epochs; recovered, the log is all below its recovery point."""
-        opened: list[LogSegment] = []
-
-        def open_segment(base_offset: int) -> LogSegment:
-            opened.append(self._new_segment(base_offset))
-            return opened[-1]
-
+        opened: list[LogSegment] = []  # closed if the load fails (out of fds: tried later)
         try:
-            loaded = load_segments(self.dir, open_segment, self.config.max_message_bytes,
-                                   self.recovery_point, clean_shutdown)
+            loaded = load_segments(self.dir, lambda base: opened.append(
+                self._new_segment(base)) or opened[-1], self.config.max_message_bytes,
+                self.recovery_point, clean_shutdown)
             for segment in loaded.segments:
                 self._add_segment(segment)
             self.epoch_cache.truncate_from_end(self.log_end_offset)
             self._rebuild_producer_and_epoch_state(loaded.rebuild, assign_epochs=True)
         except BaseException:
-            # Out of descriptors half-way (or a disk error): the files opened so far are
-            # closed, not left open by a log nobody holds (the open is tried again later).
             for segment in opened:
                 with contextlib.suppress(OSError):
                     segment.close()
@@ -205,7 +200,12 @@ class Log:
         head = stamp_header(batch, offset, leader_epoch, append_time, max_timestamp)
         assigned = parse_header(head)  # the header exactly as it goes to disk
         size = assigned.size
-        self._maybe_roll(size, assigned)
+        try:
+            self._maybe_roll(size, assigned)
+        except OSError as e:  # a roll changes nothing it cannot redo: refused if out of fds
+            if out_of_files(e):
+                raise NothingWritten(e.errno, f"rolling {self.dir.name}: {e}") from e
+            raise
         self.active_segment.append([head, memoryview(batch)[HEADER_SIZE:size]], [assigned])
         self.epoch_cache.assign(leader_epoch, offset)
         if assigned.attributes & ATTR_CONTROL:

@@ -12,12 +12,15 @@ tells the controller through its registration, while the other dirs go on. A dir
 offline until the broker restarts and finds it working again; when every dir is offline
 there is nothing left to serve and the broker stops, as Kafka does.
 
-One ``OSError`` is not the disk's: EMFILE/ENFILE, the process (or the system) out of file
-descriptors. Kafka takes the dir offline for it too, so a broker given one partition too
-many for its ``ulimit -n`` stops serving every replica it has (and with one dir, stops).
-Here it is refused where it happened instead (``OpenFilesExhausted``: that request or that
-replica, KAFKA_STORAGE_ERROR), reported as the limit it is, and the dir stays online: the
-next attempt works once descriptors are free again (a topic deleted, the limit raised).
+Out of file descriptors (EMFILE/ENFILE) is a mistake of sizing, not a failed disk, and
+Kafka takes the dir offline for it too: a broker given one partition too many for its
+``ulimit -n`` stops serving every replica it has (with one dir, it shuts down). Where such an
+error comes before anything was changed, it is refused instead (``refuse``, answered with
+``OpenFilesExhausted``: KAFKA_STORAGE_ERROR for that request or replica, the dir online):
+opening a replica's log, a segment roll before the batch is written (``NothingWritten``),
+a checkpoint's temporary file. After a partial change (a batch written, then its index or
+the leader-epoch checkpoint not), continuing would serve a log that is not what it says,
+so those still take the dir offline as any I/O error does.
 """
 
 from __future__ import annotations
@@ -41,6 +44,11 @@ class KafkaStorageError(Exception):
 class OpenFilesExhausted(KafkaStorageError):
     """The process is out of file descriptors: this replica or request is refused, its dir
     stays online, and a later attempt may succeed."""
+
+
+class NothingWritten(OSError):
+    """Out of file descriptors before anything was changed (a roll's new segment, before
+    the batch that needed it was written): safe to refuse and to try again."""
 
 
 OUT_OF_FILES = (errno.EMFILE, errno.ENFILE)
@@ -74,22 +82,25 @@ class LogDirFailures:
     _reported_at: float = float("-inf")
     _reported_count: int = 0
 
-    def error(self, log_dir: Path, error: BaseException, what: str) -> KafkaStorageError:
-        """Report ``error`` met by ``what`` in ``log_dir`` and the exception to answer with:
-        ``OpenFilesExhausted`` (the dir stays online) for EMFILE/ENFILE, else the dir goes
-        offline and a ``KafkaStorageError`` says so."""
-        self.report(log_dir, error)
-        if out_of_files(error):
-            return OpenFilesExhausted(f"{what}: too many open files ({open_files_limit()}); "
-                                      f"log dir {log_dir} stays online")
-        return KafkaStorageError(f"{what}: log dir {log_dir} is offline: {error}")
+    def refuse(self, log_dir: Path, error: BaseException, what: str) -> OpenFilesExhausted:
+        """``what`` met EMFILE/ENFILE in ``log_dir`` before changing anything: counted and
+        logged (at most every REPORT_EVERY_S), the dir left online."""
+        self.refused_for_files += 1
+        now = time.monotonic()
+        if now - self._reported_at >= REPORT_EVERY_S:
+            since = self.refused_for_files - self._reported_count
+            self._reported_at, self._reported_count = now, self.refused_for_files
+            log.error("out of file descriptors (%s): %d operation(s) on replicas refused "
+                      "with KAFKA_STORAGE_ERROR since the last report (%s: %s); the log dirs "
+                      "stay online. Each hosted segment keeps a file open: raise the limit "
+                      "(ulimit -n, the container runtime's nofile) or host fewer partitions "
+                      "here", open_files_limit(), since, what, error)
+        return OpenFilesExhausted(f"{what}: too many open files ({open_files_limit()}); "
+                                  f"log dir {log_dir} stays online")
 
     def report(self, log_dir: Path, error: BaseException) -> None:
         """``log_dir`` failed with ``error``: offline from now on (only the first report
-        counts). Out of file descriptors is counted and logged, not a failure of the dir."""
-        if out_of_files(error):
-            self._count_out_of_files(error)
-            return
+        counts)."""
         if log_dir in self.offline:
             return
         self.offline[log_dir] = f"{type(error).__name__}: {error}"
@@ -100,19 +111,6 @@ class LogDirFailures:
 
     def is_offline(self, log_dir: Path) -> bool:
         return log_dir in self.offline
-
-    def _count_out_of_files(self, error: BaseException) -> None:
-        self.refused_for_files += 1
-        now = time.monotonic()
-        if now - self._reported_at < REPORT_EVERY_S:
-            return
-        since = self.refused_for_files - self._reported_count
-        self._reported_at, self._reported_count = now, self.refused_for_files
-        log.error("out of file descriptors (%s): %d operation(s) on replicas refused with "
-                  "KAFKA_STORAGE_ERROR since the last report (%s); the log dirs stay online. "
-                  "Each hosted segment keeps a file open: raise the limit (ulimit -n, the "
-                  "container runtime's nofile) or host fewer partitions here",
-                  open_files_limit(), since, error)
 
 
 def probe_log_dir(log_dir: Path) -> OSError | None:

@@ -1,7 +1,10 @@
-"""Out of file descriptors (EMFILE) is refused where it happens, never a failed log dir.
+"""Out of file descriptors (EMFILE): refused where nothing was changed yet, the dir online;
+after a partial change, the dir offline as for any I/O error (a log that continued would
+not be what it says).
 
-``os.open`` is made to fail with EMFILE for chosen files, as the kernel does once the
-process holds RLIMIT_NOFILE descriptors (the integration test lowers the real limit)."""
+``os.open`` (and ``io.open``) is made to fail with EMFILE for chosen files, as the kernel
+does once the process holds RLIMIT_NOFILE descriptors (the integration test lowers the real
+limit of a broker process)."""
 
 from __future__ import annotations
 
@@ -50,14 +53,21 @@ def _batch(i: int) -> bytes:
     return build_batch([(None, b"x" * 200, (), 0)], 1_700_000_000_000 + i)
 
 
-def test_a_roll_out_of_descriptors_is_refused_and_the_next_append_rolls(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _one_partition(tmp_path: Path, configs: dict[str, str]):
     config = BrokerConfig.from_dict({"log.dirs": str(tmp_path / "a"), "node.id": "0"})
     _, replicas = open_replicas(config)
-    asyncio.run(replicas.create_topic("t", 1, {"segment.bytes": "300"}, 1, [(0,)]))
-    partition = replicas.get("t", 0)
+    asyncio.run(replicas.create_topic("t", 1, configs, 1, [(0,)]))
+    return config, replicas, replicas.get("t", 0)
+
+
+@pytest.mark.parametrize("failing", [".log", ".timeindex"])
+def test_a_roll_out_of_descriptors_is_refused_and_the_next_append_rolls(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failing: str) -> None:
+    """The new segment's file, or the sealed one's index written out: either way before
+    the batch is written."""
+    _, replicas, partition = _one_partition(tmp_path, {"segment.bytes": "300"})
     assert partition.append(_batch(0), 1 << 20).error == ErrorCode.none
-    refused = fail_opens(monkeypatch, lambda p: p.endswith(".log"), 1)
+    refused = fail_opens(monkeypatch, lambda p: p.endswith(failing), 1)
     outcome = partition.append(_batch(1), 1 << 20)  # needs a new segment: its open fails
     assert refused and outcome.error == ErrorCode.kafka_storage_error
     assert "too many open files" in (outcome.message or "")
@@ -66,20 +76,57 @@ def test_a_roll_out_of_descriptors_is_refused_and_the_next_append_rolls(
     for i in range(2, 4):  # descriptors again: the roll happens, nothing skipped
         assert partition.append(_batch(i), 1 << 20).error == ErrorCode.none
     assert partition.log.log_end_offset == 3 and len(partition.log.segments) == 3
+    assert [b.header.base_offset for s in partition.log.segments
+            for b in s.batches_from(0)] == [0, 1, 2]
     asyncio.run(replicas.shutdown())
 
 
-@pytest.mark.parametrize("failing", [".index", ".txnindex", "partition.metadata"])
+def test_an_index_write_after_the_batch_was_written_takes_the_dir_offline(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The batch is in the file when its index entries' write-out is refused: the log is
+    not served on (the next acknowledged batch would have taken the same offset)."""
+    _, replicas, partition = _one_partition(tmp_path, {"index.interval.bytes": "1"})
+    refused = fail_opens(monkeypatch, lambda p: p.endswith(".index"), 1)
+    for i in range(10_000):  # until the pending entries are written out (every 16 KiB)
+        outcome = partition.append(_batch(i), 1 << 20)
+        if refused:
+            break
+    assert outcome.error == ErrorCode.kafka_storage_error
+    assert list(replicas.logs.failures.offline) == [tmp_path / "a"]
+    asyncio.run(replicas.shutdown())
+
+
+def test_a_refused_replica_keeps_its_checkpoints(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Refused at a restart: the checkpoint rounds keep its log start (DeleteRecords), so
+    a later start with descriptors to spare hides the deleted records still."""
+    config, replicas, partition = _one_partition(tmp_path, {})
+    for i in range(3):
+        assert partition.append(_batch(i), 1 << 20).error == ErrorCode.none
+    assert partition.log.maybe_increment_log_start_offset(2)
+    asyncio.run(replicas.shutdown())
+    fail_opens(monkeypatch, lambda p: p.endswith(".index"), 100)
+    _, replicas = open_replicas(config)
+    assert replicas.get("t", 0) is None
+    replicas.logs.write_checkpoints()
+    asyncio.run(replicas.shutdown())
+    monkeypatch.undo()
+    _, replicas = open_replicas(config)
+    assert replicas.get("t", 0).log.log_start_offset == 2
+    asyncio.run(replicas.shutdown())
+
+
+@pytest.mark.parametrize("failing", ["00000000000000000000.index", "1.index", ".txnindex",
+                                     "partition.metadata"])
 def test_a_log_that_cannot_be_opened_leaves_no_descriptor_open_and_opens_later(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failing: str) -> None:
     """A log with data (its index files are read when opened), opened again at a restart
     and refused half-way through: every file it had opened is closed, its dir stays online,
     and the next image opens it whole."""
-    config = BrokerConfig.from_dict({"log.dirs": str(tmp_path / "a"), "node.id": "0"})
-    _, replicas = open_replicas(config)
-    asyncio.run(replicas.create_topic("t", 1, {"index.interval.bytes": "1"}, 1, [(0,)]))
-    for i in range(3):
-        assert replicas.get("t", 0).append(_batch(i), 1 << 20).error == ErrorCode.none
+    config, replicas, partition = _one_partition(
+        tmp_path, {"index.interval.bytes": "1", "segment.bytes": "300"})
+    for i in range(3):  # a segment each: the second one's index fails after the first opened
+        assert partition.append(_batch(i), 1 << 20).error == ErrorCode.none
     asyncio.run(replicas.shutdown())
 
     refused = fail_opens(monkeypatch, lambda p: failing in p, 100)
