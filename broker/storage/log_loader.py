@@ -63,6 +63,8 @@ def load_segments(
     ``new_segment`` opens (or creates) the segment at a base offset with the log's index
     settings; an empty directory gets one at offset 0.
     """
+    if not os.listdir(directory):  # a new replica's: nothing to settle (one listing, not six)
+        return LoadedSegments([new_segment(0)], [])
     for stale in directory.glob("*.deleted"):
         stale.unlink(missing_ok=True)
     for tmp in directory.glob("*.tmp"):

@@ -98,3 +98,22 @@ def test_at_start_files_of_deleted_topics_go_and_others_stay(tmp_path: Path) -> 
     assert "gone-0" not in _dirs(config)
     assert "unknown-0" in _dirs(config)
     asyncio.run(restarted.shutdown())
+
+
+def test_a_partition_metadata_left_empty_by_a_kill_is_taken_as_the_topics_and_written(
+        tmp_path: Path) -> None:
+    """partition.metadata is made in place (no temporary file and rename): a kill between
+    its creation and its one write leaves it empty. The restart keeps the replica with its
+    data (not set aside as a stray of an unknown topic) and writes the file."""
+    config, store, replicas = _broker(tmp_path)
+    asyncio.run(replicas.create_topic("orders", 1, {}, 1, [(0,)]))
+    _write(replicas, "orders", 5)
+    topic_id = store.image.topics["orders"].topic_id
+    asyncio.run(replicas.shutdown())
+    metadata = Path(config.log_dirs[0]) / "orders-0" / "partition.metadata"
+    metadata.write_text("")
+    _, replicas = open_replicas(config)
+    assert replicas.get("orders", 0).log.log_end_offset == 5
+    assert _dirs(config) == ["orders-0"]
+    assert metadata.read_text() == f"version: 0\ntopic_id: {topic_id}\n"
+    asyncio.run(replicas.shutdown())
