@@ -47,6 +47,7 @@ from broker.security.session import ListenerSecurity
 from broker.server.broker_lifecycle import Membership
 from broker.server.dynamic_config import follow_dynamic_configs
 from broker.server.fetch_session import FetchSessionCache
+from broker.server.handover import hand_over
 from broker.server.replica_manager import ReplicaManager
 from broker.server.txn_verification import TransactionVerifier
 from broker.share.persister import SharePersister
@@ -362,7 +363,7 @@ class BrokerApp:
         wait_ms = 2 * self.config["replica.fetch.wait.max.ms"] + self.config[
             "replica.fetch.backoff.ms"]
         try:
-            handover = await self.replicas.handover(wait_ms / 1000)
+            handover = await hand_over(self.replicas, wait_ms / 1000)
             await self.replicas.stop_all_fetchers()
             await self.membership.leave_roles(handover)
         except Exception:

@@ -78,7 +78,7 @@ def _read_all(ctx: RequestContext, follower: int | None, wanted: Wanted, max_byt
             found.results.append((name, FetchPartition(
                 p.partition, ErrorCode.topic_authorization_failed, -1, -1, -1, None)))
             continue
-        partition = replicas.get(name, p.partition)
+        partition = replicas.opened(name, p.partition)
         if partition is None:
             found.results.append((name, FetchPartition(
                 p.partition, ErrorCode.kafka_storage_error if (name, p.partition) in

@@ -203,7 +203,7 @@ def _append(ctx: RequestContext, request: ProduceRequest,
         bytes_in = messages_in = 0
         for data in topic.partition_data:
             index = data.index
-            partition = replicas.get(name, index)
+            partition = replicas.opened(name, index)
             if partition is None:
                 error = (ErrorCode.kafka_storage_error if (name, index) in replicas.offline
                          else ErrorCode.not_leader_or_follower
