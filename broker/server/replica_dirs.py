@@ -76,15 +76,15 @@ def schedule_removal(directory: Path, partition_log: Log | None, delay: float,
 def write_partition_metadata(directory: Path, topic_id: str) -> None:
     """Kafka's partition.metadata: which topic id this directory belongs to, written once.
     Made in place (no temporary file and rename: a new replica makes a few files, and each
-    creation is most of its cost): a process killed between the creation and the one small
-    write leaves it empty, which reads as no topic id (as a missing file does)."""
-    path = directory / PARTITION_METADATA
+    creation is most of its cost). A process killed between the creation and the one small
+    write leaves it empty, before anything was appended to the new log: such a dir is
+    taken for another topic's and set aside as a stray, never adopted (an empty file could
+    also be a power cut's, on a replica with data of a topic deleted since)."""
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        fd = os.open(directory / PARTITION_METADATA, os.O_WRONLY | os.O_CREAT | os.O_EXCL,
+                     0o644)
     except FileExistsError:
-        if topic_id_of(directory) is not None:
-            return
-        fd = os.open(path, os.O_WRONLY | os.O_TRUNC)  # left empty: written now
+        return
     try:
         os.write(fd, f"version: 0\ntopic_id: {topic_id}\n".encode())
     finally:
@@ -109,8 +109,6 @@ def same_topic(directory: Path, topic_id: str) -> bool:
         text = (directory / PARTITION_METADATA).read_text()
     except FileNotFoundError:
         return True  # written by an older version, before topic ids were recorded
-    if "topic_id:" not in text:
-        return True  # empty: its write never happened (see write_partition_metadata)
     return f"topic_id: {topic_id}" in text
 
 

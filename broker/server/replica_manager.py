@@ -71,10 +71,13 @@ class ReplicaManager:
         self._fetchers_stopped = False
         self._more_pending = False  # a pass opening the partitions a slice left
         self._to_open: list[tuple[TopicMetadata, int]] = []  # what the last slice left
-        self._refused: list[tuple[TopicMetadata, int]] = []  # out of descriptors: retried
+        # Out of descriptors when opened: retried by a timer, not by each request.
+        self._refused: dict[TopicPartition, tuple[TopicMetadata, int]] = {}
         self._retry_in = RETRY_REFUSED_S
         self._retry_pending = False
-        self._serving = True  # until shutdown: partitions are opened (see ``opened``)
+        # Partitions opened on demand: from the first image applied (after the join) until
+        # shutdown (None then).
+        self._serving: bool | None = False
         self.open_slices = 0  # passes that opened partitions (a test counts them)
         self.opened_or_dropped = 0  # partitions opened and dropped so far (broker.common.heap)
         self.isr_changes = IsrChanges(metadata, config.node_id)
@@ -116,7 +119,7 @@ class ReplicaManager:
                                 "ISR check")]
 
     async def shutdown(self) -> None:
-        self._to_open, self._serving = [], False  # nothing more is opened
+        self._to_open, self._serving = [], None  # nothing more is opened
         self.logs.stop()
         for task in self._tasks:
             task.cancel()
@@ -156,7 +159,7 @@ class ReplicaManager:
         except OpenFilesExhausted:
             # Not a disk fault (logged by the failures channel, rate-limited): not served
             # for now, tried again later (and with the next image).
-            self._refused.append((topic, index))
+            self._refused[tp] = (topic, index)
             if not self._retry_pending and asyncio._get_running_loop() is not None:
                 self._retry_pending = True
                 self.logs.schedule(self._retry_in, self._retry_refused)
@@ -182,8 +185,10 @@ class ReplicaManager:
         (``_open_more``, which takes them from a list rather than walk the image again),
         after the event loop has served what waits: a CreateTopics of 10,000 partitions, or
         a restart with as many, never stalls produce and fetch, Metadata answers (from the
-        image) or the lease's heartbeat. A partition not yet open answers
-        NOT_LEADER_OR_FOLLOWER, which clients retry."""
+        image) or the lease's heartbeat. A partition not yet open is opened by the first
+        request for it (``opened``)."""
+        if self._serving is False:  # (None once shut down)
+            self._serving = True
         self._apply_configs(image)
         wanted: set[TopicPartition] = set()
         replaced = 0
@@ -266,8 +271,9 @@ class ReplicaManager:
                 partition = self._open_partition(current, index)
                 if partition is not None:
                     self._take_role(tp, partition, state)
-                elif self._refused and self._refused[-1] == (current, index):
-                    self._refused.extend(pending[opened:])  # out of fds: all wait the retry
+                elif tp in self._refused:  # out of fds: all the rest waits the retry
+                    self._refused.update((TopicPartition(t.name, i), (t, i))
+                                         for t, i in pending[opened:])
                     opened = len(pending)
         finally:  # one that failed is left to the next image; the others are opened
             del pending[:opened]
@@ -280,8 +286,10 @@ class ReplicaManager:
         replica opens meanwhile."""
         self._retry_pending = False
         self._retry_in = min(self._retry_in * 2, RETRY_REFUSED_MAX_S)
-        self._to_open.extend(self._refused)
-        self._refused = []
+        if not self._serving:
+            return
+        self._to_open.extend(self._refused.values())
+        self._refused = {}
         self._schedule_more()
 
     def _apply_configs(self, image: ClusterImage) -> None:
@@ -470,11 +478,12 @@ class ReplicaManager:
         librdkafka retries after a metadata refresh and a backoff (10,000 new partitions
         took a write each 40-74 s after they were led, with the broker idle most of it)."""
         partition = self.partitions.get((topic, index))
-        if partition is not None or not self._serving:
+        if partition is not None or not self._serving or index < 0:
             return partition
         current = self.metadata.image.topics.get(topic)
         tp = TopicPartition(topic, index)
-        if current is None or index >= len(current.assignments) or tp in self.offline:
+        if current is None or index >= len(current.assignments) or tp in self.offline \
+                or tp in self._refused:
             return None
         state = current.assignments[index]
         if self.node_id not in state.replicas:
