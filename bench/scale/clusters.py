@@ -136,6 +136,26 @@ def create_topic_async(bootstrap: str, topic: str, partitions: int, rf: int) -> 
     return future
 
 
+# Topics per CreateTopics of the topics curve: Kafka's controller refuses an operation of
+# more than 10,000 metadata records, and a topic makes two (the topic and its partition).
+TOPICS_PER_REQUEST = 2_000
+
+
+def create_topics_async(bootstrap: str, names: list[str], rf: int) -> list[Any]:
+    """CreateTopics of one-partition topics, TOPICS_PER_REQUEST a request, all sent at once;
+    the futures (the last to resolve says when every one was answered)."""
+    from confluent_kafka.admin import NewTopic
+
+    client = admin(bootstrap)
+    futures = []
+    for i in range(0, len(names), TOPICS_PER_REQUEST):
+        batch = [NewTopic(n, 1, rf) for n in names[i:i + TOPICS_PER_REQUEST]]
+        futures += client.create_topics(batch, request_timeout=600).values()
+    for future in futures:
+        future.client = client  # as create_topic_async: the client lives with its futures
+    return futures
+
+
 def wait_future(future: Any, timeout: float) -> float | None:
     """Seconds until ``future`` resolves (raising its error), None if it does not in time."""
     started = time.monotonic()

@@ -1,6 +1,7 @@
-"""Curve 2 of the recovery command: one CreateTopics of x partitions (RF 3) on a fresh
-3-broker cluster, timed until EVERY broker, asked over its own connection, answers Metadata
-with every partition led and a full ISR."""
+"""Curves 2 and 3 of the recovery command, on a fresh 3-broker cluster: one CreateTopics of
+x partitions (RF 3), or x topics of one partition each (RF 3, sent as CreateTopics of
+``TOPICS_PER_REQUEST``), timed until EVERY broker, asked over its own connection, answers
+Metadata with every partition led and a full ISR."""
 
 from __future__ import annotations
 
@@ -9,8 +10,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.scale.clusters import create_topic_async, three_brokers, wait_future
-from bench.scale.probes import BrokerWatch
+from bench.scale.clusters import (
+    create_topic_async,
+    create_topics_async,
+    three_brokers,
+    wait_future,
+)
+from bench.scale.probes import BrokerWatch, all_led
 from bench.scale.recovery_points import Point
 
 
@@ -45,3 +51,36 @@ def propagation(addresses: list[str], bootstrap: str, topic: str, partitions: in
     return out
 
 
+def topics_point(system: str, topics: int, libs: Path | None, timeout: float,
+                 log: Callable[[str], None]) -> Point:
+    point = Point("topics", system, topics, None)
+    with three_brokers(system, libs) as addresses:
+        log(f"{system}: {topics:,} topics of 1 partition, RF 3, on 3 brokers ...")
+        point.figures |= topics_propagation(addresses, ",".join(addresses), topics, timeout)
+    point.seconds = point.figures.get("every_broker_s")
+    if point.seconds is None:
+        point.error = f"not on every broker within {timeout:.0f} s"
+    return point
+
+
+def topics_propagation(addresses: list[str], bootstrap: str, topics: int,
+                       timeout: float) -> dict[str, Any]:
+    """As ``propagation``, for ``topics`` topics: every broker asked for all topics."""
+    from kafkube.harness.wire import metadata_request
+
+    prefix = "mt-"
+    out: dict[str, Any] = {}
+    t0 = time.monotonic()
+    futures = create_topics_async(bootstrap, [f"{prefix}{i}" for i in range(topics)], 3)
+    for future in futures:  # the last to resolve sets it last
+        future.add_done_callback(lambda _f: out.__setitem__(
+            "create_returned_s", round(time.monotonic() - t0, 2)))
+    with BrokerWatch(addresses, prefix, 1, t0, t0 + timeout,
+                     request=metadata_request(None, auto_create=False),
+                     ready=lambda answer: all_led(answer, prefix, topics, 3)) as watch:
+        out |= watch.result()
+    answered = [wait_future(f, max(1.0, t0 + timeout - time.monotonic())) for f in futures]
+    if None in answered:
+        out["create_error"] = "no CreateTopics answer in time"
+        out.pop("create_returned_s", None)
+    return out

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
@@ -59,6 +60,18 @@ def led(response: Any, topic: str, partitions: int, rf: int) -> bool:
         return False
     return all(p.error_code == OK and p.leader_id >= 0 and len(p.isr_nodes) >= rf
                for p in found[0].partitions)
+
+
+def all_led(response: Any, prefix: str, topics: int, rf: int) -> bool:
+    """``topics`` topics named ``prefix``... in one answer, each partition led with an ISR
+    of ``rf`` (a Metadata answer for every topic)."""
+    if response is None:
+        return False
+    ours = [t for t in response.topics if t.name and t.name.startswith(prefix)]
+    return len(ours) == topics and all(
+        t.error_code == OK and t.partitions and all(
+            p.error_code == OK and p.leader_id >= 0 and len(p.isr_nodes) >= rf
+            for p in t.partitions) for t in ours)
 
 
 def list_offsets_request(topic: str, partitions: int) -> Any:
@@ -122,9 +135,14 @@ class BrokerWatch:
     can take seconds to answer, and the others must not wait behind it."""
 
     def __init__(self, addresses: list[str], topic: str, partitions: int, t0: float,
-                 deadline: float) -> None:
+                 deadline: float, request: Any = None,
+                 ready: Callable[[Any], bool] | None = None) -> None:
+        """``request``/``ready``: another Metadata question and its test (the topics
+        curve asks for every topic); by default ``topic`` with ``partitions`` led."""
         self.addresses, self.topic, self.partitions = addresses, topic, partitions
         self.t0, self.deadline = t0, deadline
+        self.request = request if request is not None else metadata_request(topic)
+        self.ready = ready or (lambda answer: led(answer, topic, partitions, 3))
         self._pool = ThreadPoolExecutor(len(addresses), thread_name_prefix="broker-watch")
         self._futures: list[Future[float | None]] = []
 
@@ -140,8 +158,7 @@ class BrokerWatch:
         probe = Probe(address, timeout=30)
         try:
             while time.monotonic() < self.deadline:
-                if led(probe.request(metadata_request(self.topic)), self.topic,
-                       self.partitions, 3):
+                if self.ready(probe.request(self.request)):
                     return time.monotonic() - self.t0
                 time.sleep(POLL_S)  # a poll interval: the answers decide, not the sleep
             return None

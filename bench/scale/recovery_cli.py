@@ -1,4 +1,5 @@
-"""``python -m bench scale-recovery``: three scale curves of issue 17, beside Apache Kafka.
+"""``python -m bench scale-recovery``: four scale curves of issues 17 and 34, beside Apache
+Kafka.
 
 1. **recovery**: one broker holding 1, 10 and 30 GB (``--sizes``) of log, 16 partitions of
    1 KiB records produced flat out with librdkafka (``bench.clients.produce``), SIGKILLed the
@@ -11,7 +12,11 @@
 2. **metadata**: a 3-broker cluster, one CreateTopics of 100, 1,000 and 5,000 partitions
    (``--metadata-partitions``), RF 3; timed from the call until EVERY broker, asked directly
    over its own connection, answers Metadata with every partition led and a full ISR.
-3. **image** (kafkube only: KRaft keeps its metadata in its own replicated log, nothing like
+3. **topics**: the same for 1, 100, 1,000 and 10,000 topics of one partition each
+   (``--metadata-topics``), sent as CreateTopics of ``TOPICS_PER_REQUEST`` topics at once
+   (Kafka's controller refuses an operation of more than 10,000 metadata records), every
+   broker asked for all topics.
+4. **image** (kafkube only: KRaft keeps its metadata in its own replicated log, nothing like
    one object in an API server): 3 brokers on the Kubernetes backend against a real
    kube-apiserver and etcd (``kafkube.harness.control_plane``); topics are created until the
    cluster holds 100, 1,000, 5,000 and 10,000 partitions (``--image-partitions``), and each
@@ -37,8 +42,9 @@ from bench import summary
 from bench.arguments import comma_list
 from bench.run_info import commit, load_average, machine
 from bench.scale import report
+from bench.scale.clusters import TOPICS_PER_REQUEST
 from bench.scale.image import image_curve
-from bench.scale.metadata import metadata_point
+from bench.scale.metadata import metadata_point, topics_point
 from bench.scale.probes import POLL_S
 from bench.scale.recovery import RECORD_SIZE, recovery_point
 from bench.scale.recovery_points import Point, describe, run_point, why
@@ -62,6 +68,13 @@ def run(args: argparse.Namespace, log: Callable[[str], None]) -> list[Point]:
             for system in args.systems:
                 log(f"metadata, {partitions:,} partitions: {system}")
                 points.append(run_point(metadata_point, "metadata", system, partitions,
+                                        libs, args.timeout, log))
+                log(f"  -> {describe(points[-1])}")
+    if "topics" in args.curves:
+        for topics in args.metadata_topics:
+            for system in args.systems:
+                log(f"metadata, {topics:,} topics: {system}")
+                points.append(run_point(topics_point, "topics", system, topics,
                                         libs, args.timeout, log))
                 log(f"  -> {describe(points[-1])}")
     if "image" in args.curves and "kafkube" in args.systems:
@@ -91,6 +104,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--metadata-partitions", type=ints, default=[100, 1000, 5000],
                         help="partitions per CreateTopics, metadata curve (100,1000,5000; "
                              "Kafka refuses more than 10,000 in one request)")
+    parser.add_argument("--metadata-topics", type=ints, default=[1, 100, 1000, 10000],
+                        help="topics of one partition created at once, topics curve "
+                             "(1,100,1000,10000)")
     parser.add_argument("--image-partitions", type=ints, default=[100, 1000, 5000, 10000],
                         help="cluster totals of the image curve (100,1000,5000,10000)")
     parser.add_argument("--timeout", type=float, default=900.0,
@@ -119,6 +135,9 @@ def main(argv: list[str]) -> int:
         "- metadata: 3 brokers, one CreateTopics, RF 3; seconds from the call until each "
         "broker, asked over its own connection from a thread of its own every "
         f"{POLL_S:g} s, answers every partition led with a full ISR",
+        "- topics: the same for x topics of one partition (RF 3), sent as CreateTopics of "
+        f"{TOPICS_PER_REQUEST:,} topics (Kafka's controller refuses operations of over "
+        "10,000 records); every broker asked for all topics",
         "- image: 3 kafkube brokers, Kubernetes backend, kube-apiserver + etcd on loopback "
         "(kafkube/harness/control_plane.py); the cluster grows by one CreateTopics (RF 3) per "
         "point; seconds until the ConfigMap holds the topic; PUT ms: kube-apiserver's "

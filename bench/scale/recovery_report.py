@@ -15,7 +15,7 @@ from bench.summary import Figure
 from bench.systems import PARTITIONS, SYSTEMS
 from kafkube.harness import kafka_jars
 
-CURVES = ("recovery", "metadata", "image")
+CURVES = ("recovery", "metadata", "topics", "image")
 SECTION = report.Section("scale-recovery", "## Scale curves: recovery, metadata propagation, "
                          "the cluster image (issue 17)",
                          ROOT / "docs" / "scale-recovery.png")
@@ -62,7 +62,7 @@ def _rows(curve: str, x: float, points: list[Point]) -> list[list[str]]:
                 row("(b) last offsets read, s", "readable_s"),
                 row("CPU of the restarted process to (b), s", "recovery_cpu_s"),
                 row("produce, MB/s", "produce_MBps")]
-    if curve == "metadata":
+    if curve in ("metadata", "topics"):
         return [row("CreateTopics answered, s", "create_returned_s"),
                 row("every broker: led, full ISR, s", "every_broker_s")]
     if q is None:
@@ -92,7 +92,8 @@ def _cell(point: Point | None, value: Any) -> str:
 
 MARGINAL = (("recovery", "readable_s", "recovery to readable", 1, "GB"),
             ("recovery", "metadata_s", "recovery to Metadata", 1, "GB"),
-            ("metadata", "every_broker_s", "metadata propagation", 1000, "1,000 partitions"))
+            ("metadata", "every_broker_s", "metadata propagation", 1000, "1,000 partitions"),
+            ("topics", "every_broker_s", "topics propagation", 1000, "1,000 topics"))
 
 
 def growth(points: list[Point]) -> list[str]:
@@ -157,10 +158,15 @@ def chart(points: list[Point], path: Path, title: str) -> None:
                        and p.seconds is not None), key=lambda p: p.x)
         if meta:
             axes[1].plot([p.x for p in meta], [p.seconds for p in meta], "-o",
-                         color=colors[system], label=names[system])
+                         color=colors[system], label=f"{names[system]}, partitions of 1 topic")
+        many = sorted((p for p in points if p.curve == "topics" and p.system == system
+                       and p.seconds is not None), key=lambda p: p.x)
+        if many:
+            axes[1].plot([p.x for p in many], [p.seconds for p in many], "--^",
+                         color=colors[system], label=f"{names[system]}, topics of 1 partition")
     axes[0].set(xlabel="GB of log at the SIGKILL", ylabel="seconds from restart",
                 title="Recovery after SIGKILL, 1 broker")
-    axes[1].set(xlabel="partitions in one CreateTopics (RF 3)", ylabel="seconds",
+    axes[1].set(xlabel="partitions (or topics) created at once (RF 3)", ylabel="seconds",
                 title="Until every broker serves them led, full ISR", xscale="log")
     image = sorted((p for p in points if p.curve == "image" and p.figures.get("image_bytes")),
                    key=lambda p: p.x)
@@ -233,6 +239,8 @@ SUMMARY_NAMES = {
     "recovery": "scale: restart after SIGKILL with {x}, until the last offsets read",
     "metadata": "scale: {x} partitions created on 3 brokers, until every broker shows them "
                 "led with a full ISR",
+    "topics": "scale: {x} topics created on 3 brokers, until every broker shows them led "
+              "with a full ISR",
 }
 
 

@@ -211,3 +211,30 @@ def test_a_recovery_over_many_partitions_is_named_so_with_its_time_to_lead() -> 
         "read"]
     assert figures["scale: restart after SIGKILL with 1 GB in 1,000 partitions, until every "
                    "partition is led"].ratio == 0.25
+
+
+def test_all_led_needs_every_topic_of_the_prefix_led_with_a_full_isr() -> None:
+    def answer(*topics: tuple[str, tuple]) -> SimpleNamespace:
+        return SimpleNamespace(topics=tuple(
+            SimpleNamespace(name=name, error_code=0, partitions=parts)
+            for name, parts in topics))
+    other = ("orders", (_partition(-1, (0,)),))  # not ours: not looked at
+    good = [(f"mt-{i}", (_partition(i % 3, (0, 1, 2)),)) for i in range(3)]
+    assert probes.all_led(answer(*good, other), "mt-", 3, 3)
+    assert not probes.all_led(answer(*good[:2], other), "mt-", 3, 3)  # one not there yet
+    assert not probes.all_led(answer(*good[:2], ("mt-2", (_partition(-1, (0, 1, 2)),))),
+                              "mt-", 3, 3)
+    assert not probes.all_led(answer(*good[:2], ("mt-2", (_partition(0, (0, 1)),))),
+                              "mt-", 3, 3)
+    assert not probes.all_led(answer(*good[:2], ("mt-2", ())), "mt-", 3, 3)
+    assert not probes.all_led(None, "mt-", 3, 3)
+
+
+def test_the_topics_curve_has_its_own_summary_figure() -> None:
+    result = {"started": "2026-11-30 03:00 UTC", "command": "python -m bench scale-recovery",
+              "points": [vars(Point("topics", "kafka", 10000, 12.0)),
+                         vars(Point("topics", "kafkube", 10000, 3.0))]}
+    figures = recovery_report.summary_figures(result)
+    assert [(f.figure, f.ratio) for f in figures] == [
+        ("scale: 10,000 topics created on 3 brokers, until every broker shows them led with "
+         "a full ISR", 0.25)]
