@@ -79,8 +79,14 @@ def topics_propagation(addresses: list[str], bootstrap: str, topics: int,
                      request=metadata_request(None, auto_create=False),
                      ready=lambda answer: all_led(answer, prefix, topics, 3)) as watch:
         out |= watch.result()
-    answered = [wait_future(f, max(1.0, t0 + timeout - time.monotonic())) for f in futures]
-    if None in answered:
-        out["create_error"] = "no CreateTopics answer in time"
+    errors = []
+    for future in futures:  # a refused batch is recorded beside what the brokers showed
+        try:
+            if wait_future(future, max(1.0, t0 + timeout - time.monotonic())) is None:
+                errors.append("no CreateTopics answer in time")
+        except Exception as e:  # the broker's refusal (KafkaException)
+            errors.append(str(e))
+    if errors:
+        out["create_error"] = f"{len(errors)} of {len(futures)} topics: {errors[0]}"
         out.pop("create_returned_s", None)
     return out
