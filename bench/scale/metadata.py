@@ -16,7 +16,7 @@ from bench.scale.clusters import (
     three_brokers,
     wait_future,
 )
-from bench.scale.probes import BrokerWatch, all_led
+from bench.scale.probes import BrokerWatch, all_led, wait_registered
 from bench.scale.recovery_points import Point
 
 
@@ -24,6 +24,7 @@ def metadata_point(system: str, partitions: int, libs: Path | None, timeout: flo
                    log: Callable[[str], None]) -> Point:
     point = Point("metadata", system, partitions, None)
     with three_brokers(system, libs) as addresses:
+        wait_registered(addresses, 3)
         log(f"{system}: CreateTopics of {partitions:,} partitions, RF 3, on 3 brokers ...")
         point.figures |= propagation(addresses, ",".join(addresses), f"meta-{partitions}",
                                      partitions, timeout)
@@ -55,6 +56,7 @@ def topics_point(system: str, topics: int, libs: Path | None, timeout: float,
                  log: Callable[[str], None]) -> Point:
     point = Point("topics", system, topics, None)
     with three_brokers(system, libs) as addresses:
+        wait_registered(addresses, 3)
         log(f"{system}: {topics:,} topics of 1 partition, RF 3, on 3 brokers ...")
         point.figures |= topics_propagation(addresses, ",".join(addresses), topics, timeout)
     point.seconds = point.figures.get("every_broker_s")

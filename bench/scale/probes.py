@@ -62,6 +62,26 @@ def led(response: Any, topic: str, partitions: int, rf: int) -> bool:
                for p in found[0].partitions)
 
 
+def wait_registered(addresses: list[str], brokers: int, timeout: float = 60.0) -> None:
+    """Until every broker's Metadata lists ``brokers`` brokers: a CreateTopics sent before
+    the controller counts them all is refused (INVALID_REPLICATION_FACTOR), as Kafka's is
+    right after its start."""
+    from kafkube.harness.waiting import wait_until
+    from kafkube.harness.wire import metadata_request as request
+
+    probes = [Probe(a) for a in addresses]
+
+    def listed() -> bool:
+        answers = [p.request(request([], auto_create=False)) for p in probes]
+        return all(a is not None and len(a.brokers) >= brokers for a in answers)
+    try:
+        wait_until(listed, timeout, f"{brokers} brokers in every broker's metadata",
+                   interval=POLL_S)
+    finally:
+        for probe in probes:
+            probe.close()
+
+
 def all_led(response: Any, prefix: str, topics: int, rf: int) -> bool:
     """``topics`` topics named ``prefix``... in one answer, each partition led with an ISR
     of ``rf`` (a Metadata answer for every topic)."""
