@@ -22,12 +22,29 @@ from bench.scale.recovery_points import Point
 
 def metadata_point(system: str, partitions: int, libs: Path | None, timeout: float,
                    log: Callable[[str], None]) -> Point:
-    point = Point("metadata", system, partitions, None)
+    return _point("metadata", system, partitions, libs, timeout, log,
+                  f"CreateTopics of {partitions:,} partitions",
+                  lambda addresses: propagation(addresses, ",".join(addresses),
+                                                f"meta-{partitions}", partitions, timeout))
+
+
+def topics_point(system: str, topics: int, libs: Path | None, timeout: float,
+                 log: Callable[[str], None]) -> Point:
+    return _point("topics", system, topics, libs, timeout, log,
+                  f"{topics:,} topics of 1 partition",
+                  lambda addresses: topics_propagation(addresses, ",".join(addresses),
+                                                       topics, timeout))
+
+
+def _point(curve: str, system: str, x: int, libs: Path | None, timeout: float,
+           log: Callable[[str], None], what: str,
+           measure: Callable[[list[str]], dict[str, Any]]) -> Point:
+    """One point on a fresh 3-broker cluster, measured once every broker lists all three."""
+    point = Point(curve, system, x, None)
     with three_brokers(system, libs) as addresses:
         wait_registered(addresses, 3)
-        log(f"{system}: CreateTopics of {partitions:,} partitions, RF 3, on 3 brokers ...")
-        point.figures |= propagation(addresses, ",".join(addresses), f"meta-{partitions}",
-                                     partitions, timeout)
+        log(f"{system}: {what}, RF 3, on 3 brokers ...")
+        point.figures |= measure(addresses)
     point.seconds = point.figures.get("every_broker_s")
     if point.seconds is None:
         point.error = f"not on every broker within {timeout:.0f} s"
@@ -50,19 +67,6 @@ def propagation(addresses: list[str], bootstrap: str, topic: str, partitions: in
     if wait_future(future, max(1.0, t0 + timeout - time.monotonic())) is None:
         out["create_error"] = "no CreateTopics answer in time"
     return out
-
-
-def topics_point(system: str, topics: int, libs: Path | None, timeout: float,
-                 log: Callable[[str], None]) -> Point:
-    point = Point("topics", system, topics, None)
-    with three_brokers(system, libs) as addresses:
-        wait_registered(addresses, 3)
-        log(f"{system}: {topics:,} topics of 1 partition, RF 3, on 3 brokers ...")
-        point.figures |= topics_propagation(addresses, ",".join(addresses), topics, timeout)
-    point.seconds = point.figures.get("every_broker_s")
-    if point.seconds is None:
-        point.error = f"not on every broker within {timeout:.0f} s"
-    return point
 
 
 def topics_propagation(addresses: list[str], bootstrap: str, topics: int,

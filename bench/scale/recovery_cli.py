@@ -63,19 +63,15 @@ def run(args: argparse.Namespace, log: Callable[[str], None]) -> list[Point]:
                 points.append(run_point(recovery_point, "recovery", system, size, libs,
                                         args.timeout, log, args.recovery_partitions))
                 log(f"  -> {describe(points[-1])}")
-    if "metadata" in args.curves:
-        for partitions in args.metadata_partitions:
+    for curve, xs, measure, unit in (
+            ("metadata", args.metadata_partitions, metadata_point, "partitions"),
+            ("topics", args.metadata_topics, topics_point, "topics")):
+        if curve not in args.curves:
+            continue
+        for x in xs:
             for system in args.systems:
-                log(f"metadata, {partitions:,} partitions: {system}")
-                points.append(run_point(metadata_point, "metadata", system, partitions,
-                                        libs, args.timeout, log))
-                log(f"  -> {describe(points[-1])}")
-    if "topics" in args.curves:
-        for topics in args.metadata_topics:
-            for system in args.systems:
-                log(f"metadata, {topics:,} topics: {system}")
-                points.append(run_point(topics_point, "topics", system, topics,
-                                        libs, args.timeout, log))
+                log(f"metadata, {x:,} {unit}: {system}")
+                points.append(run_point(measure, curve, system, x, libs, args.timeout, log))
                 log(f"  -> {describe(points[-1])}")
     if "image" in args.curves and "kafkube" in args.systems:
         try:

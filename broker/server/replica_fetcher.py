@@ -29,7 +29,7 @@ from broker.protocol.records import InvalidRecordError
 from broker.security.client import ClientSecurity
 from broker.server.partition import Partition, now_ms
 from broker.server.throttle import Throttle
-from broker.storage.log_dir_failure import KafkaStorageError, OpenFilesExhausted
+from broker.storage.log_dir_failure import KafkaStorageError
 from kafkube_contract.registration import BrokerRegistration
 
 log = logging.getLogger(__name__)
@@ -315,8 +315,6 @@ class ReplicaFetcher:
                         partition, e)
             state.truncating = True
             return
-        except OpenFilesExhausted:
-            return  # out of descriptors (logged where counted): fetched again next round
         except KafkaStorageError as e:
             log.warning("%s", e)  # the replica manager stops fetching it
             return
