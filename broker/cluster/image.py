@@ -82,6 +82,13 @@ class ClusterImage(ImageReads):
         topics[topic.name] = topic
         return replace(self, topics=topics)
 
+    def with_topics(self, added: list[TopicMetadata]) -> ClusterImage:
+        """Several topics added or replaced with one copy of the topics (``with_topic`` per
+        topic copied them per topic: 10,000 topics of one request into 10,000 took seconds)."""
+        topics = dict(self.topics)
+        topics.update((topic.name, topic) for topic in added)
+        return replace(self, topics=topics)
+
     def without_topic(self, name: str) -> ClusterImage:
         topics = dict(self.topics)
         removed = topics.pop(name)

@@ -22,7 +22,8 @@ from broker.coordinator.group_store import GroupStore
 from broker.protocol.batch_codec import Record, encode_batch
 from broker.protocol.records import ATTR_TRANSACTIONAL
 from broker.server.partition import Partition
-from broker.server.replica_manager import ReplicaManager, TopicExists
+from broker.server.replica_manager import ReplicaManager
+from broker.server.topic_writes import TopicExists
 from broker.storage.producer_state import VerificationGuard
 
 log = logging.getLogger(__name__)

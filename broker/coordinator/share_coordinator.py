@@ -32,7 +32,8 @@ from broker.coordinator import share_state_log as ssl
 from broker.coordinator.share_state_log import ShareKey, ShareSnapshot, StateBatch
 from broker.protocol.batch_codec import Record, encode_batch, read_records
 from broker.server.partition import Partition
-from broker.server.replica_manager import ReplicaManager, TopicExists
+from broker.server.replica_manager import ReplicaManager
+from broker.server.topic_writes import TopicExists
 
 log = logging.getLogger(__name__)
 

@@ -45,7 +45,8 @@ from broker.coordinator.txn_end import (
 from broker.coordinator.txn_markers import MarkerJob, MarkerSender
 from broker.protocol.batch_codec import Record, encode_batch, read_records
 from broker.server.partition import Partition
-from broker.server.replica_manager import ReplicaManager, TopicExists
+from broker.server.replica_manager import ReplicaManager
+from broker.server.topic_writes import TopicExists
 
 log = logging.getLogger(__name__)
 

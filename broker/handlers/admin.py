@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime
 import functools
+import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -30,6 +31,7 @@ from broker.controller.topic_changes import (
     DUPLICATE_NAME_MESSAGE,
     Deletion,
     ManualAssignment,
+    NewTopic,
     PartitionsRequest,
     TopicChangeError,
     TopicDefaults,
@@ -48,8 +50,9 @@ from broker.handlers.context import BrokerServices, RequestContext
 from broker.handlers.metadata import live_brokers
 from broker.protocol.messages import build_response
 from broker.security.acl import CLUSTER_NAME, OPERATIONS_OMITTED, Operation, ResourceType
-from broker.server.replica_manager import InvalidPartitions, TopicExists
+from broker.server.topic_writes import InvalidPartitions, TopicExists
 from kafkube_contract.broker_keys import TOPIC_KEYS
+from kafkube_contract.image import TopicMetadata
 
 NO_THROTTLE = datetime.timedelta(0)
 
@@ -133,43 +136,25 @@ def _creation_error(name: str, error: TopicChangeError) -> dict[str, Any]:
     }
 
 
-async def _create_topic(services: BrokerServices, topic: TopicRequest, validate_only: bool,
-                        describable: bool, charge: Callable[[int], None] = lambda _: None
-                        ) -> dict[str, Any]:
-    """One topic created (or validated). Its configs, partitions and replication factor are
-    returned only to a principal that may describe its configs; without that permission the
-    topic is created all the same and ``topic_config_error_code`` says why they are missing,
-    as ReplicationControlManager answers."""
+def _validated(services: BrokerServices, topic: TopicRequest) -> NewTopic | TopicChangeError:
     config = services.config
     try:
-        new = validate_new_topic(
+        return validate_new_topic(
             topic, services.store.topics,
             registered=services.store.live_brokers,
             usable=lambda: len(services.replicas.placement_brokers()),
             defaults=TopicDefaults(config["num.partitions"], config["default.replication.factor"]),
         )
     except TopicChangeError as e:
-        return _creation_error(topic.name, e)
-    topic_id = None  # Kafka makes up an id that never exists for validate_only; zero is honest
-    if not validate_only:
-        try:
-            created = await services.replicas.create_topic(
-                new.name, new.partitions, new.configs, new.replication_factor, new.assignments
-            )
-        except TopicExists:
-            return _creation_error(topic.name, TopicChangeError(
-                ErrorCode.topic_already_exists, f"Topic '{topic.name}' already exists."))
-        except PlacementError as e:
-            return _creation_error(topic.name, TopicChangeError(
-                ErrorCode.invalid_replication_factor, str(e)))
-        except ClusterImageTooLarge as e:
-            return _creation_error(topic.name,
-                                   TopicChangeError(ErrorCode.policy_violation, str(e)))
-        except ConcurrentUpdate as e:  # the metadata busy or not to be trusted: retriable
-            return _creation_error(topic.name,
-                                   TopicChangeError(ErrorCode.request_timed_out, str(e)))
-        topic_id = created.uuid
-        charge(new.partitions)
+        return e
+
+
+def _created(services: BrokerServices, new: NewTopic, topic_id: uuid.UUID | None,
+             describable: bool) -> dict[str, Any]:
+    """A topic created (or validated). Its configs, partitions and replication factor are
+    returned only to a principal that may describe its configs; without that permission the
+    topic is created all the same and ``topic_config_error_code`` says why they are missing,
+    as ReplicationControlManager answers."""
     result: dict[str, Any] = {
         "name": new.name, "topic_id": topic_id, "error_code": ErrorCode.none,
         "error_message": None, "num_partitions": -1, "replication_factor": -1, "configs": [],
@@ -182,6 +167,34 @@ async def _create_topic(services: BrokerServices, topic: TopicRequest, validate_
     return result
 
 
+def _creation_refusal(name: str, error: Exception) -> TopicChangeError:
+    if isinstance(error, TopicExists):
+        return TopicChangeError(ErrorCode.topic_already_exists, f"Topic '{name}' already exists.")
+    if isinstance(error, PlacementError):
+        return TopicChangeError(ErrorCode.invalid_replication_factor, str(error))
+    if isinstance(error, ClusterImageTooLarge):
+        return TopicChangeError(ErrorCode.policy_violation, str(error))
+    if isinstance(error, ConcurrentUpdate):  # the metadata busy or not to be trusted: retriable
+        return TopicChangeError(ErrorCode.request_timed_out, str(error))
+    raise error
+
+
+async def _create_all(services: BrokerServices, batch: list[NewTopic]
+                      ) -> list[TopicMetadata | Exception]:
+    """The request's topics in one image write; where the image would outgrow its store
+    (a ConfigMap's 1 MiB), one by one, so those that fit are made and only the rest refused."""
+    if not batch:
+        return []
+    try:
+        return await services.replicas.create_topics(batch)
+    except ClusterImageTooLarge as e:
+        if len(batch) == 1:
+            return [e]
+        return [(await _create_all(services, [new]))[0] for new in batch]
+    except ConcurrentUpdate as e:
+        return [e] * len(batch)
+
+
 @handles(19, 2, 7)
 async def create_topics(ctx: RequestContext, request: Any) -> Any:
     """CreateTopics: one result per distinct name, in request order.
@@ -190,7 +203,9 @@ async def create_topics(ctx: RequestContext, request: Any) -> Any:
     sees the request), then each other name needs CREATE on the cluster or on the topic
     (TOPIC_AUTHORIZATION_FAILED, whether the topic exists or not). A request adding more
     than MAX_PARTITIONS_PER_BATCH partitions in the topics it may create is refused for
-    every topic, as Kafka fails the whole request then.
+    every topic, as Kafka fails the whole request then. Each topic is checked, and charged
+    to the client's mutation quota, in order (``applyPartitionChangeQuota``); those that
+    pass are created in one write.
     """
     services = ctx.services
     counts = Counter(topic.name for topic in request.topics)
@@ -209,14 +224,26 @@ async def create_topics(ctx: RequestContext, request: Any) -> Any:
                                    log_denied=False)
     duplicate = TopicChangeError(ErrorCode.invalid_request, DUPLICATE_NAME_MESSAGE)
     denied = TopicChangeError(ErrorCode.topic_authorization_failed, CREATE_DENIED_MESSAGE)
-    results = [
-        _creation_error(topic.name, duplicate) if counts[topic.name] > 1
-        else _creation_error(topic.name, denied) if topic.name not in creatable
-        else _creation_error(topic.name, THROTTLED) if _over_mutation_quota(ctx)
-        else await _create_topic(services, topic, request.validate_only,
-                                 topic.name in describable, _mutation_charge(ctx))
-        for topic in topics
-    ]
+    charge = _mutation_charge(ctx)
+    answers: dict[str, dict[str, Any]] = {}
+    to_create: list[NewTopic] = []
+    for topic in topics:
+        checked = (duplicate if counts[topic.name] > 1 else denied
+                   if topic.name not in creatable else THROTTLED
+                   if _over_mutation_quota(ctx) else _validated(services, topic))
+        if isinstance(checked, TopicChangeError):
+            answers[topic.name] = _creation_error(topic.name, checked)
+        elif request.validate_only:  # Kafka makes up an id that never exists; zero is honest
+            answers[topic.name] = _created(services, checked, None, topic.name in describable)
+        else:
+            charge(checked.partitions)
+            to_create.append(checked)
+    for new, outcome in zip(to_create, await _create_all(services, to_create), strict=True):
+        answers[new.name] = (
+            _created(services, new, outcome.uuid, new.name in describable)
+            if isinstance(outcome, TopicMetadata)
+            else _creation_error(new.name, _creation_refusal(new.name, outcome)))
+    results = [answers[topic.name] for topic in topics]
     return build_response(request, {"throttle_time": ctx.throttle_time, "topics": results})
 
 

@@ -16,7 +16,7 @@ from broker.handlers import handles
 from broker.handlers.context import BrokerServices, RequestContext, cooperatively
 from broker.protocol.messages import build_long_response, build_response
 from broker.security.acl import CLUSTER_NAME, SUPPORTED_OPERATIONS, Operation, ResourceType
-from broker.server.replica_manager import TopicExists
+from broker.server.topic_writes import TopicExists
 
 log = logging.getLogger(__name__)
 AUTHORIZED_OPERATIONS_OMITTED = -2147483648

@@ -11,11 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
-import random
 import time
-import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -25,7 +22,6 @@ from kio.schema.errors import ErrorCode
 from broker.cluster.image import ClusterImage
 from broker.cluster.metadata import ClusterMetadata
 from broker.config.broker_config import BrokerConfig
-from broker.controller.placement import assign_replicas
 from broker.security.client import ClientSecurity
 from broker.server.isr_changes import IsrChanges
 from broker.server.log_manager import LogManager, periodic
@@ -33,6 +29,7 @@ from broker.server.partition import Partition
 from broker.server.replica_dirs import TopicPartition
 from broker.server.replica_fetcher import FetcherConfig, ReplicaFetcher
 from broker.server.throttle import Throttle, lists_replica
+from broker.server.topic_writes import TopicWrites
 from broker.storage.log import LogConfig
 from broker.storage.log_dir_failure import KafkaStorageError, OpenFilesExhausted
 from kafkube_contract.image import NO_LEADER, PartitionState, TopicMetadata
@@ -48,7 +45,7 @@ OPEN_SLICE_S = 0.02
 RETRY_REFUSED_S, RETRY_REFUSED_MAX_S = 5.0, 60.0
 
 
-class ReplicaManager:
+class ReplicaManager(TopicWrites):
     def __init__(self, config: BrokerConfig, metadata: ClusterMetadata,
                  peer_security: ClientSecurity | None = None,
                  peer_listener: str | None = None) -> None:
@@ -400,74 +397,6 @@ class ReplicaManager:
         partition.close()
         return partition
 
-    # -- topic changes through the cluster metadata ----------------------------------------
-
-    def placement_brokers(self, image: ClusterImage | None = None) -> dict[int, str | None]:
-        """The brokers new replicas may go to, id -> rack: live and not cordoned (KIP-1066's
-        usable brokers) in ``image``, this broker's applied one by default. Placement reads
-        the image it writes over: a cordon written through another broker a moment ago may
-        not have reached ours yet."""
-        cordoned = (image or self.metadata.image).cordoned()
-        return {b.node_id: b.rack for b in self.metadata.live_brokers().values()
-                if b.node_id not in cordoned}
-
-    async def create_topic(
-        self,
-        name: str,
-        partitions: int,
-        configs: dict[str, str],
-        replication_factor: int = 1,
-        assignments: list[tuple[int, ...]] | None = None,
-    ) -> TopicMetadata:
-        """Create a topic; the caller has validated the name, count and configs.
-
-        Replicas are placed over the live brokers unless ``assignments`` fixes them; the
-        first replica leads and every replica starts in the ISR, all logs being empty.
-        """
-        topic_id = str(uuid.uuid4())
-
-        def add(image: ClusterImage) -> ClusterImage:
-            if name in image.topics:
-                raise TopicExists(name)
-            layout = assignments if assignments is not None else assign_replicas(
-                self.placement_brokers(image), partitions, replication_factor, random.Random())
-            states = tuple(PartitionState(tuple(r), tuple(r), r[0]) for r in layout)
-            return image.with_topic(TopicMetadata(name, topic_id, dict(configs), states))
-
-        return (await self.metadata.update(add)).topics[name]
-
-    async def create_partitions(self, name: str, total: int,
-                          assignments: list[tuple[int, ...]] | None = None) -> None:
-        def grow(image: ClusterImage) -> ClusterImage:
-            topic = image.topics[name]
-            if topic.partitions >= total:
-                raise InvalidPartitions(topic.partitions, total)
-            layout = assignments
-            if layout is None:
-                # The replicas it will keep: during a reassignment ``replicas`` also holds
-                # those leaving (KIP-455), as Kafka takes the target replicas' count.
-                rf = len(topic.assignments[0].target_replicas) if topic.assignments else 1
-                layout = assign_replicas(self.placement_brokers(image), total - topic.partitions,
-                                         rf, random.Random(), start_partition=topic.partitions)
-            added = tuple(PartitionState(tuple(r), tuple(r), r[0]) for r in layout)
-            return image.with_topic(
-                dataclasses.replace(topic, assignments=topic.assignments + added)
-            )
-
-        await self.metadata.update(grow)
-
-    async def delete_topic(self, name: str, topic_id: str | None = None) -> None:
-        """Forget the topic now; its files go after file.delete.delay.ms, as in Kafka. With
-        ``topic_id``, only that topic: one of the same name created since stays."""
-
-        def remove(image: ClusterImage) -> ClusterImage | None:
-            topic = image.topics.get(name)
-            if topic is None or (topic_id is not None and topic.topic_id != topic_id):
-                return None
-            return image.without_topic(name)
-
-        await self.metadata.update(remove)
-
     def get(self, topic: str, partition: int) -> Partition | None:
         return self.partitions.get((topic, partition))
 
@@ -579,14 +508,3 @@ class ReplicaManager:
 def _resolve(fut: asyncio.Future[Any]) -> None:
     if not fut.done():
         fut.set_result(None)
-
-
-class TopicExists(Exception):
-    """Another broker created the topic first."""
-
-
-class InvalidPartitions(Exception):
-    def __init__(self, current: int, requested: int) -> None:
-        super().__init__(f"Topic currently has {current} partitions, which is higher than "
-                         f"the requested {requested}.")
-

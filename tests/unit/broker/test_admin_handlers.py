@@ -14,9 +14,12 @@ from pathlib import Path
 import pytest
 from kio.schema.errors import ErrorCode
 
+from broker.cluster.backend import ClusterImageTooLarge
+from broker.controller.topic_changes import NewTopic
 from broker.handlers import REGISTRY, admin, offset_for_leader_epoch  # noqa: F401 (registers)
 from broker.handlers.context import BrokerServices
 from kafkube_contract.broker_keys import TOPIC_KEYS
+from kafkube_contract.image import TopicMetadata
 from tests.support.handlers import (
     CREATE_PARTITIONS,
     DELETE_TOPICS,
@@ -148,6 +151,41 @@ def test_create_topics_already_exists_and_collision(services: BrokerServices) ->
     assert by_name["a_b"].error_message == "Topic 'a_b' collides with existing topic: a.b"
     assert by_name["c"].error_code == ErrorCode.none
     assert set(services.store.topics) == {"a.b", "c"}
+
+
+def test_one_request_is_one_image_write(services: BrokerServices) -> None:
+    # Each topic was a write of the whole image: 1,000 topics held the loop 8 s.
+    create(services, 7, new_topic("old"))
+    before = services.store.image.version
+    topics = [new_topic(f"t{i}", 2) for i in range(200)]
+    response = create(services, 7, new_topic("old"), *topics, new_topic("bad", 0))
+    assert services.store.image.version == before + 1
+    codes = {r.name: r.error_code for r in response.topics}
+    assert codes.pop("old") == ErrorCode.topic_already_exists
+    assert codes.pop("bad") == ErrorCode.invalid_partitions
+    assert set(codes.values()) == {ErrorCode.none}
+    stored = services.store.topics
+    assert all(r.topic_id == stored[r.name].uuid for r in response.topics[1:-1])
+    assert sum(len(services.replicas.topic_partitions(f"t{i}")) for i in range(200)) == 400
+
+
+def test_topics_that_outgrow_the_store_are_refused_alone(
+        services: BrokerServices, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The Kubernetes backend refuses an image over a ConfigMap's size for the whole write:
+    # the request falls back to one write per topic, so the topics that fit are made.
+    create_topics = services.replicas.create_topics
+
+    async def limited(batch: list[NewTopic]) -> list[TopicMetadata | Exception]:
+        if any(new.name.startswith("huge") for new in batch):
+            raise ClusterImageTooLarge("the cluster image would be 1.6 MB")
+        return await create_topics(batch)
+
+    monkeypatch.setattr(services.replicas, "create_topics", limited)
+    response = create(services, 7, new_topic("a"), new_topic("huge"), new_topic("b"))
+    assert [(r.name, r.error_code) for r in response.topics] == [
+        ("a", ErrorCode.none), ("huge", ErrorCode.policy_violation), ("b", ErrorCode.none)]
+    assert response.topics[1].error_message == "the cluster image would be 1.6 MB"
+    assert set(services.store.topics) == {"a", "b"}
 
 
 @pytest.mark.parametrize("version", [2, 7])
