@@ -101,6 +101,17 @@ class ClusterImage(ImageReads):
     def with_partition(self, topic: str, index: int, state: PartitionState) -> ClusterImage:
         return self.with_topic(self.topics[topic].with_partition(index, state))
 
+    def with_partitions(self, states: dict[str, dict[int, PartitionState]]) -> ClusterImage:
+        """Many partitions' states at once, by topic and index: one copy of the topics and
+        of each topic's assignments, however many change (an ISR batch of thousands)."""
+        topics = dict(self.topics)
+        for name, changed in states.items():
+            assignments = list(topics[name].assignments)
+            for index, state in changed.items():
+                assignments[index] = state
+            topics[name] = replace(topics[name], assignments=tuple(assignments))
+        return replace(self, topics=topics)
+
     def with_feature(self, name: str, level: int) -> ClusterImage:
         features = {**self.features, name: level}
         if level == 0:

@@ -14,19 +14,25 @@ next fetch and by the periodic check, until a write is answered or an image past
 the lost write was based on is applied (the compare-and-set makes either say for certain);
 retrying, as Kafka's AlterPartitionManager does, matters where no image would come: the store
 refused the write and nothing else changes. A leaving follower counts until the shrunk ISR
-is applied, as the local ISR changes only then (Kafka's pending shrink)."""
+is applied, as the local ISR changes only then (Kafka's pending shrink).
+
+Changes are written in batches, one write in flight at a time, as the AlterPartitionManager
+sends every queued item in one AlterPartition request: each write rewrites the whole image,
+and a broker rejoining 10,000 ISRs one write each would take minutes of the event loop."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 from dataclasses import dataclass
 
 from broker.cluster.image import ClusterImage
 from broker.cluster.metadata import ClusterMetadata, ConcurrentUpdate
 from broker.server.partition import Partition
+from kafkube_contract.image import PartitionState
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +50,19 @@ class Parked:
     retry_at: float  # monotonic time of the next write
 
 
+@dataclass(slots=True, eq=False)
+class QueuedChange:
+    """One ISR change waiting for the next batched write; ``done`` gets the image after it."""
+
+    partition: Partition
+    add: int | None
+    remove: frozenset[int]
+    epoch: int
+    done: asyncio.Future[ClusterImage]
+    changed: bool = False  # by the last attempt at the write
+    base: int = -1  # the version of the image the last write changing it was based on
+
+
 class IsrChanges:
     def __init__(self, metadata: ClusterMetadata, node_id: int) -> None:
         self.metadata = metadata
@@ -55,6 +74,8 @@ class IsrChanges:
         # Joins whose write ended without an answer (parked): still counted for the high
         # watermark, retried until the store answers or an image past the write says.
         self._parked: dict[JoinKey, Parked] = {}
+        self._queue: list[QueuedChange] = []
+        self._writer: asyncio.Task[None] | None = None
 
     @property
     def parked(self) -> bool:
@@ -103,11 +124,13 @@ class IsrChanges:
         write the parked joins again (one whose follower died is refused and ends)."""
         for key, parked in list(self._parked.items()):
             self.retry_parked(parked.partition, key[2])
+        shrinks = []
         for partition in list(partitions):
             if partition.is_leader:
                 stale = partition.out_of_sync_followers(lag_ms)
                 if stale:
-                    await self.change(partition, remove=stale)
+                    shrinks.append(self.change(partition, remove=stale))
+        await asyncio.gather(*shrinks)  # one write for all of them
 
     def image_applied(self, image: ClusterImage) -> None:
         """Settle the joins of unknown outcome this image is past."""
@@ -119,48 +142,37 @@ class IsrChanges:
     def cancel(self) -> None:
         for task in self.pending:
             task.cancel()
+        if self._writer is not None:
+            self._writer.cancel()
 
     async def change(self, partition: Partition, add: int | None = None,
                      remove: Iterable[int] = (), epoch: int | None = None) -> bool:
-        """Compare-and-set the ISR as leader of ``epoch`` (the partition's now by default);
-        True if it changed. Only a live broker joins (KIP-841): one whose lease lapsed, or
-        that left in a controlled shutdown, may still fetch a moment, and adding it back
-        would undo its fencing; liveness is read again at every attempt."""
-        removed = set(remove)
-        epoch = partition.leader_epoch if epoch is None else epoch
-        changed = False
-        base = -1  # the version of the image the last write was based on
-
-        def apply_change(image: ClusterImage) -> ClusterImage | None:
-            nonlocal changed, base
-            changed = False
-            state = image.partition(partition.topic, partition.index)
-            if state is None or state.leader != self.node_id or state.leader_epoch != epoch:
-                return None
-            isr = [r for r in state.isr if r not in removed]
-            if add is not None and add not in isr and add in state.replicas \
-                    and add in self.metadata.live_brokers():
-                isr.append(add)
-            if tuple(isr) == state.isr:
-                return None
-            changed, base = True, image.version
-            return image.with_partition(partition.topic, partition.index,
-                                        state.with_isr(tuple(isr)))
-
+        """Compare-and-set the ISR as leader of ``epoch`` (the partition's now by default),
+        in the next batched write; True if it changed. Only a live broker joins (KIP-841):
+        one whose lease lapsed, or that left in a controlled shutdown, may still fetch a
+        moment, and adding it back would undo its fencing; liveness is read again at every
+        attempt."""
+        removed = frozenset(remove)
         if add is None and not removed:
             return False
+        epoch = partition.leader_epoch if epoch is None else epoch
         before = list(partition.isr)
+        loop = asyncio.get_running_loop()
+        queued = QueuedChange(partition, add, removed, epoch, loop.create_future())
+        self._queue.append(queued)
+        if self._writer is None or self._writer.done():
+            self._writer = loop.create_task(self._write_queued(), name="isr-changes")
         image: ClusterImage | None = None
         try:
-            image = await self.metadata.update(apply_change)
+            image = await queued.done
         except ConcurrentUpdate as e:
             log.warning("%s: ISR change lost: %s", partition, e)
             return False
         finally:
             if add is not None:
-                self._answered(partition, add, image, base, epoch)
+                self._answered(partition, add, image, queued.base, epoch)
         state = image.partition(partition.topic, partition.index)
-        if not changed or state is None:
+        if not queued.changed or state is None:
             return False
         if len(state.isr) > len(before):
             self.expands += 1
@@ -169,6 +181,51 @@ class IsrChanges:
             self.shrinks += 1
             log.info("%s: ISR shrank from %s to %s", partition, before, list(state.isr))
         return True
+
+    async def _write_queued(self) -> None:
+        """Write what is queued, one batch at a time, until nothing is; every waiter gets
+        the batch's image or its exception (cancelled with this task at shutdown)."""
+        batch: list[QueuedChange] = []
+        try:
+            while self._queue:
+                batch, self._queue = self._queue, []
+                try:
+                    image = await self.metadata.update(functools.partial(self._apply, batch))
+                except Exception as e:  # ConcurrentUpdate, or what the write raised
+                    for queued in batch:
+                        if not queued.done.done():
+                            queued.done.set_exception(e)
+                    continue
+                for queued in batch:
+                    if not queued.done.done():
+                        queued.done.set_result(image)
+        finally:
+            for queued in (*batch, *self._queue):
+                queued.done.cancel()  # a no-op for those answered
+
+    def _apply(self, batch: list[QueuedChange], image: ClusterImage) -> ClusterImage | None:
+        """The image with every change of ``batch`` that still holds in it, or None."""
+        changes: dict[str, dict[int, PartitionState]] = {}
+        live: Container[int] | None = None
+        for queued in batch:
+            queued.changed = False
+            topic, index = queued.partition.topic, queued.partition.index
+            state = changes.get(topic, {}).get(index)
+            state = image.partition(topic, index) if state is None else state
+            if state is None or state.leader != self.node_id \
+                    or state.leader_epoch != queued.epoch:
+                continue
+            isr = [r for r in state.isr if r not in queued.remove]
+            add = queued.add
+            if add is not None and add not in isr and add in state.replicas:
+                live = self.metadata.live_brokers() if live is None else live
+                if add in live:
+                    isr.append(add)
+            if tuple(isr) == state.isr:
+                continue
+            queued.changed, queued.base = True, image.version
+            changes.setdefault(topic, {})[index] = state.with_isr(tuple(isr))
+        return image.with_partitions(changes) if changes else None
 
     def _answered(self, partition: Partition, replica_id: int, image: ClusterImage | None,
                   base: int, epoch: int) -> None:

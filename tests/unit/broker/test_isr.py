@@ -291,3 +291,33 @@ def test_a_join_whose_write_was_not_stored_is_written_again(
         assert partition.isr == [LEADER, FOLLOWER, JOINER] and not replicas.isr_changes.parked
 
     asyncio.run(scenario())
+
+
+def test_joins_and_shrinks_of_many_partitions_are_written_in_one_batch(replicas: Any) -> None:
+    """As Kafka's AlterPartitionManager sends what is queued in one request: each write
+    rewrites the whole image, and a write per partition made a rejoining broker's
+    10,000 joins take minutes of the event loop."""
+    count = 200
+    follower_epoch(replicas)
+    asyncio.run(replicas.create_topic("t", count, {}, 2, [(LEADER, FOLLOWER)] * count))
+    replicas.apply_image(replicas.metadata.image)
+    partitions = [replicas.opened("t", i) for i in range(count)]  # not waiting for the slices
+    for partition in partitions:  # the follower fell behind long ago
+        partition.followers[FOLLOWER].last_caught_up_ms = 0.0
+
+    before = replicas.metadata.image.version
+    asyncio.run(replicas.isr_changes.shrink_stale(partitions, 1_000))
+    assert replicas.metadata.image.version == before + 1
+    replicas.apply_image(replicas.metadata.image)
+    assert {tuple(p.isr) for p in partitions} == {(LEADER,)}
+
+    async def catch_up() -> None:
+        for partition in partitions:
+            replicas.record_follower_fetch(partition, FOLLOWER, partition.log.log_end_offset)
+        await asyncio.gather(*replicas.isr_changes.pending)
+
+    asyncio.run(catch_up())
+    assert replicas.metadata.image.version == before + 2
+    replicas.apply_image(replicas.metadata.image)
+    assert {tuple(p.isr) for p in partitions} == {(LEADER, FOLLOWER)}
+    assert replicas.isr_changes.shrinks == replicas.isr_changes.expands == count
