@@ -90,9 +90,13 @@ class ClusterImage(ImageReads):
         return replace(self, topics=topics)
 
     def without_topic(self, name: str) -> ClusterImage:
+        return self.without_topics([name])
+
+    def without_topics(self, names: list[str]) -> ClusterImage:
+        """The topics removed, their ids kept as deleted (one copy for all of them)."""
         topics = dict(self.topics)
-        removed = topics.pop(name)
-        deleted = (*self.deleted_topics, removed.topic_id)[-MAX_TOMBSTONES:]
+        removed = [topics.pop(name).topic_id for name in names]
+        deleted = (*self.deleted_topics, *removed)[-MAX_TOMBSTONES:]
         return replace(self, topics=topics, deleted_topics=deleted)
 
     def was_deleted(self, topic_id: str | None) -> bool:

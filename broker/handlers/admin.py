@@ -288,18 +288,22 @@ async def delete_topics(ctx: RequestContext, request: Any) -> Any:
                              may_describe=lambda name: may(Operation.DESCRIBE, name),
                              may_delete=lambda name: may(Operation.DELETE, name))
     results = [_deletion(refused) for refused in plan.refused]
-    for topic_id, name in plan.targets.items():
+    charge = _mutation_charge(ctx)
+    doomed: list[tuple[str, uuid.UUID]] = []
+    for topic_id, name in plan.targets.items():  # checked and charged in order, as created
         if _over_mutation_quota(ctx):
             results.append(_deletion(Deletion(name, topic_id, THROTTLED.code, THROTTLED.message)))
             continue
         held = services.store.topics.get(name)
-        try:
-            await services.replicas.delete_topic(name, str(topic_id))
-        except ConcurrentUpdate as e:
-            results.append(_deletion(
-                Deletion(name, topic_id, ErrorCode.request_timed_out, str(e))))
-            continue
-        _mutation_charge(ctx)(held.partitions if held is not None else 0)
+        charge(held.partitions if held is not None else 0)
+        doomed.append((name, topic_id))
+    try:  # one write for the request, as Kafka's controller appends one batch
+        await services.replicas.delete_topics([(name, str(i)) for name, i in doomed])
+    except ConcurrentUpdate as e:
+        results.extend(_deletion(Deletion(name, i, ErrorCode.request_timed_out, str(e)))
+                       for name, i in doomed)
+        doomed = []
+    for name, topic_id in doomed:
         if name not in services.store.topics:  # not one of the same name made meanwhile
             services.groups.delete_topic_offsets(name)
             services.metrics.forget_topic(name)

@@ -105,14 +105,17 @@ class TopicWrites:
 
         await self.metadata.update(grow)
 
-    async def delete_topic(self, name: str, topic_id: str | None = None) -> None:
-        """Forget the topic now; its files go after file.delete.delay.ms, as in Kafka. With
-        ``topic_id``, only that topic: one of the same name created since stays."""
+    async def delete_topics(self, topics: list[tuple[str, str | None]]) -> None:
+        """Forget the topics, by name and id, in one write; their files go after
+        file.delete.delay.ms, as in Kafka. With an id, only that topic: one of the same name
+        created since stays."""
 
         def remove(image: ClusterImage) -> ClusterImage | None:
-            topic = image.topics.get(name)
-            if topic is None or (topic_id is not None and topic.topic_id != topic_id):
-                return None
-            return image.without_topic(name)
+            gone = [name for name, topic_id in topics if name in image.topics
+                    and topic_id in (None, image.topics[name].topic_id)]
+            return image.without_topics(gone) if gone else None
 
         await self.metadata.update(remove)
+
+    async def delete_topic(self, name: str, topic_id: str | None = None) -> None:
+        await self.delete_topics([(name, topic_id)])

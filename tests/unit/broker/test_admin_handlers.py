@@ -233,6 +233,17 @@ def test_delete_topics_v1_by_name(services: BrokerServices) -> None:
         "kafka_server_bytes_in_total", {"topic": "gone"}) is None
 
 
+def test_one_deletion_request_is_one_image_write(services: BrokerServices) -> None:
+    create(services, 7, *(new_topic(f"t{i}") for i in range(100)), new_topic("kept"))
+    before = services.store.image.version
+    response = call(services, request(DELETE_TOPICS, 1, {
+        "topic_names": [f"t{i}" for i in range(100)], "timeout": TIMEOUT}))
+    assert {r.error_code for r in response.responses} == {ErrorCode.none}
+    assert services.store.image.version == before + 1
+    assert set(services.store.topics) == {"kept"}
+    assert len(services.store.image.deleted_topics) == 100
+
+
 def test_delete_topics_v6_by_name_and_id(services: BrokerServices) -> None:
     create(services, 7, new_topic("by-name"), new_topic("by-id"), new_topic("both"))
     by_id = services.store.topics["by-id"].uuid
