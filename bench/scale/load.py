@@ -44,6 +44,7 @@ from typing import Any
 from bench import summary
 from bench.arguments import comma_list
 from bench.compare_workloads import rdkafka_consume, rdkafka_produce
+from bench.pinning import pin_broker, pin_clients
 from bench.run_info import commit, load_average, machine
 from bench.scale import load_report, report
 from bench.scale.connections import measure_connections
@@ -74,6 +75,8 @@ def measure_point(curve: str, x: int, system: str, args: argparse.Namespace,
     t0 = time.monotonic()
     try:
         with running(system, 1, args, args.libs) as env:
+            if args.pin:
+                pin_broker(env.pids())
             log(f"{system}: up on {env.bootstrap} in {time.monotonic() - t0:.1f} s "
                 f"({curve} = {x:,})")
             warm_up(env, args)
@@ -126,6 +129,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--profile", type=Path, metavar="DIR",
                         help="py-spy the kafkube broker during each phase; raw stacks to DIR")
     parser.add_argument("--keep", action="store_true", help="keep the brokers' data dirs")
+    parser.add_argument("--pin", action="store_true",
+                        help="the broker (every thread) on CPU 1, this process and every "
+                             "client on CPU 0, for both systems (bench/pinning.py)")
     parser.add_argument("--record", action="store_true",
                         help="write each figure's largest point with both systems into "
                              "docs/performance.json")
@@ -167,6 +173,8 @@ def notes(args: argparse.Namespace) -> list[str]:
         "report); TCP connections: established ones on the broker's port",
         "RSS: VmRSS of the broker process (and children) sampled every 100 ms; idle figures "
         f"are the median of {IDLE_S:g} s; CPU s/GB: broker CPU seconds per 10^9 B of values",
+        *(["pinned (--pin): every broker thread on CPU 1, the benchmark and its clients on "
+           "CPU 0"] if args.pin else []),
     ]
 
 
@@ -181,6 +189,8 @@ def main(argv: list[str]) -> int:
     wall0 = time.monotonic()
 
     args.libs = kafka_jars.ensure_jars() if "kafka" in args.systems else None
+    if args.pin:
+        pin_clients()
     settings = {"rate": args.rate, "records": args.records, "record_size": args.record_size}
     result: dict[str, Any] = {
         "started": time.strftime("%Y-%m-%d %H:%M %Z"), "commit": commit(),
