@@ -93,10 +93,12 @@ class ClusterImage(ImageReads):
         return self.without_topics([name])
 
     def without_topics(self, names: list[str]) -> ClusterImage:
-        """The topics removed, their ids kept as deleted (one copy for all of them)."""
+        """The topics removed, their ids kept as deleted (one copy for all of them): all of
+        this write's, even past MAX_TOMBSTONES, or a broker applying it would find the rest
+        gone but not deleted on record and keep their files; the next deletion trims them."""
         topics = dict(self.topics)
         removed = [topics.pop(name).topic_id for name in names]
-        deleted = (*self.deleted_topics, *removed)[-MAX_TOMBSTONES:]
+        deleted = (*self.deleted_topics, *removed)[-max(MAX_TOMBSTONES, len(removed)):]
         return replace(self, topics=topics, deleted_topics=deleted)
 
     def was_deleted(self, topic_id: str | None) -> bool:

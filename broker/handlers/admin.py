@@ -182,7 +182,8 @@ def _creation_refusal(name: str, error: Exception) -> TopicChangeError:
 async def _create_all(services: BrokerServices, batch: list[NewTopic]
                       ) -> list[TopicMetadata | Exception]:
     """The request's topics in one image write; where the image would outgrow its store
-    (a ConfigMap's 1 MiB), one by one, so those that fit are made and only the rest refused."""
+    (a ConfigMap's 1 MiB), in halves, so those that fit are made and only the rest refused
+    (a write per topic would rewrite the largest image once per topic)."""
     if not batch:
         return []
     try:
@@ -190,7 +191,9 @@ async def _create_all(services: BrokerServices, batch: list[NewTopic]
     except ClusterImageTooLarge as e:
         if len(batch) == 1:
             return [e]
-        return [(await _create_all(services, [new]))[0] for new in batch]
+        half = len(batch) // 2
+        return [*await _create_all(services, batch[:half]),
+                *await _create_all(services, batch[half:])]
     except ConcurrentUpdate as e:
         return [e] * len(batch)
 
@@ -287,27 +290,28 @@ async def delete_topics(ctx: RequestContext, request: Any) -> Any:
     plan = resolve_deletions(services.store.image, refs,
                              may_describe=lambda name: may(Operation.DESCRIBE, name),
                              may_delete=lambda name: may(Operation.DELETE, name))
-    results = [_deletion(refused) for refused in plan.refused]
+    refused = [_deletion(refused) for refused in plan.refused]
     charge = _mutation_charge(ctx)
-    doomed: list[tuple[str, uuid.UUID]] = []
+    outcomes: dict[uuid.UUID, Deletion] = {}  # in the order of the targets
     for topic_id, name in plan.targets.items():  # checked and charged in order, as created
         if _over_mutation_quota(ctx):
-            results.append(_deletion(Deletion(name, topic_id, THROTTLED.code, THROTTLED.message)))
+            outcomes[topic_id] = Deletion(name, topic_id, THROTTLED.code, THROTTLED.message)
             continue
         held = services.store.topics.get(name)
         charge(held.partitions if held is not None else 0)
-        doomed.append((name, topic_id))
+        outcomes[topic_id] = Deletion(name, topic_id, ErrorCode.none, None)
+    doomed = [(d.name, i) for i, d in outcomes.items() if d.code == ErrorCode.none]
     try:  # one write for the request, as Kafka's controller appends one batch
         await services.replicas.delete_topics([(name, str(i)) for name, i in doomed])
     except ConcurrentUpdate as e:
-        results.extend(_deletion(Deletion(name, i, ErrorCode.request_timed_out, str(e)))
-                       for name, i in doomed)
+        outcomes.update((i, Deletion(name, i, ErrorCode.request_timed_out, str(e)))
+                        for name, i in doomed)
         doomed = []
-    for name, topic_id in doomed:
+    for name, _ in doomed:
         if name not in services.store.topics:  # not one of the same name made meanwhile
             services.groups.delete_topic_offsets(name)
             services.metrics.forget_topic(name)
-        results.append(_deletion(Deletion(name, topic_id, ErrorCode.none, None)))
+    results = refused + [_deletion(outcome) for outcome in outcomes.values()]
     return build_response(request, {"throttle_time": ctx.throttle_time, "responses": results})
 
 

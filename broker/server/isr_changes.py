@@ -143,7 +143,10 @@ class IsrChanges:
         for task in self.pending:
             task.cancel()
         if self._writer is not None:
-            self._writer.cancel()
+            self._writer.cancel()  # a writer not started yet never reaches its ``finally``
+        for queued in self._queue:
+            queued.done.cancel()
+        self._queue.clear()
 
     async def change(self, partition: Partition, add: int | None = None,
                      remove: Iterable[int] = (), epoch: int | None = None) -> bool:
@@ -169,6 +172,8 @@ class IsrChanges:
             log.warning("%s: ISR change lost: %s", partition, e)
             return False
         finally:
+            if queued in self._queue:  # cancelled before its batch: never written
+                self._queue.remove(queued)
             if add is not None:
                 self._answered(partition, add, image, queued.base, epoch)
         state = image.partition(partition.topic, partition.index)
@@ -217,7 +222,10 @@ class IsrChanges:
                 continue
             isr = [r for r in state.isr if r not in queued.remove]
             add = queued.add
-            if add is not None and add not in isr and add in state.replicas:
+            # A join is written only while it counts for the high watermark: a parked
+            # join's retry may have been settled (``image_applied``) while it was queued.
+            if add is not None and add not in isr and add in state.replicas \
+                    and queued.partition.is_joining(add):
                 live = self.metadata.live_brokers() if live is None else live
                 if add in live:
                     isr.append(add)

@@ -15,6 +15,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from broker.cluster.backend import ClusterImageTooLarge
+from broker.cluster.image import MAX_TOMBSTONES
 from broker.controller.topic_changes import NewTopic
 from broker.handlers import REGISTRY, admin, offset_for_leader_epoch  # noqa: F401 (registers)
 from broker.handlers.context import BrokerServices
@@ -242,6 +243,19 @@ def test_one_deletion_request_is_one_image_write(services: BrokerServices) -> No
     assert services.store.image.version == before + 1
     assert set(services.store.topics) == {"kept"}
     assert len(services.store.image.deleted_topics) == 100
+
+
+def test_every_topic_of_a_large_deletion_is_on_record(services: BrokerServices) -> None:
+    # Tombstones are kept to MAX_TOMBSTONES, but never fewer than one write's: a broker
+    # deletes a replica's files only for a topic deleted on record.
+    count = MAX_TOMBSTONES + 50
+    create(services, 7, *(new_topic(f"t{i}") for i in range(count)))
+    ids = {services.store.topics[f"t{i}"].topic_id for i in range(count)}
+    response = call(services, request(DELETE_TOPICS, 1, {
+        "topic_names": [f"t{i}" for i in range(count)], "timeout": TIMEOUT}))
+    assert {r.error_code for r in response.responses} == {ErrorCode.none}
+    assert set(services.store.image.deleted_topics) == ids
+    assert services.replicas.partitions == {}
 
 
 def test_delete_topics_v6_by_name_and_id(services: BrokerServices) -> None:

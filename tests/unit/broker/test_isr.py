@@ -293,6 +293,33 @@ def test_a_join_whose_write_was_not_stored_is_written_again(
     asyncio.run(scenario())
 
 
+def test_a_parked_join_settled_while_its_retry_waits_is_not_written(
+        replicas: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A parked join's retry waits behind the batch in flight, and that batch's image
+    settles the join (not stored: the follower no longer counts for the high watermark).
+    Written then, it would put in the ISR a follower the high watermark has passed."""
+    partition, produce = joining_setup(replicas)
+    monkeypatch.setattr(isr_changes, "RETRY_BACKOFF_S", 0.0, raising=False)
+    backend, update = replicas.metadata.backend, replicas.metadata.update
+
+    async def refused(change: Any) -> Any:
+        assert change(backend.read_image()) is not None  # based on this version, not stored
+        raise MetadataUnavailable("the API server answered 503")
+
+    async def scenario() -> None:
+        end = await ask_to_join_through(replicas, partition, produce, refused, monkeypatch)
+        monkeypatch.setattr(replicas.metadata, "update", update)
+        assert replicas.isr_changes.parked and partition.is_joining(JOINER)
+        replicas.record_follower_fetch(partition, JOINER, end)  # its retry decided ...
+        assert backend.write_image(backend.read_image())  # ... then another image lands
+        replicas.metadata.refresh()
+        assert not partition.is_joining(JOINER)  # settled: not stored, no longer counted
+        await asyncio.gather(*replicas.isr_changes.pending)
+        assert JOINER not in committed_state(replicas).isr
+
+    asyncio.run(scenario())
+
+
 def test_joins_and_shrinks_of_many_partitions_are_written_in_one_batch(replicas: Any) -> None:
     """As Kafka's AlterPartitionManager sends what is queued in one request: each write
     rewrites the whole image, and a write per partition made a rejoining broker's
@@ -321,3 +348,23 @@ def test_joins_and_shrinks_of_many_partitions_are_written_in_one_batch(replicas:
     replicas.apply_image(replicas.metadata.image)
     assert {tuple(p.isr) for p in partitions} == {(LEADER, FOLLOWER)}
     assert replicas.isr_changes.shrinks == replicas.isr_changes.expands == count
+
+
+def test_a_change_cancelled_before_its_write_ends_and_is_never_written(replicas: Any) -> None:
+    """Shutdown cancels the writer before its first step: the change's caller is not left
+    waiting (it waited forever), and the change is not written."""
+    follower_epoch(replicas)
+    asyncio.run(replicas.create_topic("t", 1, {}, 2, [(LEADER, FOLLOWER)]))
+    replicas.apply_image(replicas.metadata.image)
+    partition = replicas.opened("t", 0)
+    before = replicas.metadata.backend.read_image().version
+
+    async def scenario() -> None:
+        change = asyncio.create_task(replicas.isr_changes.change(partition, remove=[FOLLOWER]))
+        await asyncio.sleep(0)  # one step: queued, its writer not started yet
+        replicas.isr_changes.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await change
+
+    asyncio.run(scenario())
+    assert replicas.metadata.backend.read_image().version == before
