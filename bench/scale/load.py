@@ -191,7 +191,8 @@ def main(argv: list[str]) -> int:
     args.libs = kafka_jars.ensure_jars() if "kafka" in args.systems else None
     if args.pin:
         pin_clients()
-    settings = {"rate": args.rate, "records": args.records, "record_size": args.record_size}
+    settings = {"rate": args.rate, "records": args.records, "record_size": args.record_size,
+                "pinned": args.pin}
     result: dict[str, Any] = {
         "started": time.strftime("%Y-%m-%d %H:%M %Z"), "commit": commit(),
         "command": report.command_line("scale-load", argv), "machine": machine(),

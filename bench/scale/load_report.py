@@ -303,6 +303,7 @@ def summary_figures(result: dict[str, Any]) -> list[Figure]:
     points = [Point(**p) for p in result["points"]]
     settings = result["settings"]
     date = result["started"][:10]
+    pinned = ", a core each (--pin)" if settings.get("pinned") else ""
     out = []
     for curve in CURVES:
         for metric in METRICS[curve]:
@@ -314,7 +315,7 @@ def summary_figures(result: dict[str, Any]) -> list[Figure]:
                 continue
             ka, ku = (find(points, curve, xs[0], s) for s in SYSTEMS)
             assert ka is not None and ku is not None
-            out.append(Figure(f"scale: {at(xs[0], curve)}, {label(metric, settings)}",
+            out.append(Figure(f"scale: {at(xs[0], curve)}, {label(metric, settings)}{pinned}",
                               metric.unit, round(ku.values[metric.key], 3),
                               round(ka.values[metric.key], 3), metric.better == "higher",
                               result["command"], date))

@@ -201,3 +201,11 @@ def test_rounds_repeat_the_plan_interleaved_and_merge_into_medians():
     (failed,) = merge_rounds([Point("connections", 1, "kafka", {}, {"rate_p99": "x"}, {}),
                               Point("connections", 1, "kafka", {}, {"rate_p99": "y"}, {})])
     assert failed.failed == {"rate_p99": "x"} and failed.values == {}
+
+
+def test_a_pinned_runs_figures_are_named_apart_from_the_shared_ones():
+    result = {"points": [vars(p) for p in points()], "settings": {**SETTINGS, "pinned": True},
+              "started": "2026-11-30 03:00 UTC", "command": "python -m bench scale-load --pin"}
+    names = {f.figure for f in load_report.summary_figures(result)}
+    assert "scale: 100 partitions, produce, acks=1, a core each (--pin)" in names
+    assert all(name.endswith(", a core each (--pin)") for name in names)
