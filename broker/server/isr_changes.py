@@ -172,7 +172,9 @@ class IsrChanges:
             log.warning("%s: ISR change lost: %s", partition, e)
             return False
         finally:
-            if queued in self._queue:  # cancelled before its batch: never written
+            # Cancelled before its batch was taken: never written. (A cancelled task
+            # cancels the future it awaits; only then is the queue searched.)
+            if queued.done.cancelled() and queued in self._queue:
                 self._queue.remove(queued)
             if add is not None:
                 self._answered(partition, add, image, queued.base, epoch)
