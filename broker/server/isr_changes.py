@@ -195,7 +195,11 @@ class IsrChanges:
         batch: list[QueuedChange] = []
         try:
             while self._queue:
-                batch, self._queue = self._queue, []
+                # Not those whose caller was cancelled meanwhile (their futures cancelled).
+                batch = [queued for queued in self._queue if not queued.done.done()]
+                self._queue = []
+                if not batch:
+                    continue
                 try:
                     image = await self.metadata.update(functools.partial(self._apply, batch))
                 except Exception as e:  # ConcurrentUpdate, or what the write raised

@@ -368,3 +368,25 @@ def test_a_change_cancelled_before_its_write_ends_and_is_never_written(replicas:
 
     asyncio.run(scenario())
     assert replicas.metadata.backend.read_image().version == before
+
+
+def test_a_change_whose_caller_is_cancelled_before_its_batch_is_not_written(
+        replicas: Any) -> None:
+    follower_epoch(replicas)
+    asyncio.run(replicas.create_topic("t", 1, {}, 2, [(LEADER, FOLLOWER)]))
+    replicas.apply_image(replicas.metadata.image)
+    partition = replicas.opened("t", 0)
+    before = replicas.metadata.backend.read_image().version
+
+    async def scenario() -> None:
+        change = asyncio.create_task(replicas.isr_changes.change(partition, remove=[FOLLOWER]))
+        await asyncio.sleep(0)  # one step: queued, its writer not started yet
+        change.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await change
+        # Another change goes through the writer: the cancelled one is not in its batch.
+        assert not await replicas.isr_changes.change(partition, remove=[JOINER])
+
+    asyncio.run(scenario())
+    assert replicas.metadata.backend.read_image().version == before
+    assert FOLLOWER in committed_state(replicas).isr
