@@ -78,9 +78,7 @@ class ClusterImage(ImageReads):
         return None
 
     def with_topic(self, topic: TopicMetadata) -> ClusterImage:
-        topics = dict(self.topics)
-        topics[topic.name] = topic
-        return replace(self, topics=topics)
+        return self.with_topics([topic])
 
     def with_topics(self, added: list[TopicMetadata]) -> ClusterImage:
         """Several topics added or replaced with one copy of the topics (``with_topic`` per

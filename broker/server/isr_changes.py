@@ -171,11 +171,7 @@ class IsrChanges:
         except ConcurrentUpdate as e:
             log.warning("%s: ISR change lost: %s", partition, e)
             return False
-        finally:
-            # Cancelled before its batch was taken: never written. (A cancelled task
-            # cancels the future it awaits; only then is the queue searched.)
-            if queued.done.cancelled() and queued in self._queue:
-                self._queue.remove(queued)
+        finally:  # cancelled while queued: the writer leaves it out of its batch
             if add is not None:
                 self._answered(partition, add, image, queued.base, epoch)
         state = image.partition(partition.topic, partition.index)
