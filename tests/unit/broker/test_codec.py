@@ -73,6 +73,29 @@ def test_frame_reader_can_be_filled_in_place():
     assert frames.feed(struct.pack(">i", 2) + b"ok") == [b"ok"]
 
 
+def _resident_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def test_a_frame_received_in_place_costs_memory_as_its_bytes_arrive():
+    """The room ``unfilled`` gives is the whole declared frame at once (no copies as it
+    grows), but not set, so what a client declared and never sent is not memory."""
+    frames = FrameReader(100 << 20)
+    assert frames.feed(struct.pack(">i", 100 << 20) + b"x" * 100_000) == []
+    before = _resident_bytes()
+    view = frames.unfilled(64 << 10)
+    assert view is not None and len(view) == (100 << 20) - 100_000
+    view[: 1 << 20] = b"y" * (1 << 20)  # 1 MiB of the 100 arrives
+    assert _resident_bytes() - before < 8 << 20
+    assert frames.filled(1 << 20) == []
+    view[1 << 20 :] = b"z" * (len(view) - (1 << 20))
+    del view
+    (frame,) = frames.filled((100 << 20) - 100_000 - (1 << 20))
+    assert frame[:100_000] == b"x" * 100_000 and frame[100_000 : 100_000 + (1 << 20)] == \
+        b"y" * (1 << 20) and frame.endswith(b"z" * 1000) and len(frame) == 100 << 20
+
+
 def test_frame_memory_grows_with_the_bytes_that_arrive():
     """A frame declared at the maximum and barely sent holds little memory."""
     frames = FrameReader(100 << 20)
