@@ -1,6 +1,6 @@
 """``python -m bench scale-load``: how throughput, broker CPU per byte and broker memory grow
-with the number of partitions and of producer connections, kafkube beside Apache Kafka
-(issue 17's scale curves).
+with the number of partitions, of producer connections and of consumer connections,
+kafkube beside Apache Kafka (issue 17's and issue 34's scale curves).
 
 Both systems run the way ``python -m bench compare`` runs them (``bench.systems.running``:
 Kafka KRaft from the cached jars, kafkube through ``bench.cluster.BenchCluster``, the same
@@ -24,6 +24,15 @@ topic (Kafka's JIT), then:
    at a fixed total ``--rate`` for ``--rate-seconds`` (broker CPU s/GB at equal load, p99 of
    librdkafka's per-message ack latency, produce() to delivery report); broker RSS before
    and at its peak, and the broker's established TCP connections (from /proc/net/tcp).
+3. **consumers** (1, 10, 200, 1,000, 2,000; issue 34): that many librdkafka ``Consumer``
+   instances over ``--processes`` processes, the i-th assigned partition i % 16 of a fresh
+   16-partition topic, librdkafka's fetch defaults (a Fetch held 500 ms when there is
+   nothing): the broker's CPU (share of a core) over ``--idle-seconds`` with every consumer
+   long-polling an empty partition, then while one producer writes ``--consumer-rate``
+   records/s for ``--rate-seconds`` that every consumer of a partition reads (a fan-out of
+   x/16): CPU, bytes delivered, and p99 from produce() to arrival (a consumer thread
+   blocked in poll(), CreateTime against the clock; ms resolution); RSS and connections
+   as above (``bench/scale/consumers.py``).
 
 A figure a system cannot reach within its timeout is recorded as what happened ("timed out
 after 300 s"), and the run goes on. RSS is VmRSS of the broker process and its children.
@@ -48,6 +57,7 @@ from bench.pinning import pin_broker, pin_clients
 from bench.run_info import commit, load_average, machine
 from bench.scale import load_report, report
 from bench.scale.connections import measure_connections
+from bench.scale.consumers import measure_consumers
 from bench.scale.load_points import CURVES, METRICS, SYSTEMS, Point, failure_text, merge_rounds
 from bench.scale.load_report import SECTION, publish
 from bench.scale.partitions import measure_partitions
@@ -55,8 +65,10 @@ from bench.scale.sampling import IDLE_S
 from bench.systems import PARTITIONS, Running, create_topic, running
 from kafkube.harness import kafka_jars
 
-DEFAULT_POINTS = {"partitions": [1, 100, 1000, 10000], "connections": [1, 10, 50, 200]}
-MEASURE = {"partitions": measure_partitions, "connections": measure_connections}
+DEFAULT_POINTS = {"partitions": [1, 100, 1000, 10000], "connections": [1, 10, 50, 200],
+                  "consumers": [1, 10, 200, 1000, 2000]}
+MEASURE = {"partitions": measure_partitions, "connections": measure_connections,
+           "consumers": measure_consumers}
 
 
 def warm_up(env: Running, args: argparse.Namespace) -> None:
@@ -95,16 +107,20 @@ def measure_point(curve: str, x: int, system: str, args: argparse.Namespace,
 def parse(argv: list[str]) -> argparse.Namespace:
     """The options; ``--points`` stands for the one chosen curve's own option."""
     ints = comma_list(None, int)
-    parser = report.new_parser("scale-load", __doc__, CURVES, "partitions,connections (both)",
+    parser = report.new_parser("scale-load", __doc__, CURVES,
+                               "partitions,connections,consumers (all)",
                                "kafka,kafkube (both; one alone gives no ratios)")
     parser.add_argument("--points", type=ints,
                         help="the x values of the one curve in --curves (partitions: "
-                             "1,100,1000,10000; connections: 1,10,50,200)")
+                             "1,100,1000,10000; connections: 1,10,50,200; consumers: "
+                             "1,10,200,1000,2000)")
     parser.add_argument("--partition-points", type=ints, default=DEFAULT_POINTS["partitions"],
                         help="partitions per topic, one point each (1,100,1000,10000)")
     parser.add_argument("--connection-points", type=ints,
                         default=DEFAULT_POINTS["connections"],
                         help="producer connections, one point each (1,10,50,200)")
+    parser.add_argument("--consumer-points", type=ints, default=DEFAULT_POINTS["consumers"],
+                        help="consumer connections, one point each (1,10,200,1000,2000)")
     parser.add_argument("--records", type=int, default=300_000,
                         help="records per produce (and consume) run (300000)")
     parser.add_argument("--record-size", type=int, default=1024, help="value bytes (1024)")
@@ -115,8 +131,14 @@ def parse(argv: list[str]) -> argparse.Namespace:
                              "(10; 0 skips it)")
     parser.add_argument("--rate-seconds", type=float, default=10.0,
                         help="connections: how long the fixed-rate phase sends (10)")
+    parser.add_argument("--consumer-rate", type=float, default=160.0,
+                        help="consumers: records/s written while they read, 10 a partition "
+                             "(160)")
+    parser.add_argument("--idle-seconds", type=float, default=5.0,
+                        help="consumers: how long the idle phase is measured (5)")
     parser.add_argument("--processes", type=int, default=4,
-                        help="connections: client processes the producers are spread over (4)")
+                        help="connections, consumers: client processes the clients are "
+                             "spread over (4)")
     parser.add_argument("--timeout", type=float, default=300.0,
                         help="seconds allowed per client run (300)")
     parser.add_argument("--create-timeout", type=float, default=300.0,
@@ -148,7 +170,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
 def plan(args: argparse.Namespace) -> list[tuple[str, int, str]]:
     """(curve, x, system) in run order: per point, the systems one after the other, so a
     slow spell of the machine lands on both sides of a ratio; ``--rounds`` repeats it all."""
-    points = {"partitions": args.partition_points, "connections": args.connection_points}
+    points = {"partitions": args.partition_points, "connections": args.connection_points,
+              "consumers": args.consumer_points}
     return [(curve, x, system) for _ in range(args.rounds) for curve in args.curves
             for x in points[curve] for system in args.systems]
 
@@ -171,6 +194,11 @@ def notes(args: argparse.Namespace) -> list[str]:
         f"is smaller), a {PARTITIONS}-partition topic; flat out: {args.records:,} records; "
         f"then {args.rate:g} MB/s for {args.rate_seconds:g} s (p99 of produce() to delivery "
         "report); TCP connections: established ones on the broker's port",
+        f"consumers: x librdkafka Consumers over {args.processes} processes, the i-th "
+        f"assigned partition i % {PARTITIONS} (librdkafka's fetch defaults: fetch.wait.max.ms "
+        f"500); idle: {args.idle_seconds:g} s with nothing to read; then "
+        f"{args.consumer_rate:g} records/s for {args.rate_seconds:g} s, each read by every "
+        "consumer of its partition (p99 of produce() to arrival); CPU as a share of one core",
         "RSS: VmRSS of the broker process (and children) sampled every 100 ms; idle figures "
         f"are the median of {IDLE_S:g} s; CPU s/GB: broker CPU seconds per 10^9 B of values",
         *(["pinned (--pin): every broker thread on CPU 1, the benchmark and its clients on "
@@ -192,7 +220,7 @@ def main(argv: list[str]) -> int:
     if args.pin:
         pin_clients()
     settings = {"rate": args.rate, "records": args.records, "record_size": args.record_size,
-                "pinned": args.pin}
+                "pinned": args.pin, "consumer_rate": args.consumer_rate}
     result: dict[str, Any] = {
         "started": time.strftime("%Y-%m-%d %H:%M %Z"), "commit": commit(),
         "command": report.command_line("scale-load", argv), "machine": machine(),

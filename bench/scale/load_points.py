@@ -11,10 +11,11 @@ from typing import Any
 
 from bench.systems import SYSTEMS
 
-CURVES = ("partitions", "connections")
+CURVES = ("partitions", "connections", "consumers")
 SYSTEMS = SYSTEMS
 TOPIC = "scale"
-UNIT_NAMES = {"partitions": "partitions", "connections": "producer connections"}
+UNIT_NAMES = {"partitions": "partitions", "connections": "producer connections",
+              "consumers": "consumer connections"}
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,22 @@ CONNECTION_METRICS = (
     Metric("rss_peak", "broker RSS, peak while producing", "MiB", "lower"),
     Metric("connections", "broker TCP connections, peak", "", ""),
 )
-METRICS = {"partitions": PARTITION_METRICS, "connections": CONNECTION_METRICS}
+CONSUMER_METRICS = (
+    Metric("idle_cpu", "broker CPU with every consumer long-polling, nothing to read",
+           "% of a core", "lower"),
+    Metric("rate_cpu", "broker CPU while {consumer_rate:g} records/s are read by every "
+           "consumer of their partition", "% of a core", "lower"),
+    Metric("rate_mbps", "bytes delivered to the consumers then", "MB/s", ""),
+    Metric("rate_p50", "p50 from produce() to a consumer, {consumer_rate:g} records/s",
+           "ms", "lower"),
+    Metric("rate_p99", "p99 from produce() to a consumer, {consumer_rate:g} records/s",
+           "ms", "lower"),
+    Metric("rss_idle", "broker RSS before the consumers, idle", "MiB", "lower"),
+    Metric("rss_peak", "broker RSS, peak with the consumers", "MiB", "lower"),
+    Metric("connections", "broker TCP connections, peak", "", ""),
+)
+METRICS = {"partitions": PARTITION_METRICS, "connections": CONNECTION_METRICS,
+           "consumers": CONSUMER_METRICS}
 
 
 @dataclass
@@ -86,11 +102,13 @@ def find(points: list[Point], curve: str, x: int, system: str) -> Point | None:
 
 
 def label(metric: Metric, settings: dict[str, Any]) -> str:
-    return metric.label.format(rate=settings.get("rate", 0.0))
+    return metric.label.format(rate=settings.get("rate", 0.0),
+                               consumer_rate=settings.get("consumer_rate", 0.0))
 
 
 def at(x: int, curve: str) -> str:
-    """``1 partition``, ``10,000 partitions``, ``200 producer connections``."""
+    """``1 partition``, ``10,000 partitions``, ``200 producer connections``, ``1 consumer
+    connection``."""
     unit = UNIT_NAMES[curve]
     return f"{x:,} {unit[:-1] if x == 1 else unit}"
 

@@ -183,7 +183,7 @@ def thread_notes(points: list[Point]) -> list[str]:
             if p.curve != curve or p.x != max(xs, default=None):
                 continue
             for key in ("create_threads", "produce_threads", "consume_threads",
-                        "rate_threads"):
+                        "idle_threads", "rate_threads"):
                 spent = p.raw.get(key)
                 if spent:
                     busy = ", ".join(f"{name} {user:.1f}+{system:.1f}"
@@ -209,6 +209,10 @@ def chart(points: list[Point], settings: dict[str, Any], path: Path, title: str)
                         ("broker CPU s/GB", ("produce_cpu", "rate_cpu")),
                         ("broker RSS MiB", ("rss_peak", "rss_idle")),
                         ("ms (log)", ("rate_p99",))),
+        "consumers": (("% of a core", ("rate_cpu", "idle_cpu")),
+                      ("MB/s delivered", ("rate_mbps",)),
+                      ("broker RSS MiB", ("rss_peak", "rss_idle")),
+                      ("ms (log)", ("rate_p99",))),
     }
     colors = report.COLORS
     styles = ("-", "--")

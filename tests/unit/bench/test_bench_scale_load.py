@@ -209,3 +209,35 @@ def test_a_pinned_runs_figures_are_named_apart_from_the_shared_ones():
     names = {f.figure for f in load_report.summary_figures(result)}
     assert "scale: 100 partitions, produce, acks=1, a core each (--pin)" in names
     assert all(name.endswith(", a core each (--pin)") for name in names)
+
+
+def test_the_consumer_curve_is_planned_named_and_charted(tmp_path: Path):
+    """The consumer connection curve (issue 34) goes through the same plan, summary and
+    chart as the others, its figures named by its own rate."""
+    args = load.parse(["--curves", "consumers", "--points", "1,2000", "--consumer-rate", "80"])
+    assert args.consumer_points == [1, 2000]
+    assert load.plan(args) == [("consumers", x, s) for x in (1, 2000)
+                               for s in ("kafka", "kafkube")]
+    settings = {**SETTINGS, "consumer_rate": 80.0}
+    curve = [Point("consumers", x, s, {"idle_cpu": idle, "rate_cpu": 2 * idle,
+                                       "rate_p99": 5.0, "rate_mbps": 0.1 * x,
+                                       "rss_idle": 60.0, "rss_peak": 90.0, "connections": 2 * x})
+             for x, s, idle in ((1, "kafka", 2.0), (1, "kafkube", 1.0),
+                                (2000, "kafka", 40.0), (2000, "kafkube", 30.0))]
+    result = {"points": [vars(p) for p in curve], "settings": settings,
+              "started": "2026-11-30 18:00 UTC", "command": "python -m bench scale-load",
+              "commit": "abc", "machine": "2 CPUs", "notes": []}
+    figures = {f.figure: f for f in load_report.summary_figures(result)}
+    idle = figures["scale: 2,000 consumer connections, broker CPU with every consumer "
+                   "long-polling, nothing to read"]
+    assert (idle.kafkube, idle.kafka, idle.ratio, idle.higher_is_better) == (
+        30.0, 40.0, 0.75, False)
+    assert "scale: 2,000 consumer connections, p99 from produce() to a consumer, 80 " \
+           "records/s" in figures
+    assert not [name for name in figures if "delivered" in name]  # context, no better side
+    assert "rate_p99" not in table(curve, settings) and "consumers" in table(curve, settings)
+    docs, chart = tmp_path / "performance.md", tmp_path / "scale-load.png"
+    docs.write_text("# Performance\n")
+    load_report.write_docs(result, docs, chart)
+    text = docs.read_text()
+    assert chart.stat().st_size > 0 and "| 1 consumer connection | 2,000 consumer" in text
