@@ -22,7 +22,7 @@ from broker.cluster.metadata import ClusterMetadata
 from broker.cluster.pod_liveness import DEFAULT_CONTAINER, PodRef
 from broker.cluster.sqlite import SqliteBackend
 from broker.common.heap import LongLivedObjects
-from broker.common.limits import keep_large_buffers, raise_open_files_limit
+from broker.common.limits import raise_open_files_limit
 from broker.common.metrics import BrokerMetrics, PartitionSample, ReplicationSample
 from broker.common.repeated_failure import RepeatedFailure
 from broker.common.watchdog import EventLoopWatchdog, GcPauses
@@ -432,7 +432,6 @@ class BrokerApp:
 
 def run(config: BrokerConfig) -> None:
     raise_open_files_limit()
-    keep_large_buffers()
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux

@@ -5,9 +5,10 @@ reserves a frame's whole declared size before it reads the frame's body, and ret
 once the request has been handled; a connection that cannot reserve stops reading (Kafka
 mutes it) until others return theirs. Reserving the whole size up front means a frame,
 once begun, can always be finished, so half-read frames never wait on each other. The
-memory itself is only allocated as the bytes arrive (``FrameReader``), so reservations of
-clients that declare large frames and send nothing cost no memory, only other clients'
-turn, and ``connections.max.idle.ms`` ends those.
+memory itself is written only as the bytes arrive (``FrameReader``: a buffer that grows,
+or one of the whole size whose bytes are not set first), so reservations of clients that
+declare large frames and send nothing cost little memory, mostly other clients' turn, and
+``connections.max.idle.ms`` ends those.
 """
 
 from __future__ import annotations

@@ -4,10 +4,11 @@
  * Why: bytearray(n) zeroes its n bytes before anything is received into them, a pass
  * over memory the socket overwrites at once (with the reallocations of a buffer grown
  * step by step, 14% of a broker's CPU under a Java producer's 1-2 MiB requests, perf).
- * The bytes are garbage until received, so a caller hands the buffer on only once every
- * byte of it has been written (FrameReader in codec.py does: a frame leaves it only
- * complete). Pages not yet written are not resident either, so a frame declared large and
- * never sent costs address space, not memory.
+ * The bytes are whatever the allocator had (other requests' bytes, once freed) until
+ * received, so a caller hands the buffer on only once every byte of it has been written
+ * (FrameReader in codec.py does: a frame leaves it only complete, and filled() refuses a
+ * count past the frame). Pages never written are not made resident by this call, so a
+ * large frame declared and never sent costs address space rather than memory.
  *
  * uninitialized(n) -> bytearray   n >= 0
  */

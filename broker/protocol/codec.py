@@ -79,8 +79,8 @@ class FrameReader:
     Rejects a size above ``max_frame_bytes`` (Kafka's socket.request.max.bytes) or below
     zero as soon as the 4 size bytes arrive. A frame's buffer grows with the bytes that
     actually arrive (doubling, from what is already at hand), or is all of its size but
-    not set when the caller receives in place (``unfilled``: its pages become memory as
-    bytes arrive), so a client that declares a huge frame and sends nothing costs nothing;
+    not set when the caller receives in place (``unfilled``: pages not written are not
+    made resident), so a client that declares a huge frame and sends little costs little;
     the network layer decides, from ``in_progress``, whether memory is left to read more
     (queued.max.request.bytes). Each byte is copied once into the frame's buffer, which is
     handed on as it is.
@@ -152,15 +152,16 @@ class FrameReader:
         """Room for the rest of the frame being read, when at least ``at_least`` bytes of it
         are missing: the caller can receive straight into it (``recv_into``) and report the
         count to ``filled``, saving a copy of large frames. The view covers all that is
-        missing; its bytes are not set (``_buffers.c``) until received."""
+        missing; its bytes are not set (``_buffers.c``) until received, and the frame is
+        handed on only once every one of them has been."""
         frame = self._frame
         if frame is None or self._size - self._filled < at_least:
             return None
         if len(frame) < self._size:
             # Room for all of it at once, not set first: growing it step by step copied
             # the frame several times over and zeroed what recv overwrites (14% of the
-            # broker's CPU under 1-2 MiB Java requests, perf). The pages of the room become
-            # memory only as the bytes arrive, so the frame still costs what was sent.
+            # broker's CPU under 1-2 MiB Java requests, perf). Bytes never sent are never
+            # written, so a large declared frame's pages are not made resident for them.
             whole = uninitialized(self._size)
             whole[: self._filled] = memoryview(frame)[: self._filled]
             self._frame = frame = whole
@@ -168,7 +169,11 @@ class FrameReader:
 
     def filled(self, count: int) -> list[bytearray]:
         """``count`` bytes were written into the view ``unfilled`` returned."""
-        assert self._frame is not None and self._filled + count <= len(self._frame)
+        if self._frame is None or count < 0 or self._filled + count > self._size:
+            # Not an assert: a frame handed on with bytes never written would carry
+            # whatever the allocator left there (``_buffers.c``).
+            raise ValueError(f"{count} bytes filled of a frame missing "
+                             f"{self._size - self._filled if self._frame else 0}")
         self._filled += count
         if self._filled < self._size:
             return []

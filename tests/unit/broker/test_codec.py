@@ -50,18 +50,20 @@ def test_frame_reader_splits_and_limits():
 
 
 def test_frame_reader_can_be_filled_in_place():
-    """The network layer receives the rest of a large frame straight into its buffer,
-    which grows with what arrives."""
+    """The network layer receives the rest of a large frame straight into its buffer (of
+    the frame's whole size), and cannot report more bytes than the frame misses."""
     frames = FrameReader(1 << 20)
     body = bytes(range(256)) * 1000
     assert frames.unfilled(1) is None  # no frame started yet
     assert frames.feed(struct.pack(">i", len(body)) + body[:100]) == []
     assert frames.in_progress == len(body)
     assert frames.unfilled(len(body)) is None  # fewer bytes than that are missing
+    with pytest.raises(ValueError):  # more than the frame misses: refused, nothing counted
+        frames.filled(len(body))
     filled, done = 100, []
     while not done:
         view = frames.unfilled(1000)
-        assert view is not None and 0 < len(view) <= len(body) - filled
+        assert view is not None and len(view) == len(body) - filled
         take = min(len(view), 50_000)
         view[:take] = body[filled : filled + take]
         del view
@@ -69,6 +71,8 @@ def test_frame_reader_can_be_filled_in_place():
         done = frames.filled(take)
     assert done == [body]
     assert frames.buffered == 0 and frames.unfilled(1) is None and frames.in_progress is None
+    with pytest.raises(ValueError):  # no frame in progress
+        frames.filled(1)
     # Bytes fed after an in-place fill start the next frame as usual.
     assert frames.feed(struct.pack(">i", 2) + b"ok") == [b"ok"]
 
@@ -89,7 +93,8 @@ def test_a_frame_received_in_place_costs_memory_as_its_bytes_arrive():
     view[: 1 << 20] = b"y" * (1 << 20)  # 1 MiB of the 100 arrives
     assert _resident_bytes() - before < 8 << 20
     assert frames.filled(1 << 20) == []
-    view[1 << 20 :] = b"z" * (len(view) - (1 << 20))
+    for start in range(1 << 20, len(view), 1 << 20):  # the rest, a MiB at a time
+        view[start : start + (1 << 20)] = b"z" * len(view[start : start + (1 << 20)])
     del view
     (frame,) = frames.filled((100 << 20) - 100_000 - (1 << 20))
     assert frame[:100_000] == b"x" * 100_000 and frame[100_000 : 100_000 + (1 << 20)] == \
