@@ -116,6 +116,9 @@ def measure_consumers(env: Running, point: Point, args: argparse.Namespace,
             for f in done:
                 f.result()
             raise
+        # The idle state is measured after --idle-settle s: what a broker does for hours
+        # with these consumers, not the seconds after 2,000 of them connected at once.
+        time.sleep(args.idle_settle)  # where the window starts, not a wait for anything
         threads0 = thread_cpu(pids)
         with profiled(env, point, "idle", args):
             idle = Meter(env)

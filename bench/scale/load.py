@@ -27,11 +27,12 @@ topic (Kafka's JIT), then:
 3. **consumers** (1, 10, 200, 1,000, 2,000; issue 34): that many librdkafka ``Consumer``
    instances over ``--processes`` processes, the i-th assigned partition i % 16 of a fresh
    16-partition topic, librdkafka's fetch defaults (a Fetch held 500 ms when there is
-   nothing): the broker's CPU (share of a core) over ``--idle-seconds`` with every consumer
-   long-polling an empty partition, then while one producer writes ``--consumer-rate``
-   records/s for ``--rate-seconds`` that every consumer of a partition reads (a fan-out of
-   x/16): CPU, bytes delivered, and p99 from produce() to arrival (a consumer thread
-   blocked in poll(), CreateTime against the clock; ms resolution); RSS and connections
+   nothing): the broker's CPU (share of a core) over ``--idle-seconds``, ``--idle-settle``
+   after the last one connected, with every consumer long-polling an empty partition;
+   then while one producer writes ``--consumer-rate`` records/s for ``--rate-seconds``
+   that every consumer of a partition reads (a fan-out of x/16): CPU, bytes delivered,
+   and p99 from produce() to arrival (a consumer thread blocked in poll(), CreateTime
+   against the clock; ms resolution); RSS and connections
    as above (``bench/scale/consumers.py``).
 
 A figure a system cannot reach within its timeout is recorded as what happened ("timed out
@@ -134,8 +135,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--consumer-rate", type=float, default=160.0,
                         help="consumers: records/s written while they read, 10 a partition "
                              "(160)")
-    parser.add_argument("--idle-seconds", type=float, default=5.0,
-                        help="consumers: how long the idle phase is measured (5)")
+    parser.add_argument("--idle-settle", type=float, default=10.0,
+                        help="consumers: seconds between the last consumer's connection "
+                             "and the idle phase's window (10)")
+    parser.add_argument("--idle-seconds", type=float, default=10.0,
+                        help="consumers: how long the idle phase is measured (10)")
     parser.add_argument("--processes", type=int, default=4,
                         help="connections, consumers: client processes the clients are "
                              "spread over (4)")
@@ -196,7 +200,8 @@ def notes(args: argparse.Namespace) -> list[str]:
         "report); TCP connections: established ones on the broker's port",
         f"consumers: x librdkafka Consumers over {args.processes} processes, the i-th "
         f"assigned partition i % {PARTITIONS} (librdkafka's fetch defaults: fetch.wait.max.ms "
-        f"500); idle: {args.idle_seconds:g} s with nothing to read; then "
+        f"500); idle: {args.idle_seconds:g} s with nothing to read, from "
+        f"{args.idle_settle:g} s after the last consumer connected; then "
         f"{args.consumer_rate:g} records/s for {args.rate_seconds:g} s, each read by every "
         "consumer of its partition (p99 of produce() to arrival); CPU as a share of one core",
         "RSS: VmRSS of the broker process (and children) sampled every 100 ms; idle figures "
