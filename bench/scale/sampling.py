@@ -75,7 +75,7 @@ def thread_cpu(pids: list[int]) -> dict[str, tuple[float, float]]:
             for task in Path(f"/proc/{pid}/task").iterdir():
                 with contextlib.suppress(OSError):
                     name = (task / "comm").read_text().strip().rstrip("0123456789-#") or "?"
-                    task_user, task_system = cpu_times(int(task.name))  # /proc/<tid>/stat
+                    task_user, task_system = cpu_times(pid, int(task.name))
                     user, system = out.get(name, (0.0, 0.0))
                     out[name] = (user + task_user, system + task_system)
     return out

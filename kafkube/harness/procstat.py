@@ -13,10 +13,13 @@ def cpu_seconds(pid: int) -> float:
     return sum(cpu_times(pid))
 
 
-def cpu_times(pid: int) -> tuple[float, float]:
-    """(user, system) CPU seconds of process ``pid``; zeros where /proc is unavailable."""
+def cpu_times(pid: int, tid: int | None = None) -> tuple[float, float]:
+    """(user, system) CPU seconds of process ``pid``, or of its thread ``tid`` alone;
+    zeros where /proc is unavailable. A thread's own figures are in /proc/<pid>/task/<tid>:
+    /proc/<tid>/stat gives the whole process's, for any of its threads."""
+    path = f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat"
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        fields = Path(path).read_text().rsplit(")", 1)[1].split()
     except OSError:
         return 0.0, 0.0
     tick = os.sysconf("SC_CLK_TCK")

@@ -5,6 +5,8 @@ naming where kafkube's cost grows faster, the docs section) on made-up points.""
 from __future__ import annotations
 
 import os
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,7 @@ from bench.scale.connections import split
 from bench.scale.load_points import Point, failure_text, merge_rounds
 from bench.scale.load_report import SECTION, findings, table
 from bench.scale.sampling import Sampler, count_established
+from kafkube.harness import procstat
 
 SETTINGS = {"rate": 10.0, "records": 1000, "record_size": 1024}
 
@@ -154,6 +157,32 @@ def test_thread_cpu_names_this_process_threads():
     top = sampling.busiest(before, sampling.thread_cpu([os.getpid()]), top=2)
     assert top and all(len(t) == 3 for t in top) and top[0][1] + top[0][2] >= 0
     assert len(top) <= 2
+
+
+def test_thread_cpu_is_each_threads_own_not_the_processs():
+    """A thread that sleeps while another spins shows no CPU of its own, and the threads'
+    figures add up to the process's (reading /proc/<tid>/stat gave every thread the whole
+    process's CPU, so a pool of 8 threads counted it 8 times)."""
+    release = threading.Event()
+    sleepers = [threading.Thread(target=release.wait, daemon=True) for _ in range(4)]
+    for thread in sleepers:
+        thread.start()
+    pid = os.getpid()
+    process0, before = sum(procstat.cpu_times(pid)), sampling.thread_cpu([pid])
+    sleeper0 = [sum(procstat.cpu_times(pid, t.native_id)) for t in sleepers]
+    deadline = time.process_time() + 0.5
+    while time.process_time() < deadline:  # half a second of CPU on this thread
+        pass
+    spent = sum(user + system for _, user, system in
+                sampling.busiest(before, sampling.thread_cpu([pid]), top=100))
+    process = sum(procstat.cpu_times(pid)) - process0
+    slept = [sum(procstat.cpu_times(pid, t.native_id)) - s0
+             for t, s0 in zip(sleepers, sleeper0, strict=True)]
+    release.set()
+    for thread in sleepers:
+        thread.join(5)
+    assert max(slept) < 0.05, slept
+    assert 0.3 <= spent <= process + 0.05, (spent, process)
 
 
 def test_thread_notes_for_the_largest_point():
