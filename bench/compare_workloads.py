@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from bench import clients, kafka
+from bench.figures import percentile
 from bench.systems import PARTITIONS, Meter, Running
 
 # The Java producer with the settings of bench.clients.PRODUCER_CONFIG (librdkafka's
@@ -219,12 +220,10 @@ def latency_consumer(bootstrap: str, topic: str, total: int, warm: int, timeout:
                     latencies.append(received - sent)
     finally:
         consumer.close()
-    latencies.sort()
-
     def pct(q: float) -> float:
-        return latencies[min(len(latencies) - 1, int(q * len(latencies)))] / 1e6
+        return percentile(latencies, q) / 1e6
     return {"records": seen, "measured": len(latencies), "p50_ms": pct(0.5),
-            "p99_ms": pct(0.99), "p999_ms": pct(0.999), "max_ms": latencies[-1] / 1e6,
+            "p99_ms": pct(0.99), "p999_ms": pct(0.999), "max_ms": max(latencies) / 1e6,
             "mean_ms": sum(latencies) / len(latencies) / 1e6, "cpu_s": time.process_time()}
 
 

@@ -65,6 +65,13 @@ def summarise(figures: list[Figure]) -> list[Summary]:
     return out
 
 
+def percentile(values: list[float], q: float) -> float:
+    """Nearest rank below: the sorted values' element at ``int(q * n)`` (q in 0-1), the
+    figure every latency of the benches is quoted with."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
 def spread(values: tuple[float, ...], formatter: Callable[[float], str]) -> str:
     """The median, and with more than one value their range: "1.23 (1.10-1.31)"."""
     if not values:

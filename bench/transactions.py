@@ -64,7 +64,7 @@ from typing import Any
 from bench import clients, kafka
 from bench.arguments import comma_list
 from bench.compare_workloads import JAVA_PRODUCER
-from bench.figures import Figure, raw_table, table
+from bench.figures import Figure, percentile, raw_table, table
 from bench.profile import PySpy, summarise
 from bench.run_info import ROOT, commit, load_average, machine
 from bench.systems import PARTITIONS, SYSTEMS, Meter, Running, create_topic, measure_each, running
@@ -129,15 +129,9 @@ logger.tm.appenderRef.err.level = WARN
 """
 
 
-def _pct(latencies: list[float], q: float) -> float:
-    """Nearest rank below: the sorted list's element at ``int(q * n)``."""
-    ordered = sorted(latencies)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 def commit_figures(commit_ms: list[float]) -> dict[str, Any]:
-    return {"transactions": len(commit_ms), "commit_p50_ms": round(_pct(commit_ms, 0.5), 2),
-            "commit_p99_ms": round(_pct(commit_ms, 0.99), 2),
+    return {"transactions": len(commit_ms), "commit_p50_ms": round(percentile(commit_ms, 0.5), 2),
+            "commit_p99_ms": round(percentile(commit_ms, 0.99), 2),
             "commit_max_ms": round(max(commit_ms), 2),
             "commit_mean_ms": round(sum(commit_ms) / len(commit_ms), 2)}
 

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from bench import clients
+from bench.figures import percentile
 from bench.scale.load_points import TOPIC, Point, failure_text
 from bench.scale.sampling import Sampler, busiest, idle_rss_mib, ports_of, profiled, thread_cpu
 from bench.systems import PARTITIONS, Meter, Running, create_topic
@@ -139,13 +140,13 @@ def run_producers(env: Running, topic: str, producers: int, records: int, rate_m
             barrier.abort()  # the others stop waiting for the one that failed
         results = [f.result() for f in futures]
     raw = meter.done({})
-    latencies = sorted(x for r in results for x in r["latencies"])
+    latencies = [x for r in results for x in r["latencies"]]
     if not latencies:
         raise RuntimeError("no record delivered")
     return ProduceRun(
         records=sum(r["records"] for r in results), bytes=sum(r["bytes"] for r in results),
         seconds=max(r["last"] for r in results) - min(r["first"] for r in results),
-        p99_ms=1000 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))],
+        p99_ms=1000 * percentile(latencies, 0.99),
         broker_cpu_s=raw["broker_cpu_s"], client_cpu_s=sum(r["client_cpu"] for r in results))
 
 

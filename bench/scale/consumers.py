@@ -17,6 +17,7 @@ from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from typing import Any
 
 from bench import clients
+from bench.figures import percentile
 from bench.scale.connections import many_producers, split
 from bench.scale.load_points import TOPIC, Point, failure_text
 from bench.scale.sampling import Sampler, busiest, idle_rss_mib, ports_of, profiled, thread_cpu
@@ -144,12 +145,11 @@ def measure_consumers(env: Running, point: Point, args: argparse.Namespace,
                                               failure_text(e, args.timeout)))
             point.raw["rate_error"] = str(e)[-2000:]
         else:
-            latencies = sorted(x for r in results for x in r["latencies"])
+            latencies = [x for r in results for x in r["latencies"]]
             delivered = sum(r["records"] for r in results)
             point.values.update(
                 rate_cpu=100 * rate_cpu, rate_mbps=delivered * args.record_size / seconds / 1e6,
-                rate_p50=latencies[len(latencies) // 2],
-                rate_p99=latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))])
+                rate_p50=percentile(latencies, 0.5), rate_p99=percentile(latencies, 0.99))
             point.raw["rate"] = {"delivered": delivered, "seconds": round(seconds, 2),
                                  "client_cpu_s": sum(r["client_cpu"] for r in results)}
         point.raw["rate_threads"] = busiest(threads0, thread_cpu(pids))
