@@ -46,9 +46,10 @@ Record = tuple[int, int]  # partition, offset
 
 
 def share_groups_on(kafka_tools, bootstrap: str, group: str, topic: str,
-                    partitions: int = PARTITIONS, replication: int = 3) -> None:
-    """share.version 1, the group reading from the earliest offset, and the topic: set up as
-    a Kafka user does, with Kafka's tools."""
+                    partitions: int = PARTITIONS, replication: int = 3,
+                    config: dict[str, str] | None = None) -> None:
+    """share.version 1, the group reading from the earliest offset, and the topic (with
+    ``config``): set up as a Kafka user does, with Kafka's tools."""
     kafka_tools.run(FEATURE_COMMAND, "--bootstrap-server", bootstrap, "upgrade",
                     "--feature", "share.version=1")
     kafka_tools.run(CONFIG_COMMAND, "--bootstrap-server", bootstrap, "--alter",
@@ -56,7 +57,8 @@ def share_groups_on(kafka_tools, bootstrap: str, group: str, topic: str,
                     "--add-config", "share.auto.offset.reset=earliest")
     kafka_tools.run("org.apache.kafka.tools.TopicCommand", "--bootstrap-server", bootstrap,
                     "--create", "--topic", topic, "--partitions", str(partitions),
-                    "--replication-factor", str(replication))
+                    "--replication-factor", str(replication),
+                    *(arg for k, v in (config or {}).items() for arg in ("--config", f"{k}={v}")))
 
 
 def events(tool, name: str) -> list[dict]:

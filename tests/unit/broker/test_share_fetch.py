@@ -17,13 +17,17 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from broker.coordinator import share_state_log as ssl
-from broker.handlers import share_fetch  # registers; its encoder is tested here
+from broker.handlers import (
+    share_fetch,  # registers; its encoder is tested here
+    share_groups,  # noqa: F401 (registers ShareGroupHeartbeat)
+)
 from broker.handlers.context import BrokerServices
 from broker.protocol.codec import encode_response
 from broker.protocol.file_region import FileRegion
 from broker.protocol.messages import build_response
 from broker.share.share_partition import AckBatch
 from kafkube.harness.wire import build_batch
+from tests.support.group_calls import finish_now
 from tests.support.handlers import call, inline, make_services, request
 
 TOPIC = "orders"
@@ -258,3 +262,78 @@ def test_the_hand_encoded_response_is_kio_s_bytes_with_records_sent_from_the_fil
             "responses": [{"topic_id": tid, "partitions": ps} for tid, ps in by_topic.items()],
             "node_endpoints": nodes}))
     assert frame == expected
+
+
+def window(services: BrokerServices) -> tuple[Any, ...]:
+    """What the share-partition knows and what its coordinator stored: a refused
+    acknowledgement must change neither."""
+    slot = next(iter(services.shares.slots.values()))
+    share = slot.share
+    stored = asyncio.run(services.share_coordinator.read(slot.key)).state
+    return (share.start_offset,
+            [(r.state, r.delivery_count, r.member_id) for r in share.records],
+            stored.start_offset, stored.batches)
+
+
+def test_bad_acknowledgements_get_kafkas_codes_and_change_nothing(
+        services: BrokerServices) -> None:
+    """Overlapping ranges and offsets never acquired are INVALID_REQUEST; records whose lock
+    ran out, held by another member, or held by a member the group fenced (its session
+    expired: the coordinator gives back what it held, as the broker wires it) are
+    INVALID_RECORD_STATE. None of them changes the share-partition or its stored state,
+    the valid ranges of the same request included."""
+    finish_now(services.groups.ensure_offsets_topic())
+    services.groups.load()
+    produce(services, 6)
+
+    def heartbeat(member: str, epoch: int) -> Any:
+        return call(services, request(76, 1, {
+            "group_id": GROUP, "member_id": member, "member_epoch": epoch, "rack_id": None,
+            "subscribed_topic_names": [TOPIC] if epoch == 0 else None}))
+
+    assert heartbeat("a", 0).error_code == ErrorCode.none
+    assert acquired(fetch(services, "a", 0)) == [(0, 5, 1)]
+    before = window(services)
+    refused = [
+        ([(0, 2, [ACCEPT]), (2, 3, [ACCEPT])], ErrorCode.invalid_request),  # overlapping
+        ([(0, 0, [ACCEPT]), (6, 6, [ACCEPT])], ErrorCode.invalid_request),  # never acquired
+        ([(0, 1, [ACCEPT, 9])], ErrorCode.invalid_request),  # no such acknowledge type
+    ]
+    for epoch, (batches, code) in enumerate(refused, start=1):
+        answer = acknowledge(services, "a", epoch, batches)
+        assert partition_of(answer).error_code == code, (batches, answer)
+        assert window(services) == before, batches
+    # The locks run out: a's records are available again, and a may not acknowledge them.
+    asyncio.run(services.shares.expire(now=10**9))
+    expired = window(services)
+    answer = acknowledge(services, "a", 4, [(0, 1, [ACCEPT])])
+    assert partition_of(answer).error_code == ErrorCode.invalid_record_state
+    assert window(services) == expired
+    # b takes them; a's acknowledgement of b's records is refused the same way.
+    assert heartbeat("b", 0).error_code == ErrorCode.none
+    assert acquired(fetch(services, "b", 0)) == [(0, 5, 2)]
+    taken = window(services)
+    answer = acknowledge(services, "a", 5, [(2, 2, [REJECT])])
+    assert partition_of(answer).error_code == ErrorCode.invalid_record_state
+    assert window(services) == taken
+
+    async def fence_b() -> None:
+        # b stops heartbeating: the coordinator fences it at the next tick, and what it holds
+        # goes back at once (the broker's wiring), not when its locks run out.
+        services.groups.shares.on_member_left = services.shares.release_later
+        services.groups.shares.sessions[(GROUP, "b")] = 0.0
+        services.groups.tick(now=1.0)
+        await asyncio.gather(*(asyncio.all_tasks() - {asyncio.current_task()}))
+
+    asyncio.run(fence_b())
+    assert heartbeat("b", 1).error_code == ErrorCode.unknown_member_id
+    fenced = window(services)
+    assert [r[0] for r in fenced[1]] == [ssl.RecordState.AVAILABLE] * 6
+    answer = acknowledge(services, "b", 1, [(0, 5, [ACCEPT])])
+    assert partition_of(answer).error_code == ErrorCode.invalid_record_state
+    assert window(services) == fenced
+    # a, still a member, gets them for the third time and acknowledges them.
+    assert acquired(fetch(services, "a", 6)) == [(0, 5, 3)]
+    assert partition_of(acknowledge(services, "a", 7, [(0, 5, [ACCEPT])])).error_code == \
+        ErrorCode.none
+    assert window(services)[::2] == (6, 6)
