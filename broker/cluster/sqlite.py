@@ -12,6 +12,7 @@ import sqlite3
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from broker.cluster.backend import CoordinationBackend, MetadataMissing
@@ -58,8 +59,29 @@ CREATE TABLE IF NOT EXISTS epochs (
 """
 
 
+# A commit by another broker is seen at most this long after it (a broker polls every
+# 100 ms; its own commits are seen at once).
+RECHECK_S = 0.01
+
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """What the polls read, as the file held it at one ``PRAGMA data_version``: leases with
+    their expiry (a lease lapses with time, not with a write, so it is judged when asked)."""
+
+    key: tuple[int, int]  # (data_version, this connection's commits)
+    brokers: tuple[tuple[int, BrokerRegistration], ...]  # (expires_ms, registration)
+    controller: tuple[int, int, int] | None  # (holder, epoch, expires_ms)
+    identity: StoredIdentity | None
+
+
+def _registration(row: tuple) -> BrokerRegistration:
+    return BrokerRegistration(*row[:6], split_list(row[6]), frozenset(split_list(row[7])),
+                              supported_features=feature_tuples(parse_ranges(row[8])))
 
 
 class SqliteBackend(CoordinationBackend):
@@ -68,6 +90,12 @@ class SqliteBackend(CoordinationBackend):
         self.path = path
         self.where = str(path)
         self._decoded: tuple[int, ClusterImage] | None = None  # (version, image)
+        # Every broker polls the file 14 times a second (metadata, controller) and finds it
+        # unchanged nearly always: the rows are read and parsed again only when a commit
+        # changed the file (profiled: the polls were most of an idle broker's CPU).
+        self._rows: _Rows | None = None
+        self._commits = 0  # data_version does not count this connection's own commits
+        self._checked = 0.0  # when data_version was last read (monotonic)
         self._db = sqlite3.connect(path, timeout=busy_timeout_s, isolation_level=None,
                                    check_same_thread=False)
         # Brokers of a local cluster start together: switching a new file to WAL can find it
@@ -104,6 +132,32 @@ class SqliteBackend(CoordinationBackend):
             self._db.execute("ROLLBACK")
             raise
         self._db.execute("COMMIT")
+        self._commits += 1
+
+    def _read_rows(self) -> _Rows:
+        """The rows the polls read, re-read only when a commit changed the file since. The
+        check is itself a read transaction (WAL's shared-memory locks: most of a poll's
+        cost), so the several reads of one poll share one, made at most RECHECK_S apart."""
+        rows = self._rows
+        now = time.monotonic()
+        if rows is not None and rows.key[1] == self._commits and \
+                now - self._checked < RECHECK_S:
+            return rows
+        key = (self._db.execute("PRAGMA data_version").fetchone()[0], self._commits)
+        self._checked = now
+        if rows is not None and rows.key == key:
+            return rows
+        brokers = tuple((row[9], _registration(row)) for row in self._db.execute(
+            "SELECT node_id, host, port, rack, broker_epoch, listeners, offline_log_dirs, "
+            "offline_replicas, supported_features, expires_ms FROM brokers ORDER BY node_id"))
+        controller = self._db.execute(
+            "SELECT holder, epoch, expires_ms FROM controller").fetchone()
+        identity = self._db.execute("SELECT cluster_id, version FROM cluster").fetchone()
+        # A commit between the pragma and the reads leaves newer rows under the older key:
+        # the next call sees another key and reads again, so nothing stale is kept.
+        rows = self._rows = _Rows(key, brokers, controller,
+                                  StoredIdentity(*identity) if identity else None)
+        return rows
 
     def _next_epoch(self, db: sqlite3.Connection, name: str) -> int:
         row = db.execute("SELECT value FROM epochs WHERE name = ?", (name,)).fetchone()
@@ -114,8 +168,7 @@ class SqliteBackend(CoordinationBackend):
     # -- the stored image's identity, its creation and its repair ---------------------------
 
     def stored_identity(self) -> StoredIdentity | None:
-        row = self._db.execute("SELECT cluster_id, version FROM cluster").fetchone()
-        return StoredIdentity(*row) if row else None
+        return self._read_rows().identity
 
     def create_image(self, cluster_id: str, image: ClusterImage) -> bool:
         with self._write() as db:
@@ -186,20 +239,12 @@ class SqliteBackend(CoordinationBackend):
                        (node_id, broker_epoch))
 
     def live_brokers(self) -> dict[int, BrokerRegistration]:
-        rows = self._db.execute(
-            "SELECT node_id, host, port, rack, broker_epoch, listeners, offline_log_dirs, "
-            "offline_replicas, supported_features FROM brokers WHERE expires_ms > ?",
-            (_now_ms(),),
-        ).fetchall()
-        return {row[0]: BrokerRegistration(
-            *row[:6], split_list(row[6]), frozenset(split_list(row[7])),
-            supported_features=feature_tuples(parse_ranges(row[8]))) for row in rows}
+        now = _now_ms()
+        return {r.node_id: r for expires, r in self._read_rows().brokers if expires > now}
 
     def lease_expiries(self) -> dict[int, int]:
-        rows = self._db.execute(
-            "SELECT node_id, expires_ms FROM brokers WHERE expires_ms > ?", (_now_ms(),),
-        ).fetchall()
-        return dict(rows)
+        now = _now_ms()
+        return {r.node_id: expires for expires, r in self._read_rows().brokers if expires > now}
 
     # -- controller election --------------------------------------------------------------
 
@@ -231,18 +276,16 @@ class SqliteBackend(CoordinationBackend):
             db.execute("DELETE FROM controller WHERE holder = ?", (node_id,))
 
     def controller(self) -> ControllerLease | None:
-        row = self._db.execute(
-            "SELECT holder, epoch FROM controller WHERE expires_ms > ?", (_now_ms(),)
-        ).fetchone()
-        return ControllerLease(*row) if row else None
+        row = self._read_rows().controller
+        return ControllerLease(row[0], row[1]) if row and row[2] > _now_ms() else None
 
     # -- cluster image ---------------------------------------------------------------------
 
     def image_version(self) -> int:
-        row = self._db.execute("SELECT version FROM cluster").fetchone()
-        if row is None:
+        identity = self._read_rows().identity
+        if identity is None:
             raise MetadataMissing(f"{self.path} holds no cluster image")
-        return row[0]
+        return identity.version
 
     def read_image(self) -> ClusterImage:
         """Decoded once per version: the controller reads the image several times a round,

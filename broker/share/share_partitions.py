@@ -44,6 +44,7 @@ from broker.storage.txn_index import AbortedTxn
 
 log = logging.getLogger(__name__)
 EXPIRY_RETRY_SECONDS = 1.0  # a group's configs (share.auto.offset.reset)
+IDLE_EXPIRY_SECONDS = 1.0  # how often the expiry loop looks while nothing can expire
 
 
 @dataclass
@@ -342,9 +343,12 @@ class SharePartitionManager:
     async def run_expiry(self, sessions: ShareSessions | None = None,
                          interval: float = 0.1) -> None:
         """Lock expiry, and the eviction of share sessions idle for a share session timeout
-        (their consumer died or went away; what it held goes back)."""
+        (their consumer died or went away; what it held goes back). With no share-partition
+        and no session nothing can expire, so the loop looks once a second: a lock lasts at
+        least that long (``group.share.min.record.lock.duration.ms`` is 1 s at its lowest)."""
         while True:
-            await asyncio.sleep(interval)
+            busy = self.slots or (sessions is not None and sessions.sessions)
+            await asyncio.sleep(interval if busy else IDLE_EXPIRY_SECONDS)
             now = time.monotonic()
             try:
                 await self.expire(now)
