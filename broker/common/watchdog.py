@@ -88,7 +88,10 @@ class EventLoopWatchdog:
 
 
 class GcPauses:
-    """Times each garbage collection (``gc.callbacks``) into a histogram per generation."""
+    """Times each garbage collection (``gc.callbacks``) into a histogram per generation, and
+    counts the objects it freed: objects freed by the collector, not by their reference
+    count, were in reference cycles, and a path that makes cycles per request makes the
+    collections that walk everything else with them."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         pauses = Histogram(
@@ -99,6 +102,10 @@ class GcPauses:
         # Children looked up once: labels() takes a lock and builds a key each call, and a
         # busy broker collects its youngest generation hundreds of times a second.
         self._by_generation = [pauses.labels(str(g)) for g in range(3)]
+        collected = Counter(
+            "kafkube_gc_collected_objects", "Objects the garbage collector freed (they were "
+            "in reference cycles)", ["generation"], registry=registry)
+        self._collected = [collected.labels(str(g)) for g in range(3)]
         self._started = 0.0
 
     def start(self) -> None:
@@ -113,4 +120,7 @@ class GcPauses:
         if phase == "start":
             self._started = time.perf_counter()
         else:
-            self._by_generation[info["generation"]].observe(time.perf_counter() - self._started)
+            generation = info["generation"]
+            self._by_generation[generation].observe(time.perf_counter() - self._started)
+            if info["collected"]:
+                self._collected[generation].inc(info["collected"])

@@ -74,3 +74,21 @@ def test_garbage_collections_are_timed_by_generation() -> None:
     gc.collect()  # stopped: no longer counted
     assert registry.get_sample_value(
         "kafkube_gc_pause_seconds_count", {"generation": "2"}) == full
+
+
+def test_objects_freed_by_the_collector_are_counted() -> None:
+    registry = CollectorRegistry()
+    pauses = GcPauses(registry)
+    gc.collect()
+    pauses.start()
+    try:
+        for _ in range(100):  # garbage only the collector can free: a cycle each
+            cycle: list = []
+            cycle.append(cycle)
+        del cycle
+        gc.collect()
+    finally:
+        pauses.stop()
+    freed = sum(registry.get_sample_value("kafkube_gc_collected_objects_total",
+                                          {"generation": str(g)}) or 0 for g in range(3))
+    assert freed >= 100, freed
