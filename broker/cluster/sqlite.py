@@ -59,9 +59,9 @@ CREATE TABLE IF NOT EXISTS epochs (
 """
 
 
-# A commit by another broker is seen at most this long after it (a broker polls every
-# 100 ms; its own commits are seen at once).
-RECHECK_S = 0.01
+# A commit by another broker is seen at most this long after it: the reads of one poll
+# share a check (they come within a millisecond), and a broker's own commits are seen at once.
+RECHECK_S = 0.002
 
 
 def _now_ms() -> int:
@@ -291,8 +291,18 @@ class SqliteBackend(CoordinationBackend):
         """Decoded once per version: the controller reads the image several times a round,
         and at 10,000 partitions each decode took tens of milliseconds of the event loop."""
         decoded = self._decoded
-        if decoded is None or decoded[0] != self.image_version():
-            text, version = self._db.execute("SELECT image, version FROM cluster").fetchone()
+        known = self.image_version()
+        if decoded is None or decoded[0] != known:
+            row = self._db.execute("SELECT image, version FROM cluster").fetchone()
+            if row is None:  # deleted since the version was read
+                self._rows = None
+                raise MetadataMissing(f"{self.path} holds no cluster image")
+            text, version = row
+            if version != known:
+                # Written since the rows were read: read them again at the next call, or the
+                # guard would hold this image against an older stored version and judge
+                # the store gone back.
+                self._rows = None
             decoded = self._decoded = (version, ClusterImage.from_json(text, version))
         return decoded[1]
 

@@ -178,6 +178,8 @@ async def handle_share_fetch(ctx: RequestContext, request: Any) -> Any:
             group_id, member_id, epoch, named, forgotten, connection=ctx.head_of_line)
     except SessionError as e:
         return refuse(e.code, str(e))
+    if epoch == OPEN:
+        services.shares.wake()  # the session expires when idle: the expiry loop must look
     answer = _Answer(ctx)
     if acks:
         await _acknowledge(ctx, answer, group_id, member_id, acks)

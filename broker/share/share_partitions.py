@@ -13,6 +13,7 @@ window), so writes land in the order their changes were made.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import time
@@ -44,7 +45,7 @@ from broker.storage.txn_index import AbortedTxn
 
 log = logging.getLogger(__name__)
 EXPIRY_RETRY_SECONDS = 1.0  # a group's configs (share.auto.offset.reset)
-IDLE_EXPIRY_SECONDS = 1.0  # how often the expiry loop looks while nothing can expire
+IDLE_EXPIRY_SECONDS = 1.0  # the expiry loop's look while nothing can expire
 
 
 @dataclass
@@ -95,6 +96,12 @@ class SharePartitionManager:
         self.slots: dict[ShareKey, Slot] = {}
         self._loading: dict[ShareKey, asyncio.Future[Slot | ErrorCode]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self._work = asyncio.Event()  # a share-partition or a share session was made
+
+    def wake(self) -> None:
+        """Something that can expire exists now (a share-partition, a share session): the
+        expiry loop, idle until then, looks every 100 ms again."""
+        self._work.set()
 
     def setting(self, group_id: str, name: str) -> str:
         """A group config's effective value for ``group_id`` (kafka-configs.sh --entity-type
@@ -198,6 +205,7 @@ class SharePartitionManager:
         if replaced is not None:
             replaced.retired = True
         self.slots[key] = slot
+        self.wake()
         log.info("share-partition %s:%s-%d starts at %d", key.group_id, partition.topic,
                  key.partition, share.start_offset)
         return slot
@@ -344,11 +352,16 @@ class SharePartitionManager:
                          interval: float = 0.1) -> None:
         """Lock expiry, and the eviction of share sessions idle for a share session timeout
         (their consumer died or went away; what it held goes back). With no share-partition
-        and no session nothing can expire, so the loop looks once a second: a lock lasts at
-        least that long (``group.share.min.record.lock.duration.ms`` is 1 s at its lowest)."""
+        and no session nothing can expire, so the loop sleeps until one is made (``wake``),
+        looking once a second all the same."""
         while True:
-            busy = self.slots or (sessions is not None and sessions.sessions)
-            await asyncio.sleep(interval if busy else IDLE_EXPIRY_SECONDS)
+            self._work.clear()
+            if self.slots or (sessions is not None and sessions.sessions):
+                await asyncio.sleep(interval)
+            else:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(IDLE_EXPIRY_SECONDS):
+                        await self._work.wait()
             now = time.monotonic()
             try:
                 await self.expire(now)

@@ -7,6 +7,7 @@ and the acknowledged state surviving the partition's leadership moving away and 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import uuid
 from datetime import timedelta
@@ -337,3 +338,38 @@ def test_bad_acknowledgements_get_kafkas_codes_and_change_nothing(
     assert partition_of(acknowledge(services, "a", 7, [(0, 5, [ACCEPT])])).error_code == \
         ErrorCode.none
     assert window(services)[::2] == (6, 6)
+
+
+def test_the_expiry_loop_rests_until_a_share_partition_or_session_exists(
+        services: BrokerServices) -> None:
+    """An idle broker's expiry loop does not wake every 100 ms for nothing; a share-partition
+    made wakes it at once, and it looks every ``interval`` from then on."""
+    shares = services.shares
+    rounds: list[float] = []
+    real_expire = shares.expire
+
+    async def counted(now: float) -> None:
+        rounds.append(now)
+        await real_expire(now)
+
+    async def scenario() -> tuple[int, int]:
+        shares.expire = counted  # type: ignore[method-assign]
+        task = asyncio.create_task(shares.run_expiry(services.share_sessions, interval=0.01))
+        await asyncio.sleep(0.3)  # an idle spell, shorter than the idle look (1 s)
+        idle = len(rounds)
+        produce(services, 1)
+        slot = await shares.slot(GROUP, topic_id(services), 0)
+        assert not isinstance(slot, ErrorCode), slot
+        for _ in range(500):  # bounded: woken, it looks every 10 ms
+            if len(rounds) >= idle + 3:
+                break
+            await asyncio.sleep(0.01)
+        busy = len(rounds) - idle
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        return idle, busy
+
+    idle, busy = asyncio.run(scenario())
+    assert idle == 0, idle
+    assert busy >= 3, busy

@@ -9,6 +9,10 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
+
+from broker.cluster import sqlite
+from broker.cluster.backend import MetadataMissing
 from broker.cluster.sqlite import RECHECK_S, SqliteBackend
 from kafkube.harness.waiting import wait_until
 from kafkube_contract.registration import BrokerRegistration
@@ -62,6 +66,35 @@ def test_an_unchanged_file_is_not_read_again(tmp_path: Path) -> None:
         later = statements[first:]
         assert later and all(s.startswith("PRAGMA data_version") for s in later), later[:3]
         assert len(later) <= 20  # one check a poll, not one per read
+    finally:
+        one.close()
+        poller.close()
+
+
+def test_an_image_read_newer_than_the_rows_brings_the_rows_along(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The image is read by its own query: when another broker wrote one since the rows were
+    read, the rows are read again, so the stored version is never older than the image
+    just read (the guard would judge the store gone back). And a cluster row deleted in
+    between is MetadataMissing, which the guard knows, not a crash."""
+    monkeypatch.setattr(sqlite, "RECHECK_S", 60.0)  # the window wide open: no luck involved
+    one = new_cluster(SqliteBackend(tmp_path / "cluster.db"))
+    poller = SqliteBackend(tmp_path / "cluster.db")
+    try:
+        version = poller.image_version()
+        assert one.write_image(one.read_image())
+        assert poller.image_version() == version  # within the window: not checked again
+        assert poller.read_image().version == version + 1
+        assert poller.stored_identity().version == version + 1
+        assert poller.image_version() == version + 1
+        fresh = SqliteBackend(tmp_path / "cluster.db")
+        assert fresh.image_version() == version + 1
+        one._db.execute("DELETE FROM cluster")  # the store lost its image
+        with pytest.raises(MetadataMissing):
+            fresh.read_image()
+        with pytest.raises(MetadataMissing):
+            fresh.image_version()
+        fresh.close()
     finally:
         one.close()
         poller.close()
