@@ -92,7 +92,8 @@ class SqliteBackend(CoordinationBackend):
         self._decoded: tuple[int, ClusterImage] | None = None  # (version, image)
         # Every broker polls the file 14 times a second (metadata, controller) and finds it
         # unchanged nearly always: the rows are read and parsed again only when a commit
-        # changed the file (profiled: the polls were most of an idle broker's CPU).
+        # changed the file (an idle broker's CPU 10.5-11 -> 9.5-10 ms a second with it:
+        # docs/performance.md, "An idle broker").
         self._rows: _Rows | None = None
         self._commits = 0  # data_version does not count this connection's own commits
         self._checked = 0.0  # when data_version was last read (monotonic)
@@ -136,8 +137,8 @@ class SqliteBackend(CoordinationBackend):
 
     def _read_rows(self) -> _Rows:
         """The rows the polls read, re-read only when a commit changed the file since. The
-        check is itself a read transaction (WAL's shared-memory locks: most of a poll's
-        cost), so the several reads of one poll share one, made at most RECHECK_S apart."""
+        check is itself a query, so the several reads of one poll share one, made at most
+        RECHECK_S apart."""
         rows = self._rows
         now = time.monotonic()
         if rows is not None and rows.key[1] == self._commits and \
