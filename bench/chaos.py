@@ -223,6 +223,7 @@ class Run:
         self.stopped: str | None = None  # a wedge (or a fault that could not be undone)
         self.bounded: str | None = None  # the plan not met within its bounds
         self.producer = ""
+        self.producer_error: str | None = None  # the end of its output, if it failed
 
     def kubectl(self, *args: str, timeout: float = 120.0) -> str:
         return self.brokers.kubectl(*args, timeout=timeout)
@@ -301,6 +302,7 @@ class Run:
                 faults.whole()
                 fault.whole = time.time()
             except Exception as e:  # a wedge: recorded, and the run stops
+                wedge = str(e)
                 ended = self.brokers.phase(self.producer) != "Running"
                 self.stopped = (f"fault {number} ({kind}): not whole again"
                                 + (" (the producer had ended: nothing to acknowledge)"
@@ -310,15 +312,21 @@ class Run:
                      + (f"{fault.whole_s:.1f} s" if fault.whole_s is not None else "NEVER")
                      + (f"; ERROR {fault.error}" if fault.error else ""))
             if self.stopped:
+                self.log(f"not whole again: {wedge}")  # in full: the brokers' own reasons
                 break
 
     def stop_producer(self, pod: str) -> list[str]:
         """SIGTERM to the producer (PID 1 of its pod): it stops sending, flushes, reports.
-        One that ended by itself (its count or time up) has reported already."""
+        One that ended by itself (its count or time up) has reported already. One that
+        failed (a client's fatal error) is recorded, and what it acknowledged still judged."""
         if self.brokers.phase(pod) == "Running":
             self.kubectl("exec", pod, "--", "python3", "-c",
                          "import os, signal; os.kill(1, signal.SIGTERM)")
-        return self.brokers.finish(pod, 300)
+        succeeded, lines = self.brokers.ended(pod, 300)
+        if not succeeded:
+            self.producer_error = "\n".join(lines[-12:])
+            self.log(f"the producer failed:\n{self.producer_error}")
+        return lines
 
     def drain(self, history: History, attempts: int = 3) -> Coverage:
         """The topic read from offset 0 to its end; again while a drain stops short."""
@@ -368,7 +376,7 @@ class Run:
         return {**summarise(self.plan, self.faults, records, run_s=ended - began,
                          quiet_s=longest_gap(produced.ack_times, quiet_from, quiet_to),
                          ready=ready, stopped=self.stopped, rate=self.plan.rate(),
-                         bounded=self.bounded),
+                         bounded=self.bounded, producer_error=self.producer_error),
                 "ack_times_ms": produced.ack_times}  # the gaps can be judged again later
 
     def ended_ready(self, faults: Faults) -> bool:
@@ -385,7 +393,8 @@ class Run:
 
 def summarise(plan: Plan, faults: list[Fault], records: dict[str, Any], run_s: float,
               quiet_s: float, ready: bool, stopped: str | None, rate: float,
-              bounded: str | None = None) -> dict[str, Any]:
+              bounded: str | None = None, producer_error: str | None = None
+              ) -> dict[str, Any]:
     kinds: dict[str, list[Fault]] = defaultdict(list)
     for fault in faults:
         kinds[fault.kind].append(fault)
@@ -398,7 +407,8 @@ def summarise(plan: Plan, faults: list[Fault], records: dict[str, Any], run_s: f
                 "whole_max_s": max(whole, default=None),
                 "unavailable_median_s": statistics.median(gaps) if gaps else None,
                 "unavailable_max_s": max(gaps, default=None)}
-    ok = (ready and stopped is None and records["lost"] == 0 and records["unread"] == 0
+    ok = (ready and stopped is None and producer_error is None
+          and records["lost"] == 0 and records["unread"] == 0
           and records["duplicated"] == 0 and records["out_of_order"] == 0
           and records["misplaced"] == 0 and not records["other_anomalies"]
           and records["acks_in_log"] == records["acked"])
@@ -407,7 +417,7 @@ def summarise(plan: Plan, faults: list[Fault], records: dict[str, Any], run_s: f
             "between_total": sum(f.kind in BETWEEN for f in faults),
             "kinds": {k: figures(kinds[k]) for k in (*FAULTS, *BETWEEN) if k in kinds},
             "records": records, "ready_at_end": ready, "stopped": stopped,
-            "bounded": bounded, "ok": ok,
+            "bounded": bounded, "producer_error": producer_error, "ok": ok,
             "faults": [{**asdict(f), "whole_s": f.whole_s} for f in faults]}
 
 
@@ -432,7 +442,8 @@ def headline(result: dict[str, Any]) -> list[str]:
         f"run: {result['run_s'] / 60:.1f} min of faults, {result['faults_total']} faults and "
         f"{result['between_total']} rolls/scales, seed {result['seed']}"
         + (f"; STOPPED: {result['stopped']}" if result["stopped"] else "")
-        + (f"; {result['bounded']}" if result.get("bounded") else ""),
+        + (f"; {result['bounded']}" if result.get("bounded") else "")
+        + ("; THE PRODUCER FAILED" if result.get("producer_error") else ""),
         f"records: {r['sent']:,} sent, {r['acked']:,} acknowledged, {r['failed']:,} never "
         f"acknowledged, {r['read_back']:,} read back; lost {r['lost']}, unread {r['unread']}, "
         f"duplicated {r['duplicated']}, out of order {r['out_of_order']}, misplaced "

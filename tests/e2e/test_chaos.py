@@ -33,6 +33,7 @@ def test_a_fault_of_every_kind_loses_no_acknowledged_record(operator: Cluster) -
     assert not records["other_anomalies"], records["checker"]
     assert result["stopped"] is None, result["stopped"]
     assert result["ready_at_end"]
+    assert result["producer_error"] is None, result["producer_error"]
     expected = FAULTS if operator.name else tuple(k for k in FAULTS if k not in ON_NODES)
     assert set(expected) <= set(result["kinds"]), result["kinds"]
     failed = [f for f in result["faults"] if f["error"]]

@@ -9,7 +9,7 @@ import uuid
 
 from kafkube.harness.checkout import REPO
 from kafkube.harness.kind.platform import Cluster, KubectlError
-from kafkube.harness.waiting import wait_until
+from kafkube.harness.waiting import WaitTimedOut, wait_until
 
 NAMESPACE = "kafkube"  # the reference manifest's ClusterRoleBinding names it
 BOOTSTRAP = f"kafkube-bootstrap.{NAMESPACE}.svc:9092"
@@ -66,13 +66,18 @@ class Brokers:
     def logs(self, pod: str) -> list[str]:
         return self.kubectl("logs", pod, timeout=300).splitlines()
 
-    def finish(self, pod: str, timeout: float) -> list[str]:
-        """Wait for a client pod to end; its output. It must have succeeded."""
+    def ended(self, pod: str, timeout: float) -> tuple[bool, list[str]]:
+        """Wait for a client pod to end, then delete it; whether it succeeded, its output."""
         phase = wait_until(lambda: (p := self.phase(pod)) in ("Succeeded", "Failed") and p,
                            timeout, f"client pod {pod} to finish", 1.0)
         lines = self.logs(pod)
-        assert phase == "Succeeded", f"client pod {pod} failed:\n" + "\n".join(lines[-20:])
         self.kubectl("delete", "pod", pod, "--wait=false")
+        return phase == "Succeeded", lines
+
+    def finish(self, pod: str, timeout: float) -> list[str]:
+        """Wait for a client pod to end; its output. It must have succeeded."""
+        succeeded, lines = self.ended(pod, timeout)
+        assert succeeded, f"client pod {pod} failed:\n" + "\n".join(lines[-20:])
         return lines
 
     def run(self, *args: str, timeout: float = 300) -> list[str]:
@@ -145,10 +150,34 @@ class Brokers:
             " exit 0"))
         assert killed.split(), f"no process of pod {pod} found on node {node}"
 
+    def why_not_ready(self) -> str:
+        """Each broker's own answer to its readiness probe (broker/health.py says which
+        partitions it waits for) and the end of its log, the ready ones' too (a follower
+        waits on its leader): what a wedge is read from."""
+        lines = []
+        for pod in (f"{self.name}-{b}" for b in range(self.size)):
+            try:
+                reason = self.kubectl("exec", pod, "--", "python3", "-c", (
+                    "import urllib.request as u, urllib.error as e\n"
+                    "try: print(u.urlopen('http://127.0.0.1:9405/ready', timeout=5).read()"
+                    ".decode())\n"
+                    "except e.HTTPError as x: print(x.read().decode())"), timeout=30).strip()
+            except KubectlError as e:
+                reason = f"(not asked: {e})"
+            try:
+                tail = self.kubectl("logs", pod, "--tail=80", timeout=30)
+            except KubectlError as e:
+                tail = f"(no log: {e})"
+            lines.append(f"--- {pod}: {reason}\n{tail}")
+        return "\n".join(lines)
+
     def wait_whole(self, timeout: float = 300) -> None:
         """Every broker Ready and no partition under-replicated, as each broker sees it."""
-        wait_until(lambda: len(self.ready_pods()) == self.size, timeout,
-                   f"{self.size} Ready broker pods", 1.0)
+        try:
+            wait_until(lambda: len(self.ready_pods()) == self.size, timeout,
+                       f"{self.size} Ready broker pods", 1.0)
+        except WaitTimedOut as e:
+            raise WaitTimedOut(f"{e}\n{self.why_not_ready()}") from None
 
         def in_sync() -> bool:
             try:
