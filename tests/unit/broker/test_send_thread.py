@@ -63,7 +63,7 @@ async def _in_order() -> dict[str, object]:
     responses = [b"response %03d;" % i + (b"." * 50_000 if i % 7 == 0 else b"")
                  for i in range(300)]
     total = sum(map(len, responses)) + 6 * (len(b"headertrailer") + 200_000)
-    reading = asyncio.get_running_loop().create_task(read_exactly(client, total))
+    reading: asyncio.Task[bytes] | None = None
     with tempfile.TemporaryFile() as f:
         f.write(os.urandom(300_000))
         f.flush()
@@ -75,12 +75,18 @@ async def _in_order() -> dict[str, object]:
                     await transport.sendall(rest)
             else:
                 await transport.sendall(small)  # the writer's
+            if reading is None:
+                # The client reads nothing until the thread has stalled on the first large
+                # response (a reader started at once could keep ahead of every send).
+                await until(lambda: sends.stats()[2] > 0)
+                reading = asyncio.get_running_loop().create_task(read_exactly(client, total))
             if i % 10 == 9:  # a turn of the loop, as between two reads: the thread wakes
                 await asyncio.sleep(0)
             if i % 50 == 49:  # a large fetch response: bytes and sendfile, by the loop
                 region = FileRegion(f.fileno(), i * 100, 200_000)
                 await transport.send_regions([b"header", region, b"trailer"])
                 expected += b"header" + os.pread(f.fileno(), 200_000, i * 100) + b"trailer"
+        assert reading is not None
         got = await asyncio.wait_for(reading, 20)
     transport.close()
     sends_made, sent, stalls = sends.stats()
