@@ -10,7 +10,9 @@ be sent in the newest the peer serves: during a rolling upgrade peers of two rel
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import struct
+from collections.abc import Iterator
 from typing import Any
 
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
@@ -40,13 +42,26 @@ class KafkaConnection:
         self.api_versions: dict[int, int] = {}  # the peer's, API key -> highest version
 
     async def request(self, api_key: int, api_version: int, body: Any) -> Any:
-        try:
+        with self._closed_on_failure():
             async with asyncio.timeout(self.timeout):
                 return await self._roundtrip(api_key, api_version, body)
-        except (OSError, EOFError, asyncio.IncompleteReadError, TimeoutError,
+
+    @contextlib.contextmanager
+    def _closed_on_failure(self) -> Iterator[None]:
+        """Whatever interrupts a request closes the connection, so the next one starts
+        afresh: a connection kept after a failure may hold half a frame, or a transport
+        that is closed. A failure of the connection is a ``BrokerConnectionError``;
+        uvloop reports writing to a transport a reset closed (the peer died while we were
+        idle) as RuntimeError, and a connection that kept it was never used again."""
+        try:
+            yield
+        except (OSError, EOFError, asyncio.IncompleteReadError, TimeoutError, RuntimeError,
                 PeerAuthenticationFailed) as e:
             self.close()
             raise BrokerConnectionError(f"{self.host}:{self.port}: {e!r}") from None
+        except BaseException:
+            self.close()
+            raise
 
     async def _roundtrip(self, api_key: int, api_version: int, body: Any) -> Any:
         if self._writer is None:
@@ -62,15 +77,11 @@ class KafkaConnection:
 
     async def connect(self) -> None:
         """Connect (and learn the peer's API versions) unless connected."""
-        try:
+        with self._closed_on_failure():
             async with asyncio.timeout(self.timeout):
                 if self._writer is None:
                     await self._roundtrip(API_VERSIONS_KEY, 3, ApiVersionsRequest(
                         client_software_name="kafkube-broker", client_software_version="1"))
-        except (OSError, EOFError, asyncio.IncompleteReadError, TimeoutError,
-                PeerAuthenticationFailed) as e:
-            self.close()
-            raise BrokerConnectionError(f"{self.host}:{self.port}: {e!r}") from None
 
     async def _exchange(self, api_key: int, api_version: int, body: Any) -> Any:
         assert self._reader is not None and self._writer is not None

@@ -360,7 +360,12 @@ class Partition:
 
     def record_follower_fetch(self, replica_id: int, fetch_offset: int,
                               log_start_offset: int = -1) -> bool:
-        """Note a follower's position; True if it now qualifies to join the ISR."""
+        """Note a follower's position; True if it now qualifies to join the ISR. A fetch
+        from past our log end is no position we can vouch for (the follower's tail diverged;
+        the read answers OFFSET_OUT_OF_RANGE and it truncates): Kafka records a follower's
+        fetch only after reading it."""
+        if fetch_offset > self.log.log_end_offset:
+            return False
         progress = self.followers.get(replica_id)
         if progress is None:
             if replica_id not in self.replicas:

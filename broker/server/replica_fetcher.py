@@ -25,7 +25,7 @@ from kio.schema.offset_for_leader_epoch.v4.request import OffsetForLeaderEpochRe
 
 from broker.network.client import BrokerConnectionError, KafkaConnection
 from broker.protocol.messages import build
-from broker.protocol.records import InvalidRecordError
+from broker.protocol.records import InvalidRecordError, split_batches
 from broker.security.client import ClientSecurity
 from broker.server.partition import Partition, now_ms
 from broker.server.throttle import Throttle
@@ -308,9 +308,20 @@ class ReplicaFetcher:
             return
         if partition.log.log_end_offset != offset:
             return  # truncated meanwhile; the next round asks again
+        records = bytes(p.records or b"")
         try:
-            partition.append_as_follower(bytes(p.records or b""), p.high_watermark)
+            partition.append_as_follower(records, p.high_watermark)
         except InvalidRecordError as e:
+            start = _first_offset(records)
+            if start is not None and partition.log.log_start_offset <= start < offset:
+                # The leader's batch holding our log end starts before it: our tail was
+                # written in other batches, so it is not the leader's. Truncation by epoch
+                # finds nothing to cut while the epochs agree; the leader's boundary is
+                # where our logs are known to meet, and we fetch from there.
+                log.warning("%s: the leader's batch at offset %d overlaps our log end %d; "
+                            "truncating to it", partition, start, offset)
+                partition.truncate_to(start)
+                return
             log.warning("%s: fetched data does not continue our log (%s); truncating",
                         partition, e)
             state.truncating = True
@@ -319,3 +330,13 @@ class ReplicaFetcher:
             log.warning("%s", e)  # the replica manager stops fetching it
             return
         partition.follow_log_start_offset(p.log_start_offset)
+
+
+def _first_offset(records: bytes) -> int | None:
+    """The base offset of the first batch of a fetched record set whose every batch is
+    whole and intact (a damaged one says nothing about where our logs meet), else None."""
+    try:
+        headers = split_batches(records, allow_empty=True)
+    except InvalidRecordError:
+        return None
+    return headers[0].base_offset if headers else None

@@ -78,6 +78,36 @@ def test_only_a_registered_broker_rejoins_the_isr(replicas: Any) -> None:
     assert replicas.isr_changes.expands == expands + 1
 
 
+def test_a_follower_fetching_past_the_leaders_end_is_not_taken_into_the_isr(
+        replicas: Any) -> None:
+    """A fetch from beyond the leader's log end comes from a follower whose log diverged (a
+    tail the leader never had): Kafka answers OFFSET_OUT_OF_RANGE and records no position
+    (its follower state is updated only after a read). Counted as caught up, the follower
+    joined the ISR with the wrong tail, and its fetches never showed it truncating."""
+    follower_epoch(replicas)
+    asyncio.run(replicas.create_topic("t", 1, {}, 2, [(LEADER, FOLLOWER)]))
+    replicas.apply_image(replicas.metadata.image)
+    partition = replicas.partitions[("t", 0)]
+    assert asyncio.run(replicas.isr_changes.change(partition, remove=[FOLLOWER]))
+    replicas.apply_image(replicas.metadata.image)
+    end = partition.log.log_end_offset
+
+    async def fetch_from(offset: int) -> None:
+        replicas.record_follower_fetch(partition, FOLLOWER, offset)
+        await asyncio.gather(*replicas.isr_changes.pending)
+
+    asyncio.run(fetch_from(end + 5))
+    replicas.metadata.refresh()
+    replicas.apply_image(replicas.metadata.image)
+    assert list(partition.isr) == [LEADER]
+    assert FOLLOWER not in partition.followers \
+        or partition.followers[FOLLOWER].log_end_offset <= end
+    asyncio.run(fetch_from(end))  # truncated to the leader's end: it joins
+    replicas.metadata.refresh()
+    replicas.apply_image(replicas.metadata.image)
+    assert list(partition.isr) == [LEADER, FOLLOWER]
+
+
 class _AnsweredOnCue(KafkaConnection):
     """A connection whose answer arrives when the test says so."""
 
