@@ -53,6 +53,7 @@ from broker.server.txn_verification import TransactionVerifier
 from broker.share.persister import SharePersister
 from broker.share.share_partitions import SharePartitionManager
 from broker.share.share_sessions import ShareSessions
+from broker.storage.log_dir_lock import LogDirLocks
 from kafkube_contract.registration import BrokerRegistration, feature_tuples
 
 log = logging.getLogger(__name__)
@@ -100,6 +101,10 @@ class BrokerApp:
         self.config = config
         handlers.load_all()
         log_dirs = [Path(d) for d in config.log_dirs]
+        # Before anything reads them: a predecessor still stopping (a force-deleted pod)
+        # must not write the same logs (broker/storage/log_dir_lock.py).
+        self.log_dir_locks = LogDirLocks()
+        self.log_dir_locks.acquire(log_dirs)
         # Waits here, saying why, while the store holds no image this broker may trust.
         self.store = ClusterMetadata(open_backend(config), log_dirs, config.node_id)
         self.backend = self.store.backend
@@ -388,6 +393,7 @@ class BrokerApp:
             await self.membership.leave()
         await self.store.keep_copy(force=True)
         self.store.close()
+        self.log_dir_locks.release()
         await self.watchdog.stop()
         await self.long_lived.stop()
         self.gc_pauses.stop()

@@ -24,6 +24,7 @@ def _broker(args: argparse.Namespace) -> int:
         print(f"kafkube broker: invalid configuration: {e}", file=sys.stderr)
         return 2
     from broker.cluster.features import ClusterTooNew
+    from broker.storage.log_dir_lock import LogDirLocked
     from kafkube_contract.image import ImageFormatError
 
     try:
@@ -36,6 +37,9 @@ def _broker(args: argparse.Namespace) -> int:
         # (FallbackToLogsOnError): what kubectl describe says, and what the operator reads.
         print(f"kafkube broker: cannot join the cluster: {e}", file=sys.stderr)
         return 3
+    except LogDirLocked as e:
+        print(f"kafkube broker: {e}", file=sys.stderr)
+        return 1
     except OSError as e:
         print(f"kafkube broker: {e}", file=sys.stderr)
         return 1
