@@ -393,7 +393,8 @@ class BrokerApp:
             await self.membership.leave()
         await self.store.keep_copy(force=True)
         self.store.close()
-        self.log_dir_locks.release()
+        # The log dir locks are not released here: worker threads (the cleaner's, a
+        # to_thread write) may still touch the dirs until the process ends, which frees them.
         await self.watchdog.stop()
         await self.long_lived.stop()
         self.gc_pauses.stop()

@@ -55,9 +55,15 @@ class KafkaConnection:
         idle) as RuntimeError, and a connection that kept it was never used again."""
         try:
             yield
-        except (OSError, EOFError, asyncio.IncompleteReadError, TimeoutError, RuntimeError,
+        except (OSError, EOFError, asyncio.IncompleteReadError, TimeoutError,
                 PeerAuthenticationFailed) as e:
             self.close()
+            raise BrokerConnectionError(f"{self.host}:{self.port}: {e!r}") from None
+        except RuntimeError as e:
+            closed = self._writer is None or self._writer.transport.is_closing()
+            self.close()
+            if not closed:
+                raise  # a bug of ours, not the connection's: logged with its stack
             raise BrokerConnectionError(f"{self.host}:{self.port}: {e!r}") from None
         except BaseException:
             self.close()

@@ -313,13 +313,21 @@ class ReplicaFetcher:
             partition.append_as_follower(records, p.high_watermark)
         except InvalidRecordError as e:
             start = _first_offset(records)
+            if start is not None and start < offset == partition.log.log_start_offset:
+                # Our log is empty and starts inside the leader's first batch (its log
+                # start moved into a batch: DeleteRecords): start at the batch, as Kafka's
+                # follower does (truncateFullyAndStartAt), else the same fetch comes back.
+                partition.log.reset_to(start)
+                partition.high_watermark = start
+                return
             if start is not None and partition.log.log_start_offset <= start < offset:
                 # The leader's batch holding our log end starts before it: our tail was
                 # written in other batches, so it is not the leader's. Truncation by epoch
                 # finds nothing to cut while the epochs agree; the leader's boundary is
                 # where our logs are known to meet, and we fetch from there.
-                log.warning("%s: the leader's batch at offset %d overlaps our log end %d; "
-                            "truncating to it", partition, start, offset)
+                log.warning("%s: the leader's batch at offset %d overlaps our log end %d "
+                            "(high watermark %d); truncating to it", partition, start, offset,
+                            partition.high_watermark)
                 partition.truncate_to(start)
                 return
             log.warning("%s: fetched data does not continue our log (%s); truncating",

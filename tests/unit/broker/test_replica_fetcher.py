@@ -50,3 +50,27 @@ def test_a_leader_batch_overlapping_our_log_end_truncates_to_its_start(tmp_path:
     assert log.log_end_offset == 8
     assert partition.high_watermark == 8
     log.close()
+
+
+def test_an_empty_follower_log_starting_inside_the_leaders_first_batch_starts_at_it(
+        tmp_path: Path) -> None:
+    """The leader's log start moved into a batch (DeleteRecords): a new follower, reset to
+    it, gets the whole batch from before it. Kafka's follower starts its log at the batch
+    (truncateFullyAndStartAt); ours asked for truncation, found nothing to cut and fetched
+    the same batch again, for ever."""
+    log = Log(tmp_path / "t-0", LogConfig())
+    log.reset_to(5)  # the leader's log start, inside its batch 3-7
+    partition = Partition("t", 0, log, node_id=1, high_watermark=5)
+    fetcher = ReplicaFetcher(0, FetcherConfig(node_id=1, wait_max_ms=500, min_bytes=1,
+                                              max_bytes=1 << 20, response_max_bytes=1 << 20,
+                                              backoff_ms=1000, socket_timeout_ms=30_000),
+                             endpoint=lambda _: None)
+    state = FetchState(partition, EPOCH, truncating=False)
+    leaders = batch(3, 5, b"theirs")
+
+    fetcher._apply_fetch(state, 5, answer(leaders, 8))
+    assert (log.log_start_offset, log.log_end_offset) == (3, 3)
+    assert not state.truncating
+    fetcher._apply_fetch(state, 3, answer(leaders, 8))
+    assert log.log_end_offset == 8
+    log.close()
