@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import time
 
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Producer
 
 from kafkube.harness.process import BrokerProcess
 from kafkube.harness.waiting import wait_until
+from tests.support.clients import read_values
 
 TOPIC = "locked"
 RECORDS = 200
@@ -26,22 +27,8 @@ def produce(bootstrap: str) -> None:
     assert producer.flush(30) == 0 and not failures, failures
 
 
-def read_all(bootstrap: str) -> list[bytes]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "lock-check",
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    consumer.subscribe([TOPIC])
-    values: list[bytes] = []
-    deadline = time.monotonic() + 60
-    while len(values) < RECORDS and time.monotonic() < deadline:
-        message = consumer.poll(1.0)
-        if message is not None and message.error() is None:
-            values.append(message.value())
-    consumer.close()
-    return values
-
-
 def test_a_second_broker_on_a_log_dir_in_use_waits_for_the_first_to_end(
-        cluster_factory, broker_factory) -> None:
+        cluster_factory) -> None:
     cluster = cluster_factory(1)
     first = cluster.brokers[0]
     cluster.create_topic(TOPIC, 1, 1)
@@ -58,4 +45,4 @@ def test_a_second_broker_on_a_log_dir_in_use_waits_for_the_first_to_end(
 
     first.kill()
     assert twin.wait_ready(time.monotonic() + 60) is None, twin.tail(40)
-    assert read_all(twin.bootstrap) == [f"r{i}".encode() for i in range(RECORDS)]
+    assert read_values(twin.bootstrap, TOPIC, RECORDS) == [f"r{i}" for i in range(RECORDS)]

@@ -12,14 +12,13 @@ import gzip
 import json
 import logging
 import sqlite3
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Producer
 from kubernetes import client as k8s
 
 from broker.cluster.backend import CoordinationBackend
@@ -33,6 +32,7 @@ from kafkube.harness.waiting import wait_until
 from kafkube_contract.image import IMAGE_FORMAT, PartitionState, StoredIdentity, TopicMetadata
 from kafkube_contract.objects import A_CLUSTER_ID, A_IMAGE_VERSION, IMAGE_KEY, api_client
 from kafkube_contract.registration import BrokerRegistration
+from tests.support.clients import read_values
 from tests.support.in_process import new_cluster
 
 
@@ -330,20 +330,6 @@ def _produce(bootstrap: str, topic_name: str, values: list[str]) -> None:
     assert producer.flush(60) == 0
 
 
-def _read_all(bootstrap: str, topic_name: str, expected: int) -> list[str]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex,
-                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    consumer.subscribe([topic_name])
-    values: list[str] = []
-    deadline = time.monotonic() + 60
-    while len(values) < expected and time.monotonic() < deadline:
-        message = consumer.poll(1)
-        if message is not None and message.error() is None:
-            values.append(message.value().decode())
-    consumer.close()
-    return values
-
-
 def test_deleting_the_metadata_configmaps_and_restarting_a_broker_loses_nothing(
         cluster_factory, control_plane: Any) -> None:
     """Issue 27's first finding, as the user did it: ``kubectl delete configmap`` of the
@@ -374,7 +360,7 @@ def test_deleting_the_metadata_configmaps_and_restarting_a_broker_loses_nothing(
     assert _config_map(core, f"{name}-metadata").metadata.annotations[A_CLUSTER_ID] == cluster_id
     second = [f"order-{i}" for i in range(1000, 1500)]
     _produce(cluster.bootstrap, "orders", second)
-    assert sorted(_read_all(cluster.bootstrap, "orders", 1500)) == sorted(first + second)
+    assert sorted(read_values(cluster.bootstrap, "orders", 1500)) == sorted(first + second)
     for broker in cluster.brokers:
         assert len(list(broker.log_dir.glob("orders-*"))) == 6, broker.log_dir
 

@@ -15,6 +15,8 @@ NAMESPACE = "kafkube"  # the reference manifest's ClusterRoleBinding names it
 BOOTSTRAP = f"kafkube-bootstrap.{NAMESPACE}.svc:9092"
 WORKLOAD_IMAGE = "localhost/kafkube-workload:dev"
 BROKERS = 3
+METRICS_PORT = 9404  # a KafkaCluster's brokers (the operator's broker_config)
+HEALTH_PORT = 9405
 
 
 class Brokers:
@@ -126,10 +128,19 @@ class Brokers:
                 and any(c["type"] == "Ready" and c["status"] == "True"
                         for c in p["status"].get("conditions", []))}
 
+    def get_in_pod(self, pod: str, port: int, path: str, any_status: bool = False) -> str:
+        """The body of GET http://127.0.0.1:PORT/PATH inside ``pod`` (kubectl exec; the
+        ports are not published); with ``any_status`` an error's body too (/ready answers
+        503 with its reason), else an error status fails the exec (KubectlError)."""
+        caught = "e.HTTPError" if any_status else "()"
+        return self.kubectl("exec", pod, "--", "python3", "-c", (
+            "import urllib.request as u, urllib.error as e\n"
+            f"try: print(u.urlopen('http://127.0.0.1:{port}{path}', timeout=10).read()"
+            ".decode())\n"
+            f"except {caught} as x: print(x.read().decode())"), timeout=60)
+
     def metrics(self, broker: int) -> dict[str, float]:
-        text = self.kubectl("exec", f"{self.name}-{broker}", "--", "python3", "-c",
-                            "import urllib.request as u; print(u.urlopen("
-                            "'http://127.0.0.1:9404/metrics', timeout=10).read().decode())")
+        text = self.get_in_pod(f"{self.name}-{broker}", METRICS_PORT, "/metrics")
         samples = {}
         for line in text.splitlines():
             if line and not line.startswith("#"):
@@ -157,11 +168,7 @@ class Brokers:
         lines = []
         for pod in (f"{self.name}-{b}" for b in range(self.size)):
             try:
-                reason = self.kubectl("exec", pod, "--", "python3", "-c", (
-                    "import urllib.request as u, urllib.error as e\n"
-                    "try: print(u.urlopen('http://127.0.0.1:9405/ready', timeout=5).read()"
-                    ".decode())\n"
-                    "except e.HTTPError as x: print(x.read().decode())"), timeout=30).strip()
+                reason = self.get_in_pod(pod, HEALTH_PORT, "/ready", any_status=True).strip()
             except KubectlError as e:
                 reason = f"(not asked: {e})"
             try:

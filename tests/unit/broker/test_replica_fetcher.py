@@ -30,15 +30,20 @@ def answer(records: bytes, high_watermark: int) -> SimpleNamespace:
                            high_watermark=high_watermark, log_start_offset=0)
 
 
+def follower_of_broker_0() -> ReplicaFetcher:
+    """Broker 1's fetcher from broker 0, never connected: the tests hand it answers."""
+    return ReplicaFetcher(0, FetcherConfig(node_id=1, wait_max_ms=500, min_bytes=1,
+                                           max_bytes=1 << 20, response_max_bytes=1 << 20,
+                                           backoff_ms=1000, socket_timeout_ms=30_000),
+                          endpoint=lambda _: None)
+
+
 def test_a_leader_batch_overlapping_our_log_end_truncates_to_its_start(tmp_path: Path) -> None:
     log = Log(tmp_path / "t-0", LogConfig())
     # Ours: 0-2, then a diverged 3-4. The leader's: 0-2, then 3-5 and 6-7.
     assert log.append_as_follower(batch(0, 3, b"a") + batch(3, 2, b"ours")) == 5
     partition = Partition("t", 0, log, node_id=1, high_watermark=3)
-    fetcher = ReplicaFetcher(0, FetcherConfig(node_id=1, wait_max_ms=500, min_bytes=1,
-                                              max_bytes=1 << 20, response_max_bytes=1 << 20,
-                                              backoff_ms=1000, socket_timeout_ms=30_000),
-                             endpoint=lambda _: None)
+    fetcher = follower_of_broker_0()
     state = FetchState(partition, EPOCH, truncating=False)
     leaders = batch(3, 3, b"theirs") + batch(6, 2, b"theirs")
 
@@ -61,10 +66,7 @@ def test_an_empty_follower_log_starting_inside_the_leaders_first_batch_starts_at
     log = Log(tmp_path / "t-0", LogConfig())
     log.reset_to(5)  # the leader's log start, inside its batch 3-7
     partition = Partition("t", 0, log, node_id=1, high_watermark=5)
-    fetcher = ReplicaFetcher(0, FetcherConfig(node_id=1, wait_max_ms=500, min_bytes=1,
-                                              max_bytes=1 << 20, response_max_bytes=1 << 20,
-                                              backoff_ms=1000, socket_timeout_ms=30_000),
-                             endpoint=lambda _: None)
+    fetcher = follower_of_broker_0()
     state = FetchState(partition, EPOCH, truncating=False)
     leaders = batch(3, 5, b"theirs")
 
