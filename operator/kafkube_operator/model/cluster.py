@@ -325,11 +325,13 @@ def stateful_set(ref: ClusterRef, spec: Mapping, properties_text: str,
                  replicas: int | None = None,
                  pod_annotations: Mapping[str, str] | None = None,
                  layout: ListenerLayout | None = None,
-                 pool: NodePool | None = None) -> Manifest:
+                 pool: NodePool | None = None,
+                 derived: Mapping[str, Any] | None = None) -> Manifest:
     """The StatefulSet of ``pool`` (default: the cluster's own brokers), rendered from the
     pool's spec. ``replicas``: when not the pool's size, the size a scale keeps until the
     brokers to remove are drained (model/scale.py). ``layout``: the listeners of this step
-    of a listener change (model/listener_change.py), else spec.listeners'."""
+    of a listener change (model/listener_change.py), else spec.listeners'. ``derived``: the
+    broker's resources sized from its nodes (model/sizing.py), where the spec has none."""
     pool = pool or node_pools(spec)[0]
     cluster_spec, spec = spec, pool.spec
     name = pool.statefulset(ref.name)
@@ -359,7 +361,7 @@ def stateful_set(ref: ClusterRef, spec: Mapping, properties_text: str,
         "ports": ports,
         "readinessProbe": {"httpGet": {"path": "/ready", "port": "health"},
                            "periodSeconds": 2, "failureThreshold": 1},
-        "resources": spec.get("resources") or DEFAULT_RESOURCES,
+        "resources": spec.get("resources") or derived or DEFAULT_RESOURCES,
         # A broker that refuses to start (a cluster finalized past its kafkube, exit 3)
         # says why in its last lines: kubectl describe pod shows them.
         "terminationMessagePolicy": "FallbackToLogsOnError",
@@ -423,14 +425,16 @@ def desired_cluster(resource: Mapping, sizes: Mapping[str, int] | None = None,
                     pod_annotations: Mapping[str, str] | None = None,
                     min_isr_ceiling: int | None = None,
                     layout: ListenerLayout | None = None,
-                    first_ids: Mapping[str, int] | None = None) -> DesiredCluster:
+                    first_ids: Mapping[str, int] | None = None,
+                    derived: Mapping[str, Manifest] | None = None) -> DesiredCluster:
     """The objects, in the order they are applied: identity and configuration before the
     pods that need them. ``sizes``: each pool's StatefulSet size when not its spec's (a
     scale under way, model/scale.py). ``pod_annotations``: more for the pod template (a
     secured cluster's certificate hashes, model/cluster_pki.py), each a roll when it changes.
     ``layout``: the listeners of this step of a listener change, else spec.listeners'.
     ``first_ids``: a pool's first node id where its StatefulSet's differs from the spec's
-    (reconcile/snapshot.py ``pools``: the brokers' volumes were made with those ids)."""
+    (reconcile/snapshot.py ``pools``: the brokers' volumes were made with those ids).
+    ``derived``: each pool's resources sized from its nodes (model/sizing.py)."""
     ref = ClusterRef.of(resource)
     spec = resource.get("spec") or {}
     layout = layout or ListenerLayout.of(SecuritySpec.of(spec))
@@ -445,6 +449,6 @@ def desired_cluster(resource: Mapping, sizes: Mapping[str, int] | None = None,
         bootstrap_service(ref, metrics, layout),
         pod_disruption_budget(ref),
         *(stateful_set(ref, spec, props.text, (sizes or {}).get(pool.name), pod_annotations,
-                       layout, pool) for pool in pools),
+                       layout, pool, (derived or {}).get(pool.name)) for pool in pools),
     ]
     return DesiredCluster(objects, props.refused)

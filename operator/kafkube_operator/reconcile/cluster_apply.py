@@ -39,12 +39,14 @@ from kafkube_operator.model.scale import (
     throttle_rate,
     throttled_replicas,
 )
+from kafkube_operator.model.sizing import PoolSizing, derived_resources
 from kafkube_operator.model.status import SpecWarning
 from kafkube_operator.model.storage import claim_change, with_claims_of
 from kafkube_operator.model.upgrade import with_image
 from kafkube_operator.reconcile.outcome import ApplyOutcome
 from kafkube_operator.reconcile.rebalance import rebalance_running
 from kafkube_operator.reconcile.security import apply_cluster_pki
+from kafkube_operator.reconcile.sizing import pool_sizing
 from kafkube_operator.reconcile.snapshot import ClusterSnapshot
 from kafkube_operator.reconcile.upgrade import image_step
 from kafkube_operator.reconcile.views import ClusterMemory, Events, cluster_admin
@@ -58,6 +60,7 @@ class Applied:
     warnings: list[SpecWarning]
     changed: bool
     config_hash: str | None
+    sizing: tuple[PoolSizing, ...] = ()
 
 
 def apply_pass(kube: Kube, view: ClusterView, admins: AdminClients, resource: Mapping,
@@ -109,7 +112,7 @@ def apply_pass(kube: Kube, view: ClusterView, admins: AdminClients, resource: Ma
         generation=resource["metadata"].get("generation", 0), warnings=tuple(warnings),
         scaling=scaling, step=step, default_min_isr=default_min_isr,
         config_hash=applied.config_hash, changed=applied.changed or moved or bool(pki.actions),
-        at=time.monotonic(), upgrade=upgrade)
+        at=time.monotonic(), upgrade=upgrade, sizing=applied.sizing)
 
 
 def deployed_min_isr(deployed: Mapping[str, str]) -> int | None:
@@ -186,9 +189,9 @@ def apply_cluster(kube: Kube, resource: Mapping, events: Events,
     listeners of this pass (``listener_step``), else spec.listeners'; ``broker_image``: the
     image the brokers run in this pass (reconcile/upgrade.py), else spec.image. ``sizes``:
     each pool's StatefulSet size when not its spec's (a scale under way)."""
+    sizing, warnings = pool_sizing(kube, resource)
     desired = desired_cluster(resource, sizes, pod_annotations, min_isr_ceiling, layout,
-                              first_ids)
-    warnings = []
+                              first_ids, derived_resources(sizing))
     changed = False
     properties = None
     if desired.refused_config:
@@ -222,7 +225,8 @@ def apply_cluster(kube: Kube, resource: Mapping, events: Events,
         elif before["metadata"]["resourceVersion"] != after["metadata"]["resourceVersion"]:
             changed = True
             events.info("Updated", f"updated {what}")
-    return Applied(warnings, changed, config_hash(properties) if properties is not None else None)
+    return Applied(warnings, changed, config_hash(properties) if properties is not None else None,
+                   tuple(sizing))
 
 
 def _storage_change(kube: Kube, desired: Mapping, live: Mapping, events: Events

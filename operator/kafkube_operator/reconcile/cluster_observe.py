@@ -81,6 +81,7 @@ def observe_pass(kube: Kube, view: ClusterView, admins: AdminClients,
     status["scaling"] = {"phase": outcome.scaling.phase, "message": outcome.scaling.waiting} \
         if outcome.scaling.phase else None
     status["pools"] = pools_status(snapshot, spec, pods)
+    status["sizing"] = [s.as_status() for s in outcome.sizing] or None
     return status
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from kafkube_operator.model.listener_change import ListenerStep
 from kafkube_operator.model.scale import ScaleDecision
+from kafkube_operator.model.sizing import PoolSizing
 from kafkube_operator.model.status import SpecWarning
 from kafkube_operator.model.upgrade import ImageDecision
 
@@ -27,6 +28,7 @@ class ApplyOutcome:
     changed: bool
     at: float  # time.monotonic() of the pass
     upgrade: ImageDecision | None = None  # spec.image rolled out, probed or held back
+    sizing: tuple[PoolSizing, ...] = ()  # spec.autoSizing's resources per pool
 
     def under_way(self) -> bool:
         """A change that takes several passes, each to be applied: a scale with its moves,

@@ -1,0 +1,144 @@
+"""spec.autoSizing → each pool's broker resources from its nodes (model/sizing.py).
+
+The figures come from the smallest node a pool may run on, never from how many nodes there
+are or whether they are Ready, so a node lost or cordoned does not roll the brokers."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kafkube_operator.model.cluster import DEFAULT_RESOURCES, desired_cluster
+from kafkube_operator.model.pools import node_pools
+from kafkube_operator.model.sizing import (
+    AutoSizing,
+    NodeCapacity,
+    derived_resources,
+    size_pool,
+    size_pools,
+)
+
+AUTO = {"enabled": True}
+
+
+def node(name: str, cpu: str, memory: str, ready: bool = True, cordoned: bool = False,
+         **labels: str) -> dict:
+    return {"metadata": {"name": name, "labels": labels},
+            "spec": {"unschedulable": cordoned},
+            "status": {"allocatable": {"cpu": cpu, "memory": memory, "pods": "110"},
+                       "conditions": [{"type": "Ready", "status": str(ready)}]}}
+
+
+def sized(spec: dict, nodes: list[dict]) -> dict[str, dict]:
+    return derived_resources(size_pools(node_pools(spec), spec, nodes))
+
+
+def test_a_sixteen_core_node_gives_each_broker_a_core_and_its_share_of_memory() -> None:
+    spec = {"replicas": 3, "autoSizing": AUTO}
+    [sizing] = size_pools(node_pools(spec), spec, [node(f"n{i}", "16", "64Gi") for i in range(3)])
+    assert sizing.resources == {"requests": {"cpu": "1", "memory": "512Mi"},
+                                "limits": {"memory": "4232Mi"}}  # (64 - 2) GiB / 15 cores
+    assert sizing.brokers_per_node == 15 and sizing.nodes == 3
+    assert "room for 15 broker(s), 45 on the 3 node(s)" in sizing.message
+    assert sizing.as_status()["cpu"] == "1" and sizing.as_status()["pool"] == "default"
+
+
+def test_a_node_smaller_than_a_core_and_its_reserve_gives_what_is_left() -> None:
+    spec = {"replicas": 3, "autoSizing": {"enabled": True, "reservedCpu": "500m"}}
+    assert sized(spec, [node("small", "1270m", "4Gi")])[""]["requests"]["cpu"] == "750m"
+
+
+def test_a_node_with_nothing_left_after_its_reserve_says_so() -> None:
+    spec = {"replicas": 1, "autoSizing": AUTO}
+    [sizing] = size_pools(node_pools(spec), spec, [node("tiny", "1", "2Gi")])
+    assert sizing.resources is not None
+    assert sizing.resources["requests"]["cpu"] == "100m"
+    assert sizing.resources["limits"]["memory"] == "1Gi"
+    assert "lower spec.autoSizing.reservedCpu" in sizing.message
+
+
+def test_the_smallest_node_the_pool_may_use_decides() -> None:
+    spec = {"replicas": 3, "autoSizing": AUTO, "nodeSelector": {"pool": "kafka"},
+            "pools": [{"name": "edge", "replicas": 2, "firstNodeId": 100,
+                       "nodeSelector": {"pool": "edge"}}]}
+    nodes = [node("big", "32", "128Gi", pool="kafka"), node("mid", "8", "32Gi", pool="kafka"),
+             node("edge-1", "2", "8Gi", pool="edge"), node("other", "1", "1Gi")]
+    by_pool = {s.pool: s for s in size_pools(node_pools(spec), spec, nodes)}
+    assert by_pool[""].node == "mid" and by_pool[""].brokers_per_node == 7
+    assert by_pool[""].resources is not None
+    assert by_pool[""].resources["requests"]["cpu"] == "1"
+    assert by_pool["edge"].node == "edge-1" and by_pool["edge"].brokers_per_node == 1
+
+
+def test_resources_of_the_users_win_over_the_derived_ones() -> None:
+    own = {"requests": {"cpu": "3", "memory": "6Gi"}}
+    spec = {"replicas": 3, "autoSizing": AUTO, "resources": own,
+            "pools": [{"name": "p", "replicas": 1, "firstNodeId": 10,
+                       "resources": {"requests": {"cpu": "250m"}}}]}
+    assert size_pools(node_pools(spec), spec, [node("n", "16", "64Gi")]) == []
+    manifests = desired_cluster({"metadata": {"name": "c", "namespace": "ns", "uid": "u"},
+                                 "spec": spec}, derived={"": {"requests": {"cpu": "9"}}})
+    containers = [o["spec"]["template"]["spec"]["containers"][0]["resources"]
+                  for o in manifests.objects if o["kind"] == "StatefulSet"]
+    assert containers == [own, {"requests": {"cpu": "250m"}}]
+
+
+def test_derived_resources_reach_the_statefulset_and_the_rest_keep_the_default() -> None:
+    spec = {"replicas": 3, "autoSizing": AUTO, "nodeSelector": {"pool": "kafka"},
+            "pools": [{"name": "nowhere", "replicas": 1, "firstNodeId": 10,
+                       "nodeSelector": {"pool": "missing"}}]}
+    sizing = size_pools(node_pools(spec), spec, [node("n", "4", "16Gi", pool="kafka")])
+    assert [s.pool for s in sizing if s.resources is None] == ["nowhere"]
+    assert "no node matches nodeSelector {'pool': 'missing'}" in sizing[1].message
+    objects = desired_cluster({"metadata": {"name": "c", "namespace": "ns", "uid": "u"},
+                               "spec": spec}, derived=derived_resources(sizing)).objects
+    resources = {o["metadata"]["name"]: o["spec"]["template"]["spec"]["containers"][0]
+                 ["resources"] for o in objects if o["kind"] == "StatefulSet"}
+    assert resources["c"]["requests"]["cpu"] == "1"
+    assert resources["c-nowhere"] == DEFAULT_RESOURCES
+
+
+def test_without_auto_sizing_nothing_is_derived() -> None:
+    for auto in (None, {}, {"enabled": False}):
+        spec = {"replicas": 3, **({"autoSizing": auto} if auto is not None else {})}
+        assert size_pools(node_pools(spec), spec, [node("n", "16", "64Gi")]) == []
+
+
+def test_a_reserve_that_is_no_quantity_is_refused_with_its_field() -> None:
+    with pytest.raises(ValueError):
+        AutoSizing.of({"autoSizing": {"enabled": True, "reservedCpu": "a lot"}})
+
+
+def test_a_node_that_has_not_said_what_it_can_allocate_is_left_out() -> None:
+    assert NodeCapacity.of({"metadata": {"name": "new"}, "status": {}}) is None
+    spec = {"replicas": 1, "autoSizing": AUTO}
+    [sizing] = size_pools(node_pools(spec), spec, [{"metadata": {"name": "new"}}])
+    assert sizing.resources is None and "no node is registered" in sizing.message
+
+
+@given(count=st.integers(1, 12), lost=st.integers(0, 11), cores=st.integers(2, 64),
+       gib=st.integers(4, 512))
+def test_losing_or_cordoning_nodes_of_the_same_size_changes_nothing(
+        count: int, lost: int, cores: int, gib: int) -> None:
+    spec = {"replicas": 6, "autoSizing": AUTO}
+    nodes = [node(f"n{i}", str(cores), f"{gib}Gi") for i in range(count)]
+    degraded = [node(f"n{i}", str(cores), f"{gib}Gi", ready=i % 2 == 0, cordoned=i % 3 == 0)
+                for i in range(max(1, count - lost))]
+    assert sized(spec, nodes) == sized(spec, degraded)
+
+
+@given(cores_millis=st.integers(100, 256_000), gib=st.integers(1, 2048),
+       reserved=st.integers(0, 4000))
+def test_the_request_is_between_100m_and_a_core_and_the_limit_above_the_request(
+        cores_millis: int, gib: int, reserved: int) -> None:
+    capacity = NodeCapacity("n", cores_millis, gib * 1024**3, {})
+    pool = node_pools({"replicas": 3})[0]
+    sizing = size_pool(pool, [capacity], AutoSizing(reserved, 2 * 1024**3))
+    assert sizing.resources is not None
+    cpu = sizing.resources["requests"]["cpu"]
+    millis = int(cpu[:-1]) if cpu.endswith("m") else int(cpu) * 1000
+    assert 100 <= millis <= 1000 and millis % 50 == 0
+    limit = sizing.resources["limits"]["memory"]
+    mib = int(limit[:-2]) * (1024 if limit.endswith("Gi") else 1)
+    assert 1024 <= mib <= 16 * 1024 and mib >= 512
