@@ -19,30 +19,40 @@ from kafkube.harness.waiting import wait_until
 from tests.support.operator_api import condition, kafka_clusters, statefulset_or_none
 from tests.support.operator_process import OperatorProcess
 
-SIZES = {"big": ("16", "64Gi"), "mid": ("8", "32Gi")}
+
+class Nodes:
+    """Nodes labelled for one test only (nodes are cluster-wide; the label keeps other
+    tests' nodes out of its pools), registered as a kubelet would: the object, then its
+    allocatable in the status."""
+
+    def __init__(self, core: k8s.CoreV1Api, namespace: str) -> None:
+        self.core = core
+        self.label = f"sizing-{namespace}"
+        self.names: list[str] = []
+
+    def add(self, cpu: str, memory: str) -> str:
+        name = f"{self.label}-{len(self.names)}"
+        self.core.create_node(k8s.V1Node(metadata=k8s.V1ObjectMeta(
+            name=name, labels={"kafkube.test/sizing": self.label,
+                               "kubernetes.io/hostname": name})))
+        self.names.append(name)
+        capacity = {"cpu": cpu, "memory": memory, "pods": "110"}
+        self.core.patch_node_status(name, {"status": {"capacity": capacity,
+                                                      "allocatable": capacity}})
+        return name
 
 
 @pytest.fixture
-def nodes(crd_api: k8s.ApiClient, namespace: str) -> Iterator[str]:
-    """Three nodes labelled for this test only (nodes are cluster-wide; the label keeps
-    other tests' nodes out of its pools): two of 16 cores, one of 8."""
-    core = k8s.CoreV1Api(crd_api)
-    label = f"sizing-{namespace}"
-    names = []
-    for i, size in enumerate(("big", "big", "mid")):
-        name = f"{label}-{i}"
-        cpu, memory = SIZES[size]
-        core.create_node(k8s.V1Node(metadata=k8s.V1ObjectMeta(
-            name=name, labels={"kafkube.test/sizing": label, "kubernetes.io/hostname": name})))
-        names.append(name)
-        capacity = {"cpu": cpu, "memory": memory, "pods": "110"}
-        core.patch_node_status(name, {"status": {"capacity": capacity,
-                                                 "allocatable": capacity}})
+def nodes(crd_api: k8s.ApiClient, namespace: str) -> Iterator[Nodes]:
+    """Two nodes of 16 cores and 64 GiB, one of 8 and 32 GiB."""
+    made = Nodes(k8s.CoreV1Api(crd_api), namespace)
     try:
-        yield label
+        for cpu, memory in (("16", "64Gi"), ("16", "64Gi"), ("8", "32Gi")):
+            made.add(cpu, memory)
+        yield made
     finally:
-        for name in names:
-            core.delete_node(name)
+        for name in made.names:
+            made.core.delete_node(name)
 
 
 def _resources(apps: k8s.AppsV1Api, namespace: str, name: str, what: str,
@@ -54,15 +64,15 @@ def _resources(apps: k8s.AppsV1Api, namespace: str, name: str, what: str,
     return wait_until(found, 60, what)
 
 
-def test_brokers_are_sized_from_the_smallest_node_their_pool_may_use(
-        crd_api: k8s.ApiClient, control_plane: Any, namespace: str, nodes: str,
+def test_brokers_are_sized_from_their_nodes_at_each_change_of_the_spec(
+        crd_api: k8s.ApiClient, control_plane: Any, namespace: str, nodes: Nodes,
         operators: list[OperatorProcess]) -> None:
     operators.append(OperatorProcess(control_plane.kubeconfig, namespace))
     clusters = kafka_clusters(crd_api, namespace)
     apps = k8s.AppsV1Api(crd_api)
     clusters.create("sized", {
         "replicas": 3, "autoSizing": {"enabled": True},
-        "nodeSelector": {"kafkube.test/sizing": nodes},
+        "nodeSelector": {"kafkube.test/sizing": nodes.label},
         "pools": [{"name": "nowhere", "replicas": 1, "firstNodeId": 100,
                    "nodeSelector": {"kafkube.test/sizing": "no-such-node"}},
                   {"name": "own", "replicas": 1, "firstNodeId": 200,
@@ -70,16 +80,19 @@ def test_brokers_are_sized_from_the_smallest_node_their_pool_may_use(
 
     resources = _resources(apps, namespace, "sized", "the derived resources",
                            lambda r: (r.requests or {}).get("cpu") == "1")
-    # The 8-core node decides: (32 - 2) GiB over its 7 cores left after the 1-core reserve.
+    # A core each; memory: the least per core, (64 - 2) GiB over the 15 cores left of the
+    # 16-core nodes, times one core, in 256 MiB steps.
     assert resources.requests == {"cpu": "1", "memory": "512Mi"}
-    assert resources.limits == {"memory": "4388Mi"}
+    assert resources.limits == {"memory": "4Gi"}
     assert resources.limits.get("cpu") is None  # a throttled event loop stalls every client
+    sts = statefulset_or_none(apps, namespace, "sized")
+    assert sts.metadata.annotations["kafkube.io/sized-generation"] == "1"
     status = clusters.status_when("sized", lambda s: len(s.get("sizing") or ()) == 2, 60,
                                   "status.sizing")
     default = next(s for s in status["sizing"] if s["pool"] == "default")
     assert (default["node"], default["nodes"], default["brokersPerNode"]) == \
-        (f"{nodes}-2", 3, 7)
-    assert "room for 7 broker(s), 21 on the 3 node(s)" in default["message"]
+        (nodes.names[2], 3, 7)  # the 8-core node: 7 cores once its reserve is kept
+    assert "each has room for at least 7 such broker(s); the pool has 3" in default["message"]
     warning = condition(status, "Warning")
     assert warning.get("reason") == "AutoSizingSkipped", status
     assert "no node matches nodeSelector" in warning["message"]
@@ -88,11 +101,21 @@ def test_brokers_are_sized_from_the_smallest_node_their_pool_may_use(
     own = _resources(apps, namespace, "sized-own", "the pool with resources of its own")
     assert own.requests == {"cpu": "3", "memory": "5Gi"}
 
-    # A larger reserve: less memory per core (the request stays a core, the node has 8).
-    clusters.patch("sized", {"autoSizing": {"enabled": True, "reservedMemory": "16Gi"}})
-    resources = _resources(apps, namespace, "sized", "the resources of the new reserve",
-                           lambda r: (r.limits or {}).get("memory") != "4388Mi")
-    assert resources.limits == {"memory": "2340Mi"}  # (32 - 16) GiB / 7
+    # A smaller node joins: no roll for it (the brokers keep what they have), the status
+    # says what the next change of the spec will apply.
+    nodes.add("4", "8Gi")
+    status = clusters.status_when(
+        "sized", lambda s: "next change of the spec" in str(s.get("sizing")), 120,
+        "status.sizing to tell of the smaller node")
+    assert _resources(apps, namespace, "sized", "the resources").limits == {"memory": "4Gi"}
+    # The spec changes (another reserve): sized again, from the 4-core node now,
+    # (8 - 4) GiB over its 3 cores left.
+    clusters.patch("sized", {"autoSizing": {"enabled": True, "reservedMemory": "4Gi"}})
+    resources = _resources(apps, namespace, "sized", "the resources of the new spec",
+                           lambda r: (r.limits or {}).get("memory") != "4Gi")
+    assert resources.limits == {"memory": "1280Mi"} and resources.requests["cpu"] == "1"
+    assert statefulset_or_none(apps, namespace, "sized").metadata.annotations[
+        "kafkube.io/sized-generation"] == "2"
 
 
 def test_a_reserve_that_is_no_quantity_is_refused_at_admission(

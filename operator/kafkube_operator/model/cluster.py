@@ -41,6 +41,7 @@ from kafkube_operator.model.pools import (
     NodePool,
     node_pools,
 )
+from kafkube_operator.model.sizing import SIZED_GENERATION, Sized
 from kafkube_operator.model.storage import Volume, log_dirs, volumes
 
 GROUP = "kafkube.io"
@@ -326,7 +327,7 @@ def stateful_set(ref: ClusterRef, spec: Mapping, properties_text: str,
                  pod_annotations: Mapping[str, str] | None = None,
                  layout: ListenerLayout | None = None,
                  pool: NodePool | None = None,
-                 derived: Mapping[str, Any] | None = None) -> Manifest:
+                 derived: Sized | None = None) -> Manifest:
     """The StatefulSet of ``pool`` (default: the cluster's own brokers), rendered from the
     pool's spec. ``replicas``: when not the pool's size, the size a scale keeps until the
     brokers to remove are drained (model/scale.py). ``layout``: the listeners of this step
@@ -361,7 +362,8 @@ def stateful_set(ref: ClusterRef, spec: Mapping, properties_text: str,
         "ports": ports,
         "readinessProbe": {"httpGet": {"path": "/ready", "port": "health"},
                            "periodSeconds": 2, "failureThreshold": 1},
-        "resources": spec.get("resources") or derived or DEFAULT_RESOURCES,
+        "resources": spec.get("resources") or (derived.resources if derived else None)
+        or DEFAULT_RESOURCES,
         # A broker that refuses to start (a cluster finalized past its kafkube, exit 3)
         # says why in its last lines: kubectl describe pod shows them.
         "terminationMessagePolicy": "FallbackToLogsOnError",
@@ -385,6 +387,8 @@ def stateful_set(ref: ClusterRef, spec: Mapping, properties_text: str,
                     *_certificate_volumes(ref, layout)],
     }
     metadata = _metadata(ref, name)
+    if derived is not None and derived.generation is not None and not spec.get("resources"):
+        metadata["annotations"] = {SIZED_GENERATION: str(derived.generation)}
     metadata["labels"] = {**metadata["labels"], **own}
     return {
         "apiVersion": "apps/v1", "kind": "StatefulSet",
@@ -426,7 +430,7 @@ def desired_cluster(resource: Mapping, sizes: Mapping[str, int] | None = None,
                     min_isr_ceiling: int | None = None,
                     layout: ListenerLayout | None = None,
                     first_ids: Mapping[str, int] | None = None,
-                    derived: Mapping[str, Manifest] | None = None) -> DesiredCluster:
+                    derived: Mapping[str, Sized] | None = None) -> DesiredCluster:
     """The objects, in the order they are applied: identity and configuration before the
     pods that need them. ``sizes``: each pool's StatefulSet size when not its spec's (a
     scale under way, model/scale.py). ``pod_annotations``: more for the pod template (a

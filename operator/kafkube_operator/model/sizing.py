@@ -9,25 +9,24 @@ So a pool that asks for it gets, per broker:
   kubelet, the kernel's network and writeback work, other pods) is set aside, if that is
   less (never under 100m). More than a core would be reserved and never used; no CPU limit,
   as a throttled event loop stalls every client of the broker at once.
-- memory in proportion: the node's allocatable memory less ``reservedMemory``, shared per
-  core, times the broker's cores, as the limit (1-16 GiB: the page cache of its segments is
+- memory in proportion: the least memory per core of the pool's nodes (allocatable memory
+  less ``reservedMemory``, over the cores left after ``reservedCpu``) times the broker's
+  cores, in steps of 256 MiB, as the limit (1-16 GiB: the page cache of its segments is
   charged to it), and 512 MiB requested (the broker's RSS measured at 2,000 connections or
   10,000 partitions stayed under 460 MiB).
 
-The figures come from each node's *size* (``status.allocatable``), never from how many
-nodes there are or which are Ready: a node that fails or is cordoned must not change every
-broker's requests, which would roll the cluster in the middle of the incident. Adding a
-smaller node does change them (a roll, as any change of resources). Explicit ``resources``
-(the cluster's or a pool's) always win. How many brokers a node has room for is reported in
-the status: ``replicas`` stays the user's, as the partitions moved by a scale are theirs to
-decide.
+The nodes a pool may use are those its nodeSelector selects and whose taints its tolerations
+allow, but for the taints Kubernetes puts on a node that is cordoned, not ready or
+unreachable: the figures follow the nodes' *size*, never their state, so a node failing or
+cordoned in an incident does not change them. When they are applied is the operator's
+(reconcile/sizing.py): at a change of the spec only, never because a node came or went.
+Explicit ``resources`` (the cluster's or a pool's) always win.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from decimal import Decimal
 from typing import Any
 
 from kubernetes.utils import parse_quantity
@@ -39,23 +38,32 @@ GI = 1024 * MI
 CORE_MILLIS = 1000  # what one broker's event loop can use
 MIN_CPU_MILLIS = 100
 CPU_STEP_MILLIS = 50
+MEMORY_STEP = 256 * MI  # a node a few MiB smaller changes no limit
 MEMORY_REQUEST = 512 * MI
 MIN_MEMORY_LIMIT = GI
 MAX_MEMORY_LIMIT = 16 * GI
 DEFAULT_RESERVED_CPU = "1"
 DEFAULT_RESERVED_MEMORY = "2Gi"
+# On the StatefulSet (not its pods): the KafkaCluster generation its resources were derived
+# at (reconcile/sizing.py re-derives them at the next one only).
+SIZED_GENERATION = "kafkube.io/sized-generation"
+# Taints of a node's state, not of its purpose: cordoned, not ready, unreachable, under
+# pressure. A pool's figures must not change with them.
+STATE_TAINTS = "node.kubernetes.io/"
+BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
 
 Manifest = dict[str, Any]
 
 
 @dataclass(frozen=True)
 class NodeCapacity:
-    """What a node offers pods (its ``status.allocatable``) and its labels."""
+    """What a node offers pods (its ``status.allocatable``), its labels and its taints."""
 
     name: str
     cpu_millis: int
     memory_bytes: int
     labels: Mapping[str, str]
+    taints: tuple[Mapping[str, str], ...] = ()
 
     @classmethod
     def of(cls, node: Mapping[str, Any]) -> NodeCapacity | None:
@@ -63,9 +71,14 @@ class NodeCapacity:
         allocatable = (node.get("status") or {}).get("allocatable") or {}
         if "cpu" not in allocatable or "memory" not in allocatable:
             return None
+        try:
+            cpu = int(parse_quantity(allocatable["cpu"]) * 1000)
+            memory = int(parse_quantity(allocatable["memory"]))
+        except ValueError:  # not a quantity: not a node to size from
+            return None
         meta = node.get("metadata") or {}
-        return cls(meta.get("name", ""), int(parse_quantity(allocatable["cpu"]) * 1000),
-                   int(parse_quantity(allocatable["memory"])), meta.get("labels") or {})
+        taints = tuple((node.get("spec") or {}).get("taints") or ())
+        return cls(meta.get("name", ""), cpu, memory, meta.get("labels") or {}, taints)
 
 
 @dataclass(frozen=True)
@@ -77,7 +90,8 @@ class AutoSizing:
 
     @classmethod
     def of(cls, spec: Mapping[str, Any]) -> AutoSizing | None:
-        """None when the spec does not ask for it (the default: resources as given)."""
+        """None when the spec does not ask for it (the default: resources as given);
+        ValueError for a reserve that is no quantity."""
         auto = spec.get("autoSizing") or {}
         if not auto.get("enabled", False):
             return None
@@ -89,7 +103,7 @@ class AutoSizing:
 @dataclass(frozen=True)
 class PoolSizing:
     """One pool's derived resources (None: none derived, the reason in ``message``), from
-    which node, and how many such brokers fit on it."""
+    which nodes, and how many such brokers each of them has room for at least."""
 
     pool: str
     resources: Manifest | None
@@ -97,6 +111,7 @@ class PoolSizing:
     node: str | None = None
     nodes: int = 0
     brokers_per_node: int = 0
+    too_small: bool = False
 
     def as_status(self) -> dict[str, Any]:
         requests = (self.resources or {}).get("requests") or {}
@@ -107,48 +122,92 @@ class PoolSizing:
                 "brokersPerNode": self.brokers_per_node, "message": self.message}
 
 
+@dataclass(frozen=True)
+class Sized:
+    """What a pool's StatefulSet gets: ``resources``, derived at KafkaCluster
+    ``generation`` (None: kept from before, to be derived again at the next pass)."""
+
+    resources: Manifest
+    generation: int | None
+
+
 def explicit_resources(pool: NodePool) -> bool:
     """Whether the pool's brokers have resources of the user's (the pool's or the cluster's)."""
     return bool(pool.spec.get("resources"))
 
 
+def tolerated(taint: Mapping[str, str], tolerations: list[Mapping[str, Any]]) -> bool:
+    """Kubernetes' matching of one taint against a pod's tolerations."""
+    for t in tolerations:
+        if t.get("effect") and t["effect"] != taint.get("effect"):
+            continue
+        if t.get("operator") == "Exists":
+            if not t.get("key") or t["key"] == taint.get("key"):
+                return True
+        elif t.get("key") == taint.get("key") and (t.get("value") or "") == \
+                (taint.get("value") or ""):
+            return True
+    return False
+
+
 def eligible(nodes: list[NodeCapacity], pool: NodePool) -> list[NodeCapacity]:
-    """The nodes the pool's nodeSelector allows (affinity and taints are the scheduler's:
-    a node they rule out only makes the figures more cautious if it is the smallest)."""
+    """The nodes the pool's nodeSelector selects and its tolerations allow (taints of a
+    node's state aside). Affinity is the scheduler's: a node it rules out only makes the
+    figures more cautious if it is the smallest."""
     wanted = pool.spec.get("nodeSelector") or {}
-    return [n for n in nodes if all(n.labels.get(k) == v for k, v in wanted.items())]
+    tolerations = list(pool.spec.get("tolerations") or ())
+
+    def allowed(node: NodeCapacity) -> bool:
+        return all(tolerated(t, tolerations) for t in node.taints
+                   if t.get("effect") in BLOCKING_EFFECTS
+                   and not str(t.get("key", "")).startswith(STATE_TAINTS))
+    return [n for n in nodes
+            if all(n.labels.get(k) == v for k, v in wanted.items()) and allowed(n)]
 
 
 def size_pool(pool: NodePool, nodes: list[NodeCapacity], auto: AutoSizing) -> PoolSizing:
-    """The pool's brokers' resources from the smallest node they may run on."""
+    """The pool's brokers' resources from the least CPU and the least memory per core
+    among the nodes it may run on."""
     fits = eligible(nodes, pool)
     if not fits:
         selector = pool.spec.get("nodeSelector") or {}
-        which = f"matches nodeSelector {dict(selector)}" if selector else "is registered"
-        return PoolSizing(pool.name, None, f"no node {which}: pool {pool.label()} keeps the "
-                          "default resources until one does")
+        which = f"matches nodeSelector {dict(selector)} and" if selector else "is registered and"
+        return PoolSizing(pool.name, None, f"no node {which} allows pool {pool.label()}'s "
+                          "tolerations: it keeps the resources it has until one does")
+
+    def usable_cpu(n: NodeCapacity) -> int:
+        return n.cpu_millis - auto.reserved_cpu_millis
+
+    def usable_memory(n: NodeCapacity) -> int:
+        return max(0, n.memory_bytes - auto.reserved_memory_bytes)
+
     smallest = min(fits, key=lambda n: (n.cpu_millis, n.memory_bytes, n.name))
-    usable = smallest.cpu_millis - auto.reserved_cpu_millis
+    usable = usable_cpu(smallest)
     cpu = max(MIN_CPU_MILLIS, min(CORE_MILLIS, usable // CPU_STEP_MILLIS * CPU_STEP_MILLIS))
-    per_core = max(0, smallest.memory_bytes - auto.reserved_memory_bytes) * CORE_MILLIS \
-        // max(usable, CORE_MILLIS)
-    limit = min(MAX_MEMORY_LIMIT, max(MIN_MEMORY_LIMIT, per_core * cpu // CORE_MILLIS // MI * MI))
-    per_node = max(usable, 0) // cpu
+    per_core = min(usable_memory(n) * CORE_MILLIS // max(usable_cpu(n), CORE_MILLIS)
+                   for n in fits)
+    limit = min(MAX_MEMORY_LIMIT, max(MIN_MEMORY_LIMIT,
+                                      per_core * cpu // CORE_MILLIS // MEMORY_STEP * MEMORY_STEP))
+    per_node = min(min(max(usable_cpu(n), 0) // cpu, usable_memory(n) // MEMORY_REQUEST)
+                   for n in fits)
     resources = {"requests": {"cpu": _millis(cpu), "memory": _mebibytes(MEMORY_REQUEST)},
                  "limits": {"memory": _mebibytes(limit)}}
     message = (f"{_millis(cpu)} CPU, {_mebibytes(MEMORY_REQUEST)} requested and "
-               f"{_mebibytes(limit)} memory limit per broker of pool {pool.label()}, from its "
-               f"smallest node {smallest.name} ({_millis(smallest.cpu_millis)} CPU, "
-               f"{_mebibytes(smallest.memory_bytes)} allocatable, "
-               f"{_millis(auto.reserved_cpu_millis)} CPU and "
-               f"{_mebibytes(auto.reserved_memory_bytes)} kept for the node)")
-    if usable < MIN_CPU_MILLIS:
-        message += "; the node has less than 100m CPU to give once its reserve is kept, " \
-            "so the brokers may not be scheduled: lower spec.autoSizing.reservedCpu"
+               f"{_mebibytes(limit)} memory limit per broker of pool {pool.label()}, from the "
+               f"{len(fits)} node(s) it may use (the smallest {smallest.name}: "
+               f"{_millis(smallest.cpu_millis)} CPU, {_mebibytes(smallest.memory_bytes)} "
+               f"allocatable; {_millis(auto.reserved_cpu_millis)} CPU and "
+               f"{_mebibytes(auto.reserved_memory_bytes)} kept for each node)")
+    too_small = per_node < 1
+    if too_small:
+        message += ("; no node has room for one such broker once its reserve is kept: the "
+                    "brokers may not be scheduled (lower spec.autoSizing.reservedCpu or "
+                    "reservedMemory, or use larger nodes)")
     else:
-        message += (f"; such a node has room for {per_node} broker(s), {per_node * len(fits)}"
-                    f" on the {len(fits)} node(s) the pool may use; it has {pool.replicas}")
-    return PoolSizing(pool.name, resources, message, smallest.name, len(fits), per_node)
+        message += (f"; each has room for at least {per_node} such broker(s); the pool has "
+                    f"{pool.replicas}")
+    return PoolSizing(pool.name, resources, message, smallest.name, len(fits), per_node,
+                      too_small)
 
 
 def size_pools(pools: list[NodePool], spec: Mapping[str, Any],
@@ -162,15 +221,15 @@ def size_pools(pools: list[NodePool], spec: Mapping[str, Any],
     return [size_pool(pool, capacities, auto) for pool in pools if not explicit_resources(pool)]
 
 
-def derived_resources(sizing: list[PoolSizing]) -> dict[str, Manifest]:
-    """Pool name to the resources its StatefulSet gets (pools sized from a node only)."""
-    return {s.pool: s.resources for s in sizing if s.resources is not None}
+def derived_resources(sizing: list[PoolSizing], generation: int | None = None
+                      ) -> dict[str, Sized]:
+    """Pool name to what its StatefulSet gets (pools sized from a node only)."""
+    return {s.pool: Sized(s.resources, generation) for s in sizing if s.resources is not None}
 
 
 def _millis(millis: int) -> str:
     return str(millis // 1000) if millis % 1000 == 0 else f"{millis}m"
 
 
-def _mebibytes(size: int | Decimal) -> str:
-    size = int(size)
+def _mebibytes(size: int) -> str:
     return f"{size // GI}Gi" if size % GI == 0 else f"{size // MI}Mi"

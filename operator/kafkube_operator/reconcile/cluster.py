@@ -83,9 +83,11 @@ def problem_pass(kube: Kube, view: ClusterView, resource: Mapping,
     last = memory.applied.upgrade if memory.applied is not None else None
     image = deployed_image(snapshot.statefulset, snapshot.pods) or (
         last.image if last is not None and last.spec_image == spec_image(resource) else None)
-    apply_cluster(kube, resource, events, snapshot.pool_sizes(), pki.pod_annotations,
-                  deployed_min_isr(snapshot.deployed_properties), held, image)
+    applied = apply_cluster(kube, resource, events, snapshot.pool_sizes(),
+                            pki.pod_annotations, deployed_min_isr(snapshot.deployed_properties),
+                            held, image)
     status = problem_status(resource, snapshot, snapshot.trusted.problem)
+    status["sizing"] = [s.as_status() for s in applied.sizing] or None
     spec = resource.get("spec") or {}
     status["listenerLayout"] = (held or ListenerLayout.of(SecuritySpec.of(spec))).as_status()
     return status

@@ -39,7 +39,7 @@ from kafkube_operator.model.scale import (
     throttle_rate,
     throttled_replicas,
 )
-from kafkube_operator.model.sizing import PoolSizing, derived_resources
+from kafkube_operator.model.sizing import PoolSizing
 from kafkube_operator.model.status import SpecWarning
 from kafkube_operator.model.storage import claim_change, with_claims_of
 from kafkube_operator.model.upgrade import with_image
@@ -189,9 +189,9 @@ def apply_cluster(kube: Kube, resource: Mapping, events: Events,
     listeners of this pass (``listener_step``), else spec.listeners'; ``broker_image``: the
     image the brokers run in this pass (reconcile/upgrade.py), else spec.image. ``sizes``:
     each pool's StatefulSet size when not its spec's (a scale under way)."""
-    sizing, warnings = pool_sizing(kube, resource)
+    sizing, derived, warnings = pool_sizing(kube, resource)
     desired = desired_cluster(resource, sizes, pod_annotations, min_isr_ceiling, layout,
-                              first_ids, derived_resources(sizing))
+                              first_ids, derived)
     changed = False
     properties = None
     if desired.refused_config:

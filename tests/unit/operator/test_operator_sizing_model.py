@@ -12,8 +12,10 @@ from hypothesis import strategies as st
 from kafkube_operator.model.cluster import DEFAULT_RESOURCES, desired_cluster
 from kafkube_operator.model.pools import node_pools
 from kafkube_operator.model.sizing import (
+    SIZED_GENERATION,
     AutoSizing,
     NodeCapacity,
+    Sized,
     derived_resources,
     size_pool,
     size_pools,
@@ -31,16 +33,17 @@ def node(name: str, cpu: str, memory: str, ready: bool = True, cordoned: bool = 
 
 
 def sized(spec: dict, nodes: list[dict]) -> dict[str, dict]:
-    return derived_resources(size_pools(node_pools(spec), spec, nodes))
+    return {pool: s.resources for pool, s in
+            derived_resources(size_pools(node_pools(spec), spec, nodes)).items()}
 
 
 def test_a_sixteen_core_node_gives_each_broker_a_core_and_its_share_of_memory() -> None:
     spec = {"replicas": 3, "autoSizing": AUTO}
     [sizing] = size_pools(node_pools(spec), spec, [node(f"n{i}", "16", "64Gi") for i in range(3)])
     assert sizing.resources == {"requests": {"cpu": "1", "memory": "512Mi"},
-                                "limits": {"memory": "4232Mi"}}  # (64 - 2) GiB / 15 cores
+                                "limits": {"memory": "4Gi"}}  # (64 - 2) GiB / 15 cores
     assert sizing.brokers_per_node == 15 and sizing.nodes == 3
-    assert "room for 15 broker(s), 45 on the 3 node(s)" in sizing.message
+    assert "each has room for at least 15 such broker(s); the pool has 3" in sizing.message
     assert sizing.as_status()["cpu"] == "1" and sizing.as_status()["pool"] == "default"
 
 
@@ -55,7 +58,7 @@ def test_a_node_with_nothing_left_after_its_reserve_says_so() -> None:
     assert sizing.resources is not None
     assert sizing.resources["requests"]["cpu"] == "100m"
     assert sizing.resources["limits"]["memory"] == "1Gi"
-    assert "lower spec.autoSizing.reservedCpu" in sizing.message
+    assert sizing.too_small and "lower spec.autoSizing.reservedCpu" in sizing.message
 
 
 def test_the_smallest_node_the_pool_may_use_decides() -> None:
@@ -78,10 +81,13 @@ def test_resources_of_the_users_win_over_the_derived_ones() -> None:
                        "resources": {"requests": {"cpu": "250m"}}}]}
     assert size_pools(node_pools(spec), spec, [node("n", "16", "64Gi")]) == []
     manifests = desired_cluster({"metadata": {"name": "c", "namespace": "ns", "uid": "u"},
-                                 "spec": spec}, derived={"": {"requests": {"cpu": "9"}}})
+                                 "spec": spec},
+                                derived={"": Sized({"requests": {"cpu": "9"}}, 1)})
     containers = [o["spec"]["template"]["spec"]["containers"][0]["resources"]
                   for o in manifests.objects if o["kind"] == "StatefulSet"]
     assert containers == [own, {"requests": {"cpu": "250m"}}]
+    assert all(SIZED_GENERATION not in (o["metadata"].get("annotations") or {})
+               for o in manifests.objects)
 
 
 def test_derived_resources_reach_the_statefulset_and_the_rest_keep_the_default() -> None:
@@ -92,11 +98,15 @@ def test_derived_resources_reach_the_statefulset_and_the_rest_keep_the_default()
     assert [s.pool for s in sizing if s.resources is None] == ["nowhere"]
     assert "no node matches nodeSelector {'pool': 'missing'}" in sizing[1].message
     objects = desired_cluster({"metadata": {"name": "c", "namespace": "ns", "uid": "u"},
-                               "spec": spec}, derived=derived_resources(sizing)).objects
-    resources = {o["metadata"]["name"]: o["spec"]["template"]["spec"]["containers"][0]
-                 ["resources"] for o in objects if o["kind"] == "StatefulSet"}
+                               "spec": spec}, derived=derived_resources(sizing, 7)).objects
+    sets = {o["metadata"]["name"]: o for o in objects if o["kind"] == "StatefulSet"}
+    resources = {name: o["spec"]["template"]["spec"]["containers"][0]["resources"]
+                 for name, o in sets.items()}
     assert resources["c"]["requests"]["cpu"] == "1"
     assert resources["c-nowhere"] == DEFAULT_RESOURCES
+    # The generation they were derived at, on the StatefulSet, not its pods (no roll).
+    assert sets["c"]["metadata"]["annotations"] == {SIZED_GENERATION: "7"}
+    assert "annotations" not in sets["c-nowhere"]["metadata"]
 
 
 def test_without_auto_sizing_nothing_is_derived() -> None:
@@ -115,6 +125,51 @@ def test_a_node_that_has_not_said_what_it_can_allocate_is_left_out() -> None:
     spec = {"replicas": 1, "autoSizing": AUTO}
     [sizing] = size_pools(node_pools(spec), spec, [{"metadata": {"name": "new"}}])
     assert sizing.resources is None and "no node is registered" in sizing.message
+
+
+def test_nodes_tainted_for_others_are_left_out_but_not_nodes_cordoned_or_not_ready() -> None:
+    control_plane = node("cp", "2", "4Gi")
+    control_plane["spec"]["taints"] = [{"key": "node-role.kubernetes.io/control-plane",
+                                        "effect": "NoSchedule"}]
+    gpu = node("gpu", "4", "16Gi")
+    gpu["spec"]["taints"] = [{"key": "gpu", "value": "true", "effect": "NoSchedule"}]
+    cordoned = node("cordoned", "4", "16Gi", cordoned=True)
+    cordoned["spec"]["taints"] = [{"key": "node.kubernetes.io/unschedulable",
+                                   "effect": "NoSchedule"},
+                                  {"key": "node.kubernetes.io/not-ready", "effect": "NoExecute"}]
+    prefers = node("prefers", "2", "4Gi")
+    prefers["spec"]["taints"] = [{"key": "spot", "effect": "PreferNoSchedule"}]
+    workers = [node("w1", "16", "64Gi"), node("w2", "16", "64Gi")]
+    spec = {"replicas": 3, "autoSizing": AUTO}
+    by_node = size_pools(node_pools(spec), spec, [control_plane, gpu, *workers])[0]
+    # The control plane and the GPU node are others': the workers alone count.
+    assert (by_node.node, by_node.nodes) == ("w1", 2)
+    with_cordoned = size_pools(node_pools(spec), spec, [cordoned, prefers, *workers])[0]
+    assert (with_cordoned.node, with_cordoned.nodes) == ("prefers", 4)
+    tolerant = {**spec, "tolerations": [{"key": "gpu", "operator": "Equal", "value": "true",
+                                         "effect": "NoSchedule"}]}
+    assert size_pools(node_pools(tolerant), tolerant, [gpu, *workers])[0].node == "gpu"
+    anything = {**spec, "tolerations": [{"operator": "Exists"}]}
+    assert size_pools(node_pools(anything), anything, [control_plane, *workers])[0].node == "cp"
+
+
+def test_memory_follows_the_node_with_the_least_per_core_not_the_fewest_cores() -> None:
+    spec = {"replicas": 3, "autoSizing": AUTO}
+    [sizing] = size_pools(node_pools(spec), spec, [node("cpu-rich", "16", "16Gi"),
+                                                    node("memory-rich", "8", "64Gi")])
+    assert sizing.node == "memory-rich"  # the fewest cores set the CPU request
+    assert sizing.resources is not None
+    # (16 - 2) GiB over 15 cores: 955 MiB a core, so the 1 GiB floor.
+    assert sizing.resources["limits"]["memory"] == "1Gi"
+    assert sizing.brokers_per_node == 7  # memory-rich: 7 cores left; cpu-rich: 28 x 512 MiB
+
+
+def test_a_node_short_of_memory_has_room_for_fewer_brokers_than_its_cores() -> None:
+    spec = {"replicas": 3, "autoSizing": AUTO}
+    [sizing] = size_pools(node_pools(spec), spec, [node("lean", "16", "4Gi")])
+    assert sizing.brokers_per_node == 4  # (4 - 2) GiB / 512 MiB, not 15 cores
+    [none] = size_pools(node_pools(spec), spec, [node("starved", "4", "2Gi")])
+    assert none.brokers_per_node == 0 and none.too_small
 
 
 @given(count=st.integers(1, 12), lost=st.integers(0, 11), cores=st.integers(2, 64),
