@@ -10,13 +10,12 @@ import uuid
 from kafkube.harness.checkout import REPO
 from kafkube.harness.kind.platform import Cluster, KubectlError
 from kafkube.harness.waiting import WaitTimedOut, wait_until
+from kafkube_operator.model.broker_config import HEALTH_PORT, METRICS_PORT
 
 NAMESPACE = "kafkube"  # the reference manifest's ClusterRoleBinding names it
 BOOTSTRAP = f"kafkube-bootstrap.{NAMESPACE}.svc:9092"
 WORKLOAD_IMAGE = "localhost/kafkube-workload:dev"
 BROKERS = 3
-METRICS_PORT = 9404  # a KafkaCluster's brokers (the operator's broker_config)
-HEALTH_PORT = 9405
 
 
 class Brokers:

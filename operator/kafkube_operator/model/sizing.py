@@ -221,12 +221,6 @@ def size_pools(pools: list[NodePool], spec: Mapping[str, Any],
     return [size_pool(pool, capacities, auto) for pool in pools if not explicit_resources(pool)]
 
 
-def derived_resources(sizing: list[PoolSizing], generation: int | None = None
-                      ) -> dict[str, Sized]:
-    """Pool name to what its StatefulSet gets (pools sized from a node only)."""
-    return {s.pool: Sized(s.resources, generation) for s in sizing if s.resources is not None}
-
-
 def _millis(millis: int) -> str:
     return str(millis // 1000) if millis % 1000 == 0 else f"{millis}m"
 

@@ -15,8 +15,8 @@ from kafkube_operator.model.sizing import (
     SIZED_GENERATION,
     AutoSizing,
     NodeCapacity,
+    PoolSizing,
     Sized,
-    derived_resources,
     size_pool,
     size_pools,
 )
@@ -32,9 +32,14 @@ def node(name: str, cpu: str, memory: str, ready: bool = True, cordoned: bool = 
                        "conditions": [{"type": "Ready", "status": str(ready)}]}}
 
 
+def derived(sizing: list[PoolSizing], generation: int) -> dict[str, Sized]:
+    """What reconcile/sizing.py hands the StatefulSets when no pool has one yet."""
+    return {s.pool: Sized(s.resources, generation) for s in sizing if s.resources is not None}
+
+
 def sized(spec: dict, nodes: list[dict]) -> dict[str, dict]:
     return {pool: s.resources for pool, s in
-            derived_resources(size_pools(node_pools(spec), spec, nodes)).items()}
+            derived(size_pools(node_pools(spec), spec, nodes), 1).items()}
 
 
 def test_a_sixteen_core_node_gives_each_broker_a_core_and_its_share_of_memory() -> None:
@@ -98,7 +103,7 @@ def test_derived_resources_reach_the_statefulset_and_the_rest_keep_the_default()
     assert [s.pool for s in sizing if s.resources is None] == ["nowhere"]
     assert "no node matches nodeSelector {'pool': 'missing'}" in sizing[1].message
     objects = desired_cluster({"metadata": {"name": "c", "namespace": "ns", "uid": "u"},
-                               "spec": spec}, derived=derived_resources(sizing, 7)).objects
+                               "spec": spec}, derived=derived(sizing, 7)).objects
     sets = {o["metadata"]["name"]: o for o in objects if o["kind"] == "StatefulSet"}
     resources = {name: o["spec"]["template"]["spec"]["containers"][0]["resources"]
                  for name, o in sets.items()}
