@@ -1,7 +1,8 @@
 """spec.autoSizing against a real kube-apiserver (model/sizing.py): the operator lists the
 nodes, gives each pool's brokers the resources its smallest node allows, says in the status
-how many brokers such a node has room for, and keeps the default (with a Warning) for a pool
-no node can host. A reserve that is no quantity is refused at admission.
+how many brokers such a node has room for, sizes a pool from the nodes its required node
+affinity allows, and keeps the default (with a Warning) for a pool no node can host. A
+reserve that is no quantity is refused at admission.
 
 This tier's API server has no kubelets: the nodes are registered by the test, as a kubelet
 would register them (the object, then its allocatable in the status)."""
@@ -76,7 +77,13 @@ def test_brokers_are_sized_from_their_nodes_at_each_change_of_the_spec(
         "pools": [{"name": "nowhere", "replicas": 1, "firstNodeId": 100,
                    "nodeSelector": {"kafkube.test/sizing": "no-such-node"}},
                   {"name": "own", "replicas": 1, "firstNodeId": 200,
-                   "resources": {"requests": {"cpu": "3", "memory": "5Gi"}}}]})
+                   "resources": {"requests": {"cpu": "3", "memory": "5Gi"}}},
+                  {"name": "pinned", "replicas": 1, "firstNodeId": 300,
+                   "affinity": {"nodeAffinity": {
+                       "requiredDuringSchedulingIgnoredDuringExecution": {
+                           "nodeSelectorTerms": [{"matchExpressions": [
+                               {"key": "kubernetes.io/hostname", "operator": "In",
+                                "values": [nodes.names[0]]}]}]}}}}]})
 
     resources = _resources(apps, namespace, "sized", "the derived resources",
                            lambda r: (r.requests or {}).get("cpu") == "1")
@@ -87,7 +94,7 @@ def test_brokers_are_sized_from_their_nodes_at_each_change_of_the_spec(
     assert resources.limits.get("cpu") is None  # a throttled event loop stalls every client
     sts = statefulset_or_none(apps, namespace, "sized")
     assert sts.metadata.annotations["kafkube.io/sized-generation"] == "1"
-    status = clusters.status_when("sized", lambda s: len(s.get("sizing") or ()) == 2, 60,
+    status = clusters.status_when("sized", lambda s: len(s.get("sizing") or ()) == 3, 60,
                                   "status.sizing")
     default = next(s for s in status["sizing"] if s["pool"] == "default")
     assert (default["node"], default["nodes"], default["brokersPerNode"]) == \
@@ -98,6 +105,11 @@ def test_brokers_are_sized_from_their_nodes_at_each_change_of_the_spec(
     assert "no node matches nodeSelector" in warning["message"]
     nowhere = _resources(apps, namespace, "sized-nowhere", "the pool no node can host")
     assert nowhere.requests == {"cpu": "100m", "memory": "256Mi"}
+    # The pool whose required node affinity allows one 16-core node only: sized from it.
+    pinned = next(s for s in status["sizing"] if s["pool"] == "pinned")
+    assert (pinned["node"], pinned["nodes"], pinned["brokersPerNode"]) == (nodes.names[0], 1, 15)
+    assert _resources(apps, namespace, "sized-pinned", "the pinned pool's resources",
+                      lambda r: (r.requests or {}).get("cpu") == "1").limits == {"memory": "4Gi"}
     own = _resources(apps, namespace, "sized-own", "the pool with resources of its own")
     assert own.requests == {"cpu": "3", "memory": "5Gi"}
 

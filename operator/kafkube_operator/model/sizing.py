@@ -15,12 +15,13 @@ So a pool that asks for it gets, per broker:
   charged to it), and 512 MiB requested (the broker's RSS measured at 2,000 connections or
   10,000 partitions stayed under 460 MiB).
 
-The nodes a pool may use are those its nodeSelector selects and whose taints its tolerations
-allow, but for the taints Kubernetes puts on a node that is cordoned, not ready or
-unreachable: the figures follow the nodes' *size*, never their state, so a node failing or
-cordoned in an incident does not change them. When they are applied is the operator's
-(reconcile/sizing.py): at a change of the spec only, never because a node came or went.
-Explicit ``resources`` (the cluster's or a pool's) always win.
+The nodes a pool may use are those its nodeSelector selects, its required node affinity
+allows (preferred affinity rules out none) and whose taints its tolerations allow, but for
+the taints Kubernetes puts on a node that is cordoned, not ready or unreachable: the figures
+follow the nodes' *size*, never their state, so a node failing or cordoned in an incident
+does not change them. When they are applied is the operator's (reconcile/sizing.py): at a
+change of the spec only, never because a node came or went. Explicit ``resources`` (the
+cluster's or a pool's) always win.
 """
 
 from __future__ import annotations
@@ -150,19 +151,64 @@ def tolerated(taint: Mapping[str, str], tolerations: list[Mapping[str, Any]]) ->
     return False
 
 
+def _requirement_met(requirement: Mapping[str, Any], value: str | None) -> bool:
+    """One ``matchExpressions``/``matchFields`` entry of a node selector term against the
+    node's value for its key (None: the node has no such label)."""
+    operator = requirement.get("operator")
+    values = [str(v) for v in requirement.get("values") or ()]
+    if operator == "In":
+        return value is not None and value in values
+    if operator == "NotIn":
+        return value is None or value not in values
+    if operator == "Exists":
+        return value is not None
+    if operator == "DoesNotExist":
+        return value is None
+    if operator in ("Gt", "Lt") and value is not None and len(values) == 1:
+        try:
+            have, bound = int(value), int(values[0])
+        except ValueError:
+            return False
+        return have > bound if operator == "Gt" else have < bound
+    return False  # an operator Kubernetes would have refused: nothing matches
+
+
+def _term_matches(term: Mapping[str, Any], node: NodeCapacity) -> bool:
+    """A node selector term: all its requirements hold; an empty term matches no node."""
+    expressions = list(term.get("matchExpressions") or ())
+    fields = list(term.get("matchFields") or ())
+    if not expressions and not fields:
+        return False
+    node_fields = {"metadata.name": node.name}
+    return all(_requirement_met(r, node.labels.get(str(r.get("key")))) for r in expressions) \
+        and all(_requirement_met(r, node_fields.get(str(r.get("key")))) for r in fields)
+
+
+def affinity_allows(node: NodeCapacity, affinity: Mapping[str, Any] | None) -> bool:
+    """Kubernetes' required node affinity (``requiredDuringSchedulingIgnoredDuringExecution``:
+    any of its terms). Preferred affinity only orders the nodes allowed: it rules none out."""
+    required = ((affinity or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution")
+    if not required:
+        return True
+    return any(_term_matches(term, node) for term in required.get("nodeSelectorTerms") or ())
+
+
 def eligible(nodes: list[NodeCapacity], pool: NodePool) -> list[NodeCapacity]:
-    """The nodes the pool's nodeSelector selects and its tolerations allow (taints of a
-    node's state aside). Affinity is the scheduler's: a node it rules out only makes the
-    figures more cautious if it is the smallest."""
+    """The nodes the pool's nodeSelector selects, its required node affinity allows and its
+    tolerations allow (taints of a node's state aside): those the scheduler may place its
+    brokers on."""
     wanted = pool.spec.get("nodeSelector") or {}
     tolerations = list(pool.spec.get("tolerations") or ())
+    affinity = pool.spec.get("affinity")
 
     def allowed(node: NodeCapacity) -> bool:
         return all(tolerated(t, tolerations) for t in node.taints
                    if t.get("effect") in BLOCKING_EFFECTS
                    and not str(t.get("key", "")).startswith(STATE_TAINTS))
     return [n for n in nodes
-            if all(n.labels.get(k) == v for k, v in wanted.items()) and allowed(n)]
+            if all(n.labels.get(k) == v for k, v in wanted.items())
+            and affinity_allows(n, affinity) and allowed(n)]
 
 
 def size_pool(pool: NodePool, nodes: list[NodeCapacity], auto: AutoSizing) -> PoolSizing:
@@ -171,8 +217,11 @@ def size_pool(pool: NodePool, nodes: list[NodeCapacity], auto: AutoSizing) -> Po
     fits = eligible(nodes, pool)
     if not fits:
         selector = pool.spec.get("nodeSelector") or {}
-        which = f"matches nodeSelector {dict(selector)} and" if selector else "is registered and"
-        return PoolSizing(pool.name, None, f"no node {which} allows pool {pool.label()}'s "
+        which = f"matches nodeSelector {dict(selector)}" if selector else "is registered"
+        if ((pool.spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+                "requiredDuringSchedulingIgnoredDuringExecution"):
+            which += ", is allowed by its required node affinity"
+        return PoolSizing(pool.name, None, f"no node {which} and allows pool {pool.label()}'s "
                           "tolerations: it keeps the resources it has until one does")
 
     def usable_cpu(n: NodeCapacity) -> int:

@@ -202,3 +202,59 @@ def test_the_request_is_between_100m_and_a_core_and_the_limit_above_the_request(
     limit = sizing.resources["limits"]["memory"]
     mib = int(limit[:-2]) * (1024 if limit.endswith("Gi") else 1)
     assert 1024 <= mib <= 16 * 1024 and mib >= 512
+
+
+def required(*terms: dict) -> dict:
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": list(terms)}}}
+
+
+def test_required_node_affinity_decides_which_nodes_count_and_preferred_does_not() -> None:
+    nodes = [node("small", "2", "8Gi", zone="a", tier="kafka", gen="3"),
+             node("big-a", "16", "64Gi", zone="a", tier="kafka", gen="5"),
+             node("big-b", "16", "64Gi", zone="b", tier="kafka", gen="5"),
+             node("unlabelled", "1", "2Gi")]
+
+    def picked(affinity: dict) -> tuple[str | None, int]:
+        spec = {"replicas": 3, "autoSizing": AUTO, "affinity": affinity}
+        s = size_pools(node_pools(spec), spec, nodes)[0]
+        return s.node, s.nodes
+
+    # Terms are ORed, a term's requirements ANDed; the smallest allowed node decides.
+    assert picked(required({"matchExpressions": [
+        {"key": "tier", "operator": "In", "values": ["kafka"]},
+        {"key": "gen", "operator": "Gt", "values": ["4"]}]})) == ("big-a", 2)
+    assert picked(required(
+        {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["b"]}]},
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["small"]}]},
+    )) == ("small", 2)
+    assert picked(required({"matchExpressions": [
+        {"key": "zone", "operator": "NotIn", "values": ["a"]}]})) == ("unlabelled", 2)
+    assert picked(required({"matchExpressions": [
+        {"key": "tier", "operator": "DoesNotExist"}]})) == ("unlabelled", 1)
+    assert picked(required({"matchExpressions": [
+        {"key": "gen", "operator": "Lt", "values": ["4"]},
+        {"key": "zone", "operator": "Exists"}]})) == ("small", 1)
+    # A label that is no integer never satisfies Gt/Lt; an empty term matches nothing.
+    assert picked(required({"matchExpressions": [
+        {"key": "zone", "operator": "Gt", "values": ["0"]}]})) == (None, 0)
+    assert picked(required({})) == (None, 0)
+    # Preferred affinity orders the allowed nodes; it rules none out.
+    preferred = {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 1, "preference": {"matchExpressions": [
+            {"key": "zone", "operator": "In", "values": ["b"]}]}}]}}
+    assert picked(preferred) == ("unlabelled", 4)
+    # Pod (anti-)affinity is about other pods, not nodes: no node is ruled out by it.
+    anti = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"topologyKey": "kubernetes.io/hostname",
+         "labelSelector": {"matchLabels": {"app": "kafkube"}}}]}}
+    assert picked(anti) == ("unlabelled", 4)
+
+
+def test_a_pool_no_node_is_allowed_by_its_affinity_for_says_so() -> None:
+    spec = {"replicas": 1, "autoSizing": AUTO,
+            "affinity": required({"matchExpressions": [
+                {"key": "tier", "operator": "In", "values": ["kafka"]}]})}
+    [sizing] = size_pools(node_pools(spec), spec, [node("w1", "16", "64Gi")])
+    assert sizing.resources is None
+    assert "is allowed by its required node affinity" in sizing.message
