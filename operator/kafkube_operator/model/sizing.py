@@ -26,6 +26,7 @@ cluster's or a pool's) always win.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -151,11 +152,26 @@ def tolerated(taint: Mapping[str, str], tolerations: list[Mapping[str, Any]]) ->
     return False
 
 
-def _requirement_met(requirement: Mapping[str, Any], value: str | None) -> bool:
-    """One ``matchExpressions``/``matchFields`` entry of a node selector term against the
-    node's value for its key (None: the node has no such label)."""
+INT64 = re.compile(r"[+-]?[0-9]+")
+
+
+def _go_int(text: str) -> int | None:
+    """The integer Kubernetes' ``strconv.ParseInt(text, 10, 64)`` reads, or None."""
+    if not INT64.fullmatch(text):
+        return None
+    value = int(text)
+    return value if -(1 << 63) <= value < (1 << 63) else None
+
+
+def _requirement_met(requirement: Any, value: str | None) -> bool:
+    """One ``matchExpressions`` entry of a node selector term against the node's value for
+    its key (None: the node has no such label). What the API server would refuse matches
+    nothing, so a malformed affinity is never read as allowing a node."""
+    if not isinstance(requirement, Mapping):
+        return False
     operator = requirement.get("operator")
-    values = [str(v) for v in requirement.get("values") or ()]
+    raw = requirement.get("values")
+    values = [str(v) for v in raw] if isinstance(raw, list) else []
     if operator == "In":
         return value is not None and value in values
     if operator == "NotIn":
@@ -165,33 +181,53 @@ def _requirement_met(requirement: Mapping[str, Any], value: str | None) -> bool:
     if operator == "DoesNotExist":
         return value is None
     if operator in ("Gt", "Lt") and value is not None and len(values) == 1:
-        try:
-            have, bound = int(value), int(values[0])
-        except ValueError:
+        have, bound = _go_int(value), _go_int(values[0])
+        if have is None or bound is None:
             return False
         return have > bound if operator == "Gt" else have < bound
-    return False  # an operator Kubernetes would have refused: nothing matches
+    return False
 
 
-def _term_matches(term: Mapping[str, Any], node: NodeCapacity) -> bool:
-    """A node selector term: all its requirements hold; an empty term matches no node."""
-    expressions = list(term.get("matchExpressions") or ())
-    fields = list(term.get("matchFields") or ())
-    if not expressions and not fields:
+def _field_met(requirement: Any, node: NodeCapacity) -> bool:
+    """A ``matchFields`` entry: Kubernetes allows ``metadata.name`` with In or NotIn only."""
+    if not isinstance(requirement, Mapping) or requirement.get("key") != "metadata.name" \
+            or requirement.get("operator") not in ("In", "NotIn"):
         return False
-    node_fields = {"metadata.name": node.name}
-    return all(_requirement_met(r, node.labels.get(str(r.get("key")))) for r in expressions) \
-        and all(_requirement_met(r, node_fields.get(str(r.get("key")))) for r in fields)
+    return _requirement_met(requirement, node.name)
 
 
-def affinity_allows(node: NodeCapacity, affinity: Mapping[str, Any] | None) -> bool:
-    """Kubernetes' required node affinity (``requiredDuringSchedulingIgnoredDuringExecution``:
-    any of its terms). Preferred affinity only orders the nodes allowed: it rules none out."""
-    required = ((affinity or {}).get("nodeAffinity") or {}).get(
-        "requiredDuringSchedulingIgnoredDuringExecution")
-    if not required:
+def _term_matches(term: Any, node: NodeCapacity) -> bool:
+    """A node selector term: all its requirements hold; an empty or null term matches no
+    node."""
+    if not isinstance(term, Mapping):
+        return False
+    expressions = term.get("matchExpressions") or []
+    fields = term.get("matchFields") or []
+    if not isinstance(expressions, list) or not isinstance(fields, list) or \
+            not (expressions or fields):
+        return False
+    return all(_requirement_met(r, node.labels.get(str(r.get("key")))
+                                if isinstance(r, Mapping) else None) for r in expressions) \
+        and all(_field_met(r, node) for r in fields)
+
+
+def required_node_affinity(affinity: Any) -> Any:
+    """The pool's ``requiredDuringSchedulingIgnoredDuringExecution`` node selector, or None;
+    a ``nodeAffinity`` that is no object is returned as it is (it allows no node)."""
+    node_affinity = affinity.get("nodeAffinity") if isinstance(affinity, Mapping) else None
+    if node_affinity is None or not isinstance(node_affinity, Mapping):
+        return node_affinity
+    return node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
+
+
+def affinity_allows(node: NodeCapacity, affinity: Any) -> bool:
+    """Kubernetes' required node affinity: any of its terms. Preferred affinity only orders
+    the nodes allowed, and pod (anti-)affinity is about other pods: they rule none out."""
+    required = required_node_affinity(affinity)
+    if required is None:
         return True
-    return any(_term_matches(term, node) for term in required.get("nodeSelectorTerms") or ())
+    terms = required.get("nodeSelectorTerms") if isinstance(required, Mapping) else None
+    return isinstance(terms, list) and any(_term_matches(t, node) for t in terms)
 
 
 def eligible(nodes: list[NodeCapacity], pool: NodePool) -> list[NodeCapacity]:
@@ -218,11 +254,13 @@ def size_pool(pool: NodePool, nodes: list[NodeCapacity], auto: AutoSizing) -> Po
     if not fits:
         selector = pool.spec.get("nodeSelector") or {}
         which = f"matches nodeSelector {dict(selector)}" if selector else "is registered"
-        if ((pool.spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
-                "requiredDuringSchedulingIgnoredDuringExecution"):
-            which += ", is allowed by its required node affinity"
-        return PoolSizing(pool.name, None, f"no node {which} and allows pool {pool.label()}'s "
-                          "tolerations: it keeps the resources it has until one does")
+        if required_node_affinity(pool.spec.get("affinity")) is not None:
+            which = (f"{which}, " if selector else "") + \
+                f"satisfies pool {pool.label()}'s required node affinity and allows its"
+        else:
+            which += f" and allows pool {pool.label()}'s"
+        return PoolSizing(pool.name, None, f"no node {which} tolerations: it keeps the "
+                          "resources it has until one does")
 
     def usable_cpu(n: NodeCapacity) -> int:
         return n.cpu_millis - auto.reserved_cpu_millis

@@ -65,8 +65,9 @@ def pool_sizing(kube: Kube, resource: Mapping[str, Any]
             applied[pool.name] = Sized(live, generation)
             if sized.resources is not None and sized.resources != live:
                 sized = replace(sized, message=f"{sized.message}. Applied: {_brief(live)}, "
-                                "derived before the nodes changed; the next change of the "
-                                "spec applies the figures above")
+                                "derived at this spec before the nodes (or the operator's "
+                                "sizing) changed; the next change of the spec applies the "
+                                "figures above")
         elif sized.resources is not None:
             applied[pool.name] = Sized(sized.resources, generation)
         elif live is not None:

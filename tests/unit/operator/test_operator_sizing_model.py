@@ -257,4 +257,32 @@ def test_a_pool_no_node_is_allowed_by_its_affinity_for_says_so() -> None:
                 {"key": "tier", "operator": "In", "values": ["kafka"]}]})}
     [sizing] = size_pools(node_pools(spec), spec, [node("w1", "16", "64Gi")])
     assert sizing.resources is None
-    assert "is allowed by its required node affinity" in sizing.message
+    assert sizing.message.startswith("no node satisfies pool default's required node "
+                                     "affinity and allows its tolerations"), sizing.message
+
+
+@pytest.mark.parametrize("affinity", [
+    required(None),  # a null term: Kubernetes accepts it, and it matches no node
+    {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"nodeSelectorTerms": []}]}},  # podAffinity's list shape, refused by the API server
+    {"nodeAffinity": "zone-a"},
+    required({"matchExpressions": [None, "zone"]}),
+    required({"matchExpressions": {"key": "zone"}}),
+    required({"matchExpressions": [{"key": "zone", "operator": "In", "values": "a"}]}),
+    required({"matchFields": [{"key": "metadata.labels", "operator": "Exists"}]}),
+    {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {}}},
+])
+def test_an_affinity_the_scheduler_could_not_satisfy_sizes_from_no_node(affinity: dict) -> None:
+    spec = {"replicas": 1, "autoSizing": AUTO, "affinity": affinity}
+    [sizing] = size_pools(node_pools(spec), spec, [node("w1", "16", "64Gi", zone="a")])
+    assert sizing.resources is None and "no node" in sizing.message
+
+
+@pytest.mark.parametrize(("label", "counted"), [
+    ("6", True), ("+6", True), ("5", False), ("-7", False), ("1_000", False), (" 6", False),
+    ("99999999999999999999", False), ("0x10", False)])
+def test_gt_reads_a_label_as_kubernetes_parses_an_int64(label: str, counted: bool) -> None:
+    spec = {"replicas": 1, "autoSizing": AUTO, "affinity": required({"matchExpressions": [
+        {"key": "gen", "operator": "Gt", "values": ["5"]}]})}
+    [sizing] = size_pools(node_pools(spec), spec, [node("w1", "16", "64Gi", gen=label)])
+    assert (sizing.resources is not None) == counted
