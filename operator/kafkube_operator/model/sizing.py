@@ -163,12 +163,13 @@ def _go_int(text: str) -> int | None:
     return value if -(1 << 63) <= value < (1 << 63) else None
 
 
-def _requirement_met(requirement: Any, value: str | None) -> bool:
-    """One ``matchExpressions`` entry of a node selector term against the node's value for
-    its key (None: the node has no such label). What the API server would refuse matches
-    nothing, so a malformed affinity is never read as allowing a node."""
+def _requirement_met(requirement: Any, values_of: Mapping[str, str]) -> bool:
+    """One requirement of a node selector term against the node's labels (or fields) in
+    ``values_of``. What the API server would refuse matches nothing, so a malformed
+    affinity is never read as allowing a node."""
     if not isinstance(requirement, Mapping):
         return False
+    value = values_of.get(str(requirement.get("key")))
     operator = requirement.get("operator")
     raw = requirement.get("values")
     values = [str(v) for v in raw] if isinstance(raw, list) else []
@@ -188,17 +189,9 @@ def _requirement_met(requirement: Any, value: str | None) -> bool:
     return False
 
 
-def _field_met(requirement: Any, node: NodeCapacity) -> bool:
-    """A ``matchFields`` entry: Kubernetes allows ``metadata.name`` with In or NotIn only."""
-    if not isinstance(requirement, Mapping) or requirement.get("key") != "metadata.name" \
-            or requirement.get("operator") not in ("In", "NotIn"):
-        return False
-    return _requirement_met(requirement, node.name)
-
-
 def _term_matches(term: Any, node: NodeCapacity) -> bool:
     """A node selector term: all its requirements hold; an empty or null term matches no
-    node."""
+    node. ``matchFields`` may name ``metadata.name`` only, with In or NotIn."""
     if not isinstance(term, Mapping):
         return False
     expressions = term.get("matchExpressions") or []
@@ -206,16 +199,17 @@ def _term_matches(term: Any, node: NodeCapacity) -> bool:
     if not isinstance(expressions, list) or not isinstance(fields, list) or \
             not (expressions or fields):
         return False
-    return all(_requirement_met(r, node.labels.get(str(r.get("key")))
-                                if isinstance(r, Mapping) else None) for r in expressions) \
-        and all(_field_met(r, node) for r in fields)
+    return all(_requirement_met(r, node.labels) for r in expressions) and all(
+        isinstance(r, Mapping) and r.get("key") == "metadata.name"
+        and r.get("operator") in ("In", "NotIn")
+        and _requirement_met(r, {"metadata.name": node.name}) for r in fields)
 
 
 def required_node_affinity(affinity: Any) -> Any:
     """The pool's ``requiredDuringSchedulingIgnoredDuringExecution`` node selector, or None;
     a ``nodeAffinity`` that is no object is returned as it is (it allows no node)."""
     node_affinity = affinity.get("nodeAffinity") if isinstance(affinity, Mapping) else None
-    if node_affinity is None or not isinstance(node_affinity, Mapping):
+    if not isinstance(node_affinity, Mapping):
         return node_affinity
     return node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
 
