@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 import uuid
 from collections.abc import Iterable
@@ -25,6 +26,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.config.broker_config import BrokerConfig
 from broker.coordinator import consumer_records as cr
+from broker.coordinator.alarm import Alarm
 from broker.coordinator.group import Group, GroupState, Member
 from broker.coordinator.group_store import (
     MAX_NAME_BYTES,
@@ -87,11 +89,12 @@ def check_join(config: BrokerConfig, group_id: str, instance_id: str | None,
 class ClassicMembership:
     """Members joining, syncing, heartbeating and leaving; the generations they make."""
 
-    def __init__(self, config: BrokerConfig, store: GroupStore, writer: OffsetsTopicWriter
-                 ) -> None:
+    def __init__(self, config: BrokerConfig, store: GroupStore, writer: OffsetsTopicWriter,
+                 alarm: Alarm | None = None) -> None:
         self.config = config
         self.store = store
         self.writer = writer
+        self.alarm = alarm or Alarm()
         # Kafka's InitialDelayedJoin: a group rebalancing from Empty waits this long for more
         # members (group.initial.rebalance.delay.ms), extended per join up to the deadline.
         self._initial_delay_until: dict[str, float] = {}
@@ -123,7 +126,7 @@ class ClassicMembership:
         assignment): its members have their sessions from now, and it rebalances so each
         rejoins the classic way (Kafka's convertToClassicGroup)."""
         for member in group.members.values():
-            member.heartbeat_deadline = now + member.session_timeout_ms / 1000
+            self._expect_heartbeat(member, now + member.session_timeout_ms / 1000)
         self._prepare_rebalance(group, "downgraded from the consumer protocol")
 
     async def join_group(
@@ -177,7 +180,7 @@ class ClassicMembership:
                             session_timeout_ms, rebalance_timeout_ms, protocol_type, protocols)
             group.add(member)
         else:
-            member.heartbeat_deadline = now + session_timeout_ms / 1000
+            self._expect_heartbeat(member, now + session_timeout_ms / 1000)
             unchanged = member.protocols == protocols
             if unchanged and group.is_(GroupState.STABLE) and member_id != group.leader_id:
                 # A follower rejoining with nothing new: no rebalance, as in Kafka's
@@ -186,7 +189,7 @@ class ClassicMembership:
             member.protocols = protocols
             member.session_timeout_ms = session_timeout_ms
             member.rebalance_timeout_ms = rebalance_timeout_ms
-        member.heartbeat_deadline = now + session_timeout_ms / 1000
+        self._expect_heartbeat(member, now + session_timeout_ms / 1000)
         joined = member.join_future = asyncio.get_running_loop().create_future()
         if not group.is_(GroupState.PREPARING_REBALANCE):
             self._prepare_rebalance(group, f"member {member_id} joined")
@@ -222,7 +225,7 @@ class ClassicMembership:
         group.add(member)
         if was_leader:
             group.leader_id = new_id
-        member.heartbeat_deadline = time.monotonic() + session_timeout_ms / 1000
+        self._expect_heartbeat(member, time.monotonic() + session_timeout_ms / 1000)
         # Kafka rebalances only if the group's protocol would change; new metadata bytes
         # (a restarted consumer's subscription carries what it owned) are not enough.
         if group.is_(GroupState.STABLE) and group.select_protocol() == group.protocol:
@@ -268,9 +271,11 @@ class ClassicMembership:
         timeout = max((m.rebalance_timeout_ms for m in group.members.values()), default=0) / 1000
         now = time.monotonic()
         group.rebalance_deadline = now + timeout
+        self.alarm.at(group.rebalance_deadline)
         delay = self.config["group.initial.rebalance.delay.ms"] / 1000
         if was_empty and delay > 0:
             self._initial_delay_until[group.group_id] = min(now + delay, group.rebalance_deadline)
+            self.alarm.at(self._initial_delay_until[group.group_id])
         else:
             self._initial_delay_until.pop(group.group_id, None)
 
@@ -324,7 +329,7 @@ class ClassicMembership:
                 group.leader_id or "", member.member_id,
                 members if member.member_id == group.leader_id else (),
             )
-            member.heartbeat_deadline = time.monotonic() + member.session_timeout_ms / 1000
+            self._expect_heartbeat(member, time.monotonic() + member.session_timeout_ms / 1000)
             if member.join_future is not None and not member.join_future.done():
                 member.join_future.set_result(result)
             member.join_future = None
@@ -346,7 +351,7 @@ class ClassicMembership:
             protocol and protocol != group.protocol
         ):
             return ErrorCode.inconsistent_group_protocol, b"", group
-        member.heartbeat_deadline = time.monotonic() + member.session_timeout_ms / 1000
+        self._expect_heartbeat(member, time.monotonic() + member.session_timeout_ms / 1000)
         if group.is_(GroupState.PREPARING_REBALANCE):
             return ErrorCode.rebalance_in_progress, b"", group
         if group.is_(GroupState.STABLE):
@@ -383,7 +388,7 @@ class ClassicMembership:
             return e.code
         if group.is_(GroupState.EMPTY):
             return ErrorCode.unknown_member_id
-        member.heartbeat_deadline = time.monotonic() + member.session_timeout_ms / 1000
+        self._expect_heartbeat(member, time.monotonic() + member.session_timeout_ms / 1000)
         if generation != group.generation:
             return ErrorCode.illegal_generation
         if group.is_(GroupState.PREPARING_REBALANCE):
@@ -433,6 +438,27 @@ class ClassicMembership:
         self._maybe_complete_join(group)
 
     # -- timers --------------------------------------------------------------------------
+
+    def _expect_heartbeat(self, member: Member, deadline: float) -> None:
+        """``member``'s session now runs until ``deadline``."""
+        member.heartbeat_deadline = deadline
+        self.alarm.at(deadline)
+
+    def next_deadline(self, now: float) -> float:
+        """When ``expire`` next has something to do (inf: never, until a deadline is set):
+        the deadlines it looks at. An initial delay already over needs no look: the join
+        or the removal that lets the group complete completes it."""
+        soonest = math.inf
+        for group in self.store.groups.values():
+            for member in group.members.values():
+                if not member.awaiting_join:
+                    soonest = min(soonest, member.heartbeat_deadline)
+            if group.is_(GroupState.PREPARING_REBALANCE):
+                soonest = min(soonest, group.rebalance_deadline)
+                delayed = self._initial_delay_until.get(group.group_id, -math.inf)
+                if delayed > now:
+                    soonest = min(soonest, delayed)
+        return soonest
 
     def expire(self, now: float) -> None:
         """Remove members whose session expired, end rebalances whose deadline or initial

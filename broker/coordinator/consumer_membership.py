@@ -21,6 +21,7 @@ import dataclasses
 import functools
 import hashlib
 import logging
+import math
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
@@ -34,6 +35,7 @@ from broker.config.broker_config import BrokerConfig
 from broker.config.group_settings import GroupSettings
 from broker.coordinator import consumer_records as cr
 from broker.coordinator import group_migration as migration
+from broker.coordinator.alarm import Alarm, Deadlines
 from broker.coordinator.assignors import GroupSpec, assign
 from broker.coordinator.consumer_group import (
     Assignment,
@@ -98,7 +100,7 @@ class ConsumerMembership:
     def __init__(self, config: BrokerConfig, store: GroupStore, writer: OffsetsTopicWriter,
                  topics: Topics,
                  on_downgrade: Callable[[Group, float], None] = lambda group, now: None,
-                 settings: GroupSettings | None = None) -> None:
+                 settings: GroupSettings | None = None, alarm: Alarm | None = None) -> None:
         self.config = config
         self.settings = settings or GroupSettings(config)
         # Called with a classic group a consumer group became, stored: it must rebalance.
@@ -106,10 +108,11 @@ class ConsumerMembership:
         self.store = store
         self.writer = writer
         self.topics = topics
-        self.sessions: dict[tuple[str, str], float] = {}  # (group, member) -> deadline
+        self.alarm = alarm or Alarm()
+        self.sessions = Deadlines(self.alarm)  # (group, member) -> session deadline
         # A member's deadline to act: revoke its partitions (KIP-848), or, for a classic
         # member, rejoin or sync after it was told to (its rebalance timeout).
-        self.deadlines: dict[tuple[str, str], float] = {}
+        self.deadlines = Deadlines(self.alarm)
 
     @property
     def assignors(self) -> list[str]:
@@ -440,6 +443,11 @@ class ConsumerMembership:
         for timers in (self.sessions, self.deadlines):
             for key in [k for k in timers if k[0] == group_id]:
                 del timers[key]
+
+    def next_deadline(self) -> float:
+        """When ``expire`` next has something to do (inf: nothing is timed)."""
+        return min(min(self.sessions.values(), default=math.inf),
+                   min(self.deadlines.values(), default=math.inf))
 
     def expire(self, now: float) -> None:
         """Remove members whose session ran out, or who kept partitions to revoke past

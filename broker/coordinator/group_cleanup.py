@@ -11,6 +11,7 @@ after it became empty, and a group left with no offsets goes with them
 
 from __future__ import annotations
 
+import math
 import time
 
 from kio.schema.errors import ErrorCode
@@ -38,7 +39,8 @@ class GroupCleanup:
         self.config = config
         self.store = store
         self.writer = writer
-        self._last_expiry_check = 0.0  # loop time of the last retention pass
+        # Loop time of the last retention pass; the first tick makes one.
+        self._last_expiry_check = -math.inf
 
     def delete_groups(self, group_ids: list[str]) -> dict[str, ErrorCode]:
         groups, offsets = self.store.groups, self.store.offsets
@@ -134,6 +136,10 @@ class GroupCleanup:
             if entries and self.writer.write(group_id, entries) == ErrorCode.none:
                 for tp in gone:
                     offsets.pop(tp)
+
+    def next_check(self) -> float:
+        """When the next retention pass is due (loop time)."""
+        return self._last_expiry_check + self.config["offsets.retention.check.interval.ms"] / 1000
 
     def maybe_expire(self, now: float) -> None:
         """Run retention once per offsets.retention.check.interval.ms (``now``: loop time)."""

@@ -32,6 +32,7 @@ from broker.common.metrics import ConsumerGroupSample
 from broker.config.broker_config import BrokerConfig
 from broker.config.group_settings import GroupSettings
 from broker.coordinator import offsets_topic as ot
+from broker.coordinator.alarm import Alarm
 from broker.coordinator.classic_membership import ClassicMembership, JoinResult
 from broker.coordinator.consumer_group import ConsumerGroup
 from broker.coordinator.consumer_membership import (
@@ -61,7 +62,10 @@ from broker.storage.producer_state import VerificationGuard
 __all__ = ["MAX_NAME_BYTES", "CoordinatorError", "GroupCoordinator", "JoinResult", "OffsetMap"]
 
 log = logging.getLogger(__name__)
-TICK_SECONDS = 0.05
+# The soonest the tick task looks again after a look, however soon a deadline (a retry's
+# pace), and the longest it sleeps, so a deadline no code rang for is late by at most this.
+RETRY_SECONDS = 0.05
+MAX_SLEEP_SECONDS = 5.0
 
 
 class GroupCoordinator:
@@ -72,16 +76,18 @@ class GroupCoordinator:
         self.replicas = replicas
         self.store = GroupStore(config["offsets.topic.num.partitions"])
         self.writer = OffsetsTopicWriter(config, replicas, self.store)
-        self.membership = ClassicMembership(config, self.store, self.writer)
+        # Rung by whatever sets a deadline sooner than the one the tick task sleeps towards.
+        self.alarm = Alarm()
+        self.membership = ClassicMembership(config, self.store, self.writer, self.alarm)
         self.commits = OffsetCommits(self.store, self.writer, self._topic_id)
         self.cleanup = GroupCleanup(config, self.store, self.writer)
         self.consumers = ConsumerMembership(config, self.store, self.writer,
                                             lambda: replicas.metadata.topics,
                                             on_downgrade=self.membership.adopt,
-                                            settings=settings)
+                                            settings=settings, alarm=self.alarm)
         self.mixed = MixedMembership(config, self.store, self.consumers)
         self.shares = ShareMembership(config, self.store, self.writer,
-                                      lambda: replicas.metadata.topics, settings)
+                                      lambda: replicas.metadata.topics, settings, self.alarm)
         self.loader = GroupLoader(self.store, self.commits, self.consumers, self.shares,
                                   self.membership.adopt)
         self._tick_task: asyncio.Task[None] | None = None
@@ -129,6 +135,7 @@ class GroupCoordinator:
 
     def on_leadership(self, partition: Partition, leader: bool) -> None:
         self.loader.on_leadership(partition, leader)
+        self.alarm.ring()  # a load sets the sessions of the members it finds
 
     def start(self) -> None:
         self._tick_task = asyncio.create_task(self._tick_loop())
@@ -141,12 +148,23 @@ class GroupCoordinator:
         self.membership.cancel_waits()
 
     async def _tick_loop(self) -> None:
+        """Expire what is due, then sleep until the next deadline or until the alarm rings
+        (a sooner one was set). A deadline still due after ``tick`` (an expiry that could
+        not be written yet) is looked at again every ``RETRY_SECONDS``."""
         while True:
-            await asyncio.sleep(TICK_SECONDS)
             try:
                 self.tick()
+                now = time.monotonic()
+                until = max(self.next_deadline(now), now + RETRY_SECONDS)
             except Exception:
                 log.exception("group coordinator tick failed")
+                until = time.monotonic() + RETRY_SECONDS
+            await self.alarm.sleep_until(min(until, time.monotonic() + MAX_SLEEP_SECONDS))
+
+    def next_deadline(self, now: float) -> float:
+        """The earliest deadline ``tick`` acts on (inf: none)."""
+        return min(self.membership.next_deadline(now), self.consumers.next_deadline(),
+                   self.shares.next_deadline(), self.cleanup.next_check())
 
     def tick(self, now: float | None = None) -> None:
         """Expire sessions, end rebalances whose deadline or initial delay has passed, and

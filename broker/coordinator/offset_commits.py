@@ -75,6 +75,7 @@ class OffsetCommits:
                 return ErrorCode.illegal_generation
             if group.is_(GroupState.COMPLETING_REBALANCE):
                 return ErrorCode.rebalance_in_progress
+            # Only ever later than it was: the coordinator's timer need not hear of it.
             member.heartbeat_deadline = time.monotonic() + member.session_timeout_ms / 1000
         return self._store(group_id, offsets)
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import math
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from kio.schema.errors import ErrorCode
 from broker.config.broker_config import BrokerConfig
 from broker.config.group_settings import GroupSettings
 from broker.coordinator import share_records as sr
+from broker.coordinator.alarm import Alarm, Deadlines
 from broker.coordinator.consumer_membership import HeartbeatResult, refuse, topics_hash
 from broker.coordinator.consumer_records import Entry
 from broker.coordinator.group import GroupState
@@ -55,13 +57,14 @@ class ShareHeartbeat:
 
 class ShareMembership:
     def __init__(self, config: BrokerConfig, store: GroupStore, writer: OffsetsTopicWriter,
-                 topics: Topics, settings: GroupSettings | None = None) -> None:
+                 topics: Topics, settings: GroupSettings | None = None,
+                 alarm: Alarm | None = None) -> None:
         self.config = config
         self.settings = settings or GroupSettings(config)
         self.store = store
         self.writer = writer
         self.topics = topics
-        self.sessions: dict[tuple[str, str], float] = {}  # (group, member) -> deadline
+        self.sessions = Deadlines(alarm or Alarm())  # (group, member) -> session deadline
         self.administered: set[str] = set()  # groups whose offsets are being changed
         # Called with (group id, member id) once a member is gone: the records it holds on
         # the partitions' leaders are released (broker.share).
@@ -276,6 +279,10 @@ class ShareMembership:
     def drop(self, group_id: str) -> None:
         for key in [k for k in self.sessions if k[0] == group_id]:
             del self.sessions[key]
+
+    def next_deadline(self) -> float:
+        """When ``expire`` next has something to do (inf: nothing is timed)."""
+        return min(self.sessions.values(), default=math.inf)
 
     def expire(self, now: float) -> None:
         for group_id, member_id in sorted(k for k, d in self.sessions.items() if d <= now):
