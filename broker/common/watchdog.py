@@ -30,12 +30,16 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 
 log = logging.getLogger(__name__)
 
-TICK_SECONDS = 0.1
+# How often the loop says it is alive, at most: a quarter of the threshold, so a stall is
+# seen well before it has lasted twice the threshold, and no more often than a quarter
+# second, as each tick is an event-loop wake-up even on an idle broker.
+MAX_TICK_SECONDS = 0.25
 
 
 class EventLoopWatchdog:
     def __init__(self, threshold_seconds: float, registry: CollectorRegistry) -> None:
         self.threshold = threshold_seconds
+        self.interval = min(threshold_seconds / 4, MAX_TICK_SECONDS)
         self.stalls = Counter(
             "kafkube_event_loop_stalls", "Times the event loop was held past "
             "kafkube.event.loop.stall.warn.ms", registry=registry)
@@ -68,18 +72,18 @@ class EventLoopWatchdog:
     async def _tick(self) -> None:
         while True:
             now = time.monotonic()
-            held = now - self._last_tick - TICK_SECONDS
+            held = now - self._last_tick - self.interval
             if held >= self.threshold:
                 self.stalls.inc()
                 self.stall_seconds.observe(held)
                 log.warning("event loop was held for %.1f s", held)
             self._last_tick = now
-            await asyncio.sleep(TICK_SECONDS)
+            await asyncio.sleep(self.interval)
 
     def _watch(self) -> None:
-        while not self._stop.wait(min(self.threshold / 4, 0.25)):
+        while not self._stop.wait(self.interval):
             last = self._last_tick
-            if time.monotonic() - last < self.threshold + TICK_SECONDS or self._reported_at == last:
+            if time.monotonic() - last < self.threshold + self.interval or self._reported_at == last:
                 continue
             self._reported_at = last
             frame = sys._current_frames().get(self._loop_thread)
