@@ -83,7 +83,8 @@ class EventLoopWatchdog:
     def _watch(self) -> None:
         while not self._stop.wait(self.interval):
             last = self._last_tick
-            if time.monotonic() - last < self.threshold + self.interval or self._reported_at == last:
+            held = time.monotonic() - last
+            if held < self.threshold + self.interval or self._reported_at == last:
                 continue
             self._reported_at = last
             frame = sys._current_frames().get(self._loop_thread)
