@@ -32,14 +32,16 @@ log = logging.getLogger(__name__)
 
 # How often the loop says it is alive, at most: a quarter of the threshold, so a stall is
 # seen well before it has lasted twice the threshold, and no more often than a quarter
-# second, as each tick is an event-loop wake-up even on an idle broker.
+# second, as each tick is an event-loop wake-up even on an idle broker; nor more often than
+# every 10 ms, whatever threshold is set.
 MAX_TICK_SECONDS = 0.25
+MIN_TICK_SECONDS = 0.01
 
 
 class EventLoopWatchdog:
     def __init__(self, threshold_seconds: float, registry: CollectorRegistry) -> None:
         self.threshold = threshold_seconds
-        self.interval = min(threshold_seconds / 4, MAX_TICK_SECONDS)
+        self.interval = max(min(threshold_seconds / 4, MAX_TICK_SECONDS), MIN_TICK_SECONDS)
         self.stalls = Counter(
             "kafkube_event_loop_stalls", "Times the event loop was held past "
             "kafkube.event.loop.stall.warn.ms", registry=registry)

@@ -203,6 +203,11 @@ class ClassicMembership:
             return await future
         except CoordinatorError as e:  # removed or fenced while waiting
             return JoinResult(e.code, member_id=member_id)
+        except asyncio.CancelledError:
+            # Its connection went: the member no longer waits to join, so its session
+            # (perhaps over already) counts again, and the rebalance may wait for it.
+            self.alarm.ring()
+            raise
 
     async def _rejoin_static(
         self, group: Group, instance_id: str, member_id: str, client_id: str, client_host: str,
@@ -284,9 +289,11 @@ class ClassicMembership:
         if until is None:
             return
         delay = self.config["group.initial.rebalance.delay.ms"] / 1000
-        self._initial_delay_until[group.group_id] = min(
+        until = self._initial_delay_until[group.group_id] = min(
             max(until, time.monotonic() + delay), group.rebalance_deadline
         )
+        # Later than it was, but the tick may sleep past it: it drops a delay once over.
+        self.alarm.at(until)
 
     def _maybe_complete_join(
         self, group: Group, deadline_passed: bool = False, now: float | None = None
@@ -425,6 +432,7 @@ class ClassicMembership:
                 continue
             self._remove_member(group, member_id, "left the group")
             results.append((member_id, instance_id, ErrorCode.none))
+        self._maybe_complete_join(group)  # a pending member that left may be the one it awaited
         return ErrorCode.none, results
 
     def _remove_member(self, group: Group, member_id: str, why: str) -> None:

@@ -79,7 +79,7 @@ class GroupCoordinator:
         # Rung by whatever sets a deadline sooner than the one the tick task sleeps towards.
         self.alarm = Alarm()
         self.membership = ClassicMembership(config, self.store, self.writer, self.alarm)
-        self.commits = OffsetCommits(self.store, self.writer, self._topic_id)
+        self.commits = OffsetCommits(self.store, self.writer, self._topic_id, self.alarm)
         self.cleanup = GroupCleanup(config, self.store, self.writer)
         self.consumers = ConsumerMembership(config, self.store, self.writer,
                                             lambda: replicas.metadata.topics,
@@ -134,8 +134,10 @@ class GroupCoordinator:
                 self.on_leadership(partition, True)
 
     def on_leadership(self, partition: Partition, leader: bool) -> None:
-        self.loader.on_leadership(partition, leader)
-        self.alarm.ring()  # a load sets the sessions of the members it finds
+        try:
+            self.loader.on_leadership(partition, leader)
+        finally:
+            self.alarm.ring()  # a load sets the sessions of the members it finds
 
     def start(self) -> None:
         self._tick_task = asyncio.create_task(self._tick_loop())
@@ -153,8 +155,10 @@ class GroupCoordinator:
         not be written yet) is looked at again every ``RETRY_SECONDS``."""
         while True:
             try:
-                self.tick()
+                # One moment for both: a deadline between two readings of the clock would
+                # be too early for the tick and already past for the next deadline.
                 now = time.monotonic()
+                self.tick(now)
                 until = max(self.next_deadline(now), now + RETRY_SECONDS)
             except Exception:
                 log.exception("group coordinator tick failed")

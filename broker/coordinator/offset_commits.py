@@ -17,6 +17,7 @@ from collections.abc import Callable
 from kio.schema.errors import ErrorCode
 
 from broker.coordinator import offsets_topic as ot
+from broker.coordinator.alarm import Alarm
 from broker.coordinator.consumer_group import ConsumerGroup
 from broker.coordinator.group import Group, GroupState
 from broker.coordinator.group_store import (
@@ -34,8 +35,10 @@ class OffsetCommits:
     """Stores commits (plain and transactional) and answers fetches of them."""
 
     def __init__(self, store: GroupStore, writer: OffsetsTopicWriter,
-                 topic_id: Callable[[str], uuid.UUID | None] = lambda _: None) -> None:
+                 topic_id: Callable[[str], uuid.UUID | None] = lambda _: None,
+                 alarm: Alarm | None = None) -> None:
         self.store = store
+        self.alarm = alarm or Alarm()
         self.writer = writer
         self.topic_id = topic_id  # KIP-848 assignments name topics by id
 
@@ -75,8 +78,10 @@ class OffsetCommits:
                 return ErrorCode.illegal_generation
             if group.is_(GroupState.COMPLETING_REBALANCE):
                 return ErrorCode.rebalance_in_progress
-            # Only ever later than it was: the coordinator's timer need not hear of it.
+            # Usually later than it was, but not always: a follower's rejoin sets its
+            # deadline from the timeout it asked for, which its member keeps not.
             member.heartbeat_deadline = time.monotonic() + member.session_timeout_ms / 1000
+            self.alarm.at(member.heartbeat_deadline)
         return self._store(group_id, offsets)
 
     def _store(self, group_id: str, offsets: OffsetMap) -> ErrorCode:
