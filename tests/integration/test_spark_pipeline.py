@@ -15,8 +15,11 @@ from kafkube.harness.waiting import wait_until
 from kafkube_spark.events import WINDOW_MS, Delivered, Total, expected_totals, orders, produce
 from tests.support.spark_jobs import SparkJob, committed_batches, read_totals
 
-# One Spark job at a time on the machine: with pytest-xdist these run on one worker.
-pytestmark = pytest.mark.xdist_group("spark")
+# One Spark job at a time on the machine: with pytest-xdist these run on one worker. Each
+# test runs three to five Spark jobs (each bounded by SparkJob's own timeout); on 2 cores
+# beside the tier's two other workers they take 2-5x what they take alone (the batch test:
+# 64 s alone, 115 and 295 s in two tier runs of 2026-12-02), past pytest's 300 s default.
+pytestmark = [pytest.mark.xdist_group("spark"), pytest.mark.timeout(600)]
 
 TOPIC, RESULTS = "orders", "order-totals"
 PARTITIONS = 4
