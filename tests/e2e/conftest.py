@@ -4,6 +4,7 @@ existing cluster named by KAFKUBE_E2E_KUBECONFIG. KAFKUBE_E2E=0 skips the suite.
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator
 
 import pytest
@@ -85,8 +86,18 @@ def kind_cluster() -> Iterator[Cluster]:
     reason = skip_reason()
     if reason:
         pytest.skip(reason)
-    with own_kind_cluster(name) as cluster:
-        yield cluster
+    # A run stopped with SIGTERM (a CI timeout, `kill`) tears the cluster down too: the
+    # signal becomes KeyboardInterrupt, which pytest turns into the fixtures' teardown.
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        with own_kind_cluster(name) as cluster:
+            yield cluster
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 @pytest.fixture
