@@ -80,9 +80,9 @@ def _read_all(ctx: RequestContext, follower: int | None, wanted: Wanted, max_byt
     """Read every wanted partition once. In an incremental session (``incremental``), a
     caught-up partition whose high watermark and log start are those the session last
     sent gets no result at all: the response would leave it out anyway
-    (``FetchSession.must_report``), and a consumer of 10,000 partitions sends a Fetch for
-    every few that have news, so building each quiet one's answer made every Fetch cost
-    the whole session (~150 ms at 10,000)."""
+    (``FetchSession.must_report``), and building each quiet one's answer made a Fetch
+    with nothing new cost 36 ms over a session of 10,000 partitions (14 ms without).
+    Every wanted partition is still visited, to wait on it."""
     replicas = ctx.services.replicas
     found = _Pass()
     for name, p in wanted:
